@@ -1,0 +1,33 @@
+# Every target creates .venv and installs what it needs on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export RAY_USAGE_STATS_ENABLED := 0
+export PYTHONUNBUFFERED := 1
+
+.PHONY: venv demo test bench lint clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip setuptools wheel
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]" --config-settings editable_mode=compat
+	touch $(STAMP)
+
+demo: venv
+	$(BIN)/python examples/demo.py
+
+test: venv
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+bench: venv
+	$(BIN)/python -m pipelines.bench
+
+lint: venv
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,27 @@
+"""Shared fixtures: the real-data location and its skip-or-fail rule."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def datasets_dir() -> Path:
+    """Where the real data sets live: $WILLUMP_DATASETS, else ../shared/datasets beside the repo."""
+    return Path(os.environ.get("WILLUMP_DATASETS", REPO_ROOT.parent / "shared" / "datasets"))
+
+
+@pytest.fixture(scope="session")
+def shared_datasets() -> Path:
+    """The data folder; skips the test when absent, but fails it under CI=true."""
+    path = datasets_dir()
+    if not (path / "PROVENANCE.md").is_file():
+        reason = f"real data sets not found at {path} (set WILLUMP_DATASETS to their folder)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason + "; CI=true requires them", pytrace=False)
+        pytest.skip(reason)
+    return path

@@ -1,0 +1,48 @@
+"""willump: statistically safe feature cascades and approximate top-K for inference pipelines.
+
+Decorate feature groups with :func:`feature` and the pipeline with :func:`pipeline`
+(or wrap a scikit-learn Pipeline with :func:`from_sklearn`), then call
+:func:`optimize`. Load saved artifacts with :func:`load` (only trusted ones: loading
+runs code stored in the artifact).
+"""
+
+from ._artifact import load
+from ._capture import FeatureGroup, Pipeline, feature, pipeline
+from ._cascade import BaselinePipeline, Level, OptimizedPipeline, TopKResult
+from ._graph import Graph
+from ._metrics import Metric
+from ._models import TorchClassifier
+from ._onnx import OnnxModel, check_onnx, export_onnx, to_onnx
+from ._optimize import optimize
+from ._report import Report
+from ._sklearn import SklearnPipeline, from_sklearn
+from .errors import ArtifactError, PipelineError, WillumpError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArtifactError",
+    "BaselinePipeline",
+    "FeatureGroup",
+    "Graph",
+    "Level",
+    "Metric",
+    "OnnxModel",
+    "OptimizedPipeline",
+    "Pipeline",
+    "PipelineError",
+    "Report",
+    "SklearnPipeline",
+    "TopKResult",
+    "TorchClassifier",
+    "WillumpError",
+    "__version__",
+    "check_onnx",
+    "export_onnx",
+    "feature",
+    "from_sklearn",
+    "load",
+    "optimize",
+    "pipeline",
+    "to_onnx",
+]

@@ -1,0 +1,239 @@
+"""Artifacts: an optimized pipeline saved as a directory that loads in a fresh process.
+
+Layout::
+
+    manifest.json          format, versions, groups, levels, thresholds, sha256 of every file
+    pipeline.pkl           the pipeline: body, feature functions and what they close over
+    models/level_<i>.pkl   one model per cascade level (the last is the full model)
+    topk.pkl               the top-K filter and its held-out scores (when planned)
+    report.json            the optimization report
+
+Feature code from ``__main__``, a notebook, or any module that is not installed
+in site-packages is stored *by value* (cloudpickle), so ``willump serve`` can load
+it without the user's source. Loading executes that code: load only artifacts
+you trust. Checksums catch tampering and truncation; versions are checked too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import sysconfig
+import warnings
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import cloudpickle
+
+from .errors import ArtifactError
+
+FORMAT = "willump-artifact"
+FORMAT_VERSION = 1
+#: libraries whose version must match between save and load: name -> leading parts compared
+VERSION_CHECKS = {
+    "python": 2,
+    "numpy": 1,
+    "scipy": 1,
+    "scikit-learn": 2,
+    "lightgbm": 1,
+    "torch": 2,
+    "cloudpickle": 1,
+    "pandas": 1,
+}
+
+
+def _library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in VERSION_CHECKS:
+        if name == "python":
+            continue
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _installed_dirs() -> list[str]:
+    paths = sysconfig.get_paths()
+    return [os.path.realpath(paths[k]) for k in ("purelib", "platlib", "stdlib", "platstdlib")]
+
+
+def _modules_by_value(pipeline: Any) -> list[ModuleType]:
+    """User modules to store by value: not __main__ (cloudpickle's default), not installed."""
+    installed = _installed_dirs()
+    names = set(getattr(pipeline, "code_modules", set()))
+    names.add(getattr(pipeline.fn, "__module__", "__main__"))
+    out = []
+    for name in sorted(names):
+        module = sys.modules.get(name)
+        if module is None or name == "__main__" or name.split(".")[0] == "willump":
+            continue
+        file = getattr(module, "__file__", None)
+        if file is None:
+            continue
+        real = os.path.realpath(file)
+        if not any(real.startswith(d + os.sep) for d in installed):
+            out.append(module)
+    return out
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def save(opt: Any, path: Any) -> Path:
+    """Write ``opt`` to directory ``path`` (created; an existing artifact is replaced)."""
+    from ._cascade import OptimizedPipeline
+
+    if not isinstance(opt, OptimizedPipeline):
+        raise TypeError(f"save expects an OptimizedPipeline, got {type(opt).__name__}")
+    root = Path(path)
+    if root.exists() and not (root / "manifest.json").exists() and any(root.iterdir()):
+        raise ArtifactError(f"{root} exists and is not a willump artifact; refusing to overwrite it")
+    (root / "models").mkdir(parents=True, exist_ok=True)
+    for stale in (root / "models").glob("*.pkl"):
+        stale.unlink()
+    by_value = _modules_by_value(opt.pipeline)
+    for module in by_value:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        files = {"pipeline.pkl": opt.pipeline}
+        for i, level in enumerate(opt.levels):
+            files[f"models/level_{i}.pkl"] = level.model
+        if opt.topk_filter is not None:
+            files["topk.pkl"] = opt.topk_filter
+        for name, obj in files.items():
+            with (root / name).open("wb") as fh:
+                cloudpickle.dump(obj, fh)
+    finally:
+        for module in by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+    (root / "report.json").write_text(opt.report_.to_json())
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "willump_version": _willump_version(),
+        "versions": _library_versions(),
+        "pipeline": opt.pipeline.name,
+        "groups": list(opt.pipeline.graph.groups),
+        "input_columns": sorted({c for cols in opt.pipeline.graph.columns.values() for c in cols}),
+        "classes": [_jsonable(c) for c in opt.classes_.tolist()],
+        "levels": [
+            {"groups": list(lv.groups), "model": type(lv.model).__name__, "threshold": lv.threshold,
+             "file": f"models/level_{i}.pkl"}
+            for i, lv in enumerate(opt.levels)
+        ],
+        "topk": None if opt.topk_filter is None else {
+            "groups": list(opt.topk_filter.groups),
+            "precision": opt.topk_filter.precision,
+            "quantile": opt.topk_filter.quantile,
+            "file": "topk.pkl",
+        },
+        "seed": opt.seed,
+        "stored_by_value": [m.__name__ for m in by_value],
+        "files": {},
+    }
+    for name in [*files, "report.json"]:
+        manifest["files"][name] = {"sha256": _sha256(root / name), "bytes": (root / name).stat().st_size}
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return root
+
+
+def _jsonable(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
+
+
+def _willump_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def read_manifest(path: Any) -> dict[str, Any]:
+    """The manifest of an artifact directory, validated for format."""
+    root = Path(path)
+    file = root / "manifest.json"
+    if not file.is_file():
+        raise ArtifactError(f"{root} is not a willump artifact: {file} is missing")
+    try:
+        manifest = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{file} is not valid JSON ({exc}); the artifact is corrupt") from exc
+    if manifest.get("format") != FORMAT:
+        raise ArtifactError(f"{file} is not a willump manifest (format={manifest.get('format')!r})")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(
+            f"artifact format version {manifest.get('format_version')} is not supported by this "
+            f"willump (reads version {FORMAT_VERSION}); re-create it with willump {_willump_version()}"
+        )
+    return manifest
+
+
+def version_mismatches(saved: dict[str, str]) -> list[str]:
+    current = _library_versions()
+    problems = []
+    for name, parts in VERSION_CHECKS.items():
+        a, b = saved.get(name), current.get(name)
+        if a is None and b is None:
+            continue
+        if a is None or b is None or a.split(".")[:parts] != b.split(".")[:parts]:
+            problems.append(f"{name} saved with {a or 'absent'}, running {b or 'absent'}")
+    return problems
+
+
+def load(path: Any, *, check_versions: bool = True) -> Any:
+    """Load an artifact written by ``OptimizedPipeline.save``.
+
+    Verifies every file's sha256 and the library versions (``check_versions=False``
+    turns a version mismatch into a warning). Only load artifacts you trust:
+    loading runs the feature code stored inside.
+    """
+    from ._cascade import BaselinePipeline, Level, OptimizedPipeline
+    from ._report import Report
+
+    root = Path(path)
+    manifest = read_manifest(root)
+    for name, info in manifest["files"].items():
+        file = root / name
+        if not file.is_file():
+            raise ArtifactError(f"artifact file {file} is missing")
+        if _sha256(file) != info["sha256"]:
+            raise ArtifactError(
+                f"checksum mismatch for {file}: the artifact was modified or truncated after saving"
+            )
+    problems = version_mismatches(manifest.get("versions", {}))
+    if problems:
+        message = "artifact was saved with other library versions: " + "; ".join(problems)
+        if check_versions:
+            raise ArtifactError(message + " (load with check_versions=False to try anyway)")
+        warnings.warn(message, stacklevel=2)
+
+    def unpickle(name: str) -> Any:
+        try:
+            with (root / name).open("rb") as fh:
+                return cloudpickle.load(fh)
+        except Exception as exc:
+            raise ArtifactError(f"could not load {root / name}: {type(exc).__name__}: {exc}") from exc
+
+    pipeline = unpickle("pipeline.pkl")
+    levels = []
+    for spec in manifest["levels"]:
+        levels.append(Level(tuple(spec["groups"]), unpickle(spec["file"]), spec["threshold"]))
+    topk = unpickle(manifest["topk"]["file"]) if manifest.get("topk") else None
+    report = Report.from_dict(json.loads((root / "report.json").read_text()))
+    full = levels[-1].model
+    import numpy as np
+
+    classes = np.asarray(full.classes_)
+    baseline = BaselinePipeline(pipeline, full, classes)
+    return OptimizedPipeline(pipeline, levels, classes, baseline, topk, report, manifest.get("seed", 0))

@@ -1,0 +1,312 @@
+"""Capture: the @feature and @pipeline decorators and the run context behind them.
+
+A pipeline body is ordinary Python that calls feature functions and returns the
+list of their outputs. Willump re-runs that body under a *run context* which
+ - memoizes feature calls within one run, so work shared by two groups runs once;
+ - times every feature call (exclusive of nested feature calls), for profiling;
+ - skips top-level feature calls that the requested groups do not need, which is
+   how a cascade computes only the cheap groups first;
+ - records who called whom and whose output fed whom, which is the graph.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from ._blocks import Block, to_block
+from ._rows import n_rows
+from .errors import PipelineError
+
+if TYPE_CHECKING:
+    from ._graph import Graph
+
+_ACTIVE_RUN: contextvars.ContextVar[_Run | None] = contextvars.ContextVar(
+    "willump_active_run", default=None
+)
+
+BODY = "<body>"  # pseudo-node: the pipeline body's own work outside feature calls
+
+
+class Skipped:
+    """Stand-in for a feature output a run did not compute; any use raises."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: str):
+        object.__setattr__(self, "node", node)
+
+    def _fail(self, *_: Any, **__: Any) -> Any:
+        raise SkippedUseError(self.node)
+
+    __getattr__ = _fail
+    __getitem__ = _fail
+    __iter__ = _fail
+    __len__ = _fail
+    __array__ = _fail
+    __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __rsub__ = __truediv__ = _fail
+
+    def __setattr__(self, *_: Any) -> None:
+        raise SkippedUseError(self.node)
+
+    def __repr__(self) -> str:
+        return f"<skipped feature output {self.node!r}>"
+
+
+class SkippedUseError(PipelineError):
+    """Raised when code uses the output of a feature call the run skipped."""
+
+    def __init__(self, node: str):
+        super().__init__(
+            f"the output of feature '{node}' was used although this run skipped it; "
+            "willump could not see that dependency"
+        )
+        self.node = node
+
+
+@dataclass
+class _Frame:
+    key: str
+    child_seconds: float = 0.0
+
+
+@dataclass
+class _Run:
+    """State of one execution of a pipeline body."""
+
+    needed: frozenset[str] | None  # nodes to compute when called from the body; None = all
+    memo: dict[Any, tuple[str, Any]] = field(default_factory=dict)
+    calls: Counter = field(default_factory=Counter)
+    stack: list[_Frame] = field(default_factory=list)
+    exclusive: defaultdict = field(default_factory=lambda: defaultdict(float))
+    order: list[str] = field(default_factory=list)  # node keys in first-call order
+    depth0: set[str] = field(default_factory=set)  # nodes called directly by the body
+    parents: defaultdict = field(default_factory=lambda: defaultdict(set))  # node -> upstream
+    output_owner: dict[int, str] = field(default_factory=dict)  # id(output) -> node key
+    functions: dict[str, FeatureGroup] = field(default_factory=dict)  # node key -> feature
+
+    def note_dependency(self, upstream: str) -> None:
+        if self.stack:
+            self.parents[self.stack[-1].key].add(upstream)
+
+
+class FeatureGroup:
+    """A feature function: input rows (or something derived from them) -> 2-D features.
+
+    Outside a pipeline run it is the plain function. Inside a run it is memoized,
+    timed, and skippable.
+    """
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None):
+        if not callable(fn):
+            raise TypeError(f"@willump.feature needs a function, got {type(fn).__name__}")
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        run = _ACTIVE_RUN.get()
+        if run is None:
+            return self.fn(*args, **kwargs)
+        fingerprint = (id(self), _fingerprint(args), _fingerprint(tuple(sorted(kwargs.items()))))
+        hit = run.memo.get(fingerprint)
+        if hit is not None and not (run.stack and isinstance(hit[1], Skipped)):
+            key, out = hit
+            run.note_dependency(key)
+            return out
+        if hit is not None:  # skipped at the top level, but a computed group needs it now
+            key = hit[0]
+        else:
+            run.calls[self.name] += 1
+            n = run.calls[self.name]
+            key = self.name if n == 1 else f"{self.name}#{n}"
+            if not run.stack:
+                run.depth0.add(key)
+            run.order.append(key)
+            run.functions[key] = self
+        if not run.stack and run.needed is not None and key not in run.needed:
+            out = Skipped(key)
+            run.memo[fingerprint] = (key, out)
+            return out
+        for arg in (*args, *kwargs.values()):
+            if isinstance(arg, Skipped):
+                raise SkippedUseError(arg.node)
+            owner = run.output_owner.get(id(arg))
+            if owner is not None:
+                run.parents[key].add(owner)
+        run.note_dependency(key)
+        frame = _Frame(key)
+        run.stack.append(frame)
+        start = time.perf_counter()
+        try:
+            out = self.fn(*args, **kwargs)
+        finally:
+            elapsed = time.perf_counter() - start
+            run.stack.pop()
+            run.exclusive[key] += elapsed - frame.child_seconds
+            if run.stack:
+                run.stack[-1].child_seconds += elapsed
+        run.memo[fingerprint] = (key, out)
+        run.output_owner[id(out)] = key
+        return out
+
+    def __repr__(self) -> str:
+        return f"<willump.feature {self.name}>"
+
+
+def feature(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+    """Mark a function as a feature group: rows -> 2-D array, sparse matrix or DataFrame.
+
+    Usable bare (``@willump.feature``) or with a name (``@willump.feature(name="w")``).
+    """
+    if fn is None:
+        return lambda f: FeatureGroup(f, name=name)
+    return FeatureGroup(fn, name=name)
+
+
+def _fingerprint(value: Any) -> Any:
+    """A hashable key that is equal for the same data within one run.
+
+    Same object -> same key. A pandas Series taken twice from one frame
+    (``df["text"]``) shares memory and index, so it gets the same key too.
+    Anything unrecognised is keyed by identity, which is always safe.
+    """
+    if isinstance(value, Skipped):
+        return ("skipped", value.node)
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return (type(value).__name__, value)
+    if isinstance(value, tuple):
+        return ("tuple", *(_fingerprint(v) for v in value))
+    if isinstance(value, np.ndarray):
+        iface = value.__array_interface__
+        return ("nd", iface["data"][0], value.shape, value.strides, value.dtype.str)
+    if isinstance(value, pd.Series):
+        pointer = _pandas_pointer(value)
+        index = _index_key(value.index)
+        if pointer is not None and index is not None:
+            return ("series", pointer, len(value), str(value.dtype), value.name, index)
+    return ("id", id(value))
+
+
+def _pandas_pointer(obj: pd.Series | pd.Index) -> int | None:
+    """Address of the memory behind a Series or Index, when it is one numpy buffer."""
+    backing = getattr(obj.array, "_ndarray", None)
+    if isinstance(backing, np.ndarray):
+        return int(backing.__array_interface__["data"][0])
+    if isinstance(obj.dtype, np.dtype) and obj.dtype != object:
+        values = obj.to_numpy(copy=False)
+        return int(values.__array_interface__["data"][0])
+    return None
+
+
+def _index_key(index: pd.Index) -> Any:
+    if isinstance(index, pd.RangeIndex):
+        return ("range", index.start, index.stop, index.step)
+    pointer = _pandas_pointer(index)
+    return None if pointer is None else ("index", pointer, len(index), str(index.dtype))
+
+
+@dataclass
+class RunResult:
+    """What one run of a pipeline body produced."""
+
+    outputs: list[Any]
+    node_seconds: dict[str, float]
+    body_seconds: float
+    run: _Run
+
+
+class Pipeline:
+    """A decorated pipeline: rows -> list of feature-group outputs, in model order.
+
+    Calling it returns that list, as the undecorated function would (with shared
+    feature work computed once). The optimizer uses :meth:`compute` to run only
+    some groups and :meth:`capture` to learn the graph.
+    """
+
+    model: Any = None  # a default model, set by from_sklearn
+
+    def __init__(self, fn: Callable[[Any], Any], name: str | None = None):
+        if not callable(fn):
+            raise TypeError(f"@willump.pipeline needs a function, got {type(fn).__name__}")
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "pipeline")
+        self.graph_: Graph | None = None
+        self.code_modules: set[str] = set()  # modules defining its feature code (for artifacts)
+
+    def __call__(self, rows: Any) -> list[Any]:
+        return self.execute(rows).outputs
+
+    def fit_features(self, X: Any, y: Any) -> None:
+        """Fit stateful feature steps on training rows; decorated pipelines are pre-fitted."""
+
+    def execute(self, rows: Any, needed: Iterable[str] | None = None) -> RunResult:
+        """Run the body once; calls from the body to nodes outside ``needed`` are skipped."""
+        run = _Run(needed=None if needed is None else frozenset(needed))
+        token = _ACTIVE_RUN.set(run)
+        start = time.perf_counter()
+        try:
+            outputs = self.fn(rows)
+        finally:
+            total = time.perf_counter() - start
+            _ACTIVE_RUN.reset(token)
+        if outputs is None:
+            raise PipelineError(
+                f"pipeline '{self.name}' returned None; it must return the list of "
+                "feature-group outputs the model consumes"
+            )
+        if not isinstance(outputs, (list, tuple)):
+            outputs = [outputs]
+        if len(outputs) == 0:
+            raise PipelineError(f"pipeline '{self.name}' returned an empty list of feature groups")
+        node_seconds = dict(run.exclusive)
+        body = max(total - sum(node_seconds.values()), 0.0)
+        return RunResult(list(outputs), node_seconds, body, run)
+
+    # --- graph -----------------------------------------------------------------------
+    def capture(self, sample: Any) -> Graph:
+        """Learn the graph from a sample of rows; validates every group's output."""
+        from ._graph import capture_graph
+
+        self.graph_ = capture_graph(self, sample)
+        return self.graph_
+
+    @property
+    def graph(self) -> Graph:
+        if self.graph_ is None:
+            raise PipelineError(
+                f"pipeline '{self.name}' has not been captured yet; call willump.optimize "
+                "or pipeline.capture(sample_rows) first"
+            )
+        return self.graph_
+
+    def compute(self, rows: Any, groups: Iterable[str]) -> tuple[dict[str, Block], RunResult]:
+        """Blocks of the named groups for ``rows``, computing only what they need."""
+        graph = self.graph
+        groups = list(groups)
+        result = self.execute(rows, needed=graph.needed_nodes(groups))
+        expected = n_rows(rows)
+        blocks = {
+            g: to_block(result.outputs[graph.position[g]], expected, g) for g in groups
+        }
+        return blocks, result
+
+    def __repr__(self) -> str:
+        return f"<willump.pipeline {self.name}>"
+
+
+def pipeline(fn: Callable[[Any], Any] | None = None, *, name: str | None = None) -> Any:
+    """Mark a function returning the list of feature-group outputs the model consumes."""
+    if fn is None:
+        return lambda f: Pipeline(f, name=name)
+    return Pipeline(fn, name=name)
+

@@ -1,0 +1,336 @@
+"""The optimized pipeline at inference time: cascades and approximate top-K."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._blocks import Block, hstack, take_rows
+from ._capture import Pipeline
+from ._models import predict_proba
+from ._planner import topk_ratio
+from ._rows import n_rows, take
+
+#: largest pool a top-K ratio is calibrated at; bigger pools are calibrated at the same k/pool
+TOPK_MAX_CALIBRATION_POOL = 50_000
+#: calibrated top-K ratios remembered per (k, pool, label)
+TOPK_CACHE_SIZE = 256
+
+
+@dataclass
+class Level:
+    """One cascade level: the groups it reads, its model, and its exit threshold.
+
+    The last level (the full model) has ``threshold=None`` and answers every row
+    that reaches it.
+    """
+
+    groups: tuple[str, ...]
+    model: Any
+    threshold: float | None = None
+
+
+@dataclass
+class StageResult:
+    """Rows answered by a range of levels, and what the next level needs for the rest."""
+
+    proba: np.ndarray  # rows x classes; NaN for rows not answered
+    level: np.ndarray  # answering level per row; -1 when not answered
+    unsure: np.ndarray  # positions of rows not answered
+    blocks: dict[str, Block]  # blocks computed so far, restricted to the unsure rows
+
+
+@dataclass
+class TopKResult:
+    """The k best rows for a class, best first.
+
+    ``indices`` are positions in the input (length k). ``scores`` and
+    ``approximate`` cover every input row: a row the cheap filter dropped keeps its
+    cheap score and is marked approximate.
+    """
+
+    indices: np.ndarray
+    scores: np.ndarray
+    approximate: np.ndarray
+    k: int
+    label: Any
+    ratio: float | None = None  # filter ratio used; None when scored exactly
+
+    @property
+    def top_scores(self) -> np.ndarray:
+        return self.scores[self.indices]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "indices": self.indices.tolist(),
+            "scores": self.top_scores.tolist(),
+            "approximate": self.approximate[self.indices].tolist(),
+            "k": self.k,
+            "label": _plain(self.label),
+            "ratio": self.ratio,
+            "rows_fully_scored": int((~self.approximate).sum()),
+        }
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _ranked(scores: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Positions sorted by descending score, ties by position (deterministic)."""
+    return positions[np.lexsort((positions, -scores[positions]))]
+
+
+class _Scoring:
+    """Input checks and the class/label helpers shared by baseline and optimized."""
+
+    pipeline: Pipeline
+    classes_: np.ndarray
+
+    def _check_rows(self, rows: Any) -> int:
+        n = n_rows(rows)
+        graph = self.pipeline.graph
+        needed = sorted({c for cols in graph.columns.values() for c in cols} - {"<input>"})
+        present = getattr(rows, "columns", None)
+        if present is not None and needed:
+            missing = [c for c in needed if c not in set(map(str, present))]
+            if missing:
+                raise ValueError(f"rows lack column(s) {missing} that the feature groups read")
+        return n
+
+    def _label_index(self, label: Any) -> int:
+        if label is None:
+            return len(self.classes_) - 1
+        matches = np.flatnonzero(self.classes_ == label)
+        if matches.size == 0:
+            raise ValueError(f"label {label!r} is not a class of the model; classes: {list(self.classes_)}")
+        return int(matches[0])
+
+    @staticmethod
+    def _check_k(k: Any, n: int) -> int:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+            raise TypeError(f"k must be an integer, got {type(k).__name__}")
+        if not 1 <= k <= n:
+            raise ValueError(f"k must be between 1 and the number of rows ({n}), got {k}")
+        return int(k)
+
+    def predict(self, rows: Any) -> np.ndarray:
+        """Predicted labels, in the input's row order."""
+        return self.classes_[np.argmax(self.predict_proba(rows), axis=1)]
+
+    def predict_proba(self, rows: Any) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class BaselinePipeline(_Scoring):
+    """The unoptimized pipeline: every group, then the full model, for every row."""
+
+    def __init__(self, pipeline: Pipeline, model: Any, classes: np.ndarray):
+        self.pipeline = pipeline
+        self.model = model
+        self.classes_ = classes
+
+    def features(self, rows: Any) -> Block:
+        blocks, _ = self.pipeline.compute(rows, self.pipeline.graph.groups)
+        return hstack([blocks[g] for g in self.pipeline.graph.groups])
+
+    def predict_proba(self, rows: Any) -> np.ndarray:
+        if self._check_rows(rows) == 0:
+            return np.zeros((0, len(self.classes_)))
+        return predict_proba(self.model, self.features(rows))
+
+    def top_k(self, rows: Any, k: int, label: Any = None) -> TopKResult:
+        """Exact top-K: every row scored by the full model."""
+        n = self._check_rows(rows)
+        k = self._check_k(k, n)
+        c = self._label_index(label)
+        scores = self.predict_proba(rows)[:, c]
+        order = _ranked(scores, np.arange(n))
+        return TopKResult(order[:k], scores, np.zeros(n, dtype=bool), k, self.classes_[c])
+
+
+@dataclass
+class TopKFilter:
+    """Cheap groups + small model that pre-select rows for top-K, with held-out scores
+    (small and full model probabilities) to calibrate the filter ratio for any query."""
+
+    groups: tuple[str, ...]
+    model: Any
+    holdout_cheap: np.ndarray
+    holdout_full: np.ndarray
+    precision: float
+    quantile: float
+    seed: int
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def ratio_for(self, k: int, pool: int, label_index: int) -> float | None:
+        """Calibrated filter ratio for k rows out of ``pool`` (None: score exactly)."""
+        key = (k, pool, label_index)
+        if key not in self._cache:
+            k_cal, pool_cal = k, pool
+            if pool > TOPK_MAX_CALIBRATION_POOL:
+                pool_cal = TOPK_MAX_CALIBRATION_POOL
+                k_cal = max(1, round(k * pool_cal / pool))
+            rng = np.random.default_rng([self.seed, k, pool, label_index])
+            ratio = topk_ratio(
+                self.holdout_cheap[:, label_index],
+                self.holdout_full[:, label_index],
+                k_cal,
+                pool_cal,
+                precision=self.precision,
+                quantile=self.quantile,
+                rng=rng,
+            )
+            if len(self._cache) >= TOPK_CACHE_SIZE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = ratio
+        return self._cache[key]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_cache"] = {}
+        return state
+
+
+class OptimizedPipeline(_Scoring):
+    """A cascade of levels plus an optional top-K filter, with the baseline beside it.
+
+    ``predict``/``predict_proba`` return rows in input order; rows confident at a
+    cheap level never pay for the remaining groups; one-row calls exit early.
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        levels: list[Level],
+        classes: np.ndarray,
+        baseline: BaselinePipeline,
+        topk: TopKFilter | None,
+        report: Any,
+        seed: int = 0,
+    ):
+        self.pipeline = pipeline
+        self.levels = levels
+        self.classes_ = classes
+        self.baseline = baseline
+        self.topk_filter = topk
+        self.report_ = report
+        self.seed = seed
+
+    # --- cascade ---------------------------------------------------------------------
+    def run_levels(
+        self,
+        rows: Any,
+        first: int = 0,
+        last: int | None = None,
+        blocks: dict[str, Block] | None = None,
+    ) -> StageResult:
+        """Run levels ``first..last`` (inclusive) on ``rows``.
+
+        ``blocks`` are feature blocks already computed for these rows by earlier
+        levels (they are reused, not recomputed). Serving runs the cheap levels in
+        one stage and hands the unsure rows and their blocks to the next stage.
+        """
+        last = len(self.levels) - 1 if last is None else last
+        n = n_rows(rows)
+        proba = np.full((n, len(self.classes_)), np.nan)
+        answered_by = np.full(n, -1, dtype=np.int64)
+        positions = np.arange(n)
+        blocks = dict(blocks or {})
+        subset = rows
+        for index in range(first, last + 1):
+            if positions.size == 0:
+                break
+            level = self.levels[index]
+            missing = [g for g in level.groups if g not in blocks]
+            if missing:
+                new, _ = self.pipeline.compute(subset, missing)
+                blocks.update(new)
+            p = predict_proba(level.model, hstack([blocks[g] for g in level.groups]))
+            if level.threshold is None:
+                done = np.ones(len(positions), dtype=bool)
+            else:
+                done = p.max(axis=1) >= level.threshold
+            proba[positions[done]] = p[done]
+            answered_by[positions[done]] = index
+            if done.all():
+                positions = positions[:0]
+                blocks = {}
+                break
+            if done.any():
+                keep = np.flatnonzero(~done)
+                positions = positions[keep]
+                subset = take(subset, keep)
+                blocks = {g: take_rows(b, keep) for g, b in blocks.items()}
+        return StageResult(proba, answered_by, positions, blocks)
+
+    def predict_with_levels(self, rows: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Probabilities and the index of the level that answered each row."""
+        n = self._check_rows(rows)
+        if n == 0:
+            return np.zeros((0, len(self.classes_))), np.zeros(0, dtype=np.int64)
+        result = self.run_levels(rows)
+        return result.proba, result.level
+
+    def predict_proba(self, rows: Any) -> np.ndarray:
+        """Class probabilities (columns in ``classes_`` order), rows in input order."""
+        return self.predict_with_levels(rows)[0]
+
+    # --- top-K -----------------------------------------------------------------------
+    def top_k(self, rows: Any, k: int, label: Any = None) -> TopKResult:
+        """The k rows with the highest probability of ``label`` (default: the last class,
+        the positive one for binary problems), best first.
+
+        The cheap filter keeps the ceil(r*k) best rows by its own score and the full
+        model ranks them; r is calibrated on held-out data for this k and pool size
+        so that precision@k >= the target in the configured share of resamples.
+        When no r qualifies, every row is scored exactly.
+        """
+        n = self._check_rows(rows)
+        k = self._check_k(k, n)
+        c = self._label_index(label)
+        f = self.topk_filter
+        ratio = None if f is None else f.ratio_for(k, n, c)
+        if ratio is None or math.ceil(ratio * k) >= n:
+            exact = self.baseline.top_k(rows, k, label=self.classes_[c])
+            return exact
+        cheap_blocks, _ = self.pipeline.compute(rows, f.groups)
+        cheap = predict_proba(f.model, hstack([cheap_blocks[g] for g in f.groups]))[:, c]
+        kept = np.sort(_ranked(cheap, np.arange(n))[: math.ceil(ratio * k)])
+        subset = take(rows, kept)
+        blocks = {g: take_rows(b, kept) for g, b in cheap_blocks.items()}
+        rest = [g for g in self.pipeline.graph.groups if g not in blocks]
+        if rest:
+            new, _ = self.pipeline.compute(subset, rest)
+            blocks.update(new)
+        full = predict_proba(
+            self.baseline.model, hstack([blocks[g] for g in self.pipeline.graph.groups])
+        )[:, c]
+        scores = cheap.copy()
+        scores[kept] = full
+        approximate = np.ones(n, dtype=bool)
+        approximate[kept] = False
+        order = _ranked(scores, kept)
+        return TopKResult(order[:k], scores, approximate, k, self.classes_[c], ratio)
+
+    # --- results ---------------------------------------------------------------------
+    def report(self) -> Any:
+        """The optimization report (prints as tables; ``to_dict()`` for JSON)."""
+        return self.report_
+
+    @property
+    def is_cascade(self) -> bool:
+        return len(self.levels) > 1
+
+    def save(self, path: Any) -> None:
+        """Write the artifact directory (manifest, checksums, models); see willump.load."""
+        from ._artifact import save
+
+        save(self, path)
+
+    def __repr__(self) -> str:
+        shape = " -> ".join(f"{list(lv.groups)}" for lv in self.levels)
+        return f"<OptimizedPipeline {self.pipeline.name}: {shape}>"

@@ -1,0 +1,248 @@
+"""The captured graph: feature groups, their upstream steps, and the columns they read."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from ._blocks import Block, to_block
+from ._rows import columns_of, n_rows, take
+from .errors import PipelineError
+
+if TYPE_CHECKING:
+    from ._capture import Pipeline
+
+#: rows used to learn the graph (validation, dependencies, column reads)
+CAPTURE_SAMPLE_ROWS = 64
+#: tolerance when checking that a group's rows do not depend on other rows of the batch
+ROWWISE_RTOL = 1e-7
+ROWWISE_ATOL = 1e-9
+
+
+@dataclass
+class Graph:
+    """Feature groups in model order, the nodes they need, and the input columns they read."""
+
+    groups: list[str]
+    nodes: list[str]
+    upstream: dict[str, set[str]]
+    depth0: set[str]
+    columns: dict[str, list[str]]
+    input_columns: list[str]
+    widths: dict[str, int]
+    sparse: dict[str, bool]
+    conservative: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def position(self) -> dict[str, int]:
+        return {g: i for i, g in enumerate(self.groups)}
+
+    def closure(self, groups: Any) -> set[str]:
+        """The groups plus every upstream node they transitively need."""
+        todo = list(groups)
+        seen: set[str] = set()
+        while todo:
+            node = todo.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            todo.extend(self.upstream.get(node, ()))
+        return seen
+
+    def needed_nodes(self, groups: Any) -> set[str]:
+        """Nodes a run must compute when called from the body to produce ``groups``."""
+        unknown = [g for g in groups if g not in self.position]
+        if unknown:
+            raise KeyError(f"unknown feature group(s) {unknown}; known: {self.groups}")
+        needed = self.closure(groups)
+        if self.conservative:
+            needed |= {n for n in self.depth0 if n not in self.position}
+        return needed
+
+    def shared_nodes(self) -> list[str]:
+        """Nodes needed by two or more groups: computed once, costed once."""
+        users: dict[str, int] = {}
+        for g in self.groups:
+            for n in self.closure([g]):
+                users[n] = users.get(n, 0) + 1
+        return [n for n in self.nodes if users.get(n, 0) > 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "groups": list(self.groups),
+            "nodes": list(self.nodes),
+            "upstream": {k: sorted(v) for k, v in self.upstream.items() if v},
+            "columns": {k: list(v) for k, v in self.columns.items()},
+            "input_columns": list(self.input_columns),
+            "widths": dict(self.widths),
+            "sparse": dict(self.sparse),
+            "shared": self.shared_nodes(),
+            "conservative": self.conservative,
+            "notes": list(self.notes),
+        }
+
+
+def capture_graph(pipeline: Pipeline, sample: Any) -> Graph:
+    """Run the pipeline on a sample and learn its graph, validating each group."""
+    total = n_rows(sample, "X")
+    if total == 0:
+        raise PipelineError("cannot capture a pipeline on zero rows")
+    if total > CAPTURE_SAMPLE_ROWS:
+        pick = np.sort(np.random.default_rng(0).choice(total, CAPTURE_SAMPLE_ROWS, replace=False))
+        sample = take(sample, pick)
+    rows = n_rows(sample)
+    result = pipeline.execute(sample)
+    run = result.run
+    groups: list[str] = []
+    for i, out in enumerate(result.outputs):
+        owner = run.output_owner.get(id(out))
+        if owner is None:
+            raise PipelineError(
+                f"pipeline '{pipeline.name}' output #{i} ({type(out).__name__}) was not returned by "
+                "a @willump.feature function; return feature-group outputs directly"
+            )
+        if owner in groups:
+            raise PipelineError(f"feature group '{owner}' appears twice in the pipeline's output")
+        groups.append(owner)
+    blocks = {g: to_block(result.outputs[i], rows, g) for i, g in enumerate(groups)}
+    graph = Graph(
+        groups=groups,
+        nodes=list(run.order),
+        upstream={k: set(v) for k, v in run.parents.items()},
+        depth0=set(run.depth0),
+        columns={},
+        input_columns=columns_of(sample),
+        widths={g: int(b.shape[1]) for g, b in blocks.items()},
+        sparse={g: bool(sp.issparse(b)) for g, b in blocks.items()},
+    )
+    pipeline.code_modules = {
+        getattr(f.fn, "__module__", "__main__") for f in run.functions.values()
+    } | {getattr(pipeline.fn, "__module__", "__main__")}
+    previous, pipeline.graph_ = pipeline.graph_, graph
+    try:
+        deterministic = _check_deterministic(pipeline, graph, sample, blocks)
+        _check_skipping(pipeline, graph, sample, blocks, deterministic)
+        _check_rowwise(pipeline, graph, sample, blocks, deterministic)
+        graph.columns = _columns_read(pipeline, graph, sample, blocks, deterministic)
+    except Exception:
+        pipeline.graph_ = previous
+        raise
+    return graph
+
+
+def _close(a: Block, b: Block) -> bool:
+    if a.shape != b.shape:
+        return False
+    if sp.issparse(a) or sp.issparse(b):
+        diff = abs(sp.csr_matrix(a) - sp.csr_matrix(b))
+        if diff.nnz == 0:
+            return True
+        scale = abs(sp.csr_matrix(b)).max() if sp.csr_matrix(b).nnz else 0.0
+        return bool(diff.max() <= ROWWISE_ATOL + ROWWISE_RTOL * scale)
+    return bool(np.allclose(a, b, rtol=ROWWISE_RTOL, atol=ROWWISE_ATOL, equal_nan=True))
+
+
+def _check_deterministic(pipeline, graph: Graph, sample, blocks) -> set[str]:
+    again = pipeline.execute(sample)
+    rows = n_rows(sample)
+    pos = graph.position
+    same = {g for g in graph.groups if _close(to_block(again.outputs[pos[g]], rows, g), blocks[g])}
+    for g in graph.groups:
+        if g not in same:
+            msg = (
+                f"feature group '{g}' gave different values on two runs over the same rows; "
+                "cascade results for it cannot match the full pipeline exactly"
+            )
+            graph.notes.append(msg)
+            warnings.warn(msg, stacklevel=3)
+    return same
+
+
+def _check_skipping(pipeline, graph: Graph, sample, blocks, deterministic: set[str]) -> None:
+    """Each group computed alone must equal its value in the full run; else stop skipping."""
+    from ._capture import SkippedUseError
+
+    rows = n_rows(sample)
+    for attempt in ("precise", "conservative"):
+        graph.conservative = attempt == "conservative"
+        failures = []
+        for g in graph.groups:
+            try:
+                res = pipeline.execute(sample, needed=graph.needed_nodes([g]))
+                value = to_block(res.outputs[graph.position[g]], rows, g)
+            except SkippedUseError as exc:
+                failures.append(f"{g}: {exc}")
+                continue
+            if g in deterministic and not _close(value, blocks[g]):
+                failures.append(f"{g}: value differs when computed alone")
+        if not failures:
+            if graph.conservative:
+                graph.notes.append(
+                    "the body passes derived values between feature calls; top-level helper "
+                    "features are computed at every cascade level"
+                )
+            return
+    raise PipelineError(
+        "feature groups cannot be computed separately: " + "; ".join(failures)
+    )
+
+
+def _check_rowwise(pipeline, graph: Graph, sample, blocks, deterministic: set[str]) -> None:
+    """A group's row must not depend on the other rows in the batch (cascades split batches)."""
+    rows = n_rows(sample)
+    if rows < 2:
+        return
+    half = np.arange(0, rows, 2)
+    subset_blocks, _ = pipeline.compute(take(sample, half), graph.groups)
+    bad = [
+        g
+        for g in graph.groups
+        if g in deterministic and not _close(subset_blocks[g], blocks[g][half])
+    ]
+    if bad:
+        raise PipelineError(
+            f"feature group(s) {bad} give a row different values depending on the other rows in "
+            "the batch (for example by fitting on the batch); fit such steps beforehand so that "
+            "each row's features depend on that row alone"
+        )
+
+
+def _columns_read(pipeline, graph: Graph, sample, blocks, deterministic: set[str]) -> dict:
+    """Input columns each group reads, found by shifting one column at a time."""
+    columns: dict[str, list[str]] = {g: [] for g in graph.groups}
+    if not isinstance(sample, pd.DataFrame) or len(sample) < 2:
+        return {g: list(graph.input_columns) for g in graph.groups}
+    rows = len(sample)
+    for col in sample.columns:
+        values = sample[col].to_numpy()
+        shifted = np.roll(values, 1)
+        if _same_values(values, shifted):
+            continue  # constant in the sample: nothing can tell who reads it
+        perturbed = sample.copy()
+        perturbed[col] = pd.Series(shifted, index=sample.index, dtype=sample[col].dtype)
+        try:
+            res = pipeline.execute(perturbed)
+            changed = [
+                g
+                for g in graph.groups
+                if not _close(to_block(res.outputs[graph.position[g]], rows, g), blocks[g])
+            ]
+        except Exception:
+            changed = list(graph.groups)
+        for g in changed:
+            if g in deterministic:
+                columns[g].append(str(col))
+    return columns
+
+
+def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    try:
+        return bool(pd.Series(a).equals(pd.Series(b)))
+    except Exception:
+        return False

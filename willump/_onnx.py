@@ -1,0 +1,171 @@
+"""ONNX export of the cascade's models and an ONNX Runtime runner with the same API.
+
+scikit-learn models go through skl2onnx, LightGBM through onnxmltools, torch
+modules through torch.onnx. Every export is checked numerically against the
+native model before it is trusted. The runner takes a device: 'cpu', or 'cuda'
+where ONNX Runtime has the CUDA provider (falling back to CPU with a warning).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+#: largest absolute difference in probabilities accepted between native and ONNX models
+ONNX_ATOL = 1e-4
+#: rows per ONNX Runtime call (sparse inputs are densified chunk by chunk)
+ONNX_CHUNK_ROWS = 2048
+INPUT_NAME = "input"
+
+
+def to_onnx(model: Any, n_features: int, target_opset: int | None = None) -> bytes:
+    """Serialized ONNX model computing class probabilities from float32 features."""
+    from ._models import TorchClassifier
+
+    name = type(model).__module__
+    if isinstance(model, TorchClassifier):
+        return _torch_to_onnx(model, n_features)
+    if name.startswith("lightgbm"):
+        import onnxmltools
+        from onnxmltools.convert.common.data_types import FloatTensorType
+
+        onx = onnxmltools.convert_lightgbm(
+            model, initial_types=[(INPUT_NAME, FloatTensorType([None, n_features]))],
+            zipmap=False, target_opset=target_opset,
+        )
+        return onx.SerializeToString()
+    if name.startswith("sklearn"):
+        from skl2onnx import to_onnx as skl_to_onnx
+        from skl2onnx.common.data_types import FloatTensorType
+
+        onx = skl_to_onnx(
+            model, initial_types=[(INPUT_NAME, FloatTensorType([None, n_features]))],
+            options={id(model): {"zipmap": False}}, target_opset=target_opset,
+        )
+        return onx.SerializeToString()
+    raise TypeError(f"no ONNX converter for {type(model).__name__}")
+
+
+def _torch_to_onnx(model: Any, n_features: int) -> bytes:
+    import torch
+
+    wrapped = torch.nn.Sequential(model.module_, torch.nn.Softmax(dim=1)).to("cpu").eval()
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            wrapped, (torch.zeros(2, n_features),), buffer, dynamo=False,
+            input_names=[INPUT_NAME], output_names=["probabilities"],
+            dynamic_axes={INPUT_NAME: {0: "rows"}, "probabilities": {0: "rows"}},
+        )
+    model.module_.to(model.device_)
+    return buffer.getvalue()
+
+
+def providers_for(device: str) -> list[str]:
+    """ONNX Runtime providers for a device, CPU last as the fallback."""
+    import onnxruntime as ort
+
+    if device.startswith("cuda"):
+        if "CUDAExecutionProvider" in ort.get_available_providers():
+            return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        warnings.warn("CUDA provider not available in ONNX Runtime; running on CPU", stacklevel=3)
+    return ["CPUExecutionProvider"]
+
+
+class OnnxModel:
+    """predict_proba through ONNX Runtime; drop-in for a native model in a Level."""
+
+    def __init__(self, onnx_bytes: bytes, classes: Any, device: str = "cpu"):
+        self.onnx_bytes = onnx_bytes
+        self.classes_ = np.asarray(classes)
+        self.device = device
+        self._open()
+
+    def _open(self) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self._session = ort.InferenceSession(
+            self.onnx_bytes, sess_options=options, providers=providers_for(self.device)
+        )
+        outputs = [o.name for o in self._session.get_outputs()]
+        self._output = "probabilities" if "probabilities" in outputs else outputs[-1]
+        self._input = self._session.get_inputs()[0].name
+
+    @property
+    def providers(self) -> list[str]:
+        return self._session.get_providers()
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        parts = []
+        for start in range(0, X.shape[0], ONNX_CHUNK_ROWS):
+            chunk = X[start : start + ONNX_CHUNK_ROWS]
+            dense = chunk.toarray() if sp.issparse(chunk) else np.asarray(chunk)
+            feed = {self._input: np.ascontiguousarray(dense, dtype=np.float32)}
+            parts.append(np.asarray(self._session.run([self._output], feed)[0], dtype=np.float64))
+        if not parts:
+            return np.zeros((0, len(self.classes_)))
+        return np.vstack(parts)
+
+    def predict(self, X: Any) -> np.ndarray:
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"onnx_bytes": self.onnx_bytes, "classes_": self.classes_, "device": self.device}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._open()
+
+
+def check_onnx(native: Any, onnx_model: OnnxModel, X: Any, atol: float = ONNX_ATOL) -> float:
+    """Largest probability difference on X; raises ValueError beyond ``atol``."""
+    expected = np.asarray(native.predict_proba(X), dtype=np.float64)
+    got = onnx_model.predict_proba(X)
+    if expected.shape != got.shape:
+        raise ValueError(f"ONNX output shape {got.shape} differs from native {expected.shape}")
+    diff = float(np.max(np.abs(expected - got))) if expected.size else 0.0
+    if diff > atol:
+        raise ValueError(f"ONNX probabilities differ from the native model by {diff:.2e} > {atol:.0e}")
+    return diff
+
+
+def export_onnx(opt: Any, directory: Any, X_check: Any, atol: float = ONNX_ATOL) -> dict[str, Any]:
+    """Export every level's model to ``directory``/level_<i>.onnx, checked on rows ``X_check``.
+
+    Returns (and writes as onnx.json) per level: file, max difference, feature count.
+    """
+    from ._blocks import hstack
+
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    blocks, _ = opt.pipeline.compute(X_check, opt.pipeline.graph.groups)
+    summary: dict[str, Any] = {"levels": []}
+    for i, level in enumerate(opt.levels):
+        X = hstack([blocks[g] for g in level.groups])
+        data = to_onnx(level.model, X.shape[1])
+        runner = OnnxModel(data, opt.classes_)
+        diff = check_onnx(level.model, runner, X, atol)
+        (root / f"level_{i}.onnx").write_bytes(data)
+        summary["levels"].append({"file": f"level_{i}.onnx", "max_abs_diff": diff, "features": int(X.shape[1])})
+    (root / "onnx.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def onnx_levels(opt: Any, directory: Any, device: str = "cpu") -> list[Any]:
+    """Levels whose models run the exported ONNX files (for serving)."""
+    from ._cascade import Level
+
+    root = Path(directory)
+    return [
+        Level(lv.groups, OnnxModel((root / f"level_{i}.onnx").read_bytes(), opt.classes_, device), lv.threshold)
+        for i, lv in enumerate(opt.levels)
+    ]

@@ -1,0 +1,182 @@
+"""The optimization report: a structured object that prints as readable tables."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class GroupRow:
+    name: str
+    columns: list[str]
+    upstream: list[str]
+    width: int
+    sparse: bool
+    cost_batch_us: float  # per row, the group's closure (upstream steps included)
+    cost_row_us: float  # one-row call, closure included
+    importance: float  # rise in held-out log loss when the group is shuffled
+    importance_std: float
+    level: int  # first cascade level that computes it
+
+
+@dataclass
+class LevelRow:
+    index: int
+    groups: list[str]
+    model: str
+    threshold: float | None
+    fraction_answered: float  # on the certification split
+
+
+@dataclass
+class CandidateRow:
+    chain: str
+    threshold: float
+    loss: float
+    loss_bound: float
+    expected_speedup: float
+
+
+@dataclass
+class TopKRow:
+    k: int
+    pool: int
+    filter_groups: list[str]
+    ratio: float | None
+    precision_target: float
+    quantile: float
+    expected_speedup: float
+
+
+@dataclass
+class Report:
+    """What the optimizer measured and decided."""
+
+    pipeline: str
+    plan: str  # "cascade" or "full"
+    reason: str
+    metric: str
+    max_loss: float
+    confidence: float
+    bound_method: str
+    loss: float | None
+    loss_bound: float | None
+    baseline_score: float
+    optimized_score: float
+    expected_speedup: float  # batch (throughput) cost model
+    expected_speedup_row: float  # one-row (latency) cost model
+    limit_speedup: float  # full cost / cheapest level's cost: no cascade beats it
+    groups: list[GroupRow]
+    levels: list[LevelRow]
+    candidates: list[CandidateRow]
+    certification: list[CandidateRow]
+    topk: TopKRow | None
+    splits: dict[str, int]
+    models: dict[str, str]
+    refit: str
+    shared_nodes: list[str]
+    node_costs_us: dict[str, float]
+    timings_s: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _finite(asdict(self))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        data = dict(data)
+        data["groups"] = [GroupRow(**g) for g in data["groups"]]
+        data["levels"] = [LevelRow(**lv) for lv in data["levels"]]
+        data["candidates"] = [CandidateRow(**c) for c in data["candidates"]]
+        data["certification"] = [CandidateRow(**c) for c in data["certification"]]
+        data["topk"] = TopKRow(**data["topk"]) if data.get("topk") else None
+        return cls(**data)
+
+    def __str__(self) -> str:
+        lines = [
+            f"willump report: pipeline '{self.pipeline}' -> {self.plan}",
+            f"  {self.reason}",
+            f"  metric {self.metric}: baseline {self.baseline_score:.4f}, optimized "
+            f"{self.optimized_score:.4f} (certification split)",
+        ]
+        if self.loss_bound is not None:
+            lines.append(
+                f"  loss {self.loss:+.4f}, {self.confidence:.0%} upper bound {self.loss_bound:.4f} "
+                f"<= max_loss {self.max_loss} ({self.bound_method})"
+            )
+        lines.append(
+            f"  expected speedup {self.expected_speedup:.2f}x batch, {self.expected_speedup_row:.2f}x "
+            f"one row (limit {self.limit_speedup:.1f}x)"
+        )
+        lines.append("")
+        lines.append(_table(
+            ["group", "cost/row us (batch)", "cost us (1 row)", "importance", "level", "reads"],
+            [
+                [g.name, f"{g.cost_batch_us:.2f}", f"{g.cost_row_us:.1f}",
+                 f"{g.importance:+.4f}±{g.importance_std:.4f}", str(g.level), ",".join(g.columns)]
+                for g in self.groups
+            ],
+        ))
+        if self.shared_nodes:
+            lines.append(f"  shared upstream steps (costed once): {', '.join(self.shared_nodes)}")
+        lines.append("")
+        lines.append(_table(
+            ["level", "groups", "model", "threshold", "answered"],
+            [
+                [str(lv.index), ", ".join(lv.groups), lv.model,
+                 "-" if lv.threshold is None else f"{lv.threshold:.4f}",
+                 f"{lv.fraction_answered:.1%}"]
+                for lv in self.levels
+            ],
+        ))
+        if self.candidates:
+            lines.append("")
+            lines.append("  candidate plans (selection split, best threshold each):")
+            lines.append(_table(
+                ["chain", "threshold", "loss", "bound", "speedup"],
+                [[c.chain, f"{c.threshold:.4f}", f"{c.loss:+.4f}", f"{c.loss_bound:.4f}",
+                  f"{c.expected_speedup:.2f}x"] for c in self.candidates],
+            ))
+        if self.topk is not None:
+            t = self.topk
+            ratio = "exact" if t.ratio is None else f"r={t.ratio:g}"
+            lines.append("")
+            lines.append(
+                f"  top-K: k={t.k} of {t.pool} rows, filter [{', '.join(t.filter_groups)}], {ratio}, "
+                f"precision@k >= {t.precision_target} in {t.quantile:.0%} of resamples, "
+                f"expected speedup {t.expected_speedup:.2f}x"
+            )
+        lines.append("  models: " + "; ".join(f"{k}: {v}" for k, v in self.models.items()))
+        lines.append(f"  refit: {self.refit}")
+        lines.append(
+            "  splits: " + ", ".join(f"{k} {v}" for k, v in self.splits.items())
+            + " | optimizer time: " + ", ".join(f"{k} {v:.1f}s" for k, v in self.timings_s.items())
+        )
+        for note in self.notes:
+            lines.append(f"  note: {note}")
+        return "\n".join(lines)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    fmt = "  " + "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*r) for r in rows]
+    return "\n".join(out)
+
+
+def _finite(value: Any) -> Any:
+    """JSON-safe: non-finite floats become None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
