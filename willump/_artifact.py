@@ -22,6 +22,7 @@ import os
 import platform
 import sys
 import sysconfig
+import types
 import warnings
 from importlib import metadata
 from pathlib import Path
@@ -64,23 +65,77 @@ def _installed_dirs() -> list[str]:
     return [os.path.realpath(paths[k]) for k in ("purelib", "platlib", "stdlib", "platstdlib")]
 
 
+def _is_user_module(module: ModuleType, installed: list[str]) -> bool:
+    name = module.__name__
+    if name == "__main__" or name.split(".")[0] == "willump":
+        return False  # cloudpickle stores __main__ by value already; willump is installed
+    file = getattr(module, "__file__", None)
+    if file is None:
+        return False
+    real = os.path.realpath(file)
+    return not any(real.startswith(d + os.sep) for d in installed)
+
+
+#: most objects visited when looking for user modules referenced by feature code
+REFERENCE_WALK_LIMIT = 10_000
+
+
 def _modules_by_value(pipeline: Any) -> list[ModuleType]:
-    """User modules to store by value: not __main__ (cloudpickle's default), not installed."""
+    """User modules to store by value: those defining or referenced by the feature code
+    that are neither __main__ (cloudpickle's default) nor installed."""
+    from ._capture import FeatureGroup
+
     installed = _installed_dirs()
-    names = set(getattr(pipeline, "code_modules", set()))
-    names.add(getattr(pipeline.fn, "__module__", "__main__"))
-    out = []
-    for name in sorted(names):
-        module = sys.modules.get(name)
-        if module is None or name == "__main__" or name.split(".")[0] == "willump":
+    found: dict[str, ModuleType] = {}
+
+    def note(module_name: str | None) -> None:
+        module = sys.modules.get(module_name or "")
+        if module is not None and _is_user_module(module, installed):
+            found[module.__name__] = module
+
+    for name in getattr(pipeline, "code_modules", ()):
+        note(name)
+    stack: list[Any] = [pipeline.fn]
+    seen: set[int] = set()
+    while stack and len(seen) < REFERENCE_WALK_LIMIT:
+        obj = stack.pop()
+        if id(obj) in seen:
             continue
-        file = getattr(module, "__file__", None)
-        if file is None:
-            continue
-        real = os.path.realpath(file)
-        if not any(real.startswith(d + os.sep) for d in installed):
-            out.append(module)
-    return out
+        seen.add(id(obj))
+        if isinstance(obj, ModuleType):
+            note(obj.__name__)
+        elif isinstance(obj, FeatureGroup):
+            stack.append(obj.fn)
+        elif isinstance(obj, types.MethodType):
+            stack.extend([obj.__func__, obj.__self__])
+        elif isinstance(obj, types.FunctionType):
+            note(obj.__module__)
+            names = _global_names(obj.__code__)
+            stack.extend(obj.__globals__[n] for n in names if n in obj.__globals__)
+            stack.extend(c.cell_contents for c in (obj.__closure__ or ()) if _filled(c))
+            stack.extend(obj.__defaults__ or ())
+        elif isinstance(obj, type):
+            note(obj.__module__)
+        else:
+            note(type(obj).__module__)
+    return [found[n] for n in sorted(found)]
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """Names a code object (and the functions defined inside it) may load as globals."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - raises ValueError when empty
+        return True
+    except ValueError:
+        return False
 
 
 def _sha256(path: Path) -> str:

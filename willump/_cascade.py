@@ -14,7 +14,8 @@ from ._models import predict_proba
 from ._planner import topk_ratio
 from ._rows import n_rows, take
 
-#: largest pool a top-K ratio is calibrated at; bigger pools are calibrated at the same k/pool
+#: largest pool a top-K ratio is calibrated at; bigger pools (or pools bigger than the held-out
+#: rows) are calibrated at the same k/pool quantile
 TOPK_MAX_CALIBRATION_POOL = 50_000
 #: calibrated top-K ratios remembered per (k, pool, label)
 TOPK_CACHE_SIZE = 256
@@ -170,10 +171,10 @@ class TopKFilter:
         """Calibrated filter ratio for k rows out of ``pool`` (None: score exactly)."""
         key = (k, pool, label_index)
         if key not in self._cache:
-            k_cal, pool_cal = k, pool
-            if pool > TOPK_MAX_CALIBRATION_POOL:
-                pool_cal = TOPK_MAX_CALIBRATION_POOL
-                k_cal = max(1, round(k * pool_cal / pool))
+            # Resampling more rows than were held out would repeat rows and thin the
+            # tail; beyond that size, calibrate the same k / pool quantile instead.
+            pool_cal = min(pool, len(self.holdout_full), TOPK_MAX_CALIBRATION_POOL)
+            k_cal = k if pool_cal == pool else max(1, round(k * pool_cal / pool))
             rng = np.random.default_rng([self.seed, k, pool, label_index])
             ratio = topk_ratio(
                 self.holdout_cheap[:, label_index],

@@ -1,0 +1,70 @@
+"""Deterministic synthetic pipelines whose groups have known costs and known signal."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+import willump
+
+#: per-row cost (seconds) of the medium and costly groups, enforced with sleep
+MEDIUM_COST = 20e-6
+COSTLY_COST = 200e-6
+
+
+def make_rows(n: int, seed: int, weights=(3.0, 0.7, 0.3), n_classes: int = 2):
+    """Columns a, b, c ~ N(0, 1); the label depends on them with the given weights."""
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({c: rng.normal(size=n) for c in "abc"})
+    logit = weights[0] * df.a + weights[1] * df.b + weights[2] * df.c
+    if n_classes == 2:
+        y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
+    else:
+        noisy = logit + rng.logistic(size=n) * 0.5
+        y = np.digitize(noisy, np.quantile(noisy, np.linspace(0, 1, n_classes + 1)[1:-1]))
+    return df, np.asarray(y)
+
+
+def _sleep_rows(seconds_per_row: float, rows: int) -> None:
+    if seconds_per_row > 0:
+        time.sleep(seconds_per_row * rows)
+
+
+@willump.feature
+def cheap(df):
+    return df[["a"]].to_numpy()
+
+
+@willump.feature
+def medium(df):
+    _sleep_rows(MEDIUM_COST, len(df))
+    return df[["b"]].to_numpy()
+
+
+@willump.feature
+def costly(df):
+    _sleep_rows(COSTLY_COST, len(df))
+    return df[["c"]].to_numpy()
+
+
+@willump.pipeline
+def three_groups(df):
+    return [cheap(df), medium(df), costly(df)]
+
+
+@willump.feature
+def fast_a(df):
+    return df[["a"]].to_numpy()
+
+
+@willump.feature
+def fast_bc(df):
+    return df[["b", "c"]].to_numpy()
+
+
+@willump.pipeline
+def no_sleep(df):
+    """Same signal as three_groups, without the sleeps (for many quick runs)."""
+    return [fast_a(df), fast_bc(df)]

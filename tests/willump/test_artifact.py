@@ -1,0 +1,162 @@
+"""Artifacts: round trip, loading in a fresh process, checksums and versions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+
+import willump
+from willump import ArtifactError
+
+from .synth import make_rows, three_groups
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    X, y = make_rows(3000, seed=8)
+    opt = willump.optimize(three_groups, LogisticRegression(), X, y, max_loss=0.02, verbose=False,
+                           profile_repeats=1, profile_single_rows=2, importance_repeats=1)
+    path = tmp_path_factory.mktemp("art") / "three.willump"
+    opt.save(path)
+    return opt, path, make_rows(500, seed=9)[0]
+
+
+def test_round_trip_predictions_equal(saved):
+    opt, path, X = saved
+    loaded = willump.load(path)
+    np.testing.assert_array_equal(loaded.predict_proba(X), opt.predict_proba(X))
+    np.testing.assert_array_equal(loaded.baseline.predict_proba(X), opt.baseline.predict_proba(X))
+    assert [lv.threshold for lv in loaded.levels] == [lv.threshold for lv in opt.levels]
+    np.testing.assert_array_equal(loaded.top_k(X, 20).indices, opt.top_k(X, 20).indices)
+    assert loaded.report().to_dict() == opt.report().to_dict()
+
+
+def test_manifest_lists_versions_groups_thresholds_checksums(saved):
+    _, path, _ = saved
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["groups"] == ["cheap", "medium", "costly"]
+    assert manifest["levels"][-1]["threshold"] is None
+    assert {"python", "numpy", "scikit-learn", "cloudpickle"} <= set(manifest["versions"])
+    assert all(len(f["sha256"]) == 64 for f in manifest["files"].values())
+    assert "tests.willump.synth" in manifest["stored_by_value"]
+
+
+def test_tampered_file_is_refused(saved, tmp_path):
+    _, path, _ = saved
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    with (copy / "models" / "level_0.pkl").open("ab") as fh:
+        fh.write(b"x")
+    with pytest.raises(ArtifactError, match="checksum mismatch"):
+        willump.load(copy)
+    (copy / "models" / "level_0.pkl").unlink()
+    with pytest.raises(ArtifactError, match="is missing"):
+        willump.load(copy)
+
+
+def test_version_mismatch_is_refused(saved, tmp_path):
+    _, path, _ = saved
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["versions"]["scikit-learn"] = "0.1.0"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="scikit-learn saved with 0.1.0"):
+        willump.load(copy)
+    with pytest.warns(UserWarning, match="other library versions"):
+        willump.load(copy, check_versions=False)
+    manifest["format_version"] = 99
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="format version 99"):
+        willump.load(copy)
+
+
+def test_not_an_artifact(tmp_path):
+    with pytest.raises(ArtifactError, match="not a willump artifact"):
+        willump.load(tmp_path)
+    (tmp_path / "manifest.json").write_text("{")
+    with pytest.raises(ArtifactError, match="not valid JSON"):
+        willump.load(tmp_path)
+
+
+def test_save_refuses_to_clobber_other_directories(saved, tmp_path):
+    opt, _, _ = saved
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ArtifactError, match="not a willump artifact"):
+        opt.save(tmp_path)
+
+
+SCRIPT = textwrap.dedent('''
+    import sys
+    import numpy as np, pandas as pd
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    import willump
+    import local_helpers  # a module next to the script, not installed anywhere
+
+    rng = np.random.default_rng(0)
+    words = np.array(["good", "bad", "fine", "awful", "great", "meh"])
+    n = 2000
+    df = pd.DataFrame({"text": [" ".join(rng.choice(words, 4)) for _ in range(n)],
+                       "x": rng.normal(size=n)})
+    y = ((df.text.str.count("good|great") - df.text.str.count("bad|awful") + df.x) > 0).astype(int)
+    vectorizer = TfidfVectorizer().fit(df.text)
+
+    @willump.feature
+    def x_feature(frame):
+        return local_helpers.scaled(frame)
+
+    @willump.feature
+    def text_feature(frame):
+        return vectorizer.transform(frame.text)
+
+    @willump.pipeline
+    def notebook_pipeline(frame):
+        return [x_feature(frame), text_feature(frame)]
+
+    opt = willump.optimize(notebook_pipeline, LogisticRegression(), df, y, max_loss=0.05,
+                           verbose=False)
+    opt.save(sys.argv[1])
+    df.iloc[:200].to_pickle(sys.argv[2])
+    np.save(sys.argv[3], opt.predict_proba(df.iloc[:200]))
+''')
+
+LOADER = textwrap.dedent('''
+    import sys
+    import numpy as np, pandas as pd
+    import willump
+    assert "local_helpers" not in sys.modules
+    opt = willump.load(sys.argv[1])
+    rows = pd.read_pickle(sys.argv[2])
+    np.save(sys.argv[3], opt.predict_proba(rows))
+    assert "local_helpers" not in sys.modules  # stored by value, never imported
+''')
+
+
+def test_loads_in_a_fresh_process_without_the_users_code(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "local_helpers.py").write_text("def scaled(frame):\n    return frame[['x']].to_numpy() * 2.0\n")
+    (src / "make.py").write_text(SCRIPT)
+    art, rows, expected, got = (tmp_path / n for n in ("a.willump", "rows.pkl", "e.npy", "g.npy"))
+    subprocess.run([sys.executable, str(src / "make.py"), str(art), str(rows), str(expected)],
+                   check=True, cwd=src, capture_output=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "load.py").write_text(LOADER)
+    result = subprocess.run([sys.executable, str(elsewhere / "load.py"), str(art), str(rows), str(got)],
+                            cwd=elsewhere, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(np.load(got), np.load(expected))
+    manifest = json.loads((art / "manifest.json").read_text())
+    assert manifest["stored_by_value"] == ["local_helpers"]
