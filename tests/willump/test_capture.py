@@ -106,9 +106,9 @@ def test_top_level_helper_feeding_groups_is_a_dependency(rows):
 
     graph = p.capture(rows)
     assert graph.closure(["first"]) == {"first", "lower"}
-    blocks, run = p.compute(rows, ["second"])
+    _, run = p.compute(rows, ["second"])
     assert "lower" not in run.node_seconds  # not needed, not computed
-    _blocks, run = p.compute(rows, ["first"])
+    _, run = p.compute(rows, ["first"])
     assert "lower" in run.node_seconds
 
 
