@@ -1,0 +1,59 @@
+"""Weighted row samples of a window or a reference, assembled from per-pane reservoirs.
+
+Why: the explainer and the per-segment tests need rows; each pane contributes its reservoir
+rows with that pane's Horvitz-Thompson weights, so the union estimates window totals without
+bias and is exact whenever every pane kept all its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from drift._reservoir import Reservoir
+
+
+@dataclass
+class Sample:
+    """Rows: categorical codes (n_cat x R), numeric values (n_num x R), flags, weights."""
+
+    cat: np.ndarray
+    num: np.ndarray
+    flags: np.ndarray
+    weight: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.weight.size)
+
+    @property
+    def exact(self) -> bool:
+        """True when every row stands for itself only (no sampling)."""
+        return bool(np.all(self.weight == 1.0))
+
+    @property
+    def sampling_var(self) -> np.ndarray:
+        """Per-row Horvitz-Thompson variance contribution w * (w - 1)."""
+        return self.weight * (self.weight - 1.0)
+
+    @classmethod
+    def from_reservoirs(cls, reservoirs: Sequence[Reservoir], n_cat: int, n_num: int) -> Sample:
+        parts = [r for r in reservoirs if r is not None]
+        if not parts:
+            return cls(
+                np.zeros((n_cat, 0), dtype=np.int32), np.zeros((n_num, 0)),
+                np.zeros(0, dtype=np.uint32), np.zeros(0),
+            )
+        weights = [r.weights() for r in parts]  # compacts
+        return cls(
+            np.concatenate([r.cat for r in parts], axis=1),
+            np.concatenate([r.num for r in parts], axis=1),
+            np.concatenate([r.flags for r in parts]),
+            np.concatenate(weights),
+        )
+
+    def column_values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Numeric columns by name (views)."""
+        return {name: self.num[i] for i, name in enumerate(names)}

@@ -1,0 +1,441 @@
+"""Relative-error quantile sketch (DDSketch-style) with exact moments.
+
+Why this sketch: its bucket boundaries depend only on the accuracy parameter, so sketches built
+in different panes (or processes) merge by adding counts, deterministically. The empirical CDF is
+exact at every bucket edge, which makes KS and Wasserstein distances between two sketches
+computable together with explicit error bounds (see `ks_bounds` and `wasserstein`).
+
+Error bound (stated): for any q, `quantile(q)` is within a factor `relative_accuracy` of the exact
+inverted-CDF quantile of the data, i.e. |est - x| <= relative_accuracy * |x|, for |x| above
+`min_value`; values with |x| <= `min_value` are reported as 0 (absolute error <= min_value).
+Buckets are only collapsed (losing the guarantee for the lowest magnitudes) if a store would
+exceed `max_bins`; `collapsed` counts the values affected.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: Default relative accuracy of quantile values (1%).
+DEFAULT_RELATIVE_ACCURACY = 0.01
+#: Magnitudes at or below this go to the zero bucket.
+DEFAULT_MIN_VALUE = 1e-9
+#: Most buckets per sign; 4096 buckets at 1% span about 35 orders of magnitude.
+DEFAULT_MAX_BINS = 4096
+
+
+class _Store:
+    """Dense counts over a contiguous range of integer bucket keys."""
+
+    __slots__ = ("counts", "offset")
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(0, dtype=np.int64)
+        self.offset = 0
+
+    def copy(self) -> _Store:
+        out = _Store()
+        out.counts = self.counts.copy()
+        out.offset = self.offset
+        return out
+
+    @property
+    def empty(self) -> bool:
+        return self.counts.size == 0
+
+    def add(self, offset: int, counts: np.ndarray) -> None:
+        """Add `counts` whose first element is bucket key `offset`."""
+        if counts.size == 0:
+            return
+        if self.counts.size == 0:
+            self.counts = counts.astype(np.int64, copy=True)
+            self.offset = int(offset)
+            return
+        lo = min(self.offset, offset)
+        hi = max(self.offset + self.counts.size, offset + counts.size)
+        if lo != self.offset or hi != self.offset + self.counts.size:
+            grown = np.zeros(hi - lo, dtype=np.int64)
+            grown[self.offset - lo : self.offset - lo + self.counts.size] = self.counts
+            self.counts = grown
+            self.offset = lo
+        self.counts[offset - lo : offset - lo + counts.size] += counts
+
+    def trim(self) -> None:
+        """Drop leading and trailing empty buckets."""
+        nz = np.flatnonzero(self.counts)
+        if nz.size == 0:
+            self.counts = np.zeros(0, dtype=np.int64)
+            self.offset = 0
+            return
+        first, last = int(nz[0]), int(nz[-1])
+        if first or last != self.counts.size - 1:
+            self.counts = self.counts[first : last + 1].copy()
+            self.offset += first
+
+    def collapse_lowest(self, max_bins: int) -> int:
+        """Fold the lowest buckets into one so at most `max_bins` remain; returns values moved."""
+        self.trim()
+        excess = self.counts.size - max_bins
+        if excess <= 0:
+            return 0
+        moved = int(self.counts[:excess].sum())
+        self.counts[excess] += moved
+        self.counts = self.counts[excess:].copy()
+        self.offset += excess
+        return moved
+
+
+class QuantileSketch:
+    """Mergeable relative-error quantile sketch of one numeric column, plus exact moments.
+
+    Exact: count, mean, variance (Chan et al. merge), min, max, mean absolute value.
+    Approximate: quantiles (relative error `relative_accuracy`), CDF (exact at bucket edges).
+    """
+
+    __slots__ = (
+        "_floor",
+        "_gamma",
+        "_inv_log_gamma",
+        "_log_gamma",
+        "_neg",
+        "_pos",
+        "collapsed",
+        "count",
+        "m2",
+        "max",
+        "max_bins",
+        "mean",
+        "min",
+        "min_value",
+        "relative_accuracy",
+        "sum_abs",
+        "zero_count",
+    )
+
+    def __init__(
+        self,
+        relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY,
+        min_value: float = DEFAULT_MIN_VALUE,
+        max_bins: int = DEFAULT_MAX_BINS,
+    ) -> None:
+        if not 0.0 < relative_accuracy < 1.0:
+            raise ValueError(f"relative_accuracy must be in (0, 1), got {relative_accuracy!r}")
+        if not min_value > 0.0:
+            raise ValueError(f"min_value must be > 0, got {min_value!r}")
+        if int(max_bins) < 16:
+            raise ValueError(f"max_bins must be >= 16, got {max_bins!r}")
+        self.relative_accuracy = float(relative_accuracy)
+        self.min_value = float(min_value)
+        self.max_bins = int(max_bins)
+        self._gamma = (1.0 + self.relative_accuracy) / (1.0 - self.relative_accuracy)
+        self._log_gamma = math.log(self._gamma)
+        self._inv_log_gamma = 1.0 / self._log_gamma
+        self._floor = math.floor(math.log(self.min_value) * self._inv_log_gamma)
+        self._pos = _Store()
+        self._neg = _Store()
+        self.zero_count = 0
+        self.count = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+        self.sum_abs = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+        self.collapsed = 0
+
+    # ------------------------------------------------------------------ building
+    def compatible(self, other: QuantileSketch) -> bool:
+        return (
+            self.relative_accuracy == other.relative_accuracy
+            and self.min_value == other.min_value
+        )
+
+    def copy(self) -> QuantileSketch:
+        out = QuantileSketch.__new__(QuantileSketch)
+        for name in QuantileSketch.__slots__:
+            setattr(out, name, getattr(self, name))
+        out._pos = self._pos.copy()
+        out._neg = self._neg.copy()
+        return out
+
+    def _keys(self, magnitudes: np.ndarray) -> np.ndarray:
+        return np.ceil(np.log(magnitudes) * self._inv_log_gamma).astype(np.int64)
+
+    def _add_to(self, store: _Store, magnitudes: np.ndarray) -> None:
+        keys = self._keys(magnitudes)
+        lo = int(keys.min())
+        floor = self._key_floor() + 1
+        if lo < floor:  # float rounding just above min_value; keep out of the zero bucket
+            np.maximum(keys, floor, out=keys)
+            lo = floor
+        store.add(lo, np.bincount(keys - lo))
+        if store.counts.size > self.max_bins:
+            self.collapsed += store.collapse_lowest(self.max_bins)
+
+    def update(self, values: np.ndarray) -> None:
+        """Add finite float values (callers filter NaN/inf; see `drift._ingest`)."""
+        x = np.asarray(values, dtype=np.float64)
+        n = x.size
+        if n == 0:
+            return
+        lo, hi = float(x.min()), float(x.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError("QuantileSketch.update needs finite values")
+        if lo > self.min_value:  # fast path: all positive
+            self._add_to(self._pos, x)
+            abs_sum = float(x.sum())
+        else:
+            pos = x > self.min_value
+            neg = x < -self.min_value
+            if pos.any():
+                self._add_to(self._pos, x[pos])
+            if neg.any():
+                self._add_to(self._neg, -x[neg])
+            self.zero_count += int(n - np.count_nonzero(pos) - np.count_nonzero(neg))
+            abs_sum = float(np.abs(x).sum())
+        batch_mean = float(x.mean())
+        batch_m2 = float(((x - batch_mean) ** 2).sum())
+        self._merge_moments(n, batch_mean, batch_m2, abs_sum, lo, hi)
+
+    def _merge_moments(
+        self, n: int, mean: float, m2: float, abs_sum: float, lo: float, hi: float
+    ) -> None:
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += m2 + delta * delta * self.count * n / total
+        self.count = total
+        self.sum_abs += abs_sum
+        self.min = min(self.min, lo)
+        self.max = max(self.max, hi)
+
+    def merge(self, other: QuantileSketch) -> None:
+        """Add another sketch's contents (same accuracy parameters)."""
+        if not self.compatible(other):
+            raise ValueError("cannot merge sketches with different accuracy parameters")
+        if other.count == 0:
+            return
+        self._pos.add(other._pos.offset, other._pos.counts)
+        self._neg.add(other._neg.offset, other._neg.counts)
+        for store in (self._pos, self._neg):
+            if store.counts.size > self.max_bins:
+                self.collapsed += store.collapse_lowest(self.max_bins)
+        self.zero_count += other.zero_count
+        self.collapsed += other.collapsed
+        self._merge_moments(
+            other.count, other.mean, other.m2, other.sum_abs, other.min, other.max
+        )
+
+    # ------------------------------------------------------------------ exact moments
+    @property
+    def variance(self) -> float:
+        """Sample variance (ddof=1); NaN below two values."""
+        return self.m2 / (self.count - 1) if self.count > 1 else math.nan
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.variance) if self.count > 1 else math.nan
+
+    @property
+    def mean_abs(self) -> float:
+        return self.sum_abs / self.count if self.count else math.nan
+
+    # ------------------------------------------------------------------ grid views
+    def _key_floor(self) -> int:
+        """Largest key no magnitude above min_value can have."""
+        return self._floor
+
+    def grid(self) -> tuple[int, np.ndarray]:
+        """Counts on a signed, value-ordered bucket line: (first index, counts).
+
+        Index 0 is the zero bucket; index i > 0 is positive key `i + key_floor`; index -i is the
+        negative bucket of magnitude key `i + key_floor`.
+        """
+        base = self._key_floor()
+        parts: list[tuple[int, np.ndarray]] = []
+        if not self._neg.empty:
+            # magnitude keys k..k+m-1 map to signed indices -(k-base) .. -(k+m-1-base), reversed
+            k = self._neg.offset
+            m = self._neg.counts.size
+            parts.append((-(k + m - 1 - base), self._neg.counts[::-1]))
+        if self.zero_count:
+            parts.append((0, np.array([self.zero_count], dtype=np.int64)))
+        if not self._pos.empty:
+            parts.append((self._pos.offset - base, self._pos.counts))
+        if not parts:
+            return 0, np.zeros(0, dtype=np.int64)
+        lo = min(p[0] for p in parts)
+        hi = max(p[0] + p[1].size for p in parts)
+        out = np.zeros(hi - lo, dtype=np.int64)
+        for start, counts in parts:
+            out[start - lo : start - lo + counts.size] += counts
+        return lo, out
+
+    def _edges(self, indices: np.ndarray) -> np.ndarray:
+        """Upper edge (largest value) of each signed bucket index."""
+        base = self._key_floor()
+        out = np.empty(indices.size, dtype=np.float64)
+        pos = indices > 0
+        neg = indices < 0
+        out[pos] = np.exp((indices[pos] + base) * self._log_gamma)
+        out[neg] = -np.exp((-indices[neg] + base - 1) * self._log_gamma)
+        out[~(pos | neg)] = self.min_value
+        return out
+
+    def _representatives(self, indices: np.ndarray) -> np.ndarray:
+        """Value reported for each signed bucket index (within relative_accuracy of members)."""
+        base = self._key_floor()
+        out = np.zeros(indices.size, dtype=np.float64)
+        scale = 2.0 / (self._gamma + 1.0)
+        pos = indices > 0
+        neg = indices < 0
+        out[pos] = scale * np.exp((indices[pos] + base) * self._log_gamma)
+        out[neg] = -scale * np.exp((-indices[neg] + base) * self._log_gamma)
+        if self.count:
+            np.clip(out, self.min, self.max, out=out)
+        return out
+
+    # ------------------------------------------------------------------ queries
+    def quantile(self, q: float | np.ndarray) -> float | np.ndarray:
+        """Inverted-CDF quantile(s): the value of the ceil(q*n)-th smallest element, approx."""
+        qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
+        if np.any((qs < 0) | (qs > 1)) or np.any(np.isnan(qs)):
+            raise ValueError(f"quantile q must be in [0, 1], got {q!r}")
+        if self.count == 0:
+            out = np.full(qs.shape, np.nan)
+        else:
+            lo, counts = self.grid()
+            cum = np.cumsum(counts)
+            ranks = np.maximum(np.ceil(qs * self.count), 1)
+            pos = np.searchsorted(cum, ranks, side="left")
+            out = self._representatives(pos + lo)
+            out[qs == 0] = self.min
+            out[qs == 1] = self.max
+        return float(out[0]) if np.ndim(q) == 0 else out
+
+    def cdf(self, x: float | np.ndarray) -> float | np.ndarray:
+        """Fraction of values <= x, evaluated at the upper edge of x's bucket (approx)."""
+        xs = np.atleast_1d(np.asarray(x, dtype=np.float64))
+        if self.count == 0:
+            out = np.full(xs.shape, np.nan)
+        else:
+            lo, counts = self.grid()
+            cum = np.cumsum(counts) / self.count
+            edges = self._edges(np.arange(lo, lo + counts.size))
+            pos = np.searchsorted(edges, xs, side="left")
+            out = np.where(pos >= counts.size, 1.0, cum[np.minimum(pos, counts.size - 1)])
+            out = np.where(xs < self.min, 0.0, out)
+            out = np.where(xs >= self.max, 1.0, out)
+        return float(out[0]) if np.ndim(x) == 0 else out
+
+    def quantile_error(self, value: float) -> float:
+        """Stated absolute error bound of a quantile estimate near `value`."""
+        return max(abs(value) * self.relative_accuracy, self.min_value)
+
+    def nbytes(self) -> int:
+        return int(self._pos.counts.nbytes + self._neg.counts.nbytes) + 160
+
+    # ------------------------------------------------------------------ persistence
+    def to_state(self) -> dict:
+        """Plain arrays and scalars; `from_state` rebuilds the identical sketch."""
+        self._pos.trim()
+        self._neg.trim()
+        return {
+            "params": np.array(
+                [self.relative_accuracy, self.min_value, self.max_bins], dtype=np.float64
+            ),
+            "moments": np.array(
+                [self.count, self.mean, self.m2, self.sum_abs, self.min, self.max,
+                 self.zero_count, self.collapsed, self._pos.offset, self._neg.offset],
+                dtype=np.float64,
+            ),
+            "pos": self._pos.counts,
+            "neg": self._neg.counts,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> QuantileSketch:
+        acc, min_value, max_bins = state["params"].tolist()
+        out = cls(acc, min_value, int(max_bins))
+        (count, mean, m2, sum_abs, lo, hi, zero, collapsed, pos_off, neg_off) = state[
+            "moments"
+        ].tolist()
+        out.count = int(count)
+        out.mean, out.m2, out.sum_abs, out.min, out.max = mean, m2, sum_abs, lo, hi
+        out.zero_count, out.collapsed = int(zero), int(collapsed)
+        out._pos.counts = np.asarray(state["pos"], dtype=np.int64).copy()
+        out._pos.offset = int(pos_off)
+        out._neg.counts = np.asarray(state["neg"], dtype=np.int64).copy()
+        out._neg.offset = int(neg_off)
+        return out
+
+
+def _aligned(a: QuantileSketch, b: QuantileSketch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Both sketches' counts on one signed bucket grid, with the grid's indices."""
+    if not a.compatible(b):
+        raise ValueError("sketches have different accuracy parameters")
+    lo_a, ca = a.grid()
+    lo_b, cb = b.grid()
+    lo = min(lo_a, lo_b)
+    hi = max(lo_a + ca.size, lo_b + cb.size)
+    fa = np.zeros(hi - lo, dtype=np.float64)
+    fb = np.zeros(hi - lo, dtype=np.float64)
+    fa[lo_a - lo : lo_a - lo + ca.size] = ca
+    fb[lo_b - lo : lo_b - lo + cb.size] = cb
+    return np.arange(lo, hi), fa, fb
+
+
+def ks_bounds(a: QuantileSketch, b: QuantileSketch) -> tuple[float, float]:
+    """Bounds (low, high) on the two-sample KS statistic of the raw data behind two sketches.
+
+    Both CDFs are exact at bucket edges, so the largest gap there is a lower bound; inside a
+    bucket each CDF moves by at most that bucket's mass, which gives the upper bound.
+    """
+    if a.count == 0 or b.count == 0:
+        return math.nan, math.nan
+    _, fa, fb = _aligned(a, b)
+    ca = np.cumsum(fa) / a.count
+    cb = np.cumsum(fb) / b.count
+    low = float(np.max(np.abs(ca - cb)))
+    prev_a = np.concatenate(([0.0], ca[:-1]))
+    prev_b = np.concatenate(([0.0], cb[:-1]))
+    high = float(max(np.max(np.abs(ca - prev_b)), np.max(np.abs(prev_a - cb)), low))
+    return low, high
+
+
+def wasserstein(a: QuantileSketch, b: QuantileSketch) -> tuple[float, float]:
+    """(W1 estimate, error bound) between the raw data behind two sketches.
+
+    Every value is represented by its bucket's representative, which moves it by at most
+    relative_accuracy * |x| (or min_value near zero), so the estimate is within
+    relative_accuracy * (E|x|_a + E|x|_b) + 2 * min_value of the exact W1.
+    """
+    if a.count == 0 or b.count == 0:
+        return math.nan, math.nan
+    idx, fa, fb = _aligned(a, b)
+    keep = (fa > 0) | (fb > 0)
+    idx, fa, fb = idx[keep], fa[keep], fb[keep]
+    # one common set of representatives, clipped to the joint range (moves them toward data)
+    scale = 2.0 / (a._gamma + 1.0)
+    base = a._key_floor()
+    values = np.where(
+        idx > 0,
+        scale * np.exp((idx + base) * a._log_gamma),
+        np.where(idx < 0, -scale * np.exp((-idx + base) * a._log_gamma), 0.0),
+    )
+    lo = min(a.min, b.min)
+    hi = max(a.max, b.max)
+    np.clip(values, lo, hi, out=values)
+    cdf_gap = np.abs(np.cumsum(fa) / a.count - np.cumsum(fb) / b.count)[:-1]
+    estimate = float(np.sum(cdf_gap * np.diff(values)))
+    bound = a.relative_accuracy * (a.mean_abs + b.mean_abs) + 2.0 * a.min_value
+    return estimate, float(bound)
+
+
+def merged(sketches: list[QuantileSketch], template: QuantileSketch) -> QuantileSketch:
+    """A new sketch holding the union of `sketches` (template supplies parameters)."""
+    out = QuantileSketch(template.relative_accuracy, template.min_value, template.max_bins)
+    for s in sketches:
+        out.merge(s)
+    return out
