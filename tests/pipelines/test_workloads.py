@@ -1,0 +1,63 @@
+"""The shared-data workloads build, optimize and keep their promises on small subsets."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import pipelines
+from pipelines import spam, toxic
+
+FAST = dict(verbose=False, profile_repeats=1, profile_single_rows=3, importance_repeats=1)
+
+
+@pytest.mark.datasets
+@pytest.mark.parametrize("name, rows", [
+    ("toxic", 4_000), ("toxic3", 4_000), ("spam", 3_000), ("credit", 4_000), ("adult", 4_000),
+])
+def test_workload_builds_and_optimizes(shared_datasets, name, rows):
+    w = pipelines.build(name, data_dir=shared_datasets, seed=0, n_rows=rows)
+    assert w.name == name
+    assert len(w.X_train) + len(w.X_test) == rows
+    assert set(w.groups) and w.metric in ("accuracy", "f1", "roc_auc")
+    opt = w.optimize(**FAST)
+    report = opt.report()
+    assert [g.name for g in report.groups] == list(w.groups)
+    json.dumps(report.to_dict())
+    proba, level = opt.predict_with_levels(w.X_test)
+    assert proba.shape == (len(w.X_test), len(opt.classes_))
+    assert set(np.unique(level)) <= set(range(len(opt.levels)))
+    if report.plan == "cascade":
+        assert report.loss_bound <= w.max_loss
+        assert report.expected_speedup > 1.0  # slower cascades are replaced by the full pipeline
+    top = opt.top_k(w.X_test, 20, label=w.topk_label)
+    assert len(top.indices) == 20 and top.label == w.topk_label
+
+
+@pytest.mark.datasets
+def test_toxic_cascade_reads_words_before_characters(shared_datasets):
+    w = toxic.build(shared_datasets, n_rows=6_000)
+    opt = w.optimize(**FAST)
+    costs = {g.name: g.cost_batch_us for g in opt.report().groups}
+    assert costs["char_tfidf"] > 3 * costs["word_tfidf"]
+    assert opt.is_cascade and opt.levels[0].groups == ("word_tfidf",)
+    multi = toxic.build_multiclass(shared_datasets, n_rows=4_000)
+    assert set(multi.y_train) == {"hate", "offensive", "neither"}
+
+
+def test_unknown_workload_is_named():
+    with pytest.raises(ValueError, match="unknown workload 'nope'"):
+        pipelines.build("nope")
+
+
+def test_message_statistics_count_what_they_say():
+    import pandas as pd
+
+    stats = spam.message_statistics(pd.Series(["WIN £100 now! Call 0800123456 www.x.com", "ok"]))
+    raw = np.expm1(stats[:, :8])
+    length, words, digits, runs, urls, capitals, bangs, currency = raw[0].round()
+    assert (words, runs, urls, capitals, bangs, currency) == (6, 1, 1, 4, 1, 1)
+    assert digits == 13 and length == len("WIN £100 now! Call 0800123456 www.x.com")
+    assert raw[1, 0].round() == 2 and stats[1, 2] == 0
