@@ -6,6 +6,7 @@ Layout::
     pipeline.pkl           the pipeline: body, feature functions and what they close over
     models/level_<i>.pkl   one model per cascade level (the last is the full model)
     topk.pkl               the top-K filter and its held-out scores (when planned)
+    sample.pkl             a few held-out input rows (request schema, stage profiling); optional
     report.json            the optimization report
 
 Feature code from ``__main__``, a notebook, or any module that is not installed
@@ -167,6 +168,8 @@ def save(opt: Any, path: Any) -> Path:
             files[f"models/level_{i}.pkl"] = level.model
         if opt.topk_filter is not None:
             files["topk.pkl"] = opt.topk_filter
+        if opt.sample_rows_ is not None:
+            files["sample.pkl"] = opt.sample_rows_
         for name, obj in files.items():
             with (root / name).open("wb") as fh:
                 cloudpickle.dump(obj, fh)
@@ -195,6 +198,7 @@ def save(opt: Any, path: Any) -> Path:
             "file": "topk.pkl",
         },
         "seed": opt.seed,
+        "sample": "sample.pkl" if opt.sample_rows_ is not None else None,
         "stored_by_value": [m.__name__ for m in by_value],
         "files": {},
     }
@@ -232,6 +236,14 @@ def read_manifest(path: Any) -> dict[str, Any]:
             f"willump (reads version {FORMAT_VERSION}); re-create it with willump {_willump_version()}"
         )
     return manifest
+
+
+def artifact_version(manifest: dict[str, Any]) -> str:
+    """A short, content-derived model version: pipeline name + digest of all file checksums."""
+    digest = hashlib.sha256()
+    for name in sorted(manifest["files"]):
+        digest.update(f"{name}:{manifest['files'][name]['sha256']};".encode())
+    return f"{manifest.get('pipeline', 'pipeline')}-{digest.hexdigest()[:12]}"
 
 
 def version_mismatches(saved: dict[str, str]) -> list[str]:
@@ -291,4 +303,7 @@ def load(path: Any, *, check_versions: bool = True) -> Any:
 
     classes = np.asarray(full.classes_)
     baseline = BaselinePipeline(pipeline, full, classes)
-    return OptimizedPipeline(pipeline, levels, classes, baseline, topk, report, manifest.get("seed", 0))
+    opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk, report, manifest.get("seed", 0))
+    opt.sample_rows_ = unpickle(manifest["sample"]) if manifest.get("sample") else None
+    opt.manifest_ = manifest
+    return opt

@@ -154,6 +154,26 @@ class BaselinePipeline(_Scoring):
 
 
 @dataclass
+class TopKFilterStep:
+    """What the cheap half of a top-K query hands to the full model."""
+
+    k: int
+    label: Any
+    ratio: float
+    cheap_scores: np.ndarray  # every row
+    kept: np.ndarray  # positions the full model must score
+    kept_blocks: dict[str, Block]  # the filter's blocks for the kept rows
+
+    def result(self, full_scores: np.ndarray) -> TopKResult:
+        scores = self.cheap_scores.copy()
+        scores[self.kept] = full_scores
+        approximate = np.ones(len(scores), dtype=bool)
+        approximate[self.kept] = False
+        order = _ranked(scores, self.kept)
+        return TopKResult(order[: self.k], scores, approximate, self.k, self.label, self.ratio)
+
+
+@dataclass
 class TopKFilter:
     """Cheap groups + small model that pre-select rows for top-K, with held-out scores
     (small and full model probabilities) to calibrate the filter ratio for any query."""
@@ -220,6 +240,7 @@ class OptimizedPipeline(_Scoring):
         self.topk_filter = topk
         self.report_ = report
         self.seed = seed
+        self.sample_rows_: Any = None  # a few held-out input rows, for serving (see optimize)
 
     # --- cascade ---------------------------------------------------------------------
     def run_levels(
@@ -293,29 +314,34 @@ class OptimizedPipeline(_Scoring):
         n = self._check_rows(rows)
         k = self._check_k(k, n)
         c = self._label_index(label)
+        step = self.topk_filter_step(rows, k, c)
+        if step is None:
+            return self.baseline.top_k(rows, k, label=self.classes_[c])
+        full = self.topk_rank_step(take(rows, step.kept), step.kept_blocks, c)
+        return step.result(full)
+
+    def topk_filter_step(self, rows: Any, k: int, label_index: int) -> TopKFilterStep | None:
+        """First half of top-K: cheap scores for every row and the rows kept (None: exact)."""
+        n = n_rows(rows)
         f = self.topk_filter
-        ratio = None if f is None else f.ratio_for(k, n, c)
+        ratio = None if f is None else f.ratio_for(k, n, label_index)
         if ratio is None or math.ceil(ratio * k) >= n:
-            exact = self.baseline.top_k(rows, k, label=self.classes_[c])
-            return exact
+            return None
         cheap_blocks, _ = self.pipeline.compute(rows, f.groups)
-        cheap = predict_proba(f.model, hstack([cheap_blocks[g] for g in f.groups]))[:, c]
+        cheap = predict_proba(f.model, hstack([cheap_blocks[g] for g in f.groups]))[:, label_index]
         kept = np.sort(_ranked(cheap, np.arange(n))[: math.ceil(ratio * k)])
-        subset = take(rows, kept)
         blocks = {g: take_rows(b, kept) for g, b in cheap_blocks.items()}
+        return TopKFilterStep(k, self.classes_[label_index], ratio, cheap, kept, blocks)
+
+    def topk_rank_step(self, kept_rows: Any, kept_blocks: dict[str, Block], label_index: int) -> np.ndarray:
+        """Second half of top-K: the full model's scores for the kept rows."""
+        blocks = dict(kept_blocks)
         rest = [g for g in self.pipeline.graph.groups if g not in blocks]
         if rest:
-            new, _ = self.pipeline.compute(subset, rest)
+            new, _ = self.pipeline.compute(kept_rows, rest)
             blocks.update(new)
-        full = predict_proba(
-            self.baseline.model, hstack([blocks[g] for g in self.pipeline.graph.groups])
-        )[:, c]
-        scores = cheap.copy()
-        scores[kept] = full
-        approximate = np.ones(n, dtype=bool)
-        approximate[kept] = False
-        order = _ranked(scores, kept)
-        return TopKResult(order[:k], scores, approximate, k, self.classes_[c], ratio)
+        X = hstack([blocks[g] for g in self.pipeline.graph.groups])
+        return predict_proba(self.baseline.model, X)[:, label_index]
 
     # --- results ---------------------------------------------------------------------
     def report(self) -> Any:

@@ -44,6 +44,9 @@ from ._rows import n_rows, take
 
 #: smallest number of rows allowed in each of the selection and certification splits
 MIN_SPLIT_ROWS = 30
+#: held-out input rows kept with the optimized pipeline (and its artifact) so that serving can
+#: derive the request schema and profile stages on the serving machine
+SAMPLE_ROWS = 256
 
 REFIT_STATEMENT = (
     "not refitted: the small and full models that serve are exactly the ones the bound was "
@@ -75,6 +78,7 @@ def optimize(
     profile_single_rows: int = PROFILE_SINGLE_ROWS,
     importance_repeats: int = IMPORTANCE_REPEATS,
     seed: int = 0,
+    keep_sample: bool = True,
     verbose: bool = True,
 ) -> OptimizedPipeline:
     """Optimize a decorated (or ``from_sklearn``) pipeline with a certified loss bound.
@@ -101,6 +105,10 @@ def optimize(
     the full model ranks them; r is calibrated on held-out scores so that
     precision@k >= ``topk_precision`` in ``topk_quantile`` of bootstrap resamples
     (``top_k`` is the k used to choose the filter; any k works at query time).
+
+    ``keep_sample`` keeps up to SAMPLE_ROWS held-out input rows with the result (and
+    its artifact) for serving's request schema and stage profiling; pass False when
+    the artifact must not carry any input data.
     """
     started = time.perf_counter()
     if model is None:
@@ -192,6 +200,7 @@ def optimize(
     )
     timings["total"] = time.perf_counter() - started
     opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk_filter, report, seed)
+    opt.sample_rows_ = take(X, select[:SAMPLE_ROWS]) if keep_sample else None
     if verbose:
         print(report)
     return opt

@@ -1,0 +1,129 @@
+"""The ``willump`` command: ``willump serve ARTIFACT`` and ``willump plan ARTIFACT``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+import willump
+
+from .planner import Resources, plan_stages
+from .stages import profile_stages
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rps", type=float, help="target request rate (requests/s)")
+    parser.add_argument("--p99-ms", type=float, help="target p99 latency in milliseconds")
+    parser.add_argument("--rows-per-request", type=int, default=32, help="rows per request (default 32)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="willump", description="Serve and plan optimized pipelines.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="deploy an artifact on Ray Serve (foreground)")
+    serve.add_argument("artifact", help="directory written by OptimizedPipeline.save")
+    serve.add_argument("--name", default="willump", help="app name; HTTP at /NAME")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--address", help="join this Ray cluster instead of starting one")
+    serve.add_argument("--cpus", type=float, help="CPUs for the embedded Ray (default: all)")
+    serve.add_argument("--gpus", type=float, help="GPUs for the embedded Ray (default: detected)")
+    serve.add_argument("--min-replicas", type=int, help="autoscale model stages down to this (0 allowed)")
+    serve.add_argument("--max-replicas", type=int, help="autoscaling ceiling per stage")
+    serve.add_argument("--no-batching", action="store_true", help="disable @serve.batch at the stages")
+    serve.add_argument("--runtime", choices=("native", "onnx"), default="native")
+    serve.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
+    serve.add_argument("--monitor-attributes", type=_csv, help="comma-separated attribute columns")
+    serve.add_argument("--monitor-features", type=_csv, default=[], help="input columns to test for drift")
+    serve.add_argument("--monitor-dir", help="directory for the monitor's persistent state")
+    serve.add_argument("--monitor-pane-seconds", type=float, help="monitor pane length (seconds)")
+    _add_plan_arguments(serve)
+
+    plan = sub.add_parser("plan", help="print the stage plan for an artifact")
+    plan.add_argument("artifact")
+    plan.add_argument("--cpus", type=float, required=True)
+    plan.add_argument("--gpus", type=float, default=0.0)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    _add_plan_arguments(plan)
+    return parser
+
+
+def _monitor_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.monitor_attributes is None:
+        return None
+    options: dict[str, Any] = {"attributes": args.monitor_attributes, "features": args.monitor_features}
+    if args.monitor_dir:
+        options["directory"] = args.monitor_dir
+    if args.monitor_pane_seconds:
+        options["pane_seconds"] = args.monitor_pane_seconds
+    return options
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    opt = willump.load(args.artifact)
+    device = "gpu" if args.gpus and args.gpus > 0 else "cpu"
+    profiles = profile_stages(opt, device=device)
+    plan = plan_stages(profiles, Resources(cpus=args.cpus, gpus=args.gpus), rps=args.rps,
+                       p99_ms=args.p99_ms, rows_per_request=args.rows_per_request)
+    if args.json:
+        print(json.dumps({"plan": plan.to_dict(),
+                          "profiles": [{"name": p.name, "scale": p.scale, "batch_seconds": p.batch_seconds}
+                                       for p in profiles]}, indent=2))
+    else:
+        print(plan)
+    return 0 if plan.feasible else 3
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .deploy import deploy
+
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: Any) -> None:
+        print(f"willump: received {signal.Signals(signum).name}, shutting down", flush=True)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    app = deploy(
+        args.artifact, name=args.name, host=args.host, port=args.port, address=args.address,
+        cpus=args.cpus, gpus=args.gpus, rps=args.rps, p99_ms=args.p99_ms,
+        rows_per_request=args.rows_per_request, min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas, monitor=_monitor_options(args), batching=not args.no_batching,
+        runtime=args.runtime, device=args.device,
+    )
+    print(app.plan, flush=True)
+    print(f"willump: serving {app.model_version} at {app.url} (Ctrl-C to stop)", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        app.shutdown(stop_ray=app.started_ray)
+        print("willump: stopped", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "plan":
+            return cmd_plan(args)
+        return cmd_serve(args)
+    except (willump.ArtifactError, ValueError, TypeError) as exc:
+        print(f"willump: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""serving.deploy: an optimized pipeline (or its artifact) as a Ray Serve application."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from willump import OptimizedPipeline
+
+from .planner import Plan, Resources, plan_stages
+from .runtime import Bundle, bundle_version, load_bundle, read_bundle
+from .schema import MAX_BODY_BYTES, MAX_ROWS, RowSchema
+from .stages import StageSpec, profile_stages, stage_specs
+
+#: rows per request the plan assumes when none is given
+DEFAULT_ROWS_PER_REQUEST = 32
+#: closed panes of live traffic frozen as the monitor's reference (monitor reference="traffic")
+DEFAULT_REFERENCE_PANES = 5
+#: seconds without traffic before a scaled-to-zero stage gives its replica back
+DEFAULT_DOWNSCALE_TO_ZERO_S = 30.0
+
+
+@dataclass
+class ServingApp:
+    """A deployed application: where it answers, how it was planned, how to stop it."""
+
+    name: str
+    url: str
+    plan: Plan
+    model_version: str
+    stages: list[str]
+    started_ray: bool
+    notes: list[str] = field(default_factory=list)
+
+    def shutdown(self, *, stop_ray: bool | None = None) -> None:
+        """Delete the app; stop Serve and Ray too when deploy started them."""
+        from ray import serve
+
+        serve.delete(self.name)
+        if stop_ray if stop_ray is not None else self.started_ray:
+            import ray
+
+            serve.shutdown()
+            ray.shutdown()
+
+
+def _bundle_of(target: Any) -> tuple[Bundle, OptimizedPipeline]:
+    if isinstance(target, OptimizedPipeline):
+        with tempfile.TemporaryDirectory(prefix="willump-deploy-") as tmp:
+            target.save(Path(tmp) / "artifact")
+            bundle = read_bundle(Path(tmp) / "artifact")
+        return bundle, load_bundle(bundle)
+    if isinstance(target, (str, os.PathLike)):
+        bundle = read_bundle(target)
+        return bundle, load_bundle(bundle)
+    raise TypeError(
+        f"deploy expects an OptimizedPipeline or an artifact path, got {type(target).__name__}"
+    )
+
+
+def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None) -> bool:
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address is not None:
+        ray.init(address=address, **kwargs)
+        return False
+    if cpus is not None:
+        kwargs["num_cpus"] = int(cpus) if float(cpus).is_integer() else cpus
+    if gpus is not None:
+        kwargs["num_gpus"] = int(gpus) if float(gpus).is_integer() else gpus
+    ray.init(**kwargs)
+    return True
+
+
+def _check_fits(plan: Plan, specs: list[StageSpec], min_replicas: int | None, free: dict) -> None:
+    """Refuse a plan the cluster cannot place: Serve would otherwise wait forever."""
+    cpus = plan.ingress_cpus + plan.monitor_cpus
+    gpus = 0.0
+    for spec in specs:
+        sp = plan.stage(spec.name)
+        count = max(min_replicas, 1) if min_replicas is not None else sp.replicas
+        cpus += count * sp.num_cpus
+        gpus += count * (sp.num_gpus if sp.device == "gpu" else 0.0)
+    if cpus > free.get("CPU", 0.0) + 1e-6 or gpus > free.get("GPU", 0.0) + 1e-6:
+        raise ValueError(
+            f"the plan needs {cpus:.2f} CPUs and {gpus:.2f} GPUs but the Ray cluster has "
+            f"{free.get('CPU', 0.0):.2f} CPUs and {free.get('GPU', 0.0):.2f} GPUs free; "
+            "pass cpus=/a smaller plan, or free resources"
+        )
+
+
+def monitor_settings(monitor: dict[str, Any] | None, opt: OptimizedPipeline) -> tuple[dict, dict]:
+    """Split the user's monitor options into the drift.Monitor config and the record config."""
+    if monitor is None:
+        return {}, {}
+    options = dict(monitor)
+    options.pop("reference", None)
+    inputs = set(opt.pipeline.graph.input_columns)
+    wanted = list(options.pop("attributes", []))
+    request_attributes = list(options.pop("request_attributes", []))
+    buckets = dict(options.pop("buckets", {}))
+    features = list(options.pop("features", []))
+    input_attributes = [a for a in wanted if a in inputs]
+    unknown = [a for a in wanted if a not in inputs and a not in request_attributes]
+    request_attributes += unknown  # attributes the client sends with each request
+    attributes = ["model_version", "replica", *input_attributes, *request_attributes,
+                  *[f"{c}_bucket" for c in buckets]]
+    config = {
+        "attributes": attributes,
+        "metrics": ["latency_ms", "score"],
+        "features": features,
+        "level_column": "level",
+        "cheap_level": "0",
+        "confidence_column": "confidence",
+        "error_column": "error",
+        **options,
+    }
+    records = {"input_attributes": input_attributes, "request_attributes": request_attributes,
+               "buckets": buckets, "features": features}
+    return config, records
+
+
+def deploy(
+    target: OptimizedPipeline | str | os.PathLike,
+    name: str = "willump",
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    address: str | None = None,
+    cpus: float | None = None,
+    gpus: float | None = None,
+    plan: Plan | None = None,
+    rps: float | None = None,
+    p99_ms: float | None = None,
+    rows_per_request: int = DEFAULT_ROWS_PER_REQUEST,
+    min_replicas: int | None = None,
+    max_replicas: int | None = None,
+    downscale_to_zero_s: float = DEFAULT_DOWNSCALE_TO_ZERO_S,
+    monitor: dict[str, Any] | None = None,
+    batching: bool = True,
+    runtime: str = "native",
+    device: str = "auto",
+    baseline: bool = False,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_rows: int = MAX_ROWS,
+) -> ServingApp:
+    """Deploy on Ray Serve at ``http://host:port/<name>``.
+
+    Ray starts embedded unless it is already running or ``address`` joins a cluster.
+    Stages are sized by :func:`serving.planner.plan_stages` from costs measured here
+    (or ``plan``). ``min_replicas=0`` lets model stages scale to zero. ``monitor``
+    (e.g. ``dict(attributes=["dest"], buckets={"distance": [500, 1000]}, directory=...)``)
+    deploys a drift.Monitor fed with one record per served row; its reference is the first
+    ``auto_reference_panes`` panes of traffic (``reference="traffic"``, default) or the
+    artifact's sample rows scored offline (``reference="sample"``, no latency). ``device='auto'``
+    puts the expensive stage on a GPU when the cluster has one; ``runtime='onnx'``
+    runs models through ONNX Runtime. ``baseline=True`` serves the unoptimized
+    pipeline as one deployment (for side-by-side benchmarks).
+    """
+    import ray
+    from ray import serve
+
+    if not name or not all(ch.isalnum() or ch in "-_" for ch in name):
+        raise ValueError(f"name must be letters, digits, '-' or '_', got {name!r}")
+    if min_replicas is not None and min_replicas < 0:
+        raise ValueError(f"min_replicas must be >= 0, got {min_replicas}")
+    if device not in ("auto", "cpu", "gpu"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}")
+    bundle, opt = _bundle_of(target)
+    if opt.sample_rows_ is None:
+        raise ValueError("the artifact has no sample rows; re-optimize with keep_sample=True to serve it")
+    started = _ensure_ray(address, cpus, gpus)
+    cluster = ray.cluster_resources()
+    use_gpu = device == "gpu" or (device == "auto" and cluster.get("GPU", 0) > 0)
+    if device == "gpu" and ray.available_resources().get("GPU", 0) <= 0:
+        raise ValueError("device='gpu' but the Ray cluster has no free GPU")
+    use_gpu = use_gpu and ray.available_resources().get("GPU", 0) > 0
+    specs = [StageSpec("baseline", 0, len(opt.levels) - 1)] if baseline else stage_specs(opt)
+    if plan is None:
+        if baseline:
+            from .stages import profile_baseline
+
+            profiles = [profile_baseline(opt)]
+        else:
+            profiles = profile_stages(opt, device="gpu" if use_gpu else "cpu")
+        free = ray.available_resources()  # other apps may hold part of the cluster
+        budget = Resources(cpus=min(cpus or free.get("CPU", 0.0), free.get("CPU", 0.0)) or 0.5,
+                           gpus=free.get("GPU", 0.0))
+        plan = plan_stages(profiles, budget, rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request,
+                           monitor=monitor is not None)
+    notes = list(plan.notes)
+    if not plan.feasible:
+        warnings.warn("the stage plan is not feasible: " + "; ".join(plan.notes), stacklevel=2)
+
+    _check_fits(plan, specs, min_replicas, ray.available_resources())
+    serve.start(http_options={"host": host, "port": port})
+    from .app import Ingress, ModelStage, MonitorStage
+
+    handles = []
+    for spec in specs:
+        sp = plan.stage(spec.name)
+        on_gpu = sp.device == "gpu"
+        options: dict[str, Any] = {
+            "name": f"{name}-{spec.name}",
+            "max_ongoing_requests": sp.max_ongoing_requests,
+            "ray_actor_options": {"num_cpus": sp.num_cpus, "num_gpus": sp.num_gpus if on_gpu else 0},
+        }
+        if min_replicas is not None:
+            options["autoscaling_config"] = {
+                "min_replicas": min_replicas,
+                "initial_replicas": max(min_replicas, 1),
+                "max_replicas": max(max_replicas or sp.replicas, sp.replicas, 1),
+                "target_ongoing_requests": max(1, sp.max_ongoing_requests // 2),
+                "upscale_delay_s": 0.0,
+                "downscale_delay_s": downscale_to_zero_s,
+                "downscale_to_zero_delay_s": downscale_to_zero_s,
+                "metrics_interval_s": 0.5,
+                "look_back_period_s": 2.0,
+            }
+        else:
+            options["num_replicas"] = sp.replicas
+        handles.append(ModelStage.options(**options).bind(
+            bundle, spec, baseline=baseline, device="cuda" if on_gpu else "cpu", runtime=runtime,
+            batching=batching, max_batch_size=sp.max_batch_size,
+            batch_wait_timeout_s=sp.batch_wait_timeout_s,
+        ))
+    monitor_handle = None
+    monitor_config, record_config = monitor_settings(monitor, opt)
+    if monitor is not None:
+        try:
+            import drift  # noqa: F401 - the monitor stage needs it on the replicas
+        except ImportError as exc:
+            raise ValueError(f"monitor= needs the drift package: {exc}") from exc
+        from .records import build_records
+
+        reference = None
+        if monitor.get("reference", "traffic") == "sample":
+            import numpy as np
+
+            sample = opt.sample_rows_
+            proba, level = opt.predict_with_levels(sample)
+            reference = build_records(
+                sample, proba, level, np.full(len(sample), "offline", dtype=object), np.nan, 0.0,
+                "reference", None, record_config,
+            ).to_dict("records")
+        else:
+            monitor_config.setdefault("auto_reference_panes", DEFAULT_REFERENCE_PANES)
+        monitor_handle = MonitorStage.options(
+            name=f"{name}-monitor", ray_actor_options={"num_cpus": plan.monitor_cpus or 0.1},
+            max_ongoing_requests=64,
+        ).bind(monitor_config, reference)
+    graph = opt.pipeline.graph
+    required = sorted({c for cols in graph.columns.values() for c in cols})
+    optional = [a for a in record_config.get("input_attributes", []) if a not in required]
+    schema = RowSchema.from_sample(opt.sample_rows_, required, optional)
+    version = bundle_version(bundle)
+    info = {
+        "name": name,
+        "model_version": version,
+        "classes": [c.item() if hasattr(c, "item") else c for c in opt.classes_],
+        "levels": [list(lv.groups) for lv in opt.levels],
+        "stages": [s.name for s in specs],
+        "schema": schema.to_dict(),
+        "report": opt.report().to_dict(),
+        "plan": plan.to_dict(),
+        "monitor_config": record_config,
+        "max_body_bytes": max_body_bytes,
+        "max_rows": max_rows,
+    }
+    second = handles[1] if len(handles) > 1 else None
+    ingress = Ingress.options(
+        name=f"{name}-ingress", max_ongoing_requests=1024,
+        ray_actor_options={"num_cpus": plan.ingress_cpus},
+    ).bind(handles[0], second, monitor_handle, info)
+    serve.run(ingress, name=name, route_prefix=f"/{name}")
+    return ServingApp(name, f"http://{host}:{port}/{name}", plan, version, [s.name for s in specs],
+                      started, notes)

@@ -1,0 +1,208 @@
+"""What a stage replica does, as plain Python (no Ray), so it is testable on its own.
+
+A replica receives the artifact as bytes (so it works on any node of a cluster),
+writes it to a private directory, loads it (checksums verified), and runs its
+range of cascade levels on batches that may merge rows from many requests.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+import willump
+from willump import OptimizedPipeline
+from willump._artifact import artifact_version, read_manifest
+from willump._blocks import Block
+
+from .stages import StageSpec
+
+Bundle = dict[str, bytes]
+
+
+def read_bundle(path: Any) -> Bundle:
+    """Every file of an artifact directory, by relative path."""
+    root = Path(path)
+    read_manifest(root)  # fails early and clearly for a non-artifact
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def bundle_version(bundle: Bundle) -> str:
+    import json
+
+    return artifact_version(json.loads(bundle["manifest.json"]))
+
+
+def load_bundle(bundle: Bundle) -> OptimizedPipeline:
+    """Write the bundle to a private temporary directory and load it from there."""
+    root = Path(tempfile.mkdtemp(prefix="willump-artifact-"))
+    try:
+        for name, data in bundle.items():
+            target = root / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        return willump.load(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def place_models(opt: OptimizedPipeline, device: str, runtime: str) -> list[str]:
+    """Move or convert the models to run on ``device``; returns notes on what happened.
+
+    ``runtime='onnx'`` swaps every level's model for an ONNX Runtime session
+    (CUDA provider on a GPU device, CPU otherwise), checked numerically against the
+    native model on the sample rows. Torch models move to the device natively.
+    Anything else stays a native CPU model.
+    """
+    notes = []
+    if runtime not in ("native", "onnx"):
+        raise ValueError(f"runtime must be 'native' or 'onnx', got {runtime!r}")
+    torch_device = "cuda" if device.startswith("cuda") or device == "gpu" else "cpu"
+    if runtime == "onnx":
+        from willump._blocks import hstack
+        from willump._cascade import Level
+
+        sample = opt.sample_rows_
+        if sample is None:
+            raise ValueError("runtime='onnx' needs the artifact's sample rows to check the export")
+        blocks, _ = opt.pipeline.compute(sample, opt.pipeline.graph.groups)
+        levels = []
+        for level in opt.levels:
+            X = hstack([blocks[g] for g in level.groups])
+            onx = willump.OnnxModel(willump.to_onnx(level.model, X.shape[1]), opt.classes_, torch_device)
+            diff = willump.check_onnx(level.model, onx, X)
+            notes.append(f"level {list(level.groups)}: ONNX on {onx.providers[0]}, max diff {diff:.1e}")
+            levels.append(Level(level.groups, onx, level.threshold))
+        opt.levels = levels
+        return notes
+    for level in opt.levels:
+        if hasattr(level.model, "to") and hasattr(level.model, "module_"):
+            if torch_device == "cuda":
+                import torch
+
+                if not torch.cuda.is_available():
+                    warnings.warn("CUDA requested but torch sees no GPU; staying on CPU", stacklevel=2)
+                    continue
+            level.model.to(torch_device)
+            notes.append(f"level {list(level.groups)}: torch on {torch_device}")
+    return notes
+
+
+def concat_rows(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def concat_blocks(parts: Sequence[dict[str, Block] | None]) -> dict[str, Block] | None:
+    if all(p is None for p in parts):
+        return None
+    if any(p is None for p in parts):
+        raise ValueError("cannot merge requests with and without precomputed blocks")
+    if len(parts) == 1:
+        return parts[0]
+    out = {}
+    for g in parts[0]:
+        pieces = [p[g] for p in parts]
+        out[g] = sp.vstack(pieces, format="csr") if sp.issparse(pieces[0]) else np.vstack(pieces)
+    return out
+
+
+def slice_blocks(blocks: dict[str, Block] | None, start: int, stop: int) -> dict[str, Block] | None:
+    return None if blocks is None else {g: b[start:stop] for g, b in blocks.items()}
+
+
+class StageRunner:
+    """Runs cascade levels ``spec.first..spec.last`` (or the baseline) for a replica."""
+
+    def __init__(self, opt: OptimizedPipeline, spec: StageSpec, *, baseline: bool = False):
+        self.opt = opt
+        self.spec = spec
+        self.baseline = baseline
+
+    def run(self, rows: pd.DataFrame, blocks: dict[str, Block] | None = None) -> dict[str, Any]:
+        """Probabilities, answering level, unsure positions and their blocks for ``rows``."""
+        start = time.perf_counter()
+        if self.baseline:
+            proba = self.opt.baseline.predict_proba(rows)
+            level = np.full(len(rows), len(self.opt.levels) - 1, dtype=np.int64)
+            out = {"proba": proba, "level": level, "unsure": np.zeros(0, dtype=np.int64), "blocks": None}
+        else:
+            result = self.opt.run_levels(rows, self.spec.first, self.spec.last, blocks)
+            out = {
+                "proba": result.proba,
+                "level": result.level,
+                "unsure": result.unsure,
+                "blocks": result.blocks if result.unsure.size else None,
+            }
+        out["seconds"] = time.perf_counter() - start
+        return out
+
+    def run_many(self, items: Sequence[tuple[pd.DataFrame, dict[str, Block] | None]]) -> list[dict[str, Any]]:
+        """One pass over the rows of several requests; results split back per request."""
+        if len(items) == 1:
+            return [self.run(*items[0])]
+        sizes = [len(rows) for rows, _ in items]
+        merged = self.run(concat_rows([r for r, _ in items]), concat_blocks([b for _, b in items]))
+        offsets = np.cumsum([0, *sizes])
+        outs = []
+        unsure = merged["unsure"]
+        for i in range(len(items)):
+            lo, hi = offsets[i], offsets[i + 1]
+            mask = (unsure >= lo) & (unsure < hi)
+            first = int(np.searchsorted(unsure, lo))
+            count = int(mask.sum())
+            outs.append({
+                "proba": merged["proba"][lo:hi],
+                "level": merged["level"][lo:hi],
+                "unsure": unsure[mask] - lo,
+                "blocks": slice_blocks(merged["blocks"], first, first + count) if count else None,
+                "seconds": merged["seconds"],
+            })
+        return outs
+
+    # --- top-K halves ------------------------------------------------------------------
+    def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict[str, Any] | None:
+        step = self.opt.topk_filter_step(rows, k, label_index)
+        if step is None:
+            return None
+        return {"ratio": step.ratio, "cheap_scores": step.cheap_scores, "kept": step.kept,
+                "blocks": step.kept_blocks, "label": step.label}
+
+    def topk_rank(self, rows: pd.DataFrame, blocks: dict[str, Block], label_index: int) -> np.ndarray:
+        return self.opt.topk_rank_step(rows, blocks, label_index)
+
+    def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
+        return self.opt.baseline.predict_proba(rows)[:, label_index]
+
+
+def split_rows(rows: pd.DataFrame, blocks: dict[str, Block] | None, max_rows: int):
+    """Chunks of at most ``max_rows`` rows (with their blocks), in order."""
+    n = len(rows)
+    for start in range(0, n, max_rows):
+        stop = min(start + max_rows, n)
+        yield rows.iloc[start:stop], slice_blocks(blocks, start, stop)
+
+
+def merge_chunks(chunks: Sequence[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any]:
+    """Inverse of split_rows for stage outputs."""
+    if len(chunks) == 1:
+        return chunks[0]
+    offsets = np.cumsum([0, *sizes[:-1]])
+    unsure = np.concatenate([c["unsure"] + off for c, off in zip(chunks, offsets, strict=True)])
+    parts = [c["blocks"] for c in chunks if c["blocks"] is not None]
+    return {
+        "proba": np.vstack([c["proba"] for c in chunks]),
+        "level": np.concatenate([c["level"] for c in chunks]),
+        "unsure": unsure.astype(np.int64),
+        "blocks": concat_blocks(parts) if parts else None,
+        "seconds": float(sum(c["seconds"] for c in chunks)),
+        "replica": chunks[0].get("replica"),
+    }
