@@ -27,7 +27,9 @@ from drift import _ratios
 DEFAULT_MIN_SUPPORT = 0.01
 DEFAULT_MIN_RATIO = 3.0
 DEFAULT_MAX_ORDER = 3
-DEFAULT_CONFIDENCE = 0.95
+#: Simultaneous confidence of the intervals (Bonferroni over the search space): a window
+#: without any cause yields a false explanation at most 1% of the time.
+DEFAULT_CONFIDENCE = 0.99
 
 RATIO_METRICS = ("risk_ratio", "global_ratio", "mean_shift", "share_ratio")
 _MAIN = ("ratio", "ci_low", "ci_high")
@@ -292,9 +294,11 @@ def mine(
     """All reported combinations (unsorted) and the population totals.
 
     With `simultaneous` (default) every interval is a Bonferroni-simultaneous interval over the
-    m combinations scored (level 1 - (1 - confidence) / m), so the noise filter (lower bound
-    above 1) holds for the whole search, not just for one combination; otherwise intervals are
-    per combination. `totals["candidates"]` reports m.
+    search space: the m combinations (orders 1..max_order) that can be formed from values that
+    passed the order-1 support pushdown, i.e. every combination the search could have reported.
+    The noise filter (lower bound above 1) then holds for the whole search with probability
+    `confidence`, not just for one combination; otherwise intervals are per combination.
+    `totals["candidates"]` reports the combinations scored, `totals["search_space"]` m.
     """
     if not 0.0 < min_support <= 1.0:
         raise ValueError(f"min_support must be in (0, 1], got {min_support!r}")
@@ -351,7 +355,7 @@ def mine(
                 keys = keys[ok]
             evaluate(attrs, keys)
 
-    m = max(sum(len(c) for c, _ in chunks), 1)
+    m = max(_search_space([kept[a].size for a in active], int(max_order)), 1.0)
     alpha = (1.0 - confidence) / m if simultaneous else (1.0 - confidence)
     scored: dict[tuple[tuple[int, int], ...], Found] = {}
     if chunks:
@@ -372,8 +376,19 @@ def mine(
     reported = _drop_riders(rows, weights, scorer, reported, min_t, min_ratio, alpha)
     totals = dict(scorer.totals)
     totals["candidates"] = float(len(scored))
+    totals["search_space"] = float(m)
     totals["interval_level"] = 1.0 - alpha
     return reported, totals
+
+
+def _search_space(sizes: list[int], max_order: int) -> float:
+    """Combinations of order 1..max_order with one value from each of distinct attributes:
+    the elementary symmetric polynomials e_1..e_max_order of the per-attribute value counts."""
+    e = [1.0] + [0.0] * max_order
+    for k in sizes:
+        for j in range(max_order, 0, -1):
+            e[j] += e[j - 1] * k
+    return float(sum(e[1:]))
 
 
 def _subsets(combo: tuple) -> list[tuple]:

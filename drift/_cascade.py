@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 #: Smallest drop (absolute, in share of rows) of the cheap level's share that counts.
 DEFAULT_MIN_DROP = 0.05
+#: False discovery rate across segments (Benjamini-Hochberg, level and confidence tested
+#: separately); stricter than drift's because a degraded verdict is an alarm by itself.
+DEFAULT_HEALTH_ALPHA = 0.01
 
 MESSAGE = "the approximation is being used outside the data it was validated on"
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Slack per point, in robust standard deviations (changes smaller than this are ignored).
-DEFAULT_DELTA = 0.5
+DEFAULT_DELTA = 1.0
 #: Alarm when the cumulative deviation exceeds this many robust standard deviations.
 DEFAULT_THRESHOLD = 10.0
 #: Points used to learn the baseline (and re-learn it after a change).

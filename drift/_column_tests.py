@@ -142,6 +142,11 @@ def categorical_test(
     return out
 
 
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """1-D dot product without BLAS: BLAS may start threads that fight over pinned cores."""
+    return float(np.einsum("i,i->", a, b))
+
+
 def kish(weights: np.ndarray) -> float:
     """Kish effective sample size of weighted rows."""
     s = float(weights.sum())
@@ -180,8 +185,8 @@ class SortedSample:
     def _summary(self, c: np.ndarray, r: np.ndarray, cum_c: np.ndarray, cum_r: np.ndarray
                  ) -> dict[str, Any]:
         sc, sr = float(cum_c[-1]) if cum_c.size else 0.0, float(cum_r[-1]) if cum_r.size else 0.0
-        n_eff = sc * sc / float(c @ c) if sc > 0 else 0.0
-        m_eff = sr * sr / float(r @ r) if sr > 0 else 0.0
+        n_eff = sc * sc / _dot(c, c) if sc > 0 else 0.0
+        m_eff = sr * sr / _dot(r, r) if sr > 0 else 0.0
         out: dict[str, Any] = {"test": "ks", "n_current": n_eff, "n_reference": m_eff}
         if sc <= 0 or sr <= 0:
             out.update(statistic=None, p_value=None, effect=None, effect_error=0.0,
@@ -194,10 +199,10 @@ class SortedSample:
             d = float(gap.max())
         else:
             d = float(gap[self.last].max()) if self.last.any() else 0.0
-        w1 = float(gap[:-1] @ self.gaps)
-        mean_c = float(c @ self.x) / sc
-        mean_r = float(r @ self.x) / sr
-        var_r = max(float(r @ self.x2) / sr - mean_r * mean_r, 0.0)
+        w1 = _dot(gap[:-1], self.gaps)
+        mean_c = _dot(c, self.x) / sc
+        mean_r = _dot(r, self.x) / sr
+        var_r = max(_dot(r, self.x2) / sr - mean_r * mean_r, 0.0)
         std_r = math.sqrt(var_r)
         effect = w1 / std_r if std_r > 0 else (math.inf if w1 > 0 else 0.0)
         med_c = float(self.x[min(np.searchsorted(cum_c, 0.5 * sc), self.x.size - 1)])

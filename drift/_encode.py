@@ -139,6 +139,9 @@ class Encoder:
                 lookup = cat_codes
             return lookup[raw].astype(np.int32, copy=False)
         if not len(self.values):
+            first = self._encode_first(series)
+            if first is not None:
+                return first
             pos = np.full(len(series), -1, dtype=np.intp)
         else:
             pos = self._index.get_indexer(series)
@@ -158,9 +161,30 @@ class Encoder:
             codes = np.empty(len(series), dtype=np.int32)
             known = ~unknown
             codes[known] = self._index_codes[pos[known]]
-            codes[unknown] = [self._code_or_other(normalize_value(v, self.column)) for v in raw]
+            # the fresh values are in the index now; only values it cannot match (None next to
+            # NaN, 1.0 next to 1, overflow) still need a Python lookup
+            again = self._index.get_indexer(raw) if len(self._index) else np.full(raw.size, -1)
+            sub = np.where(again >= 0, self._index_codes[np.maximum(again, 0)], -1)
+            still = np.flatnonzero(again < 0)
+            for i in still:
+                sub[i] = self._code_or_other(normalize_value(raw[i], self.column))
+            codes[unknown] = sub
             return codes
         return self._index_codes[pos]
+
+    def _encode_first(self, series: pd.Series) -> np.ndarray | None:
+        """One factorize pass for an empty encoder (whole tables); None if values collide."""
+        local, uniques = pd.factorize(series, use_na_sentinel=True)
+        values = [normalize_value(v, self.column) for v in uniques]
+        if len(set(values)) != len(values) or MISSING in values:
+            return None
+        if len(values) + 1 >= self.max_codes:
+            return None  # the slow path handles overflow
+        codes = np.asarray([self._add(v) for v in values], dtype=np.int32)
+        if (local < 0).any():
+            codes = np.append(codes, np.int32(self._add(MISSING)))
+        self._rebuild_index()
+        return codes[local] if codes.size else np.zeros(len(series), dtype=np.int32)
 
     def _code_or_other(self, value: object) -> int:
         code = self._lookup.get(value)

@@ -96,6 +96,7 @@ def explanation_from(
         "attributes": list(attributes),
         "ratio_metric": metric,
         "candidates_tested": int(totals.get("candidates", 0)),
+        "search_space": int(totals.get("search_space", 0)),
         "interval_level": totals.get("interval_level"),
         "total_outliers" if metric != "mean_shift" else "total_rows": total_t,
         "total_rows": total_c,

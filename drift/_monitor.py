@@ -917,7 +917,7 @@ class Monitor:
         *,
         min_share: float = _drift.DEFAULT_MIN_SHARE,
         max_segments: int = _drift.DEFAULT_MAX_SEGMENTS,
-        alpha: float = _drift.DEFAULT_ALPHA,
+        alpha: float = _cascade.DEFAULT_HEALTH_ALPHA,
         min_drop: float = _cascade.DEFAULT_MIN_DROP,
         confidence_effect: float = _drift.DEFAULT_NUMERIC_EFFECT,
         min_samples: int = _drift.DEFAULT_MIN_SAMPLES,

@@ -27,7 +27,7 @@ import platform
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -270,7 +270,7 @@ def explain(result: dict[str, Any]) -> str | None:
 
 
 @contextlib.contextmanager
-def _workload(name: str, args: argparse.Namespace):
+def _workload(name: str, args: argparse.Namespace) -> Iterator[Workload]:
     """Build a workload (starting Redis for flights_redis, stopped on exit)."""
     rows = args.rows if args.rows is not None else DEFAULT_ROWS.get(name)
     if name == "flights_redis":

@@ -16,8 +16,10 @@ The binary task (offensive or hate vs neither) is ``build``; the three-class tas
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 import numpy as np
+import pandas as pd
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
@@ -41,7 +43,7 @@ MAX_LOSS = 0.005
 CLASS_NAMES = {0: "hate", 1: "offensive", 2: "neither"}
 
 
-def fit_vectorizers(texts) -> tuple[TfidfVectorizer, TfidfVectorizer]:
+def fit_vectorizers(texts: Iterable[str]) -> tuple[TfidfVectorizer, TfidfVectorizer]:
     """Word and character TF-IDF fitted on training texts (sublinear tf, as is usual for tweets)."""
     word = TfidfVectorizer(max_features=WORD_MAX_FEATURES, sublinear_tf=True).fit(texts)
     char = TfidfVectorizer(
@@ -79,7 +81,7 @@ GROUPS = {
 }
 
 
-def _build(labels: np.ndarray, texts, name: str, description: str, data_seed: int,
+def _build(labels: np.ndarray, texts: pd.DataFrame, name: str, description: str, data_seed: int,
            n_rows: int | None, topk_label) -> Workload:
     X, y = subsample(texts, labels, n_rows, seed=data_seed)
     X_train, y_train, X_test, y_test = split(X, y, seed=data_seed)

@@ -19,6 +19,7 @@ router backoff (see REFERENCES: throughput collapses when replicas are full).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -79,7 +80,7 @@ class StageProfile:
         rows = max(rows, 1.0)
         if rows <= sizes[0]:
             return self.batch_seconds[sizes[0]]
-        for lo, hi in zip(sizes, sizes[1:], strict=False):
+        for lo, hi in itertools.pairwise(sizes):
             if rows <= hi:
                 w = (rows - lo) / (hi - lo)
                 return (1 - w) * self.batch_seconds[lo] + w * self.batch_seconds[hi]

@@ -114,8 +114,8 @@ def profile_baseline(
 ) -> StageProfile:
     """The unoptimized pipeline as one stage (for the baseline deployment)."""
     rows = profile_rows(opt, rows)
-    seconds = {
-        b: _median_seconds(lambda batch=_batch(rows, b): opt.baseline.predict_proba(batch), repeats)
-        for b in batch_sizes
-    }
+    seconds = {}
+    for b in batch_sizes:
+        batch = _batch(rows, b)
+        seconds[b] = _median_seconds(lambda batch=batch: opt.baseline.predict_proba(batch), repeats)
     return StageProfile("baseline", seconds, 1.0)
