@@ -37,7 +37,11 @@ def cheap_code(monitor: Monitor) -> int | None:
     i = list(monitor.schema.cat_columns).index(cfg.level_column)
     enc = monitor._encoders[i]
     if cfg.cheap_level is not None:
-        return enc.code_of(cfg.cheap_level)
+        code = enc.code_of(cfg.cheap_level)
+        if code is None:  # "0" configured, 0 sent (or the reverse): match by text
+            text = str(cfg.cheap_level)
+            code = next((c for c in range(len(enc)) if str(enc.label(c)) == text), None)
+        return code
     ref = monitor._refs.get("default")
     source = ref.summary if ref is not None else None
     codes = source.cats[i].items()[0].tolist() if source is not None else list(range(len(enc)))

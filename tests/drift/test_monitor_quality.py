@@ -181,3 +181,20 @@ def test_memory_is_bounded_by_rollups() -> None:
     assert stats["panes_full"] <= 3 + 2 + 1 and stats["panes_detail"] <= 4
     assert stats["rollups"] <= 20 // 5 + 1 and stats["series_panes"] <= 21
     assert max(sizes[40:]) <= 1.2 * max(sizes[20:40])  # plateau, not growth
+
+
+def test_cheap_level_matches_by_text() -> None:
+    mon = Monitor(["region"], ["latency_ms"], level_column="level", cheap_level="0",
+                  confidence_column="confidence")
+    rng = np.random.default_rng(1)
+    n = 2000
+    frame = pd.DataFrame({"timestamp": T0 + rng.random(n) * 60,
+                          "region": rng.choice(["eu", "us"], n),
+                          "latency_ms": rng.lognormal(3, 0.4, n),
+                          "confidence": rng.random(n), "level": rng.choice([0, 1], n)})
+    mon.set_reference(frame)
+    mon.ingest(frame)
+    health = mon.cascade_health()
+    overall = next(r for r in health if r["region"] is None)
+    assert overall["cheap_fraction"] == pytest.approx((frame.level == 0).mean())
+    assert health.info["cheap_level"] == 0
