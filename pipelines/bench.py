@@ -121,9 +121,21 @@ def _hstack(blocks: list[Any]) -> Any:
 
 
 # --- one workload -----------------------------------------------------------------------------
+def in_batches(fn: Callable[[Any], Any], X: Any, batch_rows: int | None) -> Callable[[], Any]:
+    """A call of ``fn`` over all of ``X``, in one batch or in consecutive batches of ``batch_rows``."""
+    if batch_rows is None or batch_rows >= len(X):
+        return lambda: fn(X)
+    starts = range(0, len(X), batch_rows)
+    return lambda: [fn(X.iloc[s:s + batch_rows]) for s in starts]
+
+
 def measure(workload: Workload, opt: willump.OptimizedPipeline, *, repeats: int,
-            latency_rows: int, k: int, seed: int) -> dict[str, Any]:
-    """Everything the benchmark reports for one optimized workload (see the module docstring)."""
+            latency_rows: int, k: int, seed: int, batch_rows: int | None = None) -> dict[str, Any]:
+    """Everything the benchmark reports for one optimized workload (see the module docstring).
+
+    Throughput calls ``predict_proba`` on the whole test split at once, or on consecutive
+    batches of ``batch_rows`` rows (per-call overheads weigh more in small batches).
+    """
     X, y = workload.X_test, workload.y_test
     n = len(X)
     base = opt.baseline
@@ -139,11 +151,12 @@ def measure(workload: Workload, opt: willump.OptimizedPipeline, *, repeats: int,
 
     # batch throughput, and the cheapest level alone on every row (the limit)
     contenders: dict[str, Callable[[], Any]] = {
-        "baseline": lambda: base.predict_proba(X),
-        "optimized": lambda: opt.predict_proba(X),
+        "baseline": in_batches(base.predict_proba, X, batch_rows),
+        "optimized": in_batches(opt.predict_proba, X, batch_rows),
     }
     if opt.is_cascade:
-        contenders["cheapest_level"] = lambda: opt.run_levels(X, first=0, last=0)
+        contenders["cheapest_level"] = in_batches(lambda part: opt.run_levels(part, first=0, last=0),
+                                                  X, batch_rows)
     batch = side_by_side(contenders, repeats)
     med = {name: float(np.median(v)) for name, v in batch.items()}
 
@@ -223,6 +236,7 @@ def measure(workload: Workload, opt: willump.OptimizedPipeline, *, repeats: int,
         "levels": [{"groups": list(lv.groups), "threshold": lv.threshold} for lv in opt.levels],
         "expected_speedup": report.expected_speedup,
         "expected_speedup_row": report.expected_speedup_row,
+        "batch_rows": batch_rows or n,
         "batch_seconds": batch,
         "cost_us_per_row": {
             "full_pipeline": full_us,
@@ -313,7 +327,7 @@ def run_workload(name: str, args: argparse.Namespace) -> dict[str, Any]:
             print(opt.report(), flush=True)
             print(f"--- optimized in {optimize_s:.1f}s; measuring ({args.repeats} repeats) ...", flush=True)
             result = measure(workload, opt, repeats=args.repeats, latency_rows=args.latency_rows,
-                             k=args.k, seed=args.seed)
+                             k=args.k, seed=args.seed, batch_rows=args.batch_rows)
     except _Skip as skip:
         print(f"skipped: {skip}", flush=True)
         return {"name": name, "skipped": str(skip)}
@@ -397,8 +411,10 @@ def check_targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def render_markdown(doc: dict[str, Any]) -> str:
     lines = [
-        f"`{doc['command']}` — {doc['repeats']} repeats (medians), {doc['latency_rows']} single "
-        f"rows for latency, k={doc['k']}, seed {doc['seed']}; {doc['machine']['cpus']} CPUs, "
+        f"`{doc['command']}` — {doc['repeats']} repeats (medians), throughput on "
+        f"{'the whole test split per call' if doc['batch_rows'] is None else str(doc['batch_rows']) + '-row batches'}, "
+        f"{doc['latency_rows']} single rows for latency, k={doc['k']}, seed {doc['seed']}; "
+        f"{doc['machine']['cpus']} CPUs, "
         f"1-minute load average {doc['loadavg_start']} at start, {doc['loadavg_end']} at end "
         f"(shared machine); {doc['date']}.",
         "",
@@ -429,12 +445,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=None,
                         help="subsample each data set to this many rows before the split (default: "
                         f"all, except {DEFAULT_ROWS})")
+    parser.add_argument("--batch-rows", type=int, default=None,
+                        help="throughput in consecutive batches of this many rows (default: the "
+                        "whole test split in one call)")
     parser.add_argument("--seed", type=int, default=0, help="seed of splits, models and sampling")
     parser.add_argument("--data-dir", default=None, help="data sets folder (default $WILLUMP_DATASETS "
                         "or ../shared/datasets)")
     parser.add_argument("--verbose", action="store_true", help="show the optimizer's progress")
     args = parser.parse_args(argv)
-    for name in ("repeats", "latency_rows", "k"):
+    for name in ("repeats", "latency_rows", "k") + (("batch_rows",) if args.batch_rows is not None else ()):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.rows is not None and args.rows < 1000:
@@ -455,6 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "k": args.k,
         "seed": args.seed,
         "rows_limit": args.rows,
+        "batch_rows": args.batch_rows,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},
         "loadavg_start": loadavg(),
