@@ -8,21 +8,35 @@ import numpy as np
 import pytest
 
 import pipelines
-from pipelines import spam, toxic
+from pipelines import spam
 
 FAST = dict(verbose=False, profile_repeats=1, profile_single_rows=3, importance_repeats=1)
 
 
+ROWS = {"toxic": 4_000, "toxic3": 4_000, "spam": 3_000, "credit": 4_000, "adult": 4_000}
+
+
+@pytest.fixture(scope="module")
+def optimized(shared_datasets):
+    """Workloads built on small subsets and optimized once per module, by name."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            w = pipelines.build(name, data_dir=shared_datasets, seed=0, n_rows=ROWS[name])
+            cache[name] = (w, w.optimize(**FAST))
+        return cache[name]
+
+    return get
+
+
 @pytest.mark.datasets
-@pytest.mark.parametrize("name, rows", [
-    ("toxic", 4_000), ("toxic3", 4_000), ("spam", 3_000), ("credit", 4_000), ("adult", 4_000),
-])
-def test_workload_builds_and_optimizes(shared_datasets, name, rows):
-    w = pipelines.build(name, data_dir=shared_datasets, seed=0, n_rows=rows)
+@pytest.mark.parametrize("name", list(ROWS))
+def test_workload_builds_and_optimizes(optimized, name):
+    w, opt = optimized(name)
     assert w.name == name
-    assert len(w.X_train) + len(w.X_test) == rows
+    assert len(w.X_train) + len(w.X_test) == ROWS[name]
     assert set(w.groups) and w.metric in ("accuracy", "f1", "roc_auc")
-    opt = w.optimize(**FAST)
     report = opt.report()
     assert [g.name for g in report.groups] == list(w.groups)
     json.dumps(report.to_dict())
@@ -37,13 +51,12 @@ def test_workload_builds_and_optimizes(shared_datasets, name, rows):
 
 
 @pytest.mark.datasets
-def test_toxic_cascade_reads_words_before_characters(shared_datasets):
-    w = toxic.build(shared_datasets, n_rows=6_000)
-    opt = w.optimize(**FAST)
+def test_toxic_cascade_reads_words_before_characters(optimized):
+    _, opt = optimized("toxic")
     costs = {g.name: g.cost_batch_us for g in opt.report().groups}
     assert costs["char_tfidf"] > 3 * costs["word_tfidf"]
     assert opt.is_cascade and opt.levels[0].groups == ("word_tfidf",)
-    multi = toxic.build_multiclass(shared_datasets, n_rows=4_000)
+    multi, _ = optimized("toxic3")
     assert set(multi.y_train) == {"hate", "offensive", "neither"}
 
 
