@@ -85,7 +85,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .deploy import deploy
+    from .deploy import _ensure_ray, deploy
 
     stop = threading.Event()
 
@@ -93,22 +93,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"willump: received {signal.Signals(signum).name}, shutting down", flush=True)
         stop.set()
 
+    # ray.init installs its own signal handlers; ours go in right after it, so a signal at
+    # any later point (even mid-deploy) shuts Serve and Ray down in order.
+    started_ray = _ensure_ray(args.address, args.cpus, args.gpus)
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
-    app = deploy(
-        args.artifact, name=args.name, host=args.host, port=args.port, address=args.address,
-        cpus=args.cpus, gpus=args.gpus, rps=args.rps, p99_ms=args.p99_ms,
-        rows_per_request=args.rows_per_request, min_replicas=args.min_replicas,
-        max_replicas=args.max_replicas, monitor=_monitor_options(args), batching=not args.no_batching,
-        runtime=args.runtime, device=args.device,
-    )
-    print(app.plan, flush=True)
-    print(f"willump: serving {app.model_version} at {app.url} (Ctrl-C to stop)", flush=True)
+    app = None
     try:
+        app = deploy(
+            args.artifact, name=args.name, host=args.host, port=args.port, address=args.address,
+            cpus=args.cpus, gpus=args.gpus, rps=args.rps, p99_ms=args.p99_ms,
+            rows_per_request=args.rows_per_request, min_replicas=args.min_replicas,
+            max_replicas=args.max_replicas, monitor=_monitor_options(args),
+            batching=not args.no_batching, runtime=args.runtime, device=args.device,
+        )
+        print(app.plan, flush=True)
+        print(f"willump: serving {app.model_version} at {app.url} (Ctrl-C to stop)", flush=True)
         while not stop.wait(0.5):
             pass
     finally:
-        app.shutdown(stop_ray=app.started_ray)
+        if app is not None:
+            app.shutdown(stop_ray=started_ray)
+        elif started_ray:
+            import ray
+
+            ray.shutdown()
         print("willump: stopped", flush=True)
     return 0
 
