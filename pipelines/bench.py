@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
 import math
 import os
@@ -40,6 +39,7 @@ import willump
 from . import WORKLOADS, flights
 from . import build as build_workload
 from .datasets import REPO_ROOT, DatasetNotFoundError, datasets_available, datasets_dir
+from .timing import loadavg, percentile_ms, side_by_side, timed
 from .workload import Workload
 
 #: every workload the benchmark knows, in run order (flights_redis: flights over Redis)
@@ -61,37 +61,6 @@ OPTIMIZE_BUDGET_S = 120.0
 DEFAULT_ROWS = {"flights": flights.BENCH_ROWS, "flights_redis": flights.BENCH_ROWS}
 #: share of the full pipeline's cost above which "the model dominates" is said
 MODEL_DOMINATES_SHARE = 0.5
-
-
-# --- timing --------------------------------------------------------------------------------
-def loadavg() -> float | None:
-    """The 1-minute load average (None where the OS has none)."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:  # pragma: no cover - platform dependent
-        return None
-
-
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
-
-
-def side_by_side(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
-    """Seconds per call of each function, ``repeats`` rounds; the order rotates each round
-    so that a slow spell on the shared machine does not always hit the same contender."""
-    names = list(fns)
-    out: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(repeats):
-        gc.collect()
-        for n in names[r % len(names):] + names[: r % len(names)]:
-            out[n].append(timed(fns[n])[0])
-    return out
-
-
-def percentile_ms(samples: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(samples) * 1e3, q))
 
 
 # --- quality ------------------------------------------------------------------------------

@@ -9,8 +9,7 @@ or certify a plan.
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,8 +24,8 @@ TEST_SIZE = 0.25
 CONFIDENCE = 0.95
 #: default k for top-K queries
 TOP_K = 100
-#: a cascade must be expected to be faster than this multiple of the full pipeline to be kept
-MIN_CASCADE_SPEEDUP = 1.0
+#: training rows on which a certified cascade's speedup is re-measured (see pipelines.guard)
+REMEASURE_ROWS = 4096
 
 
 @dataclass
@@ -60,8 +59,9 @@ class Workload:
         """``willump.optimize`` with this workload's metric, max_loss, confidence, k and seed;
         keyword arguments override them (e.g. ``verbose=False``, ``profile_repeats=2``).
 
-        A cascade the optimizer expects to be *slower* than the full pipeline is replaced
-        by the full pipeline (see :func:`full_unless_faster`) unless ``keep_slower_cascade``.
+        A certified cascade that is not faster than the full pipeline, re-measured side by
+        side on up to REMEASURE_ROWS training rows, is replaced by the full pipeline (see
+        :func:`pipelines.guard.full_unless_faster`) unless ``keep_slower_cascade``.
         """
         kwargs: dict[str, Any] = dict(
             metric=self.metric, max_loss=self.max_loss, confidence=self.confidence,
@@ -72,7 +72,11 @@ class Workload:
         opt = willump.optimize(self.pipeline, self.model, self.X_train, self.y_train, **kwargs)
         if keep_slower_cascade:
             return opt
-        kept = full_unless_faster(opt)
+        from .guard import full_unless_faster
+
+        rng = np.random.default_rng(self.seed)
+        pick = np.sort(rng.choice(len(self.X_train), min(REMEASURE_ROWS, len(self.X_train)), replace=False))
+        kept = full_unless_faster(opt, self.X_train.iloc[pick])
         if verbose and kept is not opt:
             print(f"pipelines: {kept.report().reason}")
         return kept
@@ -115,41 +119,3 @@ def subsample(
     X_sub, _, y_sub, _ = train_test_split(X, y, train_size=n_rows, random_state=seed, stratify=y)
     return X_sub.reset_index(drop=True), y_sub
 
-
-def full_unless_faster(opt: willump.OptimizedPipeline,
-                       min_speedup: float = MIN_CASCADE_SPEEDUP) -> willump.OptimizedPipeline:
-    """The full pipeline in place of a certified cascade that is not expected to be faster.
-
-    willump.optimize returns the cheapest cascade within ``max_loss`` even when its
-    expected cost is above the full pipeline's (when the model, not the features,
-    dominates the cost, a cheap level costs as much as the full pipeline). Such a plan
-    only adds work, so this keeps the full pipeline instead, with a report that says
-    why; the top-K filter is kept (it is planned, and only used, when it is cheaper).
-    """
-    report = opt.report()
-    if report.plan != "cascade" or report.expected_speedup > min_speedup:
-        return opt
-    groups = list(opt.levels[-1].groups)
-    note = (
-        f"the certified cascade {' -> '.join(str(list(lv.groups)) for lv in opt.levels)} "
-        f"(threshold {opt.levels[0].threshold:.4f}, loss bound {report.loss_bound:.4f}) was "
-        f"expected at {report.expected_speedup:.2f}x, no faster than the full pipeline"
-    )
-    full = copy.copy(opt)
-    full.levels = [opt.levels[-1]]
-    full.report_ = replace(
-        report,
-        plan="full",
-        reason=f"full pipeline: {note} (its cheap level costs about as much as the full "
-        "pipeline: the model, not the features, dominates)",
-        loss=None,
-        loss_bound=None,
-        optimized_score=report.baseline_score,
-        expected_speedup=1.0,
-        expected_speedup_row=1.0,
-        groups=[replace(g, level=0) for g in report.groups],
-        levels=[replace(report.levels[-1], index=0, groups=groups, threshold=None, fraction_answered=1.0)],
-        models={k: v for k, v in report.models.items() if not k.startswith("level")},
-        notes=[*report.notes, f"pipelines.full_unless_faster: {note}; kept the full pipeline"],
-    )
-    return full

