@@ -103,6 +103,20 @@ class ModelStage:
                 "max_batch_size": self.max_batch_size}
 
 
+def _coerce(value: str) -> Any:
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
 @serve.deployment
 class MonitorStage:
     """The drift monitor as a deployment of its own, fed off the request path."""
@@ -133,7 +147,13 @@ class MonitorStage:
         if name not in self.QUERIES:
             return {"status": 404, "error": f"unknown monitor query {name!r}", "fields": []}
         method = getattr(self.monitor, name)
-        accepted = [p for p in inspect.signature(method).parameters if p != "self"]
+        signature = inspect.signature(method).parameters
+        accepted = [p for p in signature if p != "self"]
+        for key, value in list(params.items()):  # list-typed parameters arrive comma-separated
+            annotation = str(signature[key].annotation) if key in signature else ""
+            if isinstance(value, str) and ("Sequence" in annotation or "tuple" in annotation):
+                parts = [_coerce(v.strip()) for v in value.split(",") if v.strip()]
+                params[key] = tuple(parts) if "tuple" in annotation else parts
         unknown = sorted(set(params) - set(accepted))
         if unknown:
             return {"status": 422, "error": f"unknown query parameter(s) {unknown} for {name}",
@@ -171,20 +191,6 @@ def _validation_fields(exc: ValidationError) -> list[dict[str, str]]:
         loc = ".".join(str(p) for p in err.get("loc", ()))
         out.append({"field": loc or "body", "error": err.get("msg", "invalid")})
     return out
-
-
-def _coerce(value: str) -> Any:
-    low = value.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
 
 
 def _openapi(fastapi_app: FastAPI, schema: RowSchema) -> dict[str, Any]:

@@ -104,6 +104,10 @@ def monitor_settings(monitor: dict[str, Any] | None, opt: OptimizedPipeline) -> 
     options = dict(monitor)
     options.pop("reference", None)
     inputs = set(opt.pipeline.graph.input_columns)
+    sample_columns = set(getattr(opt.sample_rows_, "columns", []))
+    missing = [c for c in [*options.get("features", []), *options.get("buckets", {})] if c not in sample_columns]
+    if missing:
+        raise ValueError(f"monitor features/buckets {missing} are not input columns of the pipeline")
     wanted = list(options.pop("attributes", []))
     request_attributes = list(options.pop("request_attributes", []))
     buckets = dict(options.pop("buckets", {}))
@@ -259,7 +263,9 @@ def deploy(
         ).bind(monitor_config, reference)
     graph = opt.pipeline.graph
     required = sorted({c for cols in graph.columns.values() for c in cols})
-    optional = [a for a in record_config.get("input_attributes", []) if a not in required]
+    monitored = [*record_config.get("input_attributes", []), *record_config.get("features", []),
+                 *record_config.get("buckets", {})]
+    optional = [c for c in dict.fromkeys(monitored) if c not in required]
     schema = RowSchema.from_sample(opt.sample_rows_, required, optional)
     version = bundle_version(bundle)
     info = {

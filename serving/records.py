@@ -53,7 +53,9 @@ def build_records(
     records["score"] = proba[:, -1] if proba.size else np.zeros(n)
     records["error"] = 1.0 if error else 0.0
     for column in config.get("features", ()):
-        records[column] = frame[column].to_numpy()
+        values = frame[column]
+        numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+        records[column] = values.to_numpy(dtype=float) if numeric else values.astype(str).to_numpy()
     return records
 
 

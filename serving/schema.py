@@ -156,8 +156,8 @@ class RowSchema:
         if errors:
             raise RequestError(422, "rows have invalid values", errors)
         frame = pd.DataFrame(data)
-        for name in self.optional:
-            frame[name] = [row.get(name) for row in rows]
+        for name in self.optional:  # dtype inferred from the values sent
+            frame[name] = pd.Series([row.get(name) for row in rows], index=frame.index)
         return frame
 
     @staticmethod

@@ -223,7 +223,10 @@ def _columns_read(pipeline, graph: Graph, sample, blocks, deterministic: set[str
         values = sample[col].to_numpy()
         shifted = np.roll(values, 1)
         if _same_values(values, shifted):
-            continue  # constant in the sample: nothing can tell who reads it
+            # constant in the sample: shifting cannot tell, so drop it and see who fails
+            for g in _groups_failing_without(pipeline, graph, sample.drop(columns=[col]), blocks):
+                columns[g].append(str(col))
+            continue
         perturbed = sample.copy()
         perturbed[col] = pd.Series(shifted, index=sample.index, dtype=sample[col].dtype)
         try:
@@ -239,6 +242,20 @@ def _columns_read(pipeline, graph: Graph, sample, blocks, deterministic: set[str
             if g in deterministic:
                 columns[g].append(str(col))
     return columns
+
+
+def _groups_failing_without(pipeline, graph: Graph, reduced: pd.DataFrame, blocks) -> list[str]:
+    """Groups that raise or change when computed alone on rows lacking a column."""
+    failing = []
+    rows = len(reduced)
+    for g in graph.groups:
+        try:
+            res = pipeline.execute(reduced, needed=graph.needed_nodes([g]))
+            if not _close(to_block(res.outputs[graph.position[g]], rows, g), blocks[g]):
+                failing.append(g)
+        except Exception:  # any failure means the group needs the column
+            failing.append(g)
+    return failing
 
 
 def _same_values(a: np.ndarray, b: np.ndarray) -> bool:

@@ -65,6 +65,7 @@ def optimize(
     max_loss: float = 0.005,
     confidence: float = 0.95,
     bound: str = "bootstrap",
+    cost_mode: str = "batch",
     top_k: int | None = 100,
     topk_precision: float = 0.95,
     topk_quantile: float = 0.99,
@@ -106,6 +107,11 @@ def optimize(
     precision@k >= ``topk_precision`` in ``topk_quantile`` of bootstrap resamples
     (``top_k`` is the k used to choose the filter; any k works at query time).
 
+    ``cost_mode`` chooses which measured cost the plan minimizes: per row at batch
+    size ("batch", throughput serving, default) or per one-row call ("row", latency
+    serving, where fixed per-call costs such as remote lookups dominate). Candidate
+    group subsets are chosen under the same cost.
+
     ``keep_sample`` keeps up to SAMPLE_ROWS held-out input rows with the result (and
     its artifact) for serving's request schema and stage profiling; pass False when
     the artifact must not carry any input data.
@@ -117,6 +123,8 @@ def optimize(
             raise TypeError("model is required (the pipeline does not carry one)")
     _validate(pipeline, model, X, y, max_loss, confidence, bound, metric, holdout, certify_share,
               top_k, topk_precision, topk_quantile, max_levels, n_bootstrap)
+    if cost_mode not in ("batch", "row"):
+        raise ValueError(f"cost_mode must be 'batch' or 'row', got {cost_mode!r}")
     metric_obj = resolve_metric(metric)
     if bound == "exact" and metric_obj.name != "accuracy":
         raise ValueError("bound='exact' is available for metric='accuracy' only; use 'bootstrap'")
@@ -159,7 +167,8 @@ def optimize(
         )
 
     with _step(timings, "small models", verbose):
-        candidates = candidate_subsets(graph, costs.batch, importance.mean, max_candidates=max_candidates)
+        candidates = candidate_subsets(graph, costs.per_row(cost_mode), importance.mean,
+                                       max_candidates=max_candidates)
         small: dict[tuple[str, ...], Any] = {}
         probas: dict[str, dict[tuple[str, ...], np.ndarray]] = {"select": {}, "cert": {}}
         for subset in tqdm(candidates, desc="willump: small models", disable=not verbose, leave=False):
@@ -177,7 +186,7 @@ def optimize(
         grids = {subset: threshold_grid(probas["select"][subset].max(axis=1)) for subset in small}
         selector = _evaluator(metric_obj, y_idx["select"], classes, full_proba["select"],
                               N_BOOTSTRAP_SELECT, confidence, bound, graph, costs, seed)
-        chosen, table = select_plan(selector, chains, probas["select"], grids, max_loss)
+        chosen, table = select_plan(selector, chains, probas["select"], grids, max_loss, cost_mode)
         accepted, tested = None, []
         if chosen is not None:
             certifier = _evaluator(metric_obj, y_idx["cert"], classes, full_proba["cert"],
@@ -196,7 +205,7 @@ def optimize(
         pipeline, graph, groups, costs, importance, levels, accepted, reason, metric_obj, max_loss,
         confidence, bound, table, tested, topk_row, full_proba, probas, y_idx, classes, small,
         {"train": len(train), "selection": len(select), "certification": len(cert)}, timings, notes,
-        full_model,
+        full_model, cost_mode,
     )
     timings["total"] = time.perf_counter() - started
     opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk_filter, report, seed)
@@ -358,7 +367,7 @@ def _plan_topk(top_k, small, probas, full_proba, graph, costs, precision, quanti
 
 def _report(pipeline, graph, groups, costs, importance, levels, accepted, reason, metric, max_loss,
             confidence, bound, table, tested, topk_row, full_proba, probas, y_idx, classes, small,
-            splits, timings, notes, full_model) -> Report:
+            splits, timings, notes, full_model, cost_mode) -> Report:
     base_batch = full_cost(graph, costs, "batch")
     base_row = full_cost(graph, costs, "row")
     first_level = {}
@@ -420,8 +429,8 @@ def _report(pipeline, graph, groups, costs, importance, levels, accepted, reason
         limit_speedup=base_batch / first_cost if first_cost > 0 else 1.0,
         groups=group_rows,
         levels=level_rows,
-        candidates=[_candidate_row(s, base_batch) for s in table],
-        certification=[_candidate_row(s, base_batch) for s in tested],
+        candidates=[_candidate_row(s, base_batch, base_row) for s in table],
+        certification=[_candidate_row(s, base_batch, base_row) for s in tested],
         topk=topk_row,
         splits=splits,
         models=models,
@@ -431,9 +440,10 @@ def _report(pipeline, graph, groups, costs, importance, levels, accepted, reason
         | {"<body>": 1e6 * costs.batch.get(BODY, 0.0)},
         timings_s=timings,
         notes=notes,
+        cost_mode=cost_mode,
     )
 
 
-def _candidate_row(sweep: Sweep, base_batch: float) -> CandidateRow:
+def _candidate_row(sweep: Sweep, base_batch: float, base_row: float) -> CandidateRow:
     return CandidateRow(describe(sweep.chain), sweep.threshold, sweep.bound.point, sweep.bound.upper,
-                        base_batch / sweep.cost_batch)
+                        base_batch / sweep.cost_batch, base_row / sweep.cost_row)

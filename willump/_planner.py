@@ -203,21 +203,29 @@ class Evaluator:
         )
 
 
-def select_plan(evaluator: Evaluator, chains, probas, grids, max_loss: float) -> tuple[Sweep | None, list[Sweep]]:
-    """Cheapest (chain, threshold) whose bound on this split is within max_loss."""
+def select_plan(
+    evaluator: Evaluator, chains, probas, grids, max_loss: float, cost_mode: str = "batch"
+) -> tuple[Sweep | None, list[Sweep]]:
+    """Cheapest (chain, threshold) whose bound on this split is within max_loss.
+
+    ``cost_mode`` picks the cost that decides: per row at batch size ("batch", for
+    throughput serving) or for one-row calls ("row", for latency serving).
+    """
+
+    def cost(sweep: Sweep) -> float:
+        return sweep.cost_batch if cost_mode == "batch" else sweep.cost_row
+
     best: Sweep | None = None
     table: list[Sweep] = []
     for chain in chains:
         chain_best = None
         for t in grids[chain[0]]:
             sweep = evaluator.evaluate(chain, probas, t)
-            if sweep.bound.upper <= max_loss and (
-                chain_best is None or sweep.cost_batch < chain_best.cost_batch
-            ):
+            if sweep.bound.upper <= max_loss and (chain_best is None or cost(sweep) < cost(chain_best)):
                 chain_best = sweep
         if chain_best is not None:
             table.append(chain_best)
-            if best is None or chain_best.cost_batch < best.cost_batch:
+            if best is None or cost(chain_best) < cost(best):
                 best = chain_best
     return best, table
 

@@ -38,6 +38,7 @@ class CandidateRow:
     loss: float
     loss_bound: float
     expected_speedup: float
+    expected_speedup_row: float = 1.0
 
 
 @dataclass
@@ -81,6 +82,7 @@ class Report:
     node_costs_us: dict[str, float]
     timings_s: dict[str, float]
     notes: list[str] = field(default_factory=list)
+    cost_mode: str = "batch"  # which cost chose the plan: "batch" or "row"
 
     def to_dict(self) -> dict[str, Any]:
         return _finite(asdict(self))
@@ -112,7 +114,7 @@ class Report:
             )
         lines.append(
             f"  expected speedup {self.expected_speedup:.2f}x batch, {self.expected_speedup_row:.2f}x "
-            f"one row (limit {self.limit_speedup:.1f}x)"
+            f"one row (limit {self.limit_speedup:.1f}x); plan chosen by {self.cost_mode} cost"
         )
         lines.append("")
         lines.append(_table(
@@ -139,9 +141,9 @@ class Report:
             lines.append("")
             lines.append("  candidate plans (selection split, best threshold each):")
             lines.append(_table(
-                ["chain", "threshold", "loss", "bound", "speedup"],
+                ["chain", "threshold", "loss", "bound", "speedup batch", "speedup 1 row"],
                 [[c.chain, f"{c.threshold:.4f}", f"{c.loss:+.4f}", f"{c.loss_bound:.4f}",
-                  f"{c.expected_speedup:.2f}x"] for c in self.candidates],
+                  f"{c.expected_speedup:.2f}x", f"{c.expected_speedup_row:.2f}x"] for c in self.candidates],
             ))
         if self.topk is not None:
             t = self.topk

@@ -219,3 +219,22 @@ def test_feature_outside_a_pipeline_is_the_plain_function(rows):
 def test_non_callable_is_rejected():
     with pytest.raises(TypeError, match="needs a function"):
         willump.feature(3)
+
+
+def test_constant_column_reads_are_found(rows):
+    frame = rows.assign(year=2013)
+
+    @willump.feature
+    def dated(f):
+        return (f[["a"]].to_numpy() + f["year"].to_numpy()[:, None] - 2013)
+
+    @willump.feature
+    def plain(f):
+        return f[["b"]].to_numpy()
+
+    @willump.pipeline
+    def p(f):
+        return [dated(f), plain(f)]
+
+    graph = p.capture(frame)
+    assert graph.columns == {"dated": ["a", "year"], "plain": ["b"]}
