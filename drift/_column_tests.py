@@ -224,9 +224,6 @@ class SortedSample:
         res_out = self._summary(self.wc - c, self.wr - r, self.cum_c - cum_c, self.cum_r - cum_r)
         return res_in, res_out
 
-    def overall(self) -> dict[str, Any]:
-        return self._summary(self.wc, self.wr, self.cum_c, self.cum_r)
-
 
 def weighted_categorical_test(
     cur_codes: np.ndarray, w_cur: np.ndarray, ref_codes: np.ndarray, w_ref: np.ndarray

@@ -69,6 +69,8 @@ def iso(ts: float | None) -> str | None:
 class IngestReceipt:
     """What one `ingest` call did.
 
+    panes / closed_panes: pane ids (floor(timestamp / pane_seconds)) the batch touched / that
+    closed during the call. late_dropped: rows too late to merge (see Monitor.stats()).
     durable: every row of this batch is committed to disk (always True with
     durability='batch'; with durability='pane' only once the rows' panes closed).
     durable_through: every row with a timestamp before this (epoch seconds) is committed.
@@ -289,7 +291,8 @@ class Monitor:
 
     @property
     def references(self) -> list[str]:
-        return sorted(self._refs)
+        """Names of usable references (an auto reference still filling is not listed)."""
+        return sorted(n for n, r in self._refs.items() if not r.info.get("pending"))
 
     @property
     def schema(self) -> Schema:

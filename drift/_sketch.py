@@ -431,11 +431,3 @@ def wasserstein(a: QuantileSketch, b: QuantileSketch) -> tuple[float, float]:
     estimate = float(np.sum(cdf_gap * np.diff(values)))
     bound = a.relative_accuracy * (a.mean_abs + b.mean_abs) + 2.0 * a.min_value
     return estimate, float(bound)
-
-
-def merged(sketches: list[QuantileSketch], template: QuantileSketch) -> QuantileSketch:
-    """A new sketch holding the union of `sketches` (template supplies parameters)."""
-    out = QuantileSketch(template.relative_accuracy, template.min_value, template.max_bins)
-    for s in sketches:
-        out.merge(s)
-    return out
