@@ -12,7 +12,10 @@ top-K, the fraction of rows answered at each cascade level, and the limit speedu
 shared, so read the ratios (measured side by side) rather than absolute rates.
 
 It prints a markdown table and a target check, and writes JSON (default
-bench-results/bench.json) and the markdown beside it.
+bench-results/bench.json) and the markdown beside it. In the JSON, ``loss_bound`` is
+the optimizer's certified bound, and 0 when the plan is the full pipeline (nothing is
+approximated); ``limit_speedup_source`` says whether the limit was measured or taken
+from the cost model (no cascade to measure).
 """
 
 from __future__ import annotations
