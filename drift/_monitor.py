@@ -947,7 +947,12 @@ class Monitor:
             return int(total)
 
     def stats(self) -> dict[str, Any]:
-        """Counters and sizes, JSON-ready."""
+        """Counters and sizes, JSON-ready.
+
+        rows_ingested counts rows accepted since creation (after a restart: as of the last
+        commit, which with durability='pane' may include rows of an open pane that was lost);
+        rows_retained counts rows in the state actually held.
+        """
         with self._lock:
             nonfinite = {}
             missing = {}
