@@ -26,6 +26,7 @@ from ._planner import (
     full_cost,
     select_plan,
     subset_cost,
+    sweep_cost,
     threshold_grid,
     topk_cost,
     topk_ratio,
@@ -66,6 +67,9 @@ def optimize(
     confidence: float = 0.95,
     bound: str = "bootstrap",
     cost_mode: str = "batch",
+    min_speedup: float = 1.0,
+    verify_speedup: bool = True,
+    small_model: Any = None,
     top_k: int | None = 100,
     topk_precision: float = 0.95,
     topk_quantile: float = 0.99,
@@ -112,6 +116,17 @@ def optimize(
     serving, where fixed per-call costs such as remote lookups dominate). Candidate
     group subsets are chosen under the same cost.
 
+    **Never slower.** A cascade is a plan only if its expected cost is below the full
+    pipeline's divided by ``min_speedup``; with ``verify_speedup`` the certified
+    cascade is then timed side by side with the full pipeline on held-out rows and
+    dropped (the full pipeline serves, and the report says why) unless it measures at
+    least ``min_speedup``.
+
+    ``small_model`` is the model of the cheap levels: None (the user's model class and
+    settings), an estimator (cloned per level), or a callable ``groups -> estimator``;
+    a smaller model (fewer trees, say) is what makes a cascade pay when the model,
+    not the features, dominates the cost.
+
     ``keep_sample`` keeps up to SAMPLE_ROWS held-out input rows with the result (and
     its artifact) for serving's request schema and stage profiling; pass False when
     the artifact must not carry any input data.
@@ -125,6 +140,8 @@ def optimize(
               top_k, topk_precision, topk_quantile, max_levels, n_bootstrap)
     if cost_mode not in ("batch", "row"):
         raise ValueError(f"cost_mode must be 'batch' or 'row', got {cost_mode!r}")
+    if not min_speedup > 0:
+        raise ValueError(f"min_speedup must be positive, got {min_speedup}")
     metric_obj = resolve_metric(metric)
     if bound == "exact" and metric_obj.name != "accuracy":
         raise ValueError("bound='exact' is available for metric='accuracy' only; use 'bootstrap'")
@@ -172,7 +189,10 @@ def optimize(
         small: dict[tuple[str, ...], Any] = {}
         probas: dict[str, dict[tuple[str, ...], np.ndarray]] = {"select": {}, "cert": {}}
         for subset in tqdm(candidates, desc="willump: small models", disable=not verbose, leave=False):
-            fitted = new_model(model, seed).fit(hstack([blocks["train"][g] for g in subset]), labels[train])
+            template = small_model(subset) if callable(small_model) and not hasattr(small_model, "fit") \
+                else (small_model if small_model is not None else model)
+            check_model(template, "small_model")
+            fitted = new_model(template, seed).fit(hstack([blocks["train"][g] for g in subset]), labels[train])
             if not np.array_equal(np.asarray(fitted.classes_), classes):
                 notes.append(f"small model on {list(subset)} saw other classes; candidate dropped")
                 continue
@@ -186,12 +206,23 @@ def optimize(
         grids = {subset: threshold_grid(probas["select"][subset].max(axis=1)) for subset in small}
         selector = _evaluator(metric_obj, y_idx["select"], classes, full_proba["select"],
                               N_BOOTSTRAP_SELECT, confidence, bound, graph, costs, seed)
-        chosen, table = select_plan(selector, chains, probas["select"], grids, max_loss, cost_mode)
+        full_cost_mode = full_cost(graph, costs, cost_mode)
+        max_cost = full_cost_mode / min_speedup
+        chosen, table = select_plan(selector, chains, probas["select"], grids, max_loss, cost_mode,
+                                    max_cost)
         accepted, tested = None, []
         if chosen is not None:
             certifier = _evaluator(metric_obj, y_idx["cert"], classes, full_proba["cert"],
                                    n_bootstrap, confidence, bound, graph, costs, seed + 1)
             accepted, tested = certify(certifier, chosen.chain, probas["cert"], grids[chosen.chain[0]], max_loss)
+        slow_reason = None
+        if accepted is not None and sweep_cost(accepted, cost_mode) >= max_cost:
+            slow_reason = (
+                f"full pipeline: the certified cascade {describe(accepted.chain)} (threshold "
+                f"{accepted.threshold:.4f}) is expected at {full_cost_mode / sweep_cost(accepted, cost_mode):.2f}x "
+                f"({cost_mode} cost), below min_speedup {min_speedup:g}"
+            )
+            accepted = None
 
     with _step(timings, "top-k", verbose):
         topk_filter, topk_row = _plan_topk(
@@ -200,19 +231,66 @@ def optimize(
 
     baseline = BaselinePipeline(pipeline, full_model, classes)
     levels = _levels(accepted, small, full_model, groups)
-    reason = _reason(chosen, accepted, tested, candidates, small, max_loss)
+    reason = slow_reason or _reason(chosen, accepted, tested, candidates, small, max_loss)
+    measured = None
+    if accepted is not None and verify_speedup:
+        with _step(timings, "verify", verbose):
+            trial = OptimizedPipeline(pipeline, levels, classes, baseline, None, None, seed)
+            measured = measure_speedup(trial, rows["select"], cost_mode, rng)
+        if measured < min_speedup:
+            reason = (
+                f"full pipeline: the certified cascade {describe(accepted.chain)} (threshold "
+                f"{accepted.threshold:.4f}, loss bound {accepted.bound.upper:.4f}) measured "
+                f"{measured:.2f}x against the full pipeline on held-out rows ({cost_mode} mode), "
+                f"below min_speedup {min_speedup:g}"
+            )
+            notes.append(reason)
+            accepted = None
+            levels = _levels(None, small, full_model, groups)
     report = _report(
         pipeline, graph, groups, costs, importance, levels, accepted, reason, metric_obj, max_loss,
         confidence, bound, table, tested, topk_row, full_proba, probas, y_idx, classes, small,
         {"train": len(train), "selection": len(select), "certification": len(cert)}, timings, notes,
         full_model, cost_mode,
     )
+    report.measured_speedup = measured
     timings["total"] = time.perf_counter() - started
     opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk_filter, report, seed)
     opt.sample_rows_ = take(X, select[:SAMPLE_ROWS]) if keep_sample else None
     if verbose:
         print(report)
     return opt
+
+
+#: held-out rows the certified cascade is timed on (batch mode), against the full pipeline
+VERIFY_ROWS = 2048
+#: single rows timed in row mode
+VERIFY_SINGLE_ROWS = 100
+#: interleaved timing rounds (medians)
+VERIFY_REPEATS = 3
+
+
+def measure_speedup(opt: OptimizedPipeline, rows: Any, cost_mode: str, rng: np.random.Generator,
+                    repeats: int = VERIFY_REPEATS) -> float:
+    """Full pipeline time over cascade time on held-out rows, timed side by side
+    (interleaved rounds, medians): whole batches in batch mode, one row per call in row mode."""
+    n = n_rows(rows)
+    if cost_mode == "batch":
+        pick = np.sort(rng.choice(n, min(VERIFY_ROWS, n), replace=False))
+        calls = [take(rows, pick)]
+    else:
+        pick = rng.choice(n, min(VERIFY_SINGLE_ROWS, n), replace=False)
+        calls = [take(rows, np.array([i])) for i in pick]
+    opt.baseline.predict_proba(calls[0])  # warm both paths
+    opt.predict_proba(calls[0])
+    full_times, cascade_times = [], []
+    for _ in range(repeats):
+        for fn, out in ((opt.baseline.predict_proba, full_times), (opt.predict_proba, cascade_times)):
+            start = time.perf_counter()
+            for call in calls:
+                fn(call)
+            out.append(time.perf_counter() - start)
+    return float(np.median(full_times) / np.median(cascade_times))
 
 
 # --- helpers ---------------------------------------------------------------------------

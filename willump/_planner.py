@@ -203,17 +203,24 @@ class Evaluator:
         )
 
 
+def sweep_cost(sweep: Sweep, cost_mode: str) -> float:
+    """The expected cost that decides: per row at batch size, or per one-row call."""
+    return sweep.cost_batch if cost_mode == "batch" else sweep.cost_row
+
+
 def select_plan(
-    evaluator: Evaluator, chains, probas, grids, max_loss: float, cost_mode: str = "batch"
+    evaluator: Evaluator, chains, probas, grids, max_loss: float, cost_mode: str = "batch",
+    max_cost: float = float("inf"),
 ) -> tuple[Sweep | None, list[Sweep]]:
-    """Cheapest (chain, threshold) whose bound on this split is within max_loss.
+    """Cheapest (chain, threshold) whose bound on this split is within max_loss and whose
+    expected cost is below ``max_cost`` (a cascade that does not pay is no plan).
 
     ``cost_mode`` picks the cost that decides: per row at batch size ("batch", for
     throughput serving) or for one-row calls ("row", for latency serving).
     """
 
     def cost(sweep: Sweep) -> float:
-        return sweep.cost_batch if cost_mode == "batch" else sweep.cost_row
+        return sweep_cost(sweep, cost_mode)
 
     best: Sweep | None = None
     table: list[Sweep] = []
@@ -221,7 +228,9 @@ def select_plan(
         chain_best = None
         for t in grids[chain[0]]:
             sweep = evaluator.evaluate(chain, probas, t)
-            if sweep.bound.upper <= max_loss and (chain_best is None or cost(sweep) < cost(chain_best)):
+            if sweep.bound.upper <= max_loss and cost(sweep) < max_cost and (
+                chain_best is None or cost(sweep) < cost(chain_best)
+            ):
                 chain_best = sweep
         if chain_best is not None:
             table.append(chain_best)

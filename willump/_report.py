@@ -83,6 +83,7 @@ class Report:
     timings_s: dict[str, float]
     notes: list[str] = field(default_factory=list)
     cost_mode: str = "batch"  # which cost chose the plan: "batch" or "row"
+    measured_speedup: float | None = None  # the certified cascade timed against the full pipeline
 
     def to_dict(self) -> dict[str, Any]:
         return _finite(asdict(self))
@@ -115,6 +116,7 @@ class Report:
         lines.append(
             f"  expected speedup {self.expected_speedup:.2f}x batch, {self.expected_speedup_row:.2f}x "
             f"one row (limit {self.limit_speedup:.1f}x); plan chosen by {self.cost_mode} cost"
+            + ("" if self.measured_speedup is None else f"; measured {self.measured_speedup:.2f}x")
         )
         lines.append("")
         lines.append(_table(

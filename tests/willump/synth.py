@@ -27,8 +27,12 @@ def make_rows(n: int, seed: int, weights=(3.0, 0.7, 0.3), n_classes: int = 2):
     return df, np.asarray(y)
 
 
+#: set False to skip the cost sleeps (e.g. when scoring many fresh rows in a test)
+SLEEPING = True
+
+
 def _sleep_rows(seconds_per_row: float, rows: int) -> None:
-    if seconds_per_row > 0:
+    if seconds_per_row > 0 and SLEEPING:
         time.sleep(seconds_per_row * rows)
 
 
@@ -68,3 +72,19 @@ def fast_bc(df):
 def no_sleep(df):
     """Same signal as three_groups, without the sleeps (for many quick runs)."""
     return [fast_a(df), fast_bc(df)]
+
+
+#: per-row cost (seconds) of the calibration pipeline's expensive group
+CALIBRATION_COST = 5e-6
+
+
+@willump.feature
+def slow_bc(df):
+    _sleep_rows(CALIBRATION_COST, len(df))
+    return df[["b", "c"]].to_numpy()
+
+
+@willump.pipeline
+def calibration(df):
+    """Same signal as no_sleep, with an expensive second group so that cascades pay."""
+    return [fast_a(df), slow_bc(df)]

@@ -190,3 +190,60 @@ def test_progress_is_silenced(task, capsys):
     willump.optimize(no_sleep, LogisticRegression(), X, y, **FAST)
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == ""
+
+
+@willump.feature
+def per_call_lookup(df):
+    time.sleep(0.002)  # one round trip per call, whatever the batch size: a remote lookup
+    return df[["b", "c"]].to_numpy()
+
+
+@willump.feature
+def local_a(df):
+    return df[["a"]].to_numpy()
+
+
+@willump.pipeline
+def remote_pipeline(df):
+    return [local_a(df), per_call_lookup(df)]
+
+
+def test_row_cost_mode_plans_for_one_row_calls(task):
+    X, y = task
+    opt = willump.optimize(remote_pipeline, LogisticRegression(), X, y, max_loss=0.02, cost_mode="row",
+                           **FAST)
+    report = opt.report()
+    assert report.cost_mode == "row" and report.plan == "cascade"
+    assert report.expected_speedup_row > 1.5
+    assert report.measured_speedup is not None and report.measured_speedup > 1.2
+    with pytest.raises(ValueError, match="cost_mode"):
+        willump.optimize(remote_pipeline, LogisticRegression(), X, y, cost_mode="fast", **FAST)
+
+
+def test_a_cascade_that_does_not_pay_is_not_kept(task):
+    X, y = task
+    # every group equally cheap: no subset can be meaningfully cheaper than the full pipeline
+    opt = willump.optimize(no_sleep, LogisticRegression(), X, y, max_loss=0.05, min_speedup=3.0, **FAST)
+    report = opt.report()
+    assert report.plan == "full" and len(opt.levels) == 1
+    assert "min_speedup 3" in report.reason or "at any threshold" in report.reason
+
+
+def test_small_model_settings(task):
+    X, y = task
+    seen = []
+
+    def factory(groups):
+        seen.append(groups)
+        return LogisticRegression(C=0.1)
+
+    opt = willump.optimize(three_groups, LogisticRegression(), X, y, max_loss=0.02, small_model=factory,
+                           **FAST)
+    assert seen and all(isinstance(g, tuple) for g in seen)
+    assert all(lv.model.C == 0.1 for lv in opt.levels[:-1])
+    assert opt.levels[-1].model.C == 1.0
+    opt = willump.optimize(three_groups, LogisticRegression(), X, y, max_loss=0.02,
+                           small_model=LGBMClassifier(n_estimators=10, verbose=-1), **FAST)
+    assert all(type(lv.model).__name__ == "LGBMClassifier" for lv in opt.levels[:-1])
+    with pytest.raises(TypeError, match="small_model"):
+        willump.optimize(three_groups, LogisticRegression(), X, y, small_model=object(), **FAST)
