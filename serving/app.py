@@ -23,7 +23,17 @@ from ray import serve
 
 from .metrics import ServingMetrics
 from .records import RecordBuffer, build_records
-from .runtime import Bundle, StageRunner, load_bundle, merge_chunks, place_models, split_rows
+from .runtime import (
+    Bundle,
+    StageRunner,
+    concat_blocks,
+    concat_rows,
+    load_bundle,
+    merge_chunks,
+    place_models,
+    split_outputs,
+    split_rows,
+)
 from .schema import (
     MAX_BODY_BYTES,
     MAX_ROWS,
@@ -40,10 +50,19 @@ from .stages import StageSpec
 
 #: times a stage call is retried when its replica died mid-call (predictions are idempotent)
 STAGE_RETRIES = 2
+#: batches a stage replica runs at once (in threads): waits on remote feature lookups overlap,
+#: and one slow lookup does not hold up every other request's batch
+CONCURRENT_BATCHES = 4
+#: most unsure rows the ingress merges into one call to the expensive stage
+INGRESS_BATCH_ROWS = 256
 
 
 def _rows_in(items: list) -> int:
     return sum(len(rows) for rows, _ in items)
+
+
+def len_rows(frames: list) -> int:
+    return sum(len(f) for f in frames)
 
 
 @serve.deployment
@@ -85,7 +104,8 @@ class ModelStage:
         out["replica"] = self.replica
         return out
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002, batch_size_fn=_rows_in)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002, batch_size_fn=_rows_in,
+                 max_concurrent_batches=CONCURRENT_BATCHES)
     async def run_batch(self, items: list) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.runner.run_many, items)
 
@@ -212,6 +232,35 @@ def _openapi(fastapi_app: FastAPI, schema: RowSchema) -> dict[str, Any]:
     return doc
 
 
+class _LocalMethod:
+    """Looks like a handle method: ``.remote(*args)`` returns an awaitable (a thread)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args: Any):
+        return asyncio.to_thread(self.fn, *args)
+
+
+class LocalStage:
+    """A stage run inside the ingress process (layout="fused"): no hop for the cheap
+    levels, which answer most rows; only unsure rows travel to the expensive stage."""
+
+    def __init__(self, bundle: Bundle, spec: StageSpec, device: str = "cpu", runtime: str = "native"):
+        opt = load_bundle(bundle)
+        self.notes = place_models(opt, device, runtime)
+        self.runner = StageRunner(opt, spec)
+        self.run = _LocalMethod(self._run)
+        self.topk_filter = _LocalMethod(self.runner.topk_filter)
+        self.topk_rank = _LocalMethod(self.runner.topk_rank)
+        self.full_scores = _LocalMethod(self.runner.full_scores)
+
+    def _run(self, rows: pd.DataFrame, blocks: dict | None = None) -> dict[str, Any]:
+        out = self.runner.run(rows, blocks)
+        out["replica"] = "ingress"
+        return out
+
+
 # Serve pickles deployment classes when they are decorated: every helper a method uses
 # must be defined above this line.
 @serve.deployment
@@ -225,12 +274,16 @@ class Ingress:
         second: Any | None,
         monitor: Any | None,
         info: dict[str, Any],
+        local_first: dict[str, Any] | None = None,
     ):
+        if local_first is not None:  # layout="fused": the cheap stage runs in this process
+            first = LocalStage(**local_first)
         self.first = first
         self.second = second
         self.monitor = monitor
         self.info = info
         self.name = info["name"]
+        self.first_stage = "cheap" if second is not None else info["stages"][0]
         self.version = info["model_version"]
         self.classes = np.asarray(info["classes"], dtype=object)
         self.schema = RowSchema.from_dict(info["schema"])
@@ -295,6 +348,23 @@ class Ingress:
             self.metrics.requests.labels(self.name, route, str(status)).inc()
             self.metrics.latency.labels(self.name, route).observe(time.perf_counter() - start)
 
+    @serve.batch(max_batch_size=INGRESS_BATCH_ROWS, batch_wait_timeout_s=0.0, batch_size_fn=len_rows,
+                 max_concurrent_batches=CONCURRENT_BATCHES)
+    async def _first_batch(self, frames: list) -> list[dict[str, Any]]:
+        """Rows of concurrent requests go to the first stage in one call (one hop per batch)."""
+        merged = await self._call(self.first, self.first_stage, "run", concat_rows(frames), None)
+        return split_outputs(merged, [len(f) for f in frames])
+
+    @serve.batch(max_batch_size=INGRESS_BATCH_ROWS, batch_wait_timeout_s=0.0, batch_size_fn=_rows_in,
+                 max_concurrent_batches=CONCURRENT_BATCHES)
+    async def _unsure(self, items: list) -> list[dict[str, Any]]:
+        """Unsure rows of concurrent requests go to the expensive stage in one call: the hop
+        (several ms of overhead here) is paid per batch, not per request."""
+        sizes = [len(rows) for rows, _ in items]
+        merged = await self._call(self.second, "expensive", "run", concat_rows([r for r, _ in items]),
+                                  concat_blocks([b for _, b in items]))
+        return split_outputs(merged, sizes)
+
     # --- routes --------------------------------------------------------------------------
     @app.post("/predict", response_model=PredictResponse, responses={
         400: {"model": ErrorResponse}, 413: {"model": ErrorResponse}, 422: {"model": ErrorResponse},
@@ -308,8 +378,10 @@ class Ingress:
         t0 = time.perf_counter()
         body = await self._read(request, PredictRequest)
         frame = self.schema.to_frame(body.rows, self.max_rows)
-        first_stage = "cheap" if self.second is not None else self.info["stages"][0]
-        out = await self._call(self.first, first_stage, "run", frame, None)
+        if len(frame) <= INGRESS_BATCH_ROWS:
+            out = await self._first_batch(frame)
+        else:  # big enough on its own to amortize the hop
+            out = await self._call(self.first, self.first_stage, "run", frame, None)
         proba, level = out["proba"].copy(), out["level"].copy()  # object-store arrays are read-only
         replica = np.full(len(frame), out["replica"], dtype=object)
         unsure = out["unsure"]
@@ -317,7 +389,10 @@ class Ingress:
             if self.second is None:
                 raise RuntimeError("the first stage left rows unanswered but there is no second stage")
             sub = frame.iloc[unsure].reset_index(drop=True)
-            out2 = await self._call(self.second, "expensive", "run", sub, out["blocks"])
+            if len(sub) <= INGRESS_BATCH_ROWS:
+                out2 = await self._unsure((sub, out["blocks"]))
+            else:  # big enough on its own to amortize the hop
+                out2 = await self._call(self.second, "expensive", "run", sub, out["blocks"])
             proba[unsure] = out2["proba"]
             level[unsure] = out2["level"]
             replica[unsure] = out2["replica"]

@@ -41,8 +41,9 @@ STAGE_CPUS = 1.0
 MIN_STAGE_CPUS = 0.05
 #: logical CPUs of a GPU-stage replica (it feeds the device)
 GPU_STAGE_CPUS = 0.5
-#: longest a batch waits for more rows (seconds) when no rate is given
-DEFAULT_BATCH_WAIT_S = 0.002
+#: longest a batch waits for more rows (seconds) when no rate is given: none, so a lone
+#: request is not delayed; under load, requests queue while a batch runs and batch anyway
+DEFAULT_BATCH_WAIT_S = 0.0
 #: upper bound on any planned batch wait (seconds)
 MAX_BATCH_WAIT_S = 0.01
 #: floor on max_ongoing_requests of a stage replica
@@ -296,7 +297,9 @@ def _assemble(profiles, replicas, batches, rows_per_request, rps, p99_ms, stage_
             in_flight = requests_per_batch
         else:
             arrival_rows = rate_rows * p.scale / r  # per replica
-            wait = min(MAX_BATCH_WAIT_S, b / arrival_rows) if arrival_rows > 0 else DEFAULT_BATCH_WAIT_S
+            # wait at most the time to fill the batch, and never more than half its service time
+            fill = b / arrival_rows if arrival_rows > 0 else DEFAULT_BATCH_WAIT_S
+            wait = min(MAX_BATCH_WAIT_S, fill, 0.5 * p.service_time(b))
             utilization = rate_rows * p.scale / capacity if capacity > 0 else None
             per_replica_rps = rps * min(1.0, rows_per_request * p.scale) / r
             in_flight = math.ceil(per_replica_rps * (p.service_time(b) + wait))  # Little's law

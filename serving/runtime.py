@@ -151,22 +151,7 @@ class StageRunner:
             return [self.run(*items[0])]
         sizes = [len(rows) for rows, _ in items]
         merged = self.run(concat_rows([r for r, _ in items]), concat_blocks([b for _, b in items]))
-        offsets = np.cumsum([0, *sizes])
-        outs = []
-        unsure = merged["unsure"]
-        for i in range(len(items)):
-            lo, hi = offsets[i], offsets[i + 1]
-            mask = (unsure >= lo) & (unsure < hi)
-            first = int(np.searchsorted(unsure, lo))
-            count = int(mask.sum())
-            outs.append({
-                "proba": merged["proba"][lo:hi],
-                "level": merged["level"][lo:hi],
-                "unsure": unsure[mask] - lo,
-                "blocks": slice_blocks(merged["blocks"], first, first + count) if count else None,
-                "seconds": merged["seconds"],
-            })
-        return outs
+        return split_outputs(merged, sizes)
 
     # --- top-K halves ------------------------------------------------------------------
     def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict[str, Any] | None:
@@ -181,6 +166,29 @@ class StageRunner:
 
     def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
         return self.opt.baseline.predict_proba(rows)[:, label_index]
+
+
+def split_outputs(merged: dict[str, Any], sizes: Sequence[int]) -> list[dict[str, Any]]:
+    """A stage output over concatenated requests, split back per request (in order)."""
+    if len(sizes) == 1:
+        return [merged]
+    offsets = np.cumsum([0, *sizes])
+    unsure = merged["unsure"]
+    outs = []
+    for i in range(len(sizes)):
+        lo, hi = offsets[i], offsets[i + 1]
+        mask = (unsure >= lo) & (unsure < hi)
+        first = int(np.searchsorted(unsure, lo))
+        count = int(mask.sum())
+        outs.append({
+            "proba": merged["proba"][lo:hi],
+            "level": merged["level"][lo:hi],
+            "unsure": unsure[mask] - lo,
+            "blocks": slice_blocks(merged["blocks"], first, first + count) if count else None,
+            "seconds": merged["seconds"],
+            "replica": merged.get("replica"),
+        })
+    return outs
 
 
 def split_rows(rows: pd.DataFrame, blocks: dict[str, Block] | None, max_rows: int):

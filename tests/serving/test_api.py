@@ -166,3 +166,12 @@ def test_gpu_placement_runs_on_cpu_here(ray_cluster, synth_opt, request_rows):
                                    atol=1e-4)
     finally:
         served.shutdown(stop_ray=False)
+
+
+def test_large_request_bypasses_the_ingress_batcher(app, synth_opt):
+    from tests.willump.synth import make_rows
+
+    frame = make_rows(3000, seed=33)[0]
+    r = post(app, "/predict", {"rows": rows_of(frame)})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(np.array(r.json()["probabilities"]), synth_opt.predict_proba(frame), atol=1e-9)
