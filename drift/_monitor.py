@@ -228,13 +228,11 @@ class Monitor:
         from drift._classify import classifier_from_config
 
         classifiers = {n: classifier_from_config(c) for n, c in cfg.pop("classifiers").items()}
-        feats = cfg.pop("features")
-        feats = {k: v for k, v in feats.items()}
-        stored_kinds = meta.get("feature_kinds")
-        if stored_kinds:
-            feats = dict(stored_kinds)
+        feats: dict[str, str | None] | list[str] = cfg.pop("features")
+        if meta.get("feature_kinds"):
+            feats = dict(meta["feature_kinds"])  # kinds inferred from the first batch
         elif any(v is None for v in feats.values()):
-            feats = [k for k in feats]  # type: ignore[assignment]
+            feats = list(feats)  # still to be inferred
         attributes, metrics = cfg.pop("attributes"), cfg.pop("metrics")
         return cls(attributes, metrics, features=feats, classifiers=classifiers,
                    directory=directory, **cfg, **runtime)
