@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 #: the destination whose segment misbehaves in phase 2
 INCIDENT_DEST = "DEN"
 #: extra seconds per lookup call touching the incident destination
-INCIDENT_DELAY_S = 0.04
+INCIDENT_DELAY_S = 0.08
 #: the incident destination's share of phase-2 traffic (about 2% normally)
 INCIDENT_SHARE = 0.2
 #: hours the incident destination's departures move later in phase 2
@@ -42,10 +42,10 @@ INCIDENT_SHIFT_HOURS = 5
 PANE_SECONDS = 5.0
 WINDOW_PANES = 4
 REFERENCE_PANES = 3
-#: traffic per phase (seconds) and concurrent clients
-PHASE1_S = 22.0
-PHASE2_S = 26.0
-CLIENTS = 8
+#: traffic per phase (seconds) and its rate (requests/s, open loop)
+PHASE1_S = 40.0
+PHASE2_S = 50.0
+RATE = 25.0
 
 
 #: round trip of one lookup call to the feature store: the demo stands in for a remote store
@@ -119,44 +119,67 @@ def rows_for_phase(X: pd.DataFrame, n: int, incident: bool, rng: np.random.Gener
     return [json.dumps({"rows": [row]}, default=str).encode() for row in pool.to_dict("records")]
 
 
-async def traffic(url: str, payloads: list[bytes], seconds: float, label: str) -> dict[str, float]:
+async def traffic(url: str, payloads: list[bytes], seconds: float, rate: float, label: str) -> dict[str, float]:
+    """Open-loop traffic: requests leave at Poisson times at ``rate`` per second, whatever
+    the answers do (as real clients behave), for ``seconds``."""
     import aiohttp
     from tqdm.auto import tqdm
 
+    rng = np.random.default_rng(len(payloads))
     done = errors = 0
-    stop_at = time.perf_counter() + seconds
-    bar = tqdm(total=len(payloads), desc=label, unit="req", leave=True, mininterval=2.0)
+    latencies: dict[tuple[str, int], list[float]] = {}
+    bar = tqdm(total=int(rate * seconds), desc=label, unit="req", leave=True, mininterval=2.0)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
 
-    async def client(session: aiohttp.ClientSession, offset: int) -> None:
-        nonlocal done, errors
-        i = offset
-        while time.perf_counter() < stop_at and i < len(payloads):
-            async with session.post(url, data=payloads[i], headers={"Content-Type": "application/json"}) as r:
-                await r.read()
+        async def one(payload: bytes) -> None:
+            nonlocal done, errors
+            sent = time.perf_counter()
+            async with session.post(url, data=payload, headers={"Content-Type": "application/json"}) as r:
+                body = await r.read()
                 errors += r.status != 200
+            key = "incident dest" if f'"dest": "{INCIDENT_DEST}"'.encode() in payload else "other dests"
+            level = json.loads(body)["level"][0] if r.status == 200 else -1
+            latencies.setdefault((key, level), []).append(1000 * (time.perf_counter() - sent))
             done += 1
             bar.update(1)
-            i += CLIENTS
 
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
-        start = time.perf_counter()
-        await asyncio.gather(*(client(session, c) for c in range(CLIENTS)))
+        tasks, start, due = [], time.perf_counter(), 0.0
+        for payload in payloads:
+            due += rng.exponential(1.0 / rate)
+            if due > seconds:
+                break
+            await asyncio.sleep(max(0.0, start + due - time.perf_counter()))
+            tasks.append(asyncio.create_task(one(payload)))
+        await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - start
     bar.close()
+    for (key, level), values in sorted(latencies.items()):
+        print(f"    client-side latency, {key}, answered at level {level}: p50 {np.percentile(values, 50):.0f} ms, "
+              f"p99 {np.percentile(values, 99):.0f} ms ({len(values)} requests)")
     return {"requests": done, "errors": errors, "req_per_s": done / elapsed}
 
 
+ATTRIBUTES = ["model_version", "replica", "level", "dest", "origin", "carrier"]
+
+
 def show_rows(title: str, answer: dict[str, Any], columns: list[str], limit: int = 5) -> None:
+    """Print a monitor answer's top rows: the segment (attribute values) and the figures."""
     print(f"  {title}")
     if "http_status" in answer:
         print(f"    HTTP {answer['http_status']}: {answer.get('error')}")
         return
-    rows = answer["result"].get("rows", [])
+    result = answer["result"]
+    rows = result.get("rows", [])
     if not rows:
         print("    (nothing reported)")
+    attributes = [a for a in ATTRIBUTES if a in result.get("columns", [])]
     for row in rows[:limit]:
-        shown = {k: row.get(k) for k in columns if row.get(k) is not None}
-        print("    " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
+        segment = " & ".join(f"{a}={row[a]}" for a in attributes if row.get(a) is not None) or "(all rows)"
+        figures = ", ".join(
+            f"{k}={row[k]:.3g}" if isinstance(row[k], float) else f"{k}={row[k]}"
+            for k in columns if row.get(k) is not None
+        )
+        print(f"    {segment}: {figures}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     store.start_at = time.time() + 3600.0  # placeholder until phase 2 knows its start
     app = None
     try:
-        incident_at = time.time() + 60.0 + PHASE1_S  # deploy (~1 min) + phase 1
+        incident_at = time.time() + 45.0 + PHASE1_S  # deploy (under a minute) + phase 1
         store.start_at = incident_at
         app = deploy(opt, name="flights", port=args.port, cpus=args.cpus, rows_per_request=1, monitor=dict(
             attributes=["dest", "origin", "carrier"], features=["sched_dep_time", "distance"],
@@ -197,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         schema = get(f"{app.url}/openapi.json")["components"]["schemas"]["Row"]
         X = workload.X_test[[c for c in workload.X_test.columns if c in schema["properties"]]]
         step(f"3/5 phase 1: normal traffic for {PHASE1_S:.0f}s (its first panes become the reference)")
-        stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 6000, False, rng), PHASE1_S, "normal"))
+        stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 6000, False, rng), PHASE1_S,
+                                    RATE, "normal"))
         print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['req_per_s']:.0f} req/s")
         wait = incident_at - time.time()
         if wait > 0:
@@ -206,27 +230,32 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  (phase 1 ran {-wait:.0f}s past the planned incident start)")
         step(f"4/5 phase 2: incident at {INCIDENT_DEST} (slow lookups, {INCIDENT_SHARE:.0%} of traffic, "
              f"departures +{INCIDENT_SHIFT_HOURS}h) for {PHASE2_S:.0f}s")
-        stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 8000, True, rng), PHASE2_S, "incident"))
+        stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 8000, True, rng), PHASE2_S,
+                                    RATE, "incident"))
         print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['req_per_s']:.0f} req/s")
         time.sleep(PANE_SECONDS)
 
         step("5/5 asking the monitor over HTTP")
-        cols = ["dest", "origin", "carrier", "level", "replica", "support", "risk_ratio", "outlier_count", "total_count"]
-        print(f"  curl '{app.url}/explain?metric=latency_ms'")
-        show_rows("why are requests slow? (latency outliers vs the rest of the window)",
-                  get(f"{app.url}/explain?metric=latency_ms"), cols)
+        cols = ["support", "risk_ratio", "outlier_count", "total_count"]
+        for query, title in (
+            ("metric=latency_ms", "latency outliers (percentile thresholds from the reference): what do they share?"),
+            ("classifier=latency_ms%20%3E%20100", "requests over a 100 ms SLO: what do they share?"),
+        ):
+            print(f"  curl '{app.url}/explain?{query}'")
+            show_rows(title, get(f"{app.url}/explain?{query}"), cols)
         print(f"  curl '{app.url}/explain?kind=mix'")
         show_rows("which segments grew against the reference?", get(f"{app.url}/explain?kind=mix"),
-                  ["dest", "origin", "carrier", "level", "support", "ratio"])
+                  ["support", "ratio"])
         print(f"  curl '{app.url}/explain?kind=conditional'")
         show_rows("where did inputs shift inside segments?", get(f"{app.url}/explain?kind=conditional"),
-                  ["segment", "column", "test", "effect", "p_value", "drifted", "localized"])
+                  ["column", "test", "effect", "p_value", "drifted", "localized"], limit=3)
         print(f"  curl '{app.url}/drift'")
         show_rows("which columns drifted?", get(f"{app.url}/drift"),
                   ["column", "test", "statistic", "p_value", "effect", "drifted"], limit=8)
         print(f"  curl '{app.url}/drift?kind=cascade'")
-        health = get(f"{app.url}/drift?kind=cascade")
-        print("  cascade health:", json.dumps(health.get("result", health), default=str)[:600])
+        show_rows("is the cheap level still answering where it was validated?",
+                  get(f"{app.url}/drift?kind=cascade"),
+                  ["cheap_fraction", "reference_cheap_fraction", "degraded", "message"], limit=3)
     finally:
         if app is not None:
             step("shutting down Serve and Ray")
