@@ -162,6 +162,15 @@ class MonitorStage:
         self.monitor.flush()
         return {"ingested": self.ingested}
 
+    def __del__(self) -> None:
+        # Serve calls __del__ on graceful replica shutdown: persist the open pane too.
+        monitor = getattr(self, "monitor", None)
+        if monitor is not None:
+            try:
+                monitor.close()
+            except Exception:  # shutting down: nothing left to report to
+                pass
+
     def query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
         """Run a monitor query; client mistakes come back as {"status": 4xx, ...}, not raised."""
         if name not in self.QUERIES:

@@ -231,7 +231,8 @@ def optimize(
 
     baseline = BaselinePipeline(pipeline, full_model, classes)
     levels = _levels(accepted, small, full_model, groups)
-    reason = slow_reason or _reason(chosen, accepted, tested, candidates, small, max_loss)
+    reason = slow_reason or _reason(chosen, accepted, tested, candidates, small, max_loss, table,
+                                    cost_mode, full_cost_mode, min_speedup)
     measured = None
     if accepted is not None and verify_speedup:
         with _step(timings, "verify", verbose):
@@ -387,7 +388,7 @@ def _levels(accepted: Sweep | None, small, full_model, groups) -> list[Level]:
     return levels
 
 
-def _reason(chosen, accepted, tested, candidates, small, max_loss) -> str:
+def _reason(chosen, accepted, tested, candidates, small, max_loss, table, cost_mode, full, min_speedup) -> str:
     if accepted is not None:
         return (
             f"cascade {describe(accepted.chain)} at threshold {accepted.threshold:.4f}: loss bound "
@@ -397,6 +398,14 @@ def _reason(chosen, accepted, tested, candidates, small, max_loss) -> str:
         return "full pipeline: no proper subset of feature groups carries signal (or only one group)"
     if not small:
         return "full pipeline: no small model could be trained on the candidate subsets"
+    if chosen is None and table:
+        fastest = min(table, key=lambda s: sweep_cost(s, cost_mode))
+        return (
+            f"full pipeline: cascades within max_loss {max_loss} exist (fastest: {describe(fastest.chain)} "
+            f"at threshold {fastest.threshold:.4f}) but none is expected faster than the full pipeline by "
+            f"min_speedup {min_speedup:g} ({cost_mode} cost; best {full / sweep_cost(fastest, cost_mode):.2f}x): "
+            "the cheap levels cost about as much as the full pipeline (a smaller small_model may help)"
+        )
     if chosen is None:
         return (
             f"full pipeline: on the selection split no candidate plan kept the loss bound within "

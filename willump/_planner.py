@@ -213,7 +213,9 @@ def select_plan(
     max_cost: float = float("inf"),
 ) -> tuple[Sweep | None, list[Sweep]]:
     """Cheapest (chain, threshold) whose bound on this split is within max_loss and whose
-    expected cost is below ``max_cost`` (a cascade that does not pay is no plan).
+    expected cost is below ``max_cost`` (a cascade that does not pay is no plan). The table
+    lists each chain's cheapest plan within max_loss, paying or not, so that the report can
+    say which constraint stopped a cascade.
 
     ``cost_mode`` picks the cost that decides: per row at batch size ("batch", for
     throughput serving) or for one-row calls ("row", for latency serving).
@@ -228,13 +230,11 @@ def select_plan(
         chain_best = None
         for t in grids[chain[0]]:
             sweep = evaluator.evaluate(chain, probas, t)
-            if sweep.bound.upper <= max_loss and cost(sweep) < max_cost and (
-                chain_best is None or cost(sweep) < cost(chain_best)
-            ):
+            if sweep.bound.upper <= max_loss and (chain_best is None or cost(sweep) < cost(chain_best)):
                 chain_best = sweep
         if chain_best is not None:
             table.append(chain_best)
-            if best is None or cost(chain_best) < cost(best):
+            if cost(chain_best) < max_cost and (best is None or cost(chain_best) < cost(best)):
                 best = chain_best
     return best, table
 
