@@ -67,9 +67,8 @@ def test_any_subset_matches_the_whole_batch(opt, data, idx):
     assert np.array_equal(levels, whole_levels[idx])
 
 
-def test_single_row_exits_early(opt, data):
-    _, levels = opt.predict_with_levels(data)
-    confident = int(np.flatnonzero(levels == 0)[0])
+def _groups_computed(opt, rows) -> list[tuple[str, ...]]:
+    """The group lists the pipeline computed while ``opt`` predicted ``rows``."""
     calls = []
     original = opt.pipeline.compute
 
@@ -79,26 +78,21 @@ def test_single_row_exits_early(opt, data):
 
     opt.pipeline.compute = spy
     try:
-        opt.predict(data.iloc[[confident]])
+        opt.predict(rows)
     finally:
         del opt.pipeline.compute
+    return calls
+
+
+def test_single_row_exits_early(opt, data):
+    _, levels = opt.predict_with_levels(data)
+    confident = int(np.flatnonzero(levels == 0)[0])
+    calls = _groups_computed(opt, data.iloc[[confident]])
     assert calls == [opt.levels[0].groups]  # the expensive groups never ran
 
 
 def test_unsure_rows_reuse_cheap_features(opt, data):
     _, levels = opt.predict_with_levels(data)
     unsure = np.flatnonzero(levels == len(opt.levels) - 1)[:5]
-    calls = []
-    original = opt.pipeline.compute
-
-    def spy(rows, groups):
-        calls.append(tuple(groups))
-        return original(rows, groups)
-
-    opt.pipeline.compute = spy
-    try:
-        opt.predict(data.iloc[unsure])
-    finally:
-        del opt.pipeline.compute
-    computed = [g for call in calls for g in call]
+    computed = [g for call in _groups_computed(opt, data.iloc[unsure]) for g in call]
     assert sorted(computed) == sorted(opt.pipeline.graph.groups)  # each group once
