@@ -23,7 +23,7 @@ from sklearn.preprocessing import OneHotEncoder
 
 import willump
 
-from ._lgbm import lgbm
+from ._lgbm import lgbm, small_lgbm
 from .datasets import load_adult
 from .workload import Workload, split, subsample
 
@@ -93,6 +93,11 @@ def model(seed: int = 0) -> Any:
     return lgbm(seed)
 
 
+def small_model(seed: int = 0) -> Any:
+    """The cheap levels' LightGBM (pipelines._lgbm.SMALL_LGBM, as for every LightGBM workload)."""
+    return small_lgbm(seed)
+
+
 GROUPS = {
     "numeric": "age, education years, hours per week, census weight",
     "capital": "log1p capital gain and loss, any capital movement",
@@ -112,6 +117,7 @@ def build(data_dir: str | os.PathLike[str] | None = None, seed: int = 0, n_rows:
         description="UCI Adult, income > 50K; numeric + capital + one-hot categorical groups -> LightGBM",
         pipeline=make_pipeline(fit_encoders(X_train)),
         model=model(seed),
+        small_model=small_model(seed),
         X_train=X_train,
         y_train=y_train,
         X_test=X_test,

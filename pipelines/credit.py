@@ -24,7 +24,7 @@ import pandas as pd
 
 import willump
 
-from ._lgbm import lgbm
+from ._lgbm import lgbm, small_lgbm
 from .datasets import load_credit
 from .workload import Workload, split, subsample
 
@@ -127,6 +127,11 @@ def model(seed: int = 0) -> Any:
     return lgbm(seed)
 
 
+def small_model(seed: int = 0) -> Any:
+    """The cheap levels' LightGBM (pipelines._lgbm.SMALL_LGBM, as for every LightGBM workload)."""
+    return small_lgbm(seed)
+
+
 GROUPS = {
     "profile": "limit, sex, education, marriage, age",
     "repayment_status": "6 monthly repayment statuses + worst, months late, months 2+ late, "
@@ -147,6 +152,7 @@ def build(data_dir: str | os.PathLike[str] | None = None, seed: int = 0, n_rows:
         "LightGBM; top-K riskiest",
         pipeline=make_pipeline(),
         model=model(seed),
+        small_model=small_model(seed),
         X_train=X_train,
         y_train=y_train,
         X_test=X_test,

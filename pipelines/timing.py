@@ -1,4 +1,4 @@
-"""Timing helpers shared by the benchmark and the cascade guard."""
+"""Timing helpers of the benchmark."""
 
 from __future__ import annotations
 

@@ -24,15 +24,17 @@ TEST_SIZE = 0.25
 CONFIDENCE = 0.95
 #: default k for top-K queries
 TOP_K = 100
-#: training rows on which a certified cascade's speedup is re-measured (see pipelines.guard)
-REMEASURE_ROWS = 4096
+#: ``min_speedup`` passed to willump with ``keep_slower_cascade``: any positive speedup passes
+ANY_SPEEDUP = 1e-9
 
 
 @dataclass
 class Workload:
     """Everything needed to optimize a pipeline and measure it against the baseline.
 
-    ``model`` is an unfitted estimator (willump fits the full and the small models);
+    ``model`` is an unfitted estimator (willump fits the full model from it);
+    ``small_model`` is willump's ``small_model``, the model of the cascade's cheap levels and
+    of the top-K filter (None: the same class and settings as ``model``);
     ``topk_label`` is the class whose top-K rows are queried (None: the last class).
     ``store`` is the feature store the lookups go through, when the workload has one.
     """
@@ -53,33 +55,28 @@ class Workload:
     k: int = TOP_K
     topk_label: Any = None
     store: Any = None
+    small_model: Any = None
     notes: list[str] = field(default_factory=list)
 
     def optimize(self, *, keep_slower_cascade: bool = False, **overrides: Any) -> willump.OptimizedPipeline:
-        """``willump.optimize`` with this workload's metric, max_loss, confidence, k and seed;
-        keyword arguments override them (e.g. ``verbose=False``, ``profile_repeats=2``).
+        """``willump.optimize`` with this workload's metric, max_loss, confidence, k, seed and
+        small model; keyword arguments override them (e.g. ``verbose=False``,
+        ``profile_repeats=2``).
 
-        A certified cascade that is not faster than the full pipeline, re-measured side by
-        side on up to REMEASURE_ROWS training rows, is replaced by the full pipeline (see
-        :func:`pipelines.guard.full_unless_faster`) unless ``keep_slower_cascade``.
+        willump keeps a certified cascade only when it pays: its expected cost must be below
+        the full pipeline's (``min_speedup=1``), and timed side by side with the full pipeline
+        on held-out rows it must measure at least as fast (``verify_speedup``); otherwise the
+        full pipeline serves and ``report().reason`` says why. ``keep_slower_cascade`` turns
+        both checks off (to study the cascade willump would otherwise drop).
         """
         kwargs: dict[str, Any] = dict(
             metric=self.metric, max_loss=self.max_loss, confidence=self.confidence,
-            top_k=self.k, seed=self.seed,
+            top_k=self.k, seed=self.seed, small_model=self.small_model,
         )
-        kwargs.update(overrides)
-        verbose = kwargs.get("verbose", True)
-        opt = willump.optimize(self.pipeline, self.model, self.X_train, self.y_train, **kwargs)
         if keep_slower_cascade:
-            return opt
-        from .guard import full_unless_faster
-
-        rng = np.random.default_rng(self.seed)
-        pick = np.sort(rng.choice(len(self.X_train), min(REMEASURE_ROWS, len(self.X_train)), replace=False))
-        kept = full_unless_faster(opt, self.X_train.iloc[pick])
-        if verbose and kept is not opt:
-            print(f"pipelines: {kept.report().reason}")
-        return kept
+            kwargs.update(min_speedup=ANY_SPEEDUP, verify_speedup=False)
+        kwargs.update(overrides)
+        return willump.optimize(self.pipeline, self.model, self.X_train, self.y_train, **kwargs)
 
     def summary(self) -> str:
         """A few lines: rows, classes, groups, model, metric."""
@@ -89,6 +86,7 @@ class Workload:
             f"{self.name}: {self.description}",
             f"  rows: train {len(self.X_train)}, test {len(self.X_test)}; classes {share}",
             f"  model: {self.model!r}",
+            f"  cheap levels' model: {'same as the model' if self.small_model is None else repr(self.small_model)}",
             f"  metric {self.metric}, max_loss {self.max_loss}, confidence {self.confidence}, "
             f"top-K k={self.k}",
         ]

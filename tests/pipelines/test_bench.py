@@ -35,6 +35,7 @@ def test_json_has_the_fields_outside_checks_read(flights_run):
     assert result["speedup"] > 0 and result["limit_speedup"] > 0
     assert result["loss"] == pytest.approx(result["baseline_score"] - result["optimized_score"])
     assert isinstance(doc["loadavg_start"], float) and "loadavg_before" in result
+    assert "measured_speedup" in result and result["small_model"].startswith("LGBMClassifier")
     assert out.with_suffix(".md").read_text().count("| flights |") == 1
     assert any(t["workload"] == "flights" for t in doc["targets"])
 
@@ -51,7 +52,8 @@ def test_workloads_that_cannot_run_are_skipped_with_a_reason(tmp_path, monkeypat
 def _result(name, speedup, **extra):
     r = {"name": name, "speedup": speedup, "loss": 0.001, "loss_bound": 0.004, "max_loss": 0.005,
          "optimize_s": 10.0, "topk": {"k": 100, "speedup": 12.0, "precision": 0.97},
-         "plan": "cascade", "reason": "cascade", "level_fractions": [0.9, 0.1], "limit_speedup": 1.3,
+         "plan": "cascade", "reason": "cascade", "expected_speedup": 1.0,
+         "level_fractions": [0.9, 0.1], "limit_speedup": 1.3,
          "cost_us_per_row": {"full_pipeline": 10.0, "full_model": 8.0, "cheapest_level": 8.5,
                              "cheapest_level_model": 7.9}}
     r.update(extra)
@@ -66,8 +68,21 @@ def test_targets_and_explanations():
     assert not by[("credit", "speedup >= 2x at the guarantee")]
     assert not any(t["workload"] == "adult" for t in targets)
     assert bench.explain(_result("toxic", 7.0)) is None
-    text = bench.explain(_result("credit", 1.1))
+    text = bench.explain(_result("credit", 1.1, expected_speedup=1.2, small_model=(
+        "LGBMClassifier(n_estimators=40, n_jobs=1, num_leaves=15, random_state=0)")))
     assert "1.10x" in text and "80%" in text and "model, not the features" in text
+    assert "LGBMClassifier(n_estimators=40, num_leaves=15)" in text  # the settings saying its size
+    # a cheap level that is cheap enough but answers too few rows: the signal is named, with
+    # the share of rows 2x would need (1 - (10/2 - 1) / (10 - 1 + 0.5) = 58%)
+    text = bench.explain(_result("adult", 1.5, expected_speedup=1.6, limit_speedup=10.0,
+                                 level_fractions=[0.4, 0.6],
+                                 cost_us_per_row={"full_pipeline": 10.0, "full_model": 8.0,
+                                                  "cheapest_level": 1.0, "cheapest_level_model": 0.5}))
+    assert "answers 40.0% of test rows" in text and "about 58% of rows" in text
+    assert "too little signal" in text
+    text = bench.explain(_result("credit", 1.0, expected_speedup=1.0, plan="full",
+                                 reason="full pipeline: measured 0.90x", level_fractions=[1.0]))
+    assert "No cascade was kept (full pipeline: measured 0.90x)" in text
 
 
 def test_score_matches_the_metric_definitions():
