@@ -293,6 +293,7 @@ class Ingress:
         self.info = info
         self.name = info["name"]
         self.first_stage = "cheap" if second is not None else info["stages"][0]
+        self.batching = bool(info.get("batching", True))
         self.version = info["model_version"]
         self.classes = np.asarray(info["classes"], dtype=object)
         self.schema = RowSchema.from_dict(info["schema"])
@@ -387,7 +388,7 @@ class Ingress:
         t0 = time.perf_counter()
         body = await self._read(request, PredictRequest)
         frame = self.schema.to_frame(body.rows, self.max_rows)
-        if len(frame) <= INGRESS_BATCH_ROWS:
+        if self.batching and len(frame) <= INGRESS_BATCH_ROWS:
             out = await self._first_batch(frame)
         else:  # big enough on its own to amortize the hop
             out = await self._call(self.first, self.first_stage, "run", frame, None)
@@ -398,7 +399,7 @@ class Ingress:
             if self.second is None:
                 raise RuntimeError("the first stage left rows unanswered but there is no second stage")
             sub = frame.iloc[unsure].reset_index(drop=True)
-            if len(sub) <= INGRESS_BATCH_ROWS:
+            if self.batching and len(sub) <= INGRESS_BATCH_ROWS:
                 out2 = await self._unsure((sub, out["blocks"]))
             else:  # big enough on its own to amortize the hop
                 out2 = await self._call(self.second, "expensive", "run", sub, out["blocks"])

@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--min-replicas", type=int, help="autoscale model stages down to this (0 allowed)")
     serve.add_argument("--max-replicas", type=int, help="autoscaling ceiling per stage")
     serve.add_argument("--no-batching", action="store_true", help="disable @serve.batch at the stages")
+    serve.add_argument("--max-batch-size", type=int, help="rows per stage batch (overrides the plan)")
+    serve.add_argument("--batch-wait-ms", type=float, help="longest a stage batch waits (overrides the plan)")
     serve.add_argument("--runtime", choices=("native", "onnx"), default="native")
     serve.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
     serve.add_argument("--monitor-attributes", type=_csv, help="comma-separated attribute columns")
@@ -106,6 +108,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             rows_per_request=args.rows_per_request, min_replicas=args.min_replicas,
             max_replicas=args.max_replicas, monitor=_monitor_options(args),
             batching=not args.no_batching, runtime=args.runtime, device=args.device,
+            max_batch_size=args.max_batch_size,
+            batch_wait_timeout_s=None if args.batch_wait_ms is None else args.batch_wait_ms / 1000.0,
         )
         print(app.plan, flush=True)
         print(f"willump: serving {app.model_version} at {app.url} (Ctrl-C to stop)", flush=True)

@@ -150,6 +150,8 @@ def deploy(
     downscale_to_zero_s: float = DEFAULT_DOWNSCALE_TO_ZERO_S,
     monitor: dict[str, Any] | None = None,
     batching: bool = True,
+    max_batch_size: int | None = None,
+    batch_wait_timeout_s: float | None = None,
     runtime: str = "native",
     device: str = "auto",
     baseline: bool = False,
@@ -161,7 +163,8 @@ def deploy(
 
     Ray starts embedded unless it is already running or ``address`` joins a cluster.
     Stages are sized by :func:`serving.planner.plan_stages` from costs measured here
-    (or ``plan``). ``min_replicas=0`` lets model stages scale to zero. ``monitor``
+    (or ``plan``); ``max_batch_size`` (rows) and ``batch_wait_timeout_s`` override the
+    plan's batching at every model stage. ``min_replicas=0`` lets model stages scale to zero. ``monitor``
     (e.g. ``dict(attributes=["dest"], buckets={"distance": [500, 1000]}, directory=...)``)
     deploys a drift.Monitor fed with one record per served row; its reference is the first
     ``auto_reference_panes`` panes of traffic (``reference="traffic"``, default) or the
@@ -207,6 +210,17 @@ def deploy(
                            gpus=free.get("GPU", 0.0))
         plan = plan_stages(profiles, budget, rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request,
                            monitor=monitor is not None)
+    if max_batch_size is not None or batch_wait_timeout_s is not None:
+        if max_batch_size is not None and max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if batch_wait_timeout_s is not None and batch_wait_timeout_s < 0:
+            raise ValueError(f"batch_wait_timeout_s must be >= 0, got {batch_wait_timeout_s}")
+        for stage in plan.stages:
+            if max_batch_size is not None:
+                stage.max_batch_size = int(max_batch_size)
+                stage.max_ongoing_requests = max(stage.max_ongoing_requests, 2 * int(max_batch_size))
+            if batch_wait_timeout_s is not None:
+                stage.batch_wait_timeout_s = float(batch_wait_timeout_s)
     notes = list(plan.notes)
     if not plan.feasible:
         warnings.warn("the stage plan is not feasible: " + "; ".join(plan.notes), stacklevel=2)
@@ -287,6 +301,7 @@ def deploy(
         "plan": plan.to_dict(),
         "monitor_config": record_config,
         "max_body_bytes": max_body_bytes,
+        "batching": batching,
         "max_rows": max_rows,
     }
     second = handles[1] if len(handles) > 1 else None

@@ -153,9 +153,13 @@ def test_app_still_answers_correctly_after_bad_input(app, synth_opt, request_row
 
 
 def test_gpu_placement_runs_on_cpu_here(ray_cluster, synth_opt, request_rows):
-    """With a (logical) GPU the expensive stage asks for it; ONNX falls back to the CPU provider."""
-    served = deploy(synth_opt, name="gpu", port=ray_cluster, cpus=1.5, device="gpu", runtime="onnx")
+    """With a (logical) GPU the expensive stage asks for it; ONNX falls back to the CPU provider.
+    Batch settings given to deploy override the plan's."""
+    served = deploy(synth_opt, name="gpu", port=ray_cluster, cpus=1.5, device="gpu", runtime="onnx",
+                    max_batch_size=16, batch_wait_timeout_s=0.001)
     try:
+        plan = requests.get(served.url + "/plan", timeout=30).json()
+        assert all(s["max_batch_size"] == 16 and s["batch_wait_timeout_s"] == 0.001 for s in plan["stages"])
         stage = served.plan.stage("expensive")
         assert stage.device == "gpu" and 0 < stage.num_gpus <= 1
         assert served.plan.stage("cheap").num_gpus == 0

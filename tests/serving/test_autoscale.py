@@ -1,4 +1,5 @@
-"""Serverless: model stages scale to zero, and the first request afterwards still succeeds."""
+"""Serverless: model stages scale to zero, and the first request afterwards still succeeds
+(served with batching off, so the unbatched path is exercised too)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def _running(app_name: str) -> dict[str, int]:
 
 
 def test_scale_to_zero_and_cold_start(ray_cluster, synth_opt, request_rows):
-    app = deploy(synth_opt, name="zero", port=ray_cluster, cpus=2, device="cpu", min_replicas=0,
+    app = deploy(synth_opt, name="zero", port=ray_cluster, cpus=2, device="cpu", min_replicas=0, batching=False,
                  max_replicas=2, downscale_to_zero_s=IDLE_S)
     try:
         batch = request_rows.iloc[:32]
