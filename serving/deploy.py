@@ -156,6 +156,7 @@ def deploy(
     device: str = "auto",
     baseline: bool = False,
     layout: str = "staged",
+    access_log: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_rows: int = MAX_ROWS,
 ) -> ServingApp:
@@ -317,6 +318,9 @@ def deploy(
         ingress_options["num_replicas"] = cheap.replicas
         info["layout"] = "fused"
     ingress = Ingress.options(**ingress_options).bind(handles[0], second, monitor_handle, info, local_first)
-    serve.run(ingress, name=name, route_prefix=f"/{name}")
+    # Per-request access logs cost the ingress and stages a large share of their CPU here;
+    # /metrics carries request counts and latencies instead.
+    serve.run(ingress, name=name, route_prefix=f"/{name}",
+              logging_config={"enable_access_log": access_log, "log_level": "INFO" if access_log else "WARNING"})
     return ServingApp(name, f"http://{host}:{port}/{name}", plan, version, [s.name for s in specs],
                       started, notes)
