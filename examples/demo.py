@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 #: the destination whose segment misbehaves in phase 2
 INCIDENT_DEST = "DEN"
 #: extra seconds per lookup call touching the incident destination
-INCIDENT_DELAY_S = 0.08
+INCIDENT_DELAY_S = 0.2
 #: the incident destination's share of phase-2 traffic (about 2% normally)
 INCIDENT_SHARE = 0.2
 #: hours the incident destination's departures move later in phase 2
@@ -44,8 +44,8 @@ WINDOW_PANES = 4
 REFERENCE_PANES = 3
 #: traffic per phase (seconds) and its rate (requests/s, open loop)
 PHASE1_S = 40.0
-PHASE2_S = 50.0
-RATE = 25.0
+PHASE2_S = 60.0
+RATE = 20.0
 
 
 #: round trip of one lookup call to the feature store: the demo stands in for a remote store
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         cols = ["support", "risk_ratio", "outlier_count", "total_count"]
         for query, title in (
             ("metric=latency_ms", "latency outliers (percentile thresholds from the reference): what do they share?"),
-            ("classifier=latency_ms%20%3E%20100", "requests over a 100 ms SLO: what do they share?"),
+            ("classifier=latency_ms%20%3E%20150", "requests over a 150 ms SLO: what do they share?"),
         ):
             print(f"  curl '{app.url}/explain?{query}'")
             show_rows(title, get(f"{app.url}/explain?{query}"), cols)
