@@ -23,6 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from serving.deploy import TRANSPORTS
+from serving.proxy import DEFAULT_PROXY, PROXIES
+
 #: seconds of closed-loop load per phase
 DURATION_S = 20.0
 #: concurrent HTTP clients in closed-loop phases
@@ -178,6 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import pipelines
     import willump
     from serving import deploy
+    from serving.proxy import release_proxy_files, use_proxy
 
     t0 = time.perf_counter()
     if args.artifact:
@@ -198,14 +202,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["in_process"] = in_process(opt, frames, args.rows_per_request, duration=args.duration,
                                       max_requests=args.max_requests)
     print(f"  (c) in-process: {result['in_process']['rows_per_s']:.0f} rows/s", flush=True)
+    use_proxy(args.proxy)
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+    result["proxy"], result["transport"] = args.proxy, args.transport
     try:
         phases = [("baseline_served", True, "staged"), ("optimized_served", False, "staged"),
                   ("optimized_fused", False, "fused")]
         for key, baseline, layout in phases:
             app = deploy(opt, name=key.replace("_", "-"), port=args.port, cpus=args.cpus,
                          baseline=baseline, rows_per_request=args.rows_per_request, device="cpu",
-                         layout=layout)
+                         layout=layout, transport=args.transport)
             url = app.url + "/predict"
             asyncio.run(closed_loop(url, payloads, args.rows_per_request, clients=args.clients,
                                     duration=WARMUP_S, max_requests=args.max_requests))
@@ -234,6 +240,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         serve.shutdown()
         ray.shutdown()
+        release_proxy_files()
     a, b, c = result["baseline_served"], result["optimized_served"], result["in_process"]
     half = result["single_row_half_load"]
     result["ratios"] = {
@@ -259,7 +266,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Workload `{result['workload']}`, {result['rows_per_request']} rows per request, "
         f"{result['clients']} clients, {result['duration_s']:g} s per phase, Ray with {result['cpus']:g} CPUs "
-        f"(load average {result['loadavg_1m_start']:.1f} -> {result['loadavg_1m_end']:.1f}).",
+        f"(load average {result['loadavg_1m_start']:.1f} -> {result['loadavg_1m_end']:.1f}); "
+        f"HTTP front {result['proxy']}, stage calls over {result['transport']}.",
         "",
         "| mode | rows/s | p50 ms | p99 ms | errors |",
         "|---|---:|---:|---:|---:|",
@@ -294,6 +302,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--cpus", type=float, default=float(os.cpu_count() or 2))
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--proxy", choices=PROXIES, default=DEFAULT_PROXY,
+                        help="HTTP front of the Ray started here (default %(default)s)")
+    parser.add_argument("--transport", choices=TRANSPORTS, default="grpc",
+                        help="how the ingress calls the stages (default %(default)s)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     if args.rows_per_request < 1 or args.clients < 1 or args.duration <= 0:

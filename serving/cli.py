@@ -12,7 +12,9 @@ from typing import Any
 
 import willump
 
+from .deploy import TRANSPORTS
 from .planner import Resources, plan_stages
+from .proxy import DEFAULT_PROXY, PROXIES, release_proxy_files
 from .stages import profile_stages
 
 
@@ -43,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-batching", action="store_true", help="disable @serve.batch at the stages")
     serve.add_argument("--max-batch-size", type=int, help="rows per stage batch (overrides the plan)")
     serve.add_argument("--batch-wait-ms", type=float, help="longest a stage batch waits (overrides the plan)")
+    serve.add_argument("--proxy", choices=PROXIES, default=DEFAULT_PROXY,
+                       help="HTTP front of the embedded Ray (default %(default)s; see serving.proxy)")
+    serve.add_argument("--transport", choices=TRANSPORTS, default="grpc",
+                       help="how the ingress calls the stages (default %(default)s)")
     serve.add_argument("--runtime", choices=("native", "onnx"), default="native")
     serve.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
     serve.add_argument("--monitor-attributes", type=_csv, help="comma-separated attribute columns")
@@ -97,7 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # ray.init installs its own signal handlers; ours go in right after it, so a signal at
     # any later point (even mid-deploy) shuts Serve and Ray down in order.
-    started_ray = _ensure_ray(args.address, args.cpus, args.gpus)
+    started_ray = _ensure_ray(args.address, args.cpus, args.gpus, None if args.address else args.proxy)
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     app = None
@@ -110,9 +116,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             batching=not args.no_batching, runtime=args.runtime, device=args.device,
             max_batch_size=args.max_batch_size,
             batch_wait_timeout_s=None if args.batch_wait_ms is None else args.batch_wait_ms / 1000.0,
+            proxy=None if args.address else args.proxy, transport=args.transport,
         )
         print(app.plan, flush=True)
-        print(f"willump: serving {app.model_version} at {app.url} (Ctrl-C to stop)", flush=True)
+        print(f"willump: serving {app.model_version} at {app.url} via {app.proxy} (Ctrl-C to stop)", flush=True)
         while not stop.wait(0.5):
             pass
     finally:
@@ -122,6 +129,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             import ray
 
             ray.shutdown()
+            release_proxy_files()
         print("willump: stopped", flush=True)
     return 0
 

@@ -12,6 +12,7 @@ from typing import Any
 from willump import OptimizedPipeline
 
 from .planner import Plan, Resources, plan_stages
+from .proxy import DEFAULT_PROXY, PROXIES, release_proxy_files, running_proxy, use_proxy
 from .runtime import Bundle, bundle_version, load_bundle, read_bundle
 from .schema import MAX_BODY_BYTES, MAX_ROWS, RowSchema
 from .stages import StageSpec, profile_stages, stage_specs
@@ -22,6 +23,9 @@ DEFAULT_ROWS_PER_REQUEST = 32
 DEFAULT_REFERENCE_PANES = 5
 #: seconds without traffic before a scaled-to-zero stage gives its replica back
 DEFAULT_DOWNSCALE_TO_ZERO_S = 30.0
+#: how the ingress calls the stages: "grpc" (Serve's inter-deployment gRPC, measured
+#: faster here) or "ray" (Ray actor calls through the object store)
+TRANSPORTS = ("grpc", "ray")
 
 
 @dataclass
@@ -35,6 +39,8 @@ class ServingApp:
     stages: list[str]
     started_ray: bool
     notes: list[str] = field(default_factory=list)
+    #: the HTTP front answering at ``url``: "haproxy" or "serve" (see serving.proxy)
+    proxy: str = "serve"
 
     def shutdown(self, *, stop_ray: bool | None = None) -> None:
         """Delete the app; stop Serve and Ray too when deploy started them."""
@@ -46,6 +52,7 @@ class ServingApp:
 
             serve.shutdown()
             ray.shutdown()
+            release_proxy_files()
 
 
 def _bundle_of(target: Any) -> tuple[Bundle, OptimizedPipeline]:
@@ -62,9 +69,13 @@ def _bundle_of(target: Any) -> tuple[Bundle, OptimizedPipeline]:
     )
 
 
-def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None) -> bool:
+def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None,
+                proxy: str | None = None) -> bool:
+    """Start (or join) Ray; a Ray started here runs ``proxy`` (default HAProxy) as its HTTP front."""
     import ray
 
+    if proxy is not None and proxy not in PROXIES:
+        raise ValueError(f"proxy must be one of {PROXIES}, got {proxy!r}")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return False
@@ -72,6 +83,7 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None) -> 
     if address is not None:
         ray.init(address=address, **kwargs)
         return False
+    use_proxy(proxy or DEFAULT_PROXY)
     if cpus is not None:
         kwargs["num_cpus"] = int(cpus) if float(cpus).is_integer() else cpus
     if gpus is not None:
@@ -148,7 +160,7 @@ def deploy(
     min_replicas: int | None = None,
     max_replicas: int | None = None,
     downscale_to_zero_s: float = DEFAULT_DOWNSCALE_TO_ZERO_S,
-    monitor: dict[str, Any] | None = None,
+    monitor: dict[str, Any] | bool | None = None,
     batching: bool = True,
     max_batch_size: int | None = None,
     batch_wait_timeout_s: float | None = None,
@@ -159,6 +171,8 @@ def deploy(
     access_log: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_rows: int = MAX_ROWS,
+    proxy: str | None = None,
+    transport: str = "grpc",
 ) -> ServingApp:
     """Deploy on Ray Serve at ``http://host:port/<name>``.
 
@@ -177,6 +191,12 @@ def deploy(
     each; ``layout="fused"`` runs the cheap stage inside the ingress replicas, saving a
     hop for every request (hops cost several ms each here) while unsure rows still go
     to the expensive stage's own deployment.
+
+    ``proxy`` is the HTTP front of a Ray that deploy starts: ``"haproxy"`` (default when
+    deploy starts Ray: HAProxy forwards straight to the ingress replicas) or ``"serve"``
+    (Serve's Python proxy actor); a running Ray keeps the front it started with, and a
+    different explicit ``proxy`` gets a warning (see :mod:`serving.proxy`). ``transport``
+    is how the ingress calls the stages: ``"grpc"`` (default) or ``"ray"`` actor calls.
     """
     import ray
     from ray import serve
@@ -189,10 +209,18 @@ def deploy(
         raise ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}")
     if layout not in ("staged", "fused"):
         raise ValueError(f"layout must be 'staged' or 'fused', got {layout!r}")
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    if proxy is not None and proxy not in PROXIES:
+        raise ValueError(f"proxy must be one of {PROXIES}, got {proxy!r}")
+    if isinstance(monitor, bool):  # monitor=True: the monitor with default options
+        monitor = {} if monitor else None
+    if monitor is not None and not isinstance(monitor, dict):
+        raise TypeError(f"monitor must be a dict of options, True or None, got {type(monitor).__name__}")
     bundle, opt = _bundle_of(target)
     if opt.sample_rows_ is None:
         raise ValueError("the artifact has no sample rows; re-optimize with keep_sample=True to serve it")
-    started = _ensure_ray(address, cpus, gpus)
+    started = _ensure_ray(address, cpus, gpus, proxy)
     cluster = ray.cluster_resources()
     use_gpu = device == "gpu" or (device == "auto" and cluster.get("GPU", 0) > 0)
     if device == "gpu" and ray.available_resources().get("GPU", 0) <= 0:
@@ -228,6 +256,10 @@ def deploy(
 
     _check_fits(plan, specs, min_replicas, ray.available_resources())
     serve.start(http_options={"host": host, "port": port})
+    front = running_proxy()
+    if proxy is not None and front != proxy:
+        warnings.warn(f"proxy={proxy!r} asked for, but the running Ray Serve uses {front!r}: the front "
+                      "is chosen when Ray starts (see serving.proxy.proxy_environment)", stacklevel=2)
     from .app import Ingress, ModelStage, MonitorStage
 
     fused = layout == "fused" and len(specs) > 1
@@ -304,6 +336,7 @@ def deploy(
         "max_body_bytes": max_body_bytes,
         "batching": batching,
         "max_rows": max_rows,
+        "transport": transport,
     }
     second = handles[1] if len(handles) > 1 else None
     ingress_options: dict[str, Any] = {
@@ -323,4 +356,4 @@ def deploy(
     serve.run(ingress, name=name, route_prefix=f"/{name}",
               logging_config={"enable_access_log": access_log, "log_level": "INFO" if access_log else "WARNING"})
     return ServingApp(name, f"http://{host}:{port}/{name}", plan, version, [s.name for s in specs],
-                      started, notes)
+                      started, notes, proxy=front)

@@ -22,16 +22,21 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """Ray with logical resources for placement (4 CPUs, 1 GPU), Serve on a free port."""
+    """Ray with logical resources for placement (4 CPUs, 1 GPU), Serve on a free port behind
+    HAProxy, the front deploy() starts Ray with."""
     import ray
     from ray import serve
 
+    from serving.proxy import release_proxy_files, use_proxy
+
+    use_proxy("haproxy")
     ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port
     serve.shutdown()
     ray.shutdown()
+    release_proxy_files()
 
 
 @pytest.fixture(scope="session")

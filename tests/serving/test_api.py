@@ -172,6 +172,23 @@ def test_gpu_placement_runs_on_cpu_here(ray_cluster, synth_opt, request_rows):
         served.shutdown(stop_ray=False)
 
 
+def test_haproxy_front_and_ray_transport_fused(ray_cluster, app, synth_opt, request_rows):
+    """The default front here is HAProxy; stage calls over Ray actor calls (transport="ray")
+    and the fused layout give the same answers as gRPC and the staged layout."""
+    assert app.proxy == "haproxy"
+    served = deploy(synth_opt, name="rayrpc", port=ray_cluster, cpus=1, device="cpu", transport="ray",
+                    layout="fused", monitor=True)
+    try:
+        batch = request_rows.iloc[:50]
+        r = post(served, "/predict", {"rows": rows_of(batch)})
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(np.array(r.json()["probabilities"]), synth_opt.predict_proba(batch),
+                                   atol=1e-9)
+        assert requests.get(served.url + "/explain", params={"metric": "latency_ms"}, timeout=30).status_code in (200, 409)
+    finally:
+        served.shutdown(stop_ray=False)
+
+
 def test_large_request_bypasses_the_ingress_batcher(app, synth_opt):
     from tests.willump.synth import make_rows
 

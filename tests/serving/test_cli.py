@@ -18,7 +18,7 @@ WILLUMP = [sys.executable, "-m", "serving.cli"]
 
 
 def _ray_processes() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "raylet|gcs_server|ray::|ray/dashboard|ray_client_server"],
+    out = subprocess.run(["pgrep", "-f", "raylet|gcs_server|ray::|ray/dashboard|ray_client_server|haproxy"],
                          capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
 
@@ -80,6 +80,7 @@ def test_serve_runs_until_sigterm_and_leaves_nothing_behind(artifact, request_ro
             raise
     assert proc.returncode == 0, output
     assert "shutting down" in output and "stopped" in output
+    assert "via haproxy" in output, output
     time.sleep(2)
     leftover = _ray_processes() - before
     assert not leftover, f"stray Ray processes after shutdown: {leftover}"
