@@ -4,11 +4,13 @@
 batches per stage from costs measured on this machine, and serves HTTP at
 ``/<name>``: ``POST /predict``, ``POST /top_k``, ``GET /report``, ``/plan``,
 ``/healthz``, ``/metrics``, and ``/explain`` / ``/drift`` when the monitor is deployed.
-The planner (:mod:`serving.planner`) and simulation are plain Python.
+The planner (:mod:`serving.planner`) and simulation are plain Python. A Ray that deploy
+starts runs HAProxy in front of the ingress replicas (:mod:`serving.proxy`).
 """
 
 from .deploy import ServingApp, deploy
 from .planner import Plan, Resources, StageProfile, plan_stages
+from .proxy import proxy_environment
 from .simulate import simulate
 from .stages import profile_baseline, profile_stages, stage_specs
 
@@ -21,6 +23,7 @@ __all__ = [
     "plan_stages",
     "profile_baseline",
     "profile_stages",
+    "proxy_environment",
     "simulate",
     "stage_specs",
 ]
