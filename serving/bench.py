@@ -202,9 +202,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["in_process"] = in_process(opt, frames, args.rows_per_request, duration=args.duration,
                                       max_requests=args.max_requests)
     print(f"  (c) in-process: {result['in_process']['rows_per_s']:.0f} rows/s", flush=True)
-    use_proxy(args.proxy)
+    result["proxy"], result["transport"] = use_proxy(args.proxy), args.transport
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
-    result["proxy"], result["transport"] = args.proxy, args.transport
     try:
         phases = [("baseline_served", True, "staged"), ("optimized_served", False, "staged"),
                   ("optimized_fused", False, "fused")]
@@ -302,8 +301,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--cpus", type=float, default=float(os.cpu_count() or 2))
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--proxy", choices=PROXIES, default=DEFAULT_PROXY,
-                        help="HTTP front of the Ray started here (default %(default)s)")
+    parser.add_argument("--proxy", choices=PROXIES,
+                        help=f"HTTP front of the Ray started here (default {DEFAULT_PROXY} when installed)")
     parser.add_argument("--transport", choices=TRANSPORTS, default="grpc",
                         help="how the ingress calls the stages (default %(default)s)")
     parser.add_argument("--json", help="write the results here")

