@@ -45,6 +45,6 @@ def lgbm(seed: int, **overrides: Any) -> LGBMClassifier:
     return LGBMClassifier(**params, n_jobs=LGBM_THREADS, random_state=seed, verbose=-1)
 
 
-def small_lgbm(seed: int) -> LGBMClassifier:
+def small_lgbm(seed: int = 0) -> LGBMClassifier:
     """The unfitted model of the cheap levels (SMALL_LGBM over the shared defaults)."""
     return lgbm(seed, **SMALL_LGBM)

