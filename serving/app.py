@@ -263,10 +263,14 @@ class LocalStage:
         self.topk_filter = _LocalMethod(self.runner.topk_filter)
         self.topk_rank = _LocalMethod(self.runner.topk_rank)
         self.full_scores = _LocalMethod(self.runner.full_scores)
+        try:  # records name the ingress replica that answered, as they name stage replicas
+            self.replica = serve.get_replica_context().replica_id.unique_id
+        except Exception:
+            self.replica = "ingress"
 
     def _run(self, rows: pd.DataFrame, blocks: dict | None = None) -> dict[str, Any]:
         out = self.runner.run(rows, blocks)
-        out["replica"] = "ingress"
+        out["replica"] = self.replica
         return out
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import willump
 
 from .deploy import TRANSPORTS
-from .planner import Resources, plan_stages
+from .planner import LAYOUTS, Resources, plan_stages
 from .proxy import DEFAULT_PROXY, PROXIES, release_proxy_files
 from .stages import profile_stages
 
@@ -26,6 +26,9 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rps", type=float, help="target request rate (requests/s)")
     parser.add_argument("--p99-ms", type=float, help="target p99 latency in milliseconds")
     parser.add_argument("--rows-per-request", type=int, default=32, help="rows per request (default 32)")
+    parser.add_argument("--layout", choices=("auto", *LAYOUTS), default="auto",
+                        help="fused: the cheap stage runs in the ingress replicas; staged: it gets its "
+                             "own deployment; auto (default): fused unless --min-replicas is given")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +86,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     device = "gpu" if args.gpus and args.gpus > 0 else "cpu"
     profiles = profile_stages(opt, device=device)
     plan = plan_stages(profiles, Resources(cpus=args.cpus, gpus=args.gpus), rps=args.rps,
-                       p99_ms=args.p99_ms, rows_per_request=args.rows_per_request)
+                       p99_ms=args.p99_ms, rows_per_request=args.rows_per_request,
+                       layout="fused" if args.layout == "auto" else args.layout)
     if args.json:
         print(json.dumps({"plan": plan.to_dict(),
                           "profiles": [{"name": p.name, "scale": p.scale, "batch_seconds": p.batch_seconds}
@@ -118,6 +122,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_batch_size=args.max_batch_size,
             batch_wait_timeout_s=None if args.batch_wait_ms is None else args.batch_wait_ms / 1000.0,
             proxy=None if args.address else args.proxy, transport=args.transport,
+            layout=args.layout,
         )
         print(app.plan, flush=True)
         print(f"willump: serving {app.model_version} at {app.url} via {app.proxy} (Ctrl-C to stop)", flush=True)

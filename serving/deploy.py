@@ -11,7 +11,7 @@ from typing import Any
 
 from willump import OptimizedPipeline
 
-from .planner import Plan, Resources, plan_stages
+from .planner import LAYOUTS, Plan, Resources, plan_stages
 from .proxy import PROXIES, release_proxy_files, running_proxy, use_proxy
 from .runtime import Bundle, bundle_version, load_bundle, read_bundle
 from .schema import MAX_BODY_BYTES, MAX_ROWS, RowSchema
@@ -92,7 +92,7 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None,
 
 def _check_fits(plan: Plan, specs: list[StageSpec], min_replicas: int | None, free: dict) -> None:
     """Refuse a plan the cluster cannot place: Serve would otherwise wait forever."""
-    cpus = plan.ingress_cpus + plan.monitor_cpus
+    cpus = plan.ingress_replicas * plan.ingress_cpus + plan.monitor_cpus
     gpus = 0.0
     for spec in specs:
         sp = plan.stage(spec.name)
@@ -165,7 +165,7 @@ def deploy(
     runtime: str = "native",
     device: str = "auto",
     baseline: bool = False,
-    layout: str = "staged",
+    layout: str = "auto",
     access_log: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_rows: int = MAX_ROWS,
@@ -185,10 +185,13 @@ def deploy(
     puts the expensive stage on a GPU when the cluster has one; ``runtime='onnx'``
     runs models through ONNX Runtime. ``baseline=True`` serves the unoptimized
     pipeline as one deployment (for side-by-side benchmarks). ``layout="staged"``
-    (default) gives the ingress, the cheap stage and the expensive stage a deployment
-    each; ``layout="fused"`` runs the cheap stage inside the ingress replicas, saving a
-    hop for every request (hops cost several ms each here) while unsure rows still go
-    to the expensive stage's own deployment.
+    gives the ingress, the cheap stage and the expensive stage a deployment each;
+    ``layout="fused"`` runs the cheap stage inside the ingress replicas (the planner
+    sizes them for the ingress's and the cheap stage's CPU together), saving a hop for
+    every request (hops cost several ms of CPU each here) while unsure rows still go to
+    the expensive stage's own deployment. ``layout="auto"`` (default) is fused unless
+    the cheap stage must scale on its own (``min_replicas`` given) or a ``plan``
+    names its layout.
 
     ``proxy`` is the HTTP front of a Ray that deploy starts: ``"haproxy"`` (default when
     deploy starts Ray: HAProxy forwards straight to the ingress replicas) or ``"serve"``
@@ -205,8 +208,8 @@ def deploy(
         raise ValueError(f"min_replicas must be >= 0, got {min_replicas}")
     if device not in ("auto", "cpu", "gpu"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}")
-    if layout not in ("staged", "fused"):
-        raise ValueError(f"layout must be 'staged' or 'fused', got {layout!r}")
+    if layout not in ("auto", *LAYOUTS):
+        raise ValueError(f"layout must be 'auto' or one of {LAYOUTS}, got {layout!r}")
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     if proxy is not None and proxy not in PROXIES:
@@ -225,6 +228,10 @@ def deploy(
         raise ValueError("device='gpu' but the Ray cluster has no free GPU")
     use_gpu = use_gpu and ray.available_resources().get("GPU", 0) > 0
     specs = [StageSpec("baseline", 0, len(opt.levels) - 1)] if baseline else stage_specs(opt)
+    if layout == "auto":
+        layout = plan.layout if plan is not None else "staged" if min_replicas is not None else "fused"
+    if len(specs) == 1:
+        layout = "staged"  # one stage: nothing to fuse
     if plan is None:
         if baseline:
             from .stages import profile_baseline
@@ -236,7 +243,7 @@ def deploy(
         budget = Resources(cpus=min(cpus or free.get("CPU", 0.0), free.get("CPU", 0.0)) or 0.5,
                            gpus=free.get("GPU", 0.0))
         plan = plan_stages(profiles, budget, rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request,
-                           monitor=monitor is not None)
+                           monitor=monitor is not None, layout=layout)
     if max_batch_size is not None or batch_wait_timeout_s is not None:
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -260,7 +267,7 @@ def deploy(
                       "is chosen when Ray starts (see serving.proxy.proxy_environment)", stacklevel=2)
     from .app import Ingress, ModelStage, MonitorStage
 
-    fused = layout == "fused" and len(specs) > 1
+    fused = layout == "fused"
     handles: list[Any] = [None] if fused else []
     for spec in specs[1:] if fused else specs:
         sp = plan.stage(spec.name)
@@ -339,14 +346,17 @@ def deploy(
     second = handles[1] if len(handles) > 1 else None
     ingress_options: dict[str, Any] = {
         "name": f"{name}-ingress", "max_ongoing_requests": 1024,
-        "ray_actor_options": {"num_cpus": plan.ingress_cpus},
+        "ray_actor_options": {"num_cpus": plan.ingress_cpus}, "num_replicas": plan.ingress_replicas,
     }
     local_first = None
     if fused:
         cheap = plan.stage(specs[0].name)
         local_first = {"bundle": bundle, "spec": specs[0], "device": "cpu", "runtime": runtime}
-        ingress_options["ray_actor_options"] = {"num_cpus": cheap.num_cpus + plan.ingress_cpus}
-        ingress_options["num_replicas"] = cheap.replicas
+        fused_replicas = max(cheap.replicas, plan.ingress_replicas)
+        # the fused replicas share what the plan gave the cheap stage and the ingress
+        share = (cheap.replicas * cheap.num_cpus + plan.ingress_replicas * plan.ingress_cpus) / fused_replicas
+        ingress_options["ray_actor_options"] = {"num_cpus": round(share, 4)}
+        ingress_options["num_replicas"] = fused_replicas
         info["layout"] = "fused"
     ingress = Ingress.options(**ingress_options).bind(handles[0], second, monitor_handle, info, local_first)
     # Per-request access logs cost the ingress and stages a large share of their CPU here;

@@ -11,6 +11,10 @@ share for the expensive one). Sizing follows InferLine / PipeDream:
   ``replicas * capacity / scale``) until the CPU budget is spent;
 * batch sizes are the smallest that reach ``BATCH_EFFICIENCY`` of the best
   capacity, shrunk while a p99 target is missed;
+* the ingress is a Python process too (HTTP, JSON, schema checks, routing): it costs
+  ``ingress_ms`` of CPU per request, and with ``layout="fused"`` it also runs the first
+  stage, so it gets replicas like a stage (one process is held to about one core by
+  the GIL);
 * every plan is checked by the discrete-event simulation in :mod:`serving.simulate`.
 
 ``max_ongoing_requests`` follows the plan so that callers never sit in Serve's
@@ -31,8 +35,16 @@ HEADROOM = 0.75
 BATCH_EFFICIENCY = 0.9
 #: one deployment hop measured here (REFERENCES: 5-6.5 ms p50 per chained hop)
 HOP_MS = 5.5
-#: logical CPUs of the ingress replica (parses JSON, fans out; mostly waiting)
+#: logical CPUs of an ingress replica (parses JSON, fans out; mostly waiting)
 INGRESS_CPUS = 0.25
+#: CPU ms an ingress replica spends per request outside any model: HTTP, JSON, schema
+#: checks, routing, the answer. Per-process CPU accounting under serving.bench's load
+#: (toxic, 32-row requests, 2 CPUs) measured 1.2 ms with the first stage fused in and
+#: 2.7 ms when the ingress calls a separate first stage (the hop's caller side)
+INGRESS_REQUEST_MS = 2.0
+#: "staged": the ingress calls one deployment per stage; "fused": the first stage runs
+#: inside the ingress replicas (no hop for the rows it answers)
+LAYOUTS = ("staged", "fused")
 #: logical CPUs of the monitor replica (fed off the critical path)
 MONITOR_CPUS = 0.1
 #: logical CPUs a model-stage replica asks for (one busy Python process)
@@ -136,6 +148,9 @@ class Plan:
     predicted: dict[str, float] = field(default_factory=dict)
     feasible: bool = True
     notes: list[str] = field(default_factory=list)
+    ingress_replicas: int = 1
+    layout: str = "staged"
+    ingress_ms: float = INGRESS_REQUEST_MS
 
     def stage(self, name: str) -> StagePlan:
         for s in self.stages:
@@ -148,6 +163,8 @@ class Plan:
 
     def __str__(self) -> str:
         lines = ["stage        replicas  batch  wait ms  ongoing  cpus  gpus  device  rows/s"]
+        fused = f" (runs the {self.stages[0].name} stage)" if self.layout == "fused" else ""
+        lines.append(f"{'ingress':<12} {self.ingress_replicas:>8}  {self.ingress_ms:g} ms CPU per request{fused}")
         for s in self.stages:
             lines.append(
                 f"{s.name:<12} {s.replicas:>8}  {s.max_batch_size:>5}  {1e3 * s.batch_wait_timeout_s:>7.2f}"
@@ -188,12 +205,15 @@ def plan_stages(
     monitor: bool = False,
     headroom: float = HEADROOM,
     hop_ms: float = HOP_MS,
+    layout: str = "staged",
+    ingress_ms: float = INGRESS_REQUEST_MS,
     seed: int = 0,
 ) -> Plan:
     """Plan replicas, batches and limits for a chain of stages under a resource budget.
 
     ``rps`` is a request rate (each request carries ``rows_per_request`` rows).
-    Without it the plan maximises throughput within ``resources``.
+    Without it the plan maximises throughput within ``resources``. ``layout`` is where
+    the first stage runs (see :data:`LAYOUTS`); ``ingress_ms`` the ingress's CPU per request.
     """
     if not profiles:
         raise ValueError("profiles must name at least one stage")
@@ -203,8 +223,17 @@ def plan_stages(
         raise ValueError(f"p99_ms must be positive, got {p99_ms}")
     if rows_per_request < 1:
         raise ValueError(f"rows_per_request must be >= 1, got {rows_per_request}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if ingress_ms < 0:
+        raise ValueError(f"ingress_ms must be >= 0, got {ingress_ms}")
+    if layout == "fused" and profiles[0].device == "gpu":
+        raise ValueError("layout='fused' runs the first stage in the ingress, on CPU; it is on a GPU here")
     notes: list[str] = []
-    fixed = INGRESS_CPUS + (MONITOR_CPUS if monitor else 0.0)
+    batches = {p.name: _pick_batch(p) for p in profiles}
+    ingress_replicas = _ingress_replicas(profiles, batches, resources, rps, rows_per_request, layout,
+                                         ingress_ms, headroom)
+    fixed = ingress_replicas * INGRESS_CPUS + (MONITOR_CPUS if monitor else 0.0)
     cpu_stages = [p for p in profiles if p.device != "gpu"]
     gpu_stages = [p for p in profiles if p.device == "gpu"]
     if gpu_stages and resources.gpus <= 0:
@@ -219,7 +248,6 @@ def plan_stages(
             f"each replica asks for {stage_cpus:.2f} (replicas share cores)"
         )
 
-    batches = {p.name: _pick_batch(p) for p in profiles}
     replicas = {p.name: 1 for p in profiles}
     rate_rows = None if rps is None else rps * rows_per_request
 
@@ -252,6 +280,8 @@ def plan_stages(
             size_for_rate()
         plan = _assemble(profiles, replicas, batches, rows_per_request, rps, p99_ms, stage_cpus,
                          gpu_cpus, resources, monitor, rate_rows, notes)
+        plan.layout, plan.ingress_ms = layout, ingress_ms
+        plan.ingress_replicas = max(ingress_replicas, replicas[profiles[0].name] if layout == "fused" else 1)
         rate = rps if rps is not None else 0.7 * plan.max_rows_per_s / rows_per_request
         plan.predicted = _simulate(plan, profiles, rate, hop_ms, seed)
         if p99_ms is None or plan.predicted["p99_ms"] <= p99_ms:
@@ -268,7 +298,8 @@ def plan_stages(
         message = f"needs {cpu_used():.2f} CPUs but only {resources.cpus:g} are available"
         if rps is not None:
             best = plan_stages(profiles, resources, rows_per_request=rows_per_request, monitor=monitor,
-                               headroom=headroom, hop_ms=hop_ms, seed=seed)
+                               headroom=headroom, hop_ms=hop_ms, layout=layout, ingress_ms=ingress_ms,
+                               seed=seed)
             if best.feasible:
                 message += f"; within them about {best.max_rows_per_s * headroom / rows_per_request:.1f} req/s fit"
         plan.notes.append(message)
@@ -279,6 +310,31 @@ def plan_stages(
             "at the smallest batches"
         )
     return plan
+
+
+def _request_seconds(profile: StageProfile, batch: int, rows_per_request: int) -> float:
+    """CPU seconds a stage spends on one request's rows at its planned batch size."""
+    return profile.service_time(batch) / batch * rows_per_request * profile.scale
+
+
+def _ingress_replicas(profiles, batches, resources, rps, rows_per_request, layout, ingress_ms,
+                      headroom) -> int:
+    """Ingress replicas: enough for ``rps`` at ``headroom``; without a rate, one when staged
+    (one ingress batches concurrent requests into fewer hops: on 2 CPUs, two staged
+    ingress replicas served 16% fewer rows/s than one) and, when fused, the ingress's
+    share of the per-request CPU times the CPUs, rounded up, since one process is held
+    to about one core."""
+    per_request = ingress_ms / 1000.0
+    if layout == "fused":
+        per_request += _request_seconds(profiles[0], batches[profiles[0].name], rows_per_request)
+    if rps is not None:
+        return max(1, math.ceil(rps * per_request / headroom - 1e-9))
+    if layout == "staged":
+        return 1
+    others = sum(_request_seconds(p, batches[p.name], rows_per_request) for p in profiles[1:]
+                 if p.device != "gpu")
+    share = per_request / (per_request + others) if per_request + others > 0 else 1.0
+    return max(1, math.ceil(resources.cpus * share - 1e-9))
 
 
 def _assemble(profiles, replicas, batches, rows_per_request, rps, p99_ms, stage_cpus, gpu_cpus,

@@ -5,7 +5,10 @@ stage has ``replicas`` servers sharing one FIFO queue; a free server starts a
 batch when ``max_batch_size`` rows are queued or the oldest item has waited
 ``batch_wait_timeout_s``, and takes whole requests up to the batch size. Of the
 rows leaving a stage, each reaches the next with probability scale_next /
-scale_this (the unsure share). Entering a stage costs one hop.
+scale_this (the unsure share). Every request first passes the ingress
+(``plan.ingress_replicas`` servers, ``plan.ingress_ms`` per request, no batching).
+Entering the ingress or a stage costs one hop, except the first stage when the plan's
+layout is "fused" (it runs on the ingress replicas, so it has that many servers).
 """
 
 from __future__ import annotations
@@ -17,6 +20,21 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+
+@dataclass
+class _Ingress:
+    """The ingress as a station: one request per batch, a fixed service time."""
+
+    name: str
+    replicas: int
+    max_batch_size: int
+    batch_seconds: float
+    batch_wait_timeout_s: float = 0.0
+    scale: float = 1.0
+
+    def service_time(self, rows: float) -> float:
+        return self.batch_seconds
 
 
 @dataclass
@@ -49,14 +67,22 @@ def simulate(
     if rate_rps <= 0:
         raise ValueError(f"rate_rps must be positive, got {rate_rps}")
     rng = np.random.default_rng(seed)
-    stages = plan.stages
+    rows = plan.rows_per_request
+    fused = getattr(plan, "layout", "staged") == "fused"
+    ingress = _Ingress("ingress", max(1, getattr(plan, "ingress_replicas", 1)), rows,
+                       getattr(plan, "ingress_ms", 0.0) / 1000.0)
+    stages = [ingress, *plan.stages]
+    profiles = [ingress, *profiles]
     n_stages = len(stages)
     hop = hop_ms / 1000.0
-    rows = plan.rows_per_request
+    hops = [hop, 0.0 if fused else hop] + [hop] * (n_stages - 2)
     arrivals = np.cumsum(rng.exponential(1.0 / rate_rps, n_requests))
     queues: list[deque] = [deque() for _ in range(n_stages)]
     queued_rows = [0] * n_stages
     idle = [s.replicas for s in stages]
+    if fused and n_stages > 1:
+        idle[1] = ingress.replicas
+    servers = list(idle)
     wake_at: list[float | None] = [None] * n_stages
     busy = [0.0] * n_stages
     finish = np.full(n_requests, np.nan)
@@ -109,7 +135,7 @@ def simulate(
                     ratio = profiles[nxt].scale / max(profiles[stage].scale, 1e-12)
                     reach = int(rng.binomial(n, min(1.0, ratio)))
                     if reach > 0:
-                        push(now + hop, "arrive", nxt, (request, reach))
+                        push(now + hops[nxt], "arrive", nxt, (request, reach))
                         continue
                 finish[request] = max(np.nan_to_num(finish[request], nan=0.0), now)
         dispatch(stage, now)
@@ -124,5 +150,5 @@ def simulate(
         p50_ms=float(np.percentile(latency[done], 50)),
         p99_ms=float(np.percentile(latency[done], 99)),
         mean_ms=float(latency[done].mean()),
-        utilization={s.name: busy[i] / (s.replicas * span) for i, s in enumerate(stages)},
+        utilization={s.name: busy[i] / (servers[i] * span) for i, s in enumerate(stages)},
     )

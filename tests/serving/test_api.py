@@ -172,13 +172,15 @@ def test_gpu_placement_runs_on_cpu_here(ray_cluster, synth_opt, request_rows):
         served.shutdown(stop_ray=False)
 
 
-def test_haproxy_front_and_ray_transport_fused(ray_cluster, app, synth_opt, request_rows):
+def test_haproxy_front_and_ray_transport_staged(ray_cluster, app, synth_opt, request_rows):
     """The default front here is HAProxy; stage calls over Ray actor calls (transport="ray")
-    and the fused layout give the same answers as gRPC and the staged layout."""
-    assert app.proxy == "haproxy"
+    and the staged layout (a deployment per stage) give the same answers as gRPC and the
+    default fused layout."""
+    assert app.proxy == "haproxy" and app.plan.layout == "fused"
     served = deploy(synth_opt, name="rayrpc", port=ray_cluster, cpus=1, device="cpu", transport="ray",
-                    layout="fused", monitor=True)
+                    layout="staged", monitor=True)
     try:
+        assert served.plan.layout == "staged" and served.plan.ingress_replicas == 1
         batch = request_rows.iloc[:50]
         r = post(served, "/predict", {"rows": rows_of(batch)})
         assert r.status_code == 200, r.text

@@ -75,9 +75,13 @@ def test_killed_replica_loses_no_successful_request(app, synth_opt, request_rows
     try:
         time.sleep(6)
         t_kill = time.perf_counter()
-        victims = _replica_actors("faults", "faults-expensive") + _replica_actors("faults", "faults-cheap")
-        assert victims, "no replica actors found"
-        for victim in victims[:2]:
+        # the default (fused) layout: the expensive stage's replica and one of the ingress
+        # replicas that run the cheap stage
+        expensive = _replica_actors("faults", "faults-expensive")
+        ingress = _replica_actors("faults", "faults-ingress")
+        assert app.plan.layout == "fused" and expensive and len(ingress) >= 2, (expensive, ingress)
+        victims = [expensive[0], ingress[0]]
+        for victim in victims:
             ray.kill(ray.get_actor(victim["name"], namespace=victim["namespace"]), no_restart=True)
         deadline = time.time() + 120
         seen_unhealthy = False

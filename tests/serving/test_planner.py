@@ -96,7 +96,8 @@ def test_gpu_stage_gets_fractional_gpus():
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [(dict(rps=-1), "rps"), (dict(p99_ms=0), "p99_ms"), (dict(rows_per_request=0), "rows_per_request")],
+    [(dict(rps=-1), "rps"), (dict(p99_ms=0), "p99_ms"), (dict(rows_per_request=0), "rows_per_request"),
+     (dict(layout="tiled"), "layout"), (dict(ingress_ms=-1.0), "ingress_ms")],
 )
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -111,6 +112,7 @@ def test_simulation_matches_queueing_basics():
     stage = linear("only", 0.0, 0.001)  # 1 ms per row, batch 1 -> M/D/1
     plan = plan_stages([stage], Resources(cpus=1.25), rows_per_request=1)
     plan.stages[0].max_batch_size = 1
+    plan.ingress_ms = 0.0  # the stage alone
     light = simulate(plan, [stage], rate_rps=100, hop_ms=0.0, n_requests=5000, seed=1)
     heavy = simulate(plan, [stage], rate_rps=900, hop_ms=0.0, n_requests=5000, seed=1)
     assert light.utilization["only"] == pytest.approx(0.1, abs=0.02)
@@ -119,3 +121,42 @@ def test_simulation_matches_queueing_basics():
     assert heavy.mean_ms == pytest.approx(5.5, rel=0.25)
     overload = simulate(plan, [stage], rate_rps=2000, hop_ms=0.0, n_requests=5000, seed=1)
     assert overload.throughput_rows_s == pytest.approx(1000, rel=0.05)
+
+
+def test_ingress_is_a_station_of_the_simulation():
+    stage = linear("only", 0.0, 0.0001)  # 0.1 ms per row: the ingress is the bottleneck
+    plan = plan_stages([stage], Resources(cpus=4), rows_per_request=1, ingress_ms=2.0)
+    assert plan.ingress_replicas == 1
+    one = simulate(plan, [stage], rate_rps=2000, hop_ms=0.0, n_requests=4000, seed=1)
+    assert one.throughput_rows_s == pytest.approx(500, rel=0.05)  # 1 / 2 ms
+    plan.ingress_replicas = 2
+    two = simulate(plan, [stage], rate_rps=2000, hop_ms=0.0, n_requests=4000, seed=1)
+    assert two.throughput_rows_s == pytest.approx(1000, rel=0.05)
+    assert two.utilization["ingress"] == pytest.approx(1.0, abs=0.05)
+
+
+def test_fused_ingress_gets_replicas_for_its_share_of_the_work():
+    cheap = linear("cheap", 0.0002, 0.00003)  # ~1 ms per 32-row request
+    expensive = linear("expensive", 0.001, 0.0005, scale=0.05)  # ~0.8 ms per request
+    staged = plan_stages([cheap, expensive], Resources(cpus=2), rows_per_request=32)
+    fused = plan_stages([cheap, expensive], Resources(cpus=2), rows_per_request=32, layout="fused")
+    assert staged.ingress_replicas == 1 and staged.layout == "staged"
+    # ingress 2 ms + cheap ~1 ms of ~3.8 ms per request: 2 CPUs x 0.79 -> 2 processes
+    assert fused.ingress_replicas == 2 and fused.layout == "fused"
+    assert fused.ingress_replicas * fused.ingress_cpus + sum(s.replicas * s.num_cpus for s in fused.stages) <= 2 + 1e-9
+    assert "runs the cheap stage" in str(fused)
+    # with a rate: enough ingress processes for it at the headroom
+    rated = plan_stages([cheap, expensive], Resources(cpus=8), rows_per_request=32, rps=600, layout="fused")
+    per_request = 0.002 + cheap.service_time(rated.stage("cheap").max_batch_size) / rated.stage(
+        "cheap").max_batch_size * 32
+    assert rated.ingress_replicas == math.ceil(600 * per_request / HEADROOM)
+    # the simulation sees the fused ingress as the first stage's servers: no extra hop
+    sim_fused = simulate(fused, [cheap, expensive], rate_rps=50, hop_ms=5.0, n_requests=500, seed=0)
+    sim_staged = simulate(staged, [cheap, expensive], rate_rps=50, hop_ms=5.0, n_requests=500, seed=0)
+    assert sim_fused.p50_ms < sim_staged.p50_ms - 4.0
+
+
+def test_fused_first_stage_must_be_on_cpu():
+    gpu = StageProfile("gpu", {1: 0.001, 8: 0.002}, device="gpu")
+    with pytest.raises(ValueError, match="fused"):
+        plan_stages([gpu], Resources(cpus=4, gpus=1), layout="fused")
