@@ -175,6 +175,50 @@ def in_process(opt: Any, frames: Sequence[Any], rows_each: int, *, duration: flo
     return _summary(latencies, len(latencies) * rows_each, time.perf_counter() - start, 0)
 
 
+def process_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) each process on this machine has used so far, with its
+    command line, by pid; empty where there is no /proc."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: dict[int, tuple[str, float]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # the process ended meanwhile
+            continue
+        out[int(entry)] = (title, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def cpu_per_request(before: dict, after: dict, requests: int) -> dict[str, float]:
+    """CPU ms per request over a phase, by role: each Serve deployment (Ray titles replica
+    processes ``ray::ServeReplica:APP:DEPLOYMENT``), this load generator, and everything
+    else (HAProxy, Ray's own processes); ``total`` sums them."""
+    roles: dict[str, float] = {}
+    for pid, (title, seconds) in after.items():
+        if pid not in before or requests <= 0:
+            continue
+        used = seconds - before[pid][1]
+        if used <= 0:
+            continue
+        if "ServeReplica:" in title:
+            role = title.split()[0].rsplit(":", 1)[-1]
+        else:
+            role = "load generator" if pid == os.getpid() else "other"
+        roles[role] = roles.get(role, 0.0) + 1000.0 * used / requests
+    roles["total"] = sum(roles.values())
+    return roles
+
+
+def _cpu_line(phase: dict[str, Any]) -> str:
+    cpu = phase.get("cpu_ms_per_request") or {}
+    return ", ".join(f"{role} {ms:.2f}" for role, ms in cpu.items())
+
+
 def _by_level(phase: dict[str, Any]) -> str:
     return ", ".join(f"level {k}: {v['share']:.0%} of rows, p50 {v['p50_ms']:.1f} ms, p99 {v['p99_ms']:.1f} ms"
                      for k, v in phase.get("by_level", {}).items())
@@ -230,12 +274,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             url = app.url + "/predict"
             asyncio.run(closed_loop(url, payloads, args.rows_per_request, clients=args.clients,
                                     duration=WARMUP_S, max_requests=args.max_requests))
+            cpu_before = process_cpu()
             result[key] = asyncio.run(closed_loop(url, payloads, args.rows_per_request,
                                                   clients=args.clients, duration=args.duration,
                                                   max_requests=args.max_requests))
-            result[key]["plan"] = app.plan.to_dict()
+            result[key]["cpu_ms_per_request"] = cpu_per_request(cpu_before, process_cpu(),
+                                                                result[key]["requests"])
+            result[key]["plan"] = app.plan.to_dict() | {"ingress_processes": app.plan.ingress_processes}
             print(f"  {key}: {result[key]['rows_per_s']:.0f} rows/s, "
-                  f"p50 {result[key]['p50_ms']:.1f} ms, p99 {result[key]['p99_ms']:.1f} ms", flush=True)
+                  f"p50 {result[key]['p50_ms']:.1f} ms, p99 {result[key]['p99_ms']:.1f} ms; "
+                  f"CPU ms per request: {_cpu_line(result[key])}", flush=True)
             if key == "optimized_served":
                 result["http_floor"] = asyncio.run(http_floor(app.url + "/healthz", clients=args.clients,
                                                               duration=args.duration / 2))
@@ -288,7 +336,7 @@ def markdown(result: dict[str, Any]) -> str:
         "| mode | rows/s | p50 ms | p99 ms | errors |",
         "|---|---:|---:|---:|---:|",
         f"| (a) baseline, one deployment | {a['rows_per_s']:.0f} | {a['p50_ms']:.1f} | {a['p99_ms']:.1f} | {a['errors']} |",
-        f"| (b) optimized, default layout ({b['plan']['layout']}: {b['plan']['ingress_replicas']} ingress "
+        f"| (b) optimized, default layout ({b['plan']['layout']}: {b['plan']['ingress_processes']} ingress "
         f"replicas) | {b['rows_per_s']:.0f} | {b['p50_ms']:.1f} | {b['p99_ms']:.1f} | {b['errors']} |",
         f"| (b') optimized, staged (a deployment per stage) | {result['optimized_staged']['rows_per_s']:.0f} | "
         f"{result['optimized_staged']['p50_ms']:.1f} | {result['optimized_staged']['p99_ms']:.1f} | "
@@ -298,6 +346,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"- (b)/(a) = {r['served_vs_baseline']:.2f}x (target >= {TARGETS['served_vs_baseline']:g}x)",
         f"- (b)/(c) = {r['served_vs_in_process']:.0%} (target >= {TARGETS['served_vs_in_process']:.0%})",
         f"- staged: (b')/(a) = {r['staged_vs_baseline']:.2f}x, (b')/(c) = {r['staged_vs_in_process']:.0%}",
+        f"- CPU ms per request, all processes (/proc accounting over each phase): (a) {_cpu_line(a)}; "
+        f"(b) {_cpu_line(b)}; (b') {_cpu_line(result['optimized_staged'])}",
         f"- HTTP floor: a route that touches no stage answers {result['http_floor']['requests_per_s']:.0f} req/s "
         f"here (proxy + ingress only), so no pipeline served at {result['rows_per_request']} rows per request "
         f"can exceed {result['http_floor']['requests_per_s'] * result['rows_per_request']:.0f} rows/s on this machine",

@@ -346,17 +346,15 @@ def deploy(
     second = handles[1] if len(handles) > 1 else None
     ingress_options: dict[str, Any] = {
         "name": f"{name}-ingress", "max_ongoing_requests": 1024,
-        "ray_actor_options": {"num_cpus": plan.ingress_cpus}, "num_replicas": plan.ingress_replicas,
+        "ray_actor_options": {"num_cpus": plan.ingress_cpus}, "num_replicas": plan.ingress_processes,
     }
     local_first = None
     if fused:
         cheap = plan.stage(specs[0].name)
         local_first = {"bundle": bundle, "spec": specs[0], "device": "cpu", "runtime": runtime}
-        fused_replicas = max(cheap.replicas, plan.ingress_replicas)
         # the fused replicas share what the plan gave the cheap stage and the ingress
-        share = (cheap.replicas * cheap.num_cpus + plan.ingress_replicas * plan.ingress_cpus) / fused_replicas
+        share = (cheap.replicas * cheap.num_cpus + plan.ingress_replicas * plan.ingress_cpus) / plan.ingress_processes
         ingress_options["ray_actor_options"] = {"num_cpus": round(share, 4)}
-        ingress_options["num_replicas"] = fused_replicas
         info["layout"] = "fused"
     ingress = Ingress.options(**ingress_options).bind(handles[0], second, monitor_handle, info, local_first)
     # Per-request access logs cost the ingress and stages a large share of their CPU here;

@@ -8,7 +8,9 @@ rows leaving a stage, each reaches the next with probability scale_next /
 scale_this (the unsure share). Every request first passes the ingress
 (``plan.ingress_replicas`` servers, ``plan.ingress_ms`` per request, no batching).
 Entering the ingress or a stage costs one hop, except the first stage when the plan's
-layout is "fused" (it runs on the ingress replicas, so it has that many servers).
+layout is "fused" (it runs on the ingress replicas, so it has that many servers; the
+ingress's own work and the stage's are queued as two stations, which is optimistic where
+one process does both).
 """
 
 from __future__ import annotations
@@ -68,9 +70,8 @@ def simulate(
         raise ValueError(f"rate_rps must be positive, got {rate_rps}")
     rng = np.random.default_rng(seed)
     rows = plan.rows_per_request
-    fused = getattr(plan, "layout", "staged") == "fused"
-    ingress = _Ingress("ingress", max(1, getattr(plan, "ingress_replicas", 1)), rows,
-                       getattr(plan, "ingress_ms", 0.0) / 1000.0)
+    fused = plan.layout == "fused"
+    ingress = _Ingress("ingress", max(1, plan.ingress_processes), rows, plan.ingress_ms / 1000.0)
     stages = [ingress, *plan.stages]
     profiles = [ingress, *profiles]
     n_stages = len(stages)
