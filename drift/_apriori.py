@@ -92,6 +92,9 @@ class _Weights:
             c = rows.count if rows.count is not None else 1.0
             self.names += ["x", "x2"]
             self.arrays += [rows.value * c, rows.value * rows.value * c]
+            if rows.count is not None:
+                self.names.append("w2")  # Kish effective sizes of weighted means
+                self.arrays.append(rows.count * rows.count)
 
 
 def _group_sums(
@@ -253,7 +256,8 @@ class Scorer:
         out: dict[str, np.ndarray] = {}
         if self.metric == "mean_shift":
             out["ratio"], out["ci_low"], out["ci_high"] = _ratios.mean_shift(
-                c, sums["x"], sums["x2"], tot["count"], tot["x"], tot["x2"], conf
+                c, sums["x"], sums["x2"], tot["count"], tot["x"], tot["x2"], conf,
+                sums.get("w2"), tot.get("w2"),
             )
             with np.errstate(divide="ignore", invalid="ignore"):
                 out["mean_in"] = sums["x"] / c
@@ -271,7 +275,8 @@ class Scorer:
             t, c, tot["target"], tot["count"], conf, tv, cv,
             tot.get("target_var", 0.0), tot.get("count_var", 0.0),
         )
-        gr = _ratios.global_ratio(t, c, tot["target"], tot["count"], conf, tv, cv)
+        gr = _ratios.global_ratio(t, c, tot["target"], tot["count"], conf, tv, cv,
+                                  tot.get("target_var", 0.0))
         chosen = rr if self.metric == "risk_ratio" else gr
         out["ratio"], out["ci_low"], out["ci_high"] = chosen
         out["risk_ratio"], out["global_ratio"] = rr[0], gr[0]
@@ -279,7 +284,8 @@ class Scorer:
 
 
 def _passes_one(ratio: float, lo: float, min_ratio: float) -> bool:
-    return math.isfinite(ratio) and ratio >= min_ratio and math.isfinite(lo) and lo > 1.0
+    """Ratio at least `min_ratio` (an infinite ratio counts) and lower bound above 1."""
+    return (not math.isnan(ratio)) and ratio >= min_ratio and math.isfinite(lo) and lo > 1.0
 
 
 def mine(
@@ -407,6 +413,34 @@ def _minimal(scored: dict[tuple, Found]) -> list[Found]:
     return out
 
 
+#: Reported combinations re-tested against each other on residual rows (best ranked first).
+MAX_RESIDUAL_CHECKS = 100
+
+
+def _residual_passes(
+    rows: Rows,
+    weights: _Weights,
+    scorer: Scorer,
+    inside: np.ndarray,
+    removed: np.ndarray,
+    min_t: float,
+    min_ratio: float,
+    alpha: float,
+) -> tuple[bool, float]:
+    """Does the group `inside` still pass once the rows `removed` leave the population?"""
+    residual = inside & ~removed
+    sums = {}
+    totals = {}
+    for name, arr in zip(weights.names, weights.arrays, strict=True):
+        w = np.ones(rows.n) if arr is None else arr
+        sums[name] = np.array([float(w[residual].sum())])
+        totals[name] = scorer.totals[name] - float(w[removed].sum())
+    res = scorer.score(sums, alpha, totals)
+    ratio, lo = float(res["ratio"][0]), float(res["ci_low"][0])
+    ok = bool(sums["target"][0] >= min_t and _passes_one(ratio, lo, min_ratio))
+    return ok, ratio
+
+
 def _drop_riders(
     rows: Rows,
     weights: _Weights,
@@ -416,31 +450,46 @@ def _drop_riders(
     min_ratio: float,
     alpha: float,
 ) -> list[Found]:
-    """Remove reported parts that no longer pass once their reported supersets are removed."""
-    combos = {f.combo for f in reported}
-    keep = []
-    for f in reported:
-        supers = [g for g in combos if len(g) > len(f.combo) and set(f.combo) <= set(g)]
-        if not supers:
-            keep.append(f)
+    """Keep only combinations whose excess survives removing overlapping, better ones.
+
+    Walks the reported combinations best first. A combination f whose rows overlap accepted
+    ones (supersets, parts, or nested attributes such as region=ap holding replica=r7) is
+    re-tested on the residual: the population without those combinations' rows. If it still
+    passes it stands on its own. Otherwise, if some overlapping g still passes without f's
+    rows, f only rode on g and is dropped; if neither stands without the other (they share one
+    excess), the more concentrated one (higher ratio) is kept.
+    """
+    if len(reported) <= 1:
+        return reported
+    ordered = sorted(reported, key=lambda f: rank_key(f, tuple(str(v) for _, v in f.combo)))
+    head, tail = ordered[:MAX_RESIDUAL_CHECKS], ordered[MAX_RESIDUAL_CHECKS:]
+    masks = {f.combo: _mask(rows, f.combo) for f in head}
+    accepted: list[Found] = []
+    for f in head:
+        mf = masks[f.combo]
+        overlapping = [g for g in accepted if (mf & masks[g.combo]).any()]
+        if not overlapping:
+            accepted.append(f)
             continue
-        in_f = _mask(rows, f.combo)
-        in_sup = np.zeros(rows.n, dtype=bool)
-        for g in supers:
-            in_sup |= _mask(rows, g)
-        residual = in_f & ~in_sup
-        removed = in_f & in_sup
-        sums = {}
-        totals = {}
-        for name, arr in zip(weights.names, weights.arrays, strict=True):
-            w = np.ones(rows.n) if arr is None else arr
-            sums[name] = np.array([float(w[residual].sum())])
-            totals[name] = scorer.totals[name] - float(w[removed].sum())
-        res = scorer.score(sums, alpha, totals)
-        ratio, lo = float(res["ratio"][0]), float(res["ci_low"][0])
-        if sums["target"][0] >= min_t and _passes_one(ratio, lo, min_ratio):
-            keep.append(f)
-    return keep
+        union = np.zeros(rows.n, dtype=bool)
+        for g in overlapping:
+            union |= masks[g.combo]
+        ok, _ = _residual_passes(rows, weights, scorer, mf, union, min_t, min_ratio, alpha)
+        if ok:
+            accepted.append(f)
+            continue
+        others_stand = [
+            _residual_passes(rows, weights, scorer, masks[g.combo], mf, min_t, min_ratio,
+                             alpha)[0]
+            for g in overlapping
+        ]
+        if any(others_stand):
+            continue  # f's excess is explained by a combination that stands without it
+        if all(f.ratio > g.ratio for g in overlapping):
+            gone = {g.combo for g in overlapping}
+            accepted = [g for g in accepted if g.combo not in gone]
+            accepted.append(f)
+    return accepted + tail
 
 
 def _mask(rows: Rows, combo: tuple[tuple[int, int], ...]) -> np.ndarray:
@@ -457,6 +506,6 @@ def rank_key(found: Found, value_text: tuple[str, ...]) -> tuple:
     process (codes may differ between monitors; values do not).
     """
     lo = found.ci_low if math.isfinite(found.ci_low) else -math.inf
-    ratio = found.ratio if math.isfinite(found.ratio) else -math.inf
+    ratio = -math.inf if math.isnan(found.ratio) else found.ratio
     attrs = tuple(a for a, _ in found.combo)
     return (-lo, -ratio, -found.target, found.order, attrs, value_text)

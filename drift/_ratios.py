@@ -13,14 +13,23 @@ Conventions (MacroBase DIFF terms: o_g outliers in group, n_g rows in group, O, 
 
 Intervals. Risk and share ratios are ratios of two rates, (a / e1) / (c / e2); conditional on
 a + c, a is binomial with p = a / (a + c), so Clopper-Pearson bounds on p give exact bounds on
-the ratio (the classic conditional interval for a rate ratio; conservative when the outcome is
-common). Unlike Katz's log interval it stays honest for the handful-of-outliers combinations an
-APriori search produces by the thousand. Sampled rows (Horvitz-Thompson weights) enter with
-Kish effective counts, and the sampling variance of the exposures widens the interval on the
-log scale. Edge cases: no rows in the group (no exposure) or every row in it (nothing to compare
-against) give an undefined ratio (NaN, reported as None). A zero cell (no outliers in the group,
-or all of them) gets Haldane's +0.5 on every cell for the point estimate only, so ratios stay
-finite; the bounds use the raw counts (an upper bound may be infinite).
+the ratio (the classic conditional interval for a rate ratio). Unlike Katz's log interval it
+stays honest for the handful-of-outliers combinations an APriori search produces by the
+thousand.
+
+Sampled rows (Horvitz-Thompson weights with per-row sampling variance) enter through ONE
+effective binomial size: the estimate p = a / (a + c) stays centred on the weighted counts, and
+n_eff = p (1 - p) / Var(p), where Var(p) adds the binomial variance, the sampling variance of a
+and c by the delta method ((c^2 var_a + a^2 var_c) / (a + c)^4) and the sampling variance of
+the exposures (var(log e1) + var(log e2), mapped to p's scale). Clopper-Pearson then runs on
+(p n_eff, (1 - p) n_eff). On exact data this is the exact interval. (Shrinking each cell to its
+own Kish count, as before, moved the centre whenever the two sides' weights differed.)
+
+Zero cells (documented rule): no rows in the group (no exposure) or every row in it (nothing to
+compare against) give an undefined ratio (NaN, reported as None). No outliers outside the group
+(all of them inside) gives an infinite ratio with a finite lower bound; no outliers inside gives
+0. Counts within `ZERO_TOLERANCE` of zero (relative to a + c, the residue of subtracting sums
+of weights) count as zero, so a ratio never reads as a 13-digit number.
 """
 
 from __future__ import annotations
@@ -28,23 +37,16 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-#: Continuity correction added to each cell of a 2x2 table with a zero cell (point estimate).
-ZERO_CELL_CORRECTION = 0.5
+#: Relative size below which a cell counts as empty (floating-point residue of weight sums).
+ZERO_TOLERANCE = 1e-9
 #: Relative tolerance for "the group holds every row".
-_ALL_ROWS_RTOL = 1e-12
+_ALL_ROWS_RTOL = 1e-9
 
 
 def z_value(confidence: float) -> float:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     return float(stats.norm.ppf(0.5 + confidence / 2.0))
-
-
-def _effective(count: np.ndarray, var: np.ndarray | float) -> np.ndarray:
-    """Kish effective count of a weighted sum with sampling variance `var`."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        eff = np.where(count > 0, count * count / (count + var), 0.0)
-    return np.nan_to_num(eff, nan=0.0)
 
 
 def _binomial_bounds(a: np.ndarray, c: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
@@ -63,6 +65,31 @@ def _odds(p: np.ndarray) -> np.ndarray:
         return np.where(p >= 1.0, np.inf, p / (1.0 - p))
 
 
+def effective_binomial(
+    a: np.ndarray,
+    c: np.ndarray,
+    var_a: np.ndarray | float = 0.0,
+    var_c: np.ndarray | float = 0.0,
+    var_log_e: np.ndarray | float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(successes, failures) of one effective binomial with p = a / (a + c) and the variance
+    of the estimated p (binomial + delta-method sampling variance + exposure variance)."""
+    a = np.maximum(np.asarray(a, dtype=np.float64), 0.0)
+    c = np.maximum(np.asarray(c, dtype=np.float64), 0.0)
+    t = a + c
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(t > 0, a / t, 0.0)
+        q = 1.0 - p
+        var_p = (p * q / t + (c * c * var_a + a * a * var_c) / t**4
+                 + np.maximum(var_log_e, 0.0) * (p * q) ** 2)
+        n_eff = np.where((p > 0) & (q > 0) & (var_p > 0), p * q / var_p, 0.0)
+        # p at 0 or 1: Kish's effective size of the total stands in (p q is 0 there)
+        kish = np.where(t > 0, t * t / (t + np.maximum(var_a + var_c, 0.0)), 0.0)
+        n_eff = np.where((p > 0) & (q > 0), n_eff, kish)
+        n_eff = np.minimum(np.nan_to_num(n_eff, nan=0.0), np.where(t > 0, t, 0.0))
+    return p * n_eff, q * n_eff
+
+
 def rate_ratio(
     a: np.ndarray,
     c: np.ndarray,
@@ -73,19 +100,24 @@ def rate_ratio(
     var_c: np.ndarray | float = 0.0,
     var_log_e: np.ndarray | float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(a / e1) / (c / e2) with exact conditional bounds (see module docstring)."""
+    """(a / e1) / (c / e2) with conditional exact bounds (see module docstring)."""
     a = np.asarray(a, dtype=np.float64)
     c = np.asarray(c, dtype=np.float64)
     e1 = np.asarray(e1, dtype=np.float64)
     e2 = np.asarray(e2, dtype=np.float64)
+    tol = ZERO_TOLERANCE * np.maximum(a + c, 0.0)
+    a = np.where(a <= tol, 0.0, a)
+    c = np.where(c <= tol, 0.0, c)
     with np.errstate(divide="ignore", invalid="ignore"):
-        fix = (a <= 0) | (c <= 0)
-        k = np.where(fix, ZERO_CELL_CORRECTION, 0.0)
-        ratio = ((a + k) / (e1 + 2 * k)) / ((c + k) / (e2 + 2 * k))
-        lo_p, hi_p = _binomial_bounds(_effective(a, var_a), _effective(c, var_c), alpha)
+        ratio = np.where(c > 0, (a / e1) / (c / e2), np.where(a > 0, np.inf, np.nan))
+        x, y = effective_binomial(a, c, var_a, var_c, var_log_e)
+        lo_p, hi_p = _binomial_bounds(x, y, alpha)
         scale = e2 / e1
         lo, hi = _odds(lo_p) * scale, _odds(hi_p) * scale
-        widen = np.sqrt(np.maximum(var_log_e, 0.0)) * stats.norm.ppf(1.0 - alpha / 2.0)
+        # exposure variance could not enter p's scale at p = 0 or 1: widen on the log scale
+        edge = (a <= 0) | (c <= 0)
+        widen = np.where(edge, np.sqrt(np.maximum(var_log_e, 0.0)), 0.0) * stats.norm.ppf(
+            1.0 - alpha / 2.0)
         lo, hi = lo * np.exp(-widen), hi * np.exp(widen)
     return ratio, lo, hi
 
@@ -124,22 +156,21 @@ def global_ratio(
     alpha: float,
     var_o: np.ndarray | float = 0.0,
     var_n: np.ndarray | float = 0.0,
+    total_var_o: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ratio, lower, upper) of each group's outlier rate against the overall rate."""
     o = np.asarray(o, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
     defined = (n > 0) & (total_o > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        fix = (o <= 0) | (o >= n)
-        k = np.where(fix, ZERO_CELL_CORRECTION, 0.0)
-        ratio = ((o + k) / (n + 2 * k)) / (total_o / total_n)
+        ratio = (o / n) / (total_o / total_n)
         # share of all outliers that fall in the group, binomial given the total
-        lo_p, hi_p = _binomial_bounds(_effective(o, var_o),
-                                      _effective(np.maximum(total_o - o, 0.0), 0.0), alpha)
+        rest = np.maximum(total_o - o, 0.0)
+        x, y = effective_binomial(o, rest, var_o, np.maximum(total_var_o - var_o, 0.0),
+                                  np.maximum(var_n, 0.0) / n**2)
+        lo_p, hi_p = _binomial_bounds(x, y, alpha)
         scale = total_n / n
         lo, hi = lo_p * scale, hi_p * scale
-        widen = np.sqrt(np.maximum(var_n, 0.0)) / n * stats.norm.ppf(1.0 - alpha / 2.0)
-        lo, hi = lo * np.exp(-widen), hi * np.exp(widen)
     nan = np.full(ratio.shape, np.nan)
     return np.where(defined, ratio, nan), np.where(defined, lo, nan), np.where(defined, hi, nan)
 
@@ -171,20 +202,33 @@ def mean_shift(
     total_x: float,
     total_x2: float,
     alpha: float,
+    w2_sum: np.ndarray | None = None,
+    total_w2: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ratio, lower, upper) of each group's metric mean over the rest's mean (> 0 only)."""
+    """(ratio, lower, upper) of each group's metric mean over the rest's mean (> 0 only).
+
+    `n`, `x_sum`, `x2_sum` are weighted sums; with sampled rows `w2_sum` (sum of squared
+    weights) gives each side's Kish effective size, which is what the standard error of a
+    weighted mean is based on (not the estimated population count).
+    """
     n = np.asarray(n, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         m_in = x_sum / n
         n_out = total_n - n
         m_out = (total_x - x_sum) / n_out
-        v_in = np.maximum(x2_sum / n - m_in**2, 0.0) * n / np.maximum(n - 1.0, 1.0)
-        v_out = np.maximum((total_x2 - x2_sum) / n_out - m_out**2, 0.0) * n_out / np.maximum(
-            n_out - 1.0, 1.0
+        if w2_sum is None or total_w2 is None:
+            k_in, k_out = n, n_out
+        else:
+            w2_sum = np.asarray(w2_sum, dtype=np.float64)
+            k_in = n * n / w2_sum
+            k_out = n_out * n_out / np.maximum(total_w2 - w2_sum, 1e-300)
+        v_in = np.maximum(x2_sum / n - m_in**2, 0.0) * k_in / np.maximum(k_in - 1.0, 1.0)
+        v_out = np.maximum((total_x2 - x2_sum) / n_out - m_out**2, 0.0) * k_out / np.maximum(
+            k_out - 1.0, 1.0
         )
-        defined = (n > 1) & (n_out > 1) & (m_in > 0) & (m_out > 0)
+        defined = (k_in > 1) & (k_out > 1) & (m_in > 0) & (m_out > 0)
         ratio = m_in / m_out
-        se = np.sqrt(v_in / (n * m_in**2) + v_out / (n_out * m_out**2))
+        se = np.sqrt(v_in / (k_in * m_in**2) + v_out / (k_out * m_out**2))
         z = stats.norm.ppf(1.0 - alpha / 2.0)
         lo, hi = ratio * np.exp(-z * se), ratio * np.exp(z * se)
     nan = np.full(ratio.shape, np.nan)

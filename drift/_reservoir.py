@@ -1,13 +1,20 @@
-"""Stratified bottom-k row sample for combination mining and per-segment tests.
+"""Stratified priority sample of rows, mergeable without bias across unequal panes.
 
 Why: explaining attribute combinations needs rows (joint values), not marginal counts, but a
-pane may hold any number of rows. Each row gets a uniform random priority; a stratum keeps its
-`k` highest priorities. That sample is uniform within the stratum, mergeable (the top-k of a
-union is the top-k of the parts' top-ks) and independent of arrival order, so a restarted
-monitor rebuilds the same sample. Rows flagged by any classifier form their own stratum so rare
-outliers are kept far more often than a uniform sample would keep them. A kept row stands for
-`population / kept` rows of its stratum (Horvitz-Thompson weight); while a stratum has fewer
-than `k` rows every row is kept with weight 1, so small data is exact.
+pane may hold any number of rows. Each row gets a uniform random priority u; a stratum keeps its
+`k` highest priorities (bottom-k / priority sampling). Rows flagged by any classifier form their
+own stratum so rare outliers are kept far more often than a uniform sample would keep them.
+
+Per-row inclusion probabilities make merges unbiased. Every compaction that discards rows has a
+cut c (the largest discarded priority); each surviving row remembers `tau`, the largest cut it
+lived through, and was kept with probability 1 - tau (rank conditioning, as in priority sampling:
+Duffield, Lund and Thorup 2007). Merging panes that sampled at different rates (500 rows of
+500, 20,000 rows of 20,000 sampled down to 500) therefore keeps each row's own probability
+instead of one weight per stratum, which is what biased the old `population / kept` merge.
+Horvitz-Thompson weights 1 / (1 - tau) are calibrated per stratum to the exact population
+(a Hajek estimator), so stratum totals stay exact. While a stratum never discarded a row every
+weight is 1: small data is exact. The sample is independent of arrival order (the kept set is
+the top-k of the union), so a restarted monitor rebuilds the same sample.
 """
 
 from __future__ import annotations
@@ -23,10 +30,10 @@ STRATA = 2  # 0: unflagged, 1: flagged by at least one classifier
 
 
 class Reservoir:
-    """Rows (categorical codes, numeric values, classifier flags) with per-stratum weights."""
+    """Rows (categorical codes, numeric values, flags) with per-row inclusion thresholds."""
 
     __slots__ = ("_pending", "capacity", "cat", "flags", "n_cat", "n_num", "num", "population",
-                 "prio", "threshold")
+                 "prio", "tau", "threshold")
 
     def __init__(self, n_cat: int, n_num: int, capacity: tuple[int, int]) -> None:
         self.n_cat, self.n_num = int(n_cat), int(n_num)
@@ -34,12 +41,15 @@ class Reservoir:
         if min(self.capacity) < 1:
             raise ValueError(f"reservoir sizes must be >= 1, got {capacity!r}")
         self.population = np.zeros(STRATA, dtype=np.int64)
-        self.threshold = np.full(STRATA, -1.0)  # priorities at or below can never be kept
+        # largest priority this reservoir discarded per stratum: later rows at or below it
+        # can never be kept, so `add` drops them before copying anything
+        self.threshold = np.full(STRATA, -1.0)
         self.cat = np.zeros((self.n_cat, 0), dtype=np.int32)
         self.num = np.zeros((self.n_num, 0), dtype=np.float64)
         self.flags = np.zeros(0, dtype=np.uint32)
         self.prio = np.zeros(0, dtype=np.float64)
-        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.tau = np.zeros(0, dtype=np.float64)
+        self._pending: list[tuple[np.ndarray, ...]] = []
 
     def copy(self) -> Reservoir:
         self.compact()
@@ -47,7 +57,7 @@ class Reservoir:
         out.population = self.population.copy()
         out.threshold = self.threshold.copy()
         out.cat, out.num = self.cat.copy(), self.num.copy()
-        out.flags, out.prio = self.flags.copy(), self.prio.copy()
+        out.flags, out.prio, out.tau = self.flags.copy(), self.prio.copy(), self.tau.copy()
         return out
 
     @property
@@ -61,64 +71,86 @@ class Reservoir:
         flags: np.ndarray,
         prio: np.ndarray,
         population: np.ndarray | None = None,
+        tau: np.ndarray | None = None,
     ) -> None:
-        """Offer rows; `population` (per stratum) defaults to the rows offered."""
+        """Offer rows; `population` (per stratum) defaults to the rows offered, `tau` to 0."""
         stratum = (flags != 0).astype(np.int8)
         if population is None:
             flagged = int(np.count_nonzero(stratum))
             population = np.array([prio.size - flagged, flagged], dtype=np.int64)
         self.population += population
+        if tau is None:
+            tau = np.zeros(prio.size)
         keep = prio > self.threshold[stratum]
         if not keep.all():
-            cat, num, flags, prio = cat[:, keep], num[:, keep], flags[keep], prio[keep]
+            cat, num, flags, prio, tau = cat[:, keep], num[:, keep], flags[keep], prio[keep], \
+                tau[keep]
         if prio.size:
-            self._pending.append((cat, num, flags, prio))
+            # a row that passed this reservoir's earlier cut was subject to it
+            tau = np.maximum(tau, self.threshold[stratum[keep]] if not keep.all()
+                             else self.threshold[stratum])
+            self._pending.append((cat, num, flags, prio, tau))
             if self.size > 2 * sum(self.capacity):
                 self.compact()
 
-    def compact(self) -> None:
-        """Fold pending rows in and keep each stratum's top-k priorities."""
-        if not self._pending:
+    def compact(self, capacity: tuple[int, int] | None = None) -> None:
+        """Fold pending rows in and keep each stratum's top-k priorities (k = capacity)."""
+        if capacity is not None:
+            self.capacity = (int(capacity[0]), int(capacity[1]))
+        elif not self._pending:
             return
-        parts = [(self.cat, self.num, self.flags, self.prio), *self._pending]
+        parts = [(self.cat, self.num, self.flags, self.prio, self.tau), *self._pending]
         self._pending = []
         cat = np.concatenate([p[0] for p in parts], axis=1)
         num = np.concatenate([p[1] for p in parts], axis=1)
         flags = np.concatenate([p[2] for p in parts])
         prio = np.concatenate([p[3] for p in parts])
+        tau = np.concatenate([p[4] for p in parts])
         stratum = flags != 0
         keep_idx = []
         for s in range(STRATA):
             idx = np.flatnonzero(stratum == bool(s))
             k = self.capacity[s]
             if idx.size > k:
-                top = np.argpartition(-prio[idx], k - 1)[:k]
-                idx = idx[top]
-                self.threshold[s] = float(prio[idx].min())
+                part = np.argpartition(-prio[idx], k)
+                cut = float(prio[idx[part[k:]]].max())
+                idx = idx[part[:k]]
+                self.threshold[s] = max(self.threshold[s], cut)
+                tau[idx] = np.maximum(tau[idx], cut)
             keep_idx.append(idx)
         order = np.concatenate(keep_idx)
         # a content-defined order (priority) makes samples identical whatever the merge order
         order = order[np.argsort(-prio[order], kind="stable")]
         self.cat, self.num = cat[:, order], num[:, order]
-        self.flags, self.prio = flags[order], prio[order]
+        self.flags, self.prio, self.tau = flags[order], prio[order], tau[order]
 
     def merge(self, other: Reservoir) -> None:
+        """Add another reservoir's rows; each keeps its own inclusion threshold."""
         other.compact()
-        self.add(other.cat, other.num, other.flags, other.prio, other.population.copy())
-        self.threshold = np.maximum(self.threshold, other.threshold)
+        self.add(other.cat, other.num, other.flags, other.prio, other.population.copy(),
+                 other.tau)
+
+    def downsample(self, capacity: tuple[int, int]) -> None:
+        """Keep only the top `capacity` priorities per stratum (older tiers keep fewer rows)."""
+        self.compact(capacity)
 
     def weights(self) -> np.ndarray:
-        """Horvitz-Thompson weight of each kept row (1.0 while a stratum is complete)."""
+        """Calibrated Horvitz-Thompson weight of each kept row (1.0 while nothing was cut)."""
         self.compact()
         stratum = (self.flags != 0).astype(np.int8)
-        kept = np.bincount(stratum, minlength=STRATA)
-        per = np.where(kept > 0, self.population / np.maximum(kept, 1), 0.0)
-        per = np.where(kept == self.population, 1.0, per)
-        return per[stratum]
+        ht = 1.0 / np.maximum(1.0 - np.maximum(self.tau, 0.0), 1e-300)
+        sums = np.bincount(stratum, weights=ht, minlength=STRATA)
+        scale = np.where(sums > 0, self.population / np.maximum(sums, 1e-300), 0.0)
+        w = ht * scale[stratum]
+        exact = np.bincount(stratum, minlength=STRATA) == self.population
+        if exact.any():
+            w = np.where(exact[stratum], 1.0, w)
+        return w
 
     def nbytes(self) -> int:
         self.compact()
-        return int(self.cat.nbytes + self.num.nbytes + self.flags.nbytes + self.prio.nbytes) + 96
+        return int(self.cat.nbytes + self.num.nbytes + self.flags.nbytes + self.prio.nbytes
+                   + self.tau.nbytes) + 96
 
     def to_state(self) -> dict:
         self.compact()
@@ -131,6 +163,7 @@ class Reservoir:
             "num": self.num,
             "flags": self.flags,
             "prio": self.prio,
+            "tau": self.tau,
         }
 
     @classmethod
@@ -143,4 +176,7 @@ class Reservoir:
         out.num = np.asarray(state["num"], dtype=np.float64).reshape(n_num, -1).copy()
         out.flags = np.asarray(state["flags"], dtype=np.uint32).copy()
         out.prio = np.asarray(state["prio"], dtype=np.float64).copy()
+        tau = state.get("tau")
+        out.tau = (np.zeros(out.prio.size) if tau is None
+                   else np.asarray(tau, dtype=np.float64).copy())
         return out

@@ -10,7 +10,6 @@ import pytest
 
 from drift import Monitor, explain
 from drift._apriori import Rows, mine
-from drift._ratios import ZERO_CELL_CORRECTION
 
 from ._helpers import MONITOR_ARGS, records
 
@@ -41,8 +40,8 @@ def _brute(frame: pd.DataFrame, combo: dict, outlier: str = "outlier",
     total_o, total_n = float(o.sum()), float(weights.sum())
     og, ng = float(o[mask].sum()), float(weights[mask].sum())
     a, b, c, d = og, ng - og, total_o - og, (total_n - ng) - (total_o - og)
-    if min(a, c) <= 0:
-        a, b, c, d = (x + ZERO_CELL_CORRECTION for x in (a, b, c, d))
+    if c <= 0:  # documented zero-cell rule: no outliers outside the group -> infinite ratio
+        return og / total_o, (np.inf if a > 0 else np.nan)
     return og / total_o, (a / (a + b)) / (c / (c + d))
 
 

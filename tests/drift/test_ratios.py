@@ -29,17 +29,24 @@ def test_all_rows_exposed_is_undefined() -> None:
     assert np.isnan(r)
 
 
-def test_all_outliers_exposed_is_finite_with_open_upper_bound() -> None:
+def test_all_outliers_exposed_is_infinite_with_finite_lower_bound() -> None:
     r, lo, hi = _rr(10.0, 20.0, 10.0, 1000.0)
-    # Haldane: (10.5/21) / (0.5/981)
-    assert r == pytest.approx((10.5 / 21.0) / (0.5 / 981.0))
+    assert r == np.inf
     assert np.isfinite(lo) and lo > 1.0
     assert hi == np.inf
 
 
+def test_residue_of_weight_sums_counts_as_zero() -> None:
+    """Outliers outside the group that are only floating-point residue (1e-12 of a weighted
+    sum) follow the zero-cell rule: infinite, never a 13-digit ratio (the HTTP report)."""
+    o = 1234.5678
+    r, lo, hi = _rr(o, 50.0, o + 1e-12 * o, 10_000.0)
+    assert r == np.inf and np.isfinite(lo) and hi == np.inf
+
+
 def test_no_outliers_in_group() -> None:
     r, lo, hi = _rr(0.0, 100.0, 10.0, 1000.0)
-    assert 0 < r < 1 and lo == 0.0 and hi > r
+    assert r == 0.0 and lo == 0.0 and 0 < hi < np.inf
 
 
 def test_plain_case_and_interval_contains_estimate() -> None:
@@ -65,7 +72,7 @@ def test_other_ratios_boundaries() -> None:
     g, _, _ = global_ratio(np.array([0.0]), np.array([0.0]), 5.0, 100.0, ALPHA)
     assert np.isnan(g[0])
     s, lo, hi = share_ratio(np.array([20.0]), np.array([0.0]), 100.0, 100.0, ALPHA)
-    assert np.isfinite(s[0]) and lo[0] > 1 and hi[0] == np.inf  # a brand-new segment
+    assert s[0] == np.inf and lo[0] > 1 and hi[0] == np.inf  # a brand-new segment
     m, _, _ = mean_shift(np.array([0.0]), np.array([0.0]), np.array([0.0]), 10.0, 5.0, 5.0,
                          ALPHA)
     assert np.isnan(m[0])
