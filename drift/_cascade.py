@@ -9,18 +9,16 @@ metrics (which need labels) can tell. Tested overall and per segment, against th
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
-from drift._column_tests import SortedSample, benjamini_hochberg, kish
+from drift._column_tests import SortedSample, kish
 from drift._drift import _segment_mask, _segments
 from drift._results import CascadeHealth
-from drift._series import cheap_code
-
-if TYPE_CHECKING:
-    from drift._monitor import Monitor
+from drift._rules import benjamini_hochberg
+from drift._view import View
 
 #: Smallest drop (absolute, in share of rows) of the cheap level's share that counts.
 DEFAULT_MIN_DROP = 0.05
@@ -47,8 +45,8 @@ def _share(weight: np.ndarray, mask: np.ndarray, hit: np.ndarray) -> tuple[float
 
 
 def cascade_health(
-    monitor: Monitor,
-    reference: str,
+    view: View,
+    reference: Any,
     min_share: float,
     max_segments: int,
     alpha: float,
@@ -56,22 +54,22 @@ def cascade_health(
     confidence_effect: float,
     min_samples: int,
 ) -> CascadeHealth:
-    cfg = monitor.config
+    cfg = view.config
     if cfg.level_column is None and cfg.confidence_column is None:
         raise ValueError(
             "cascade_health needs the Monitor's level_column and/or confidence_column"
         )
     if not 0.0 < min_drop < 1.0:
         raise ValueError(f"min_drop must be in (0, 1), got {min_drop!r}")
-    ref = monitor.reference(reference)
-    schema = monitor.schema
+    ref = view.reference(reference)
+    schema = view.schema
     attrs = [a for a in schema.attributes if a != cfg.level_column]
-    cur = monitor.window_sample()
-    base = monitor.reference_sample(ref.name)
-    segs = [{}] + [s for s in _segments(monitor, None, min_share, max_segments)
+    cur = view.window_sample()
+    base = view.reference_sample(ref)
+    segs = [{}] + [s for s in _segments(view, None, min_share, max_segments)
                    if next(iter(s)) != cfg.level_column]
     info: dict[str, Any] = {
-        "window": monitor.window_info(), "reference": dict(ref.info),
+        "window": view.window_info(), "reference": dict(ref.info),
         "level_column": cfg.level_column, "confidence_column": cfg.confidence_column,
         "params": {"alpha": alpha, "min_drop": min_drop, "confidence_effect": confidence_effect,
                    "min_samples": min_samples, "min_share": min_share},
@@ -79,8 +77,8 @@ def cascade_health(
     if cur.size == 0:
         info.update(healthy=True, message=None)
         return CascadeHealth([], [*attrs, *COLUMNS_TAIL], info)
-    code = cheap_code(monitor)
-    info["cheap_level"] = None if code is None else monitor.label(
+    code = view.cheap_code()
+    info["cheap_level"] = None if code is None else view.label(
         list(schema.cat_columns).index(cfg.level_column), code)
     if cfg.level_column is not None:
         li = list(schema.cat_columns).index(cfg.level_column)
@@ -92,8 +90,8 @@ def cascade_health(
         conf_sorted = SortedSample(cur.num[ci], base.num[ci], cur.weight, base.weight)
     rows = []
     for seg in segs:
-        mc = _segment_mask(monitor, cur.cat, seg)
-        mr = _segment_mask(monitor, base.cat, seg)
+        mc = _segment_mask(view, cur.cat, seg)
+        mr = _segment_mask(view, base.cat, seg)
         row: dict[str, Any] = {a: None for a in attrs}
         row.update(seg)
         n_c, n_r = kish(cur.weight[mc]), kish(base.weight[mr])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,13 @@ from drift._errors import SchemaError
 #: Default per-tail percentiles: 0.5% each side, 1% in all (MacroBase's percentile classifier).
 DEFAULT_LOWER_PERCENTILE = 0.005
 DEFAULT_UPPER_PERCENTILE = 0.995
+#: One-tailed default for metrics where only large values are bad (latency, errors, sizes):
+#: MacroBase's one-sided 99th percentile cutoff (the same 1% of rows as the two tails).
+DEFAULT_HIGH_PERCENTILE = 0.99
+#: Metric names that get the one-tailed (high) default classifier unless configured otherwise.
+HIGH_TAIL_NAMES = re.compile(
+    r"(latency|duration|elapsed|time|wait|queue|delay|lag|_ms$|_us$|_ns$|_s$|seconds|error|"
+    r"errors|fail|loss|retr(y|ies)|bytes|size)", re.IGNORECASE)
 #: Default MAD cutoff, in robust standard deviations (MAD * 1.4826).
 DEFAULT_MAD_THRESHOLD = 3.0
 #: Scale making the MAD a consistent estimator of a normal standard deviation.
@@ -146,12 +154,30 @@ class Percentile(Classifier):
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind, "metric": self.metric, "lower": self.lower, "upper": self.upper}
 
+    @property
+    def tail(self) -> str:
+        """'high', 'low' or 'both': which values count as outliers."""
+        if self.lower is None:
+            return "high"
+        return "low" if self.upper is None else "both"
+
     def describe(self) -> dict[str, Any]:
         return {
             **self.to_config(),
+            "tail": self.tail,
             "lower_threshold": self.lower_threshold_,
             "upper_threshold": self.upper_threshold_,
         }
+
+
+def default_classifier(metric: str, high_tail: bool | None = None) -> Percentile:
+    """The classifier a metric gets by default: one-tailed high for latency/error-like names
+    (`HIGH_TAIL_NAMES`, or `high_tail=True`), two-tailed 0.5% / 99.5% otherwise."""
+    if high_tail is None:
+        high_tail = bool(HIGH_TAIL_NAMES.search(metric))
+    if high_tail:
+        return Percentile(metric, lower=None, upper=DEFAULT_HIGH_PERCENTILE)
+    return Percentile(metric)
 
 
 class MAD(Classifier):

@@ -17,16 +17,18 @@ import numpy as np
 from scipy import stats
 from scipy.spatial import distance
 
+from drift._rules import (
+    DEFAULT_ALPHA,
+    DEFAULT_CATEGORICAL_EFFECT,
+    DEFAULT_MIN_SAMPLES,
+    DEFAULT_NUMERIC_EFFECT,
+    benjamini_hochberg,
+)
 from drift._sketch import QuantileSketch, ks_bounds, wasserstein
 
-#: Benjamini-Hochberg false discovery rate across the columns of one window.
-DEFAULT_ALPHA = 0.05
-#: Normalized Wasserstein (W1 / reference std) at or above which a numeric column drifted.
-DEFAULT_NUMERIC_EFFECT = 0.1
-#: Jensen-Shannon distance (base 2) at or above which a categorical column drifted.
-DEFAULT_CATEGORICAL_EFFECT = 0.1
-#: Fewest rows on each side before a column may be flagged.
-DEFAULT_MIN_SAMPLES = 200
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_CATEGORICAL_EFFECT", "DEFAULT_MIN_SAMPLES",
+           "DEFAULT_NUMERIC_EFFECT", "benjamini_hochberg"]
+
 #: Floor on bin proportions inside PSI's logarithm.
 PSI_EPSILON = 1e-4
 #: PSI bins: deciles of the reference.
@@ -90,6 +92,37 @@ def numeric_sketch_test(current: QuantileSketch, reference: QuantileSketch) -> d
     return out
 
 
+#: Cells whose pooled expected count is below this on either side are merged into one
+#: 'other' cell (chi-squared's validity rule; also what keeps the plug-in JS bias small).
+DEFAULT_MIN_EXPECTED = 5.0
+#: With heavy-hitter summaries, a value keeps its own cell only where its kept count is at
+#: least this many times the summary's per-value error (the rest join 'other').
+RELIABLE_FACTOR = 10.0
+
+
+def js_bias_bits(cells: int, n: float, m: float) -> float:
+    """Expected plug-in Jensen-Shannon divergence (bits) of two samples of one distribution:
+    (K - 1) (1/n + 1/m) / (8 ln 2), from the second-order expansion of JS."""
+    if cells < 2 or n <= 0 or m <= 0:
+        return 0.0
+    return (cells - 1) * (1.0 / n + 1.0 / m) / (8.0 * math.log(2.0))
+
+
+def _perturbation_distance(p: np.ndarray, delta: float, other: int) -> float:
+    """JS distance between proportions p and p moved by up to `delta` per separate cell into
+    the 'other' cell (index `other`), to second order (the sketch's worst undercounts)."""
+    if delta <= 0:
+        return 0.0
+    sep = np.ones(p.size, dtype=bool)
+    if other >= 0:
+        sep[other] = False
+    moved = delta * int(sep.sum())
+    jsd = float(np.sum(delta * delta / np.maximum(p[sep], delta)))
+    if other >= 0:
+        jsd += moved * moved / max(float(p[other]), moved)
+    return math.sqrt(jsd / (8.0 * math.log(2.0)))
+
+
 def categorical_test(
     cur_codes: np.ndarray,
     cur_counts: np.ndarray,
@@ -99,46 +132,76 @@ def categorical_test(
     ref_other: float,
     cur_error: float = 0.0,
     ref_error: float = 0.0,
+    min_expected: float = DEFAULT_MIN_EXPECTED,
 ) -> dict[str, Any]:
-    """Chi-squared on the 2 x K table + Jensen-Shannon distance + PSI + new categories.
+    """Chi-squared on the coarsened 2 x K table + bias-corrected Jensen-Shannon distance + PSI.
 
-    `*_other` is mass a heavy-hitter summary could not attribute; it forms its own category.
-    `*_error` (max undercount per value) bounds the JS error via total variation.
+    Coarsening: `*_other` (mass a heavy-hitter summary could not attribute) opens an 'other'
+    cell; values a summary counts unreliably (kept count < RELIABLE_FACTOR x its error on both
+    sides) and sparse values (pooled expected count < `min_expected` on either side) join it.
+    So many-level columns are judged on the levels that carry information, chi-squared stays
+    calibrated, and the plug-in JS distance loses the bias of sparse cells; the remaining bias
+    of K cells, `js_bias_bits`, is subtracted from the divergence before the square root.
+    `effect_error` is the JS distance the summaries' worst undercounts could move each side by
+    (second order; 0 for exact counts).
     """
     codes = np.union1d(cur_codes, ref_codes)
-    cur = np.zeros(codes.size + 1)
-    ref = np.zeros(codes.size + 1)
+    cur = np.zeros(codes.size, dtype=np.float64)
+    ref = np.zeros(codes.size, dtype=np.float64)
     cur[np.searchsorted(codes, cur_codes)] = cur_counts
     ref[np.searchsorted(codes, ref_codes)] = ref_counts
-    cur[-1], ref[-1] = cur_other, ref_other
-    n, m = float(cur.sum()), float(ref.sum())
+    n = float(cur.sum() + cur_other)
+    m = float(ref.sum() + ref_other)
     new = (cur > 0) & (ref == 0)
-    new[-1] = False
     out: dict[str, Any] = {
         "test": "chi2",
         "n_current": n,
         "n_reference": m,
         "new_categories": int(new.sum()),
         "new_category_share": float(cur[new].sum() / n) if n else None,
+        "levels": int(codes.size),
     }
     if n == 0 or m == 0:
-        out.update(statistic=None, p_value=None, effect=None, effect_error=None, psi=None)
+        out.update(statistic=None, p_value=None, effect=None, effect_error=None, psi=None,
+                   cells=0)
         return out
-    keep = (cur + ref) > 0
-    table = np.vstack((cur[keep], ref[keep]))
-    if table.shape[1] < 2:
+    separate = np.ones(codes.size, dtype=bool)
+    if cur_error or ref_error:
+        reliable = np.zeros(codes.size, dtype=bool)
+        if cur_error:
+            reliable |= cur >= RELIABLE_FACTOR * cur_error
+        else:
+            reliable |= cur > 0
+        if ref_error:
+            reliable |= ref >= RELIABLE_FACTOR * ref_error
+        else:
+            reliable |= ref > 0
+        separate &= reliable
+    pooled = (cur + ref) / (n + m)
+    separate &= (pooled * n >= min_expected) & (pooled * m >= min_expected)
+    other_c = cur_other + float(cur[~separate].sum())
+    other_r = ref_other + float(ref[~separate].sum())
+    cells_c = np.append(cur[separate], other_c)
+    cells_r = np.append(ref[separate], other_r)
+    if other_c + other_r <= 0:
+        cells_c, cells_r = cells_c[:-1], cells_r[:-1]
+        other_idx = -1
+    else:
+        other_idx = cells_c.size - 1
+    k = int(cells_c.size)
+    if k < 2:
         stat, p = 0.0, 1.0
     else:
-        res = stats.chi2_contingency(table, correction=False)
+        res = stats.chi2_contingency(np.vstack((cells_c, cells_r)), correction=False)
         stat, p = float(res.statistic), float(res.pvalue)
-    p_cur, p_ref = cur / n, ref / m
-    js = float(distance.jensenshannon(p_cur, p_ref, base=2.0))
-    # each summary's proportions are off by at most (other mass + error) / total in total
-    # variation; JS distance is at most sqrt(TV) away, a loose but honest bound
-    tv = (cur_other + cur_error * codes.size) / n + (ref_other + ref_error * codes.size) / m
-    js_err = math.sqrt(min(tv, 1.0)) if (cur_error or ref_error) else 0.0
-    out.update(statistic=stat, p_value=p, effect=js, effect_error=js_err,
-               psi=psi(p_cur, p_ref))
+    p_cur, p_ref = cells_c / n, cells_r / m
+    jsd = float(distance.jensenshannon(p_cur, p_ref, base=2.0)) ** 2 if k >= 2 else 0.0
+    bias = js_bias_bits(k, n, m)
+    js = math.sqrt(max(jsd - bias, 0.0))
+    err = (_perturbation_distance(p_cur, cur_error / n, other_idx)
+           + _perturbation_distance(p_ref, ref_error / m, other_idx))
+    out.update(statistic=stat, p_value=p, effect=js, effect_error=err, cells=k,
+               effect_plugin=math.sqrt(jsd), psi=psi(p_cur, p_ref))
     return out
 
 
@@ -239,15 +302,4 @@ def weighted_categorical_test(
     codes = np.arange(size)
     out = categorical_test(codes, cur_scaled, 0.0, codes, ref_scaled, 0.0)
     out["n_current"], out["n_reference"] = n_eff, m_eff
-    return out
-
-
-def benjamini_hochberg(p_values: list[float | None]) -> list[float | None]:
-    """BH-adjusted p-values; None stays None."""
-    idx = [i for i, p in enumerate(p_values) if p is not None and math.isfinite(p)]
-    out: list[float | None] = [None] * len(p_values)
-    if idx:
-        adj = stats.false_discovery_control(np.array([p_values[i] for i in idx]), method="bh")
-        for i, a in zip(idx, adj, strict=True):
-            out[i] = float(a)
     return out

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from drift._classify import Classifier, ErrorFlag, Percentile, as_classifier, check_columns
+from drift._classify import Classifier, ErrorFlag, as_classifier, check_columns, default_classifier
 from drift._counts import DEFAULT_MAX_VALUES
 from drift._encode import DEFAULT_MAX_CODES
 from drift._reservoir import DEFAULT_FLAGGED_RESERVOIR_SIZE, DEFAULT_RESERVOIR_SIZE
@@ -31,6 +31,13 @@ DEFAULT_ROLLUP_PANES = 60
 DEFAULT_RETENTION_PANES = 1440
 #: Rows sampled per stratum for a reference baseline.
 DEFAULT_REFERENCE_RESERVOIR_SIZE = 100_000
+#: Rows kept per pane (unflagged, flagged) once a pane leaves the window (detail panes and
+#: rollups), so time-range queries older than the window still have rows to explain with.
+DEFAULT_HISTORY_RESERVOIR_SIZE = 1000
+DEFAULT_HISTORY_FLAGGED_RESERVOIR_SIZE = 500
+#: Rows dated further than this past the batch's own time frontier (or past the monitor's
+#: clock, when it has one) are quarantined instead of closing every pane.
+DEFAULT_MAX_FUTURE_SECONDS = 300.0
 #: Most classifiers a monitor runs at ingest (one bit each in a uint32).
 MAX_CLASSIFIERS = 32
 
@@ -79,6 +86,10 @@ class Config:
     reference_reservoir_size: int = DEFAULT_REFERENCE_RESERVOIR_SIZE
     auto_reference_panes: int | None = None
     seed: int = 0
+    high_tail_metrics: list[str] | None = None
+    history_reservoir_size: int = DEFAULT_HISTORY_RESERVOIR_SIZE
+    history_flagged_reservoir_size: int = DEFAULT_HISTORY_FLAGGED_RESERVOIR_SIZE
+    max_future_seconds: float = DEFAULT_MAX_FUTURE_SECONDS
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +105,8 @@ class Config:
                     a[k] is not None and b[k] is not None and a[k] != b[k] for k in a
                 ):
                     out.append(f"features: {a} != stored {b}")
+            elif key not in theirs and a == Config.__dataclass_fields__[key].default:
+                continue  # state written before the knob existed, default kept
             elif a != b:
                 out.append(f"{key}: {a!r} != stored {b!r}")
         return out
@@ -150,11 +163,17 @@ def build_config(
         raise TypeError(f"cheap_level must be a str, int, float or bool, got {cheap_level!r}")
 
     registry: dict[str, Classifier] = {}
+    tails = knobs.get("high_tail_metrics")
+    if tails is not None:
+        tails = _names(tails, "high_tail_metrics", allow_empty=True)
+        bad = [t for t in tails if t not in mets]
+        if bad:
+            raise ValueError(f"high_tail_metrics names {bad}, which are not metrics {mets}")
     for m in mets:
         if m == error_column:
             registry[m] = ErrorFlag(m)
         else:
-            registry[m] = Percentile(m)
+            registry[m] = default_classifier(m, None if tails is None else m in tails)
     numeric = tuple(mets) + tuple(k for k, v in feats.items() if v == "numeric")
     for name, spec in (classifiers or {}).items():
         if not isinstance(name, str) or not name:
@@ -175,6 +194,8 @@ def build_config(
             cfgs[name] = clf.to_config()
         except NotImplementedError:
             cfgs[name] = {"kind": "custom", "type": type(clf).__name__}
+    if tails is not None:
+        knobs["high_tail_metrics"] = tails
     config = Config(
         attributes=attrs, metrics=mets, features=feats, classifiers=cfgs,
         level_column=level_column, cheap_level=cheap_level,
@@ -196,7 +217,12 @@ def _check_knobs(knobs: dict[str, Any]) -> None:
     if lateness is not None and (not isinstance(lateness, (int, float)) or lateness < 0):
         raise ValueError(f"allowed_lateness_seconds must be >= 0, got {lateness!r}")
     ints = ("window_panes", "detail_panes", "rollup_panes", "retention_panes", "max_values",
-            "max_codes", "reservoir_size", "flagged_reservoir_size", "reference_reservoir_size")
+            "max_codes", "reservoir_size", "flagged_reservoir_size", "reference_reservoir_size",
+            "history_reservoir_size", "history_flagged_reservoir_size")
+    future = knobs.get("max_future_seconds")
+    if future is not None and (isinstance(future, bool) or not isinstance(future, (int, float))
+                               or not future > 0):
+        raise ValueError(f"max_future_seconds must be a positive number, got {future!r}")
     for key in ints:
         v = knobs.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):

@@ -1,42 +1,43 @@
-"""Drift queries: per-column drift of the window, and per-segment (conditional) drift.
+"""Drift detectors: per-column drift of a window, and per-segment (conditional) drift.
 
 Why the gates: at serving volumes a KS or chi-squared test is significant for differences no
-one cares about, and one noisy window should not page anyone. A column is flagged only when
-(1) its Benjamini-Hochberg adjusted p-value across the window's columns is below `alpha`,
-(2) its effect size, after subtracting the sketch's error bound, reaches the threshold,
-(3) both sides hold at least `min_samples` rows, and (4) that happened in at least
-persistence[0] of the last persistence[1] windows (windows ending at the newest pane and the
-panes before it).
+one cares about, and one noisy window should not page anyone. A detector here is a statistic
+(drift._column_tests), a decision rule (drift._rules: Benjamini-Hochberg across the window's
+columns, the effect gate whose effect minus its sketch error must reach the threshold with
+`min_samples` rows on both sides, and `Persistence`: k of the last n DISJOINT windows) and a
+window (a View's range). A column whose error bound alone reaches the gate can never be
+flagged; it is reported `undetectable` rather than silently quiet.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from drift._column_tests import (
-    DEFAULT_ALPHA,
-    DEFAULT_CATEGORICAL_EFFECT,
-    DEFAULT_MIN_SAMPLES,
-    DEFAULT_NUMERIC_EFFECT,
     SortedSample,
-    benjamini_hochberg,
     categorical_test,
     numeric_sketch_test,
     weighted_categorical_test,
 )
 from drift._errors import SchemaError
 from drift._results import DriftReport
+from drift._rules import (
+    DEFAULT_ALPHA,
+    DEFAULT_CATEGORICAL_EFFECT,
+    DEFAULT_MIN_SAMPLES,
+    DEFAULT_NUMERIC_EFFECT,
+    DEFAULT_PERSISTENCE,
+    EffectGate,
+    Persistence,
+    benjamini_hochberg,
+)
+from drift._summary import Summary
+from drift._view import View
 
-if TYPE_CHECKING:
-    from drift._monitor import Monitor
-    from drift._summary import Summary
-
-#: A column drifts when the gates hold in 2 of the last 3 windows.
-DEFAULT_PERSISTENCE = (2, 3)
 #: Segments tested by conditional_shift: single attribute values with at least this share ...
 DEFAULT_MIN_SHARE = 0.05
 #: ... at most this many, largest first.
@@ -60,25 +61,13 @@ __all__ = [
 DRIFT_COLUMNS = [
     "column", "kind", "test", "statistic", "statistic_upper", "p_value", "p_adjusted", "effect",
     "effect_name", "effect_error", "psi", "n_current", "n_reference", "new_categories",
-    "new_category_share", "drifted_now", "windows_drifted", "drifted",
+    "new_category_share", "drifted_now", "windows_drifted", "undetectable", "drifted",
 ]
 
 
-def _check_gates(alpha: float, numeric_effect: float, categorical_effect: float,
-                 min_samples: int) -> None:
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    for name, v in (("numeric_effect", numeric_effect),
-                    ("categorical_effect", categorical_effect)):
-        if not v > 0:
-            raise ValueError(f"{name} must be > 0, got {v!r}")
-    if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
-        raise ValueError(f"min_samples must be a positive integer, got {min_samples!r}")
-
-
-def _columns(monitor: Monitor, columns: Sequence[str] | None) -> list[tuple[str, str, int]]:
+def _columns(view: View, columns: Sequence[str] | None) -> list[tuple[str, str, int]]:
     """(name, kind, index within its kind) for the columns to test."""
-    schema = monitor.schema
+    schema = view.schema
     cats, nums = list(schema.cat_columns), list(schema.num_columns)
     if columns is None:
         names = cats + nums
@@ -107,67 +96,48 @@ def _test_column(kind: str, i: int, cur: Summary, ref: Summary) -> dict[str, Any
     return out
 
 
-def _gate(res: dict[str, Any], kind: str, alpha: float, numeric_effect: float,
-          categorical_effect: float, min_samples: int) -> bool:
-    p, effect = res.get("p_adjusted"), res.get("effect")
-    if p is None or effect is None:
-        return False
-    threshold = numeric_effect if kind == "numeric" else categorical_effect
-    lower = effect - (res.get("effect_error") or 0.0)
-    enough = (res.get("n_current") or 0) >= min_samples and (
-        res.get("n_reference") or 0) >= min_samples
-    return bool(p < alpha and lower >= threshold and enough)
-
-
 def column_drift(
-    monitor: Monitor,
-    reference: str,
+    view: View,
+    reference: Any,
     columns: Sequence[str] | None,
-    alpha: float,
-    numeric_effect: float,
-    categorical_effect: float,
-    min_samples: int,
-    persistence: tuple[int, int],
+    gate: EffectGate,
+    persistence: Persistence,
 ) -> DriftReport:
-    _check_gates(alpha, numeric_effect, categorical_effect, min_samples)
-    if (not isinstance(persistence, (tuple, list)) or len(persistence) != 2
-            or not 1 <= int(persistence[0]) <= int(persistence[1])):
-        raise ValueError(f"persistence must be (k, n) with 1 <= k <= n, got {persistence!r}")
-    need, lookback = int(persistence[0]), int(persistence[1])
-    ref = monitor.reference(reference)
-    cols = _columns(monitor, columns)
+    ref = view.reference(reference)
+    cols = _columns(view, columns)
     info: dict[str, Any] = {
-        "window": monitor.window_info(), "reference": dict(ref.info),
-        "params": {"alpha": alpha, "numeric_effect": numeric_effect,
-                   "categorical_effect": categorical_effect, "min_samples": min_samples,
-                   "persistence": [need, lookback]},
+        "window": view.window_info(), "reference": dict(ref.info),
+        "params": {"alpha": gate.alpha, "numeric_effect": gate.numeric_effect,
+                   "categorical_effect": gate.categorical_effect,
+                   "min_samples": gate.min_samples, "persistence": [persistence.k, persistence.n],
+                   "persistence_windows": "disjoint"},
     }
-    newest = monitor._newest
-    if newest is None:
+    if view.range is None or view.window_summary() is None:
         return DriftReport("drift", [], DRIFT_COLUMNS, {**info, "windows_evaluated": 0})
-    windows: list[list[dict[str, Any]]] = []
-    for back in range(lookback):
-        summary = monitor.window_summary(newest - back)
-        if summary is None:
+    windows: list[tuple[int, list[dict[str, Any]]]] = []
+    for back in range(persistence.n):
+        summary = view.window_summary(view.shifted(back))
+        if summary is None or summary.n == 0:
             continue
         results = [_test_column(kind, i, summary, ref.summary) for _, kind, i in cols]
         adjusted = benjamini_hochberg([r.get("p_value") for r in results])
         for r, a, (name, kind, _) in zip(results, adjusted, cols, strict=True):
             r["p_adjusted"] = a
             r["column"], r["kind"] = name, kind
-            r["drifted_now"] = _gate(r, kind, alpha, numeric_effect, categorical_effect,
-                                     min_samples)
-        windows.append(results)
-    if not windows or monitor._window_ids(newest) == []:
+            r["drifted_now"] = gate.passes(r, kind)
+            r["undetectable"] = gate.undetectable(r, kind)
+        windows.append((back, results))
+    rows = windows[0][1] if windows and windows[0][0] == 0 else None
+    if rows is None:
         return DriftReport("drift", [], DRIFT_COLUMNS, {**info, "windows_evaluated": 0})
-    rows = windows[0]
     for j, r in enumerate(rows):
-        count = sum(1 for w in windows if w[j]["drifted_now"])
+        count = sum(1 for _, w in windows if w[j]["drifted_now"])
         r["windows_drifted"] = count
-        r["drifted"] = bool(count >= need)
+        r["drifted"] = persistence.decide([w[j]["drifted_now"] for _, w in windows])
     rows.sort(key=lambda r: (not r["drifted"], -(_num(r.get("effect"))), r["column"]))
     info["windows_evaluated"] = len(windows)
     info["drifted_columns"] = [r["column"] for r in rows if r["drifted"]]
+    info["undetectable_columns"] = [r["column"] for r in rows if r["undetectable"]]
     return DriftReport("drift", rows, DRIFT_COLUMNS, info)
 
 
@@ -180,13 +150,13 @@ def _num(v: Any) -> float:
 
 # ---------------------------------------------------------------------- conditional shift
 def _segments(
-    monitor: Monitor,
+    view: View,
     segments: Sequence[Mapping[str, Any]] | None,
     min_share: float,
     max_segments: int,
 ) -> list[dict[str, Any]]:
     """Segments as {attribute: value}: the given ones, else the largest single values."""
-    attrs = list(monitor.schema.attributes)
+    attrs = list(view.schema.attributes)
     if segments is not None:
         out = []
         for seg in segments:
@@ -197,29 +167,29 @@ def _segments(
                 raise SchemaError(f"segment {dict(seg)} uses unknown attribute(s) {unknown}")
             out.append(dict(seg))
         return out
-    summary = monitor.window_summary()
+    summary = view.window_summary()
     if summary is None or summary.n == 0:
         return []
     candidates = []
-    cats = list(monitor.schema.cat_columns)
+    cats = list(view.schema.cat_columns)
     for a in attrs:
         i = cats.index(a)
         codes, counts = summary.cats[i].items()
         for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
             share = count / summary.n
             if share >= min_share and share < 1.0:
-                candidates.append((share, a, monitor.label(i, code)))
+                candidates.append((share, a, view.label(i, code)))
     candidates.sort(key=lambda c: (-c[0], c[1], str(c[2])))
     return [{a: v} for _, a, v in candidates[:max_segments]]
 
 
-def _segment_mask(monitor: Monitor, sample_cat: np.ndarray, segment: Mapping[str, Any]
+def _segment_mask(view: View, sample_cat: np.ndarray, segment: Mapping[str, Any]
                   ) -> np.ndarray:
-    cats = list(monitor.schema.cat_columns)
+    cats = list(view.schema.cat_columns)
     mask = np.ones(sample_cat.shape[1], dtype=bool)
     for a, v in segment.items():
         i = cats.index(a)
-        code = monitor._encoders[i].code_of(v)
+        code = view.labels.code_of(i, v)
         if code is None:
             return np.zeros(sample_cat.shape[1], dtype=bool)
         mask &= sample_cat[i] == code
@@ -233,53 +203,49 @@ CONDITIONAL_COLUMNS_TAIL = [
 
 
 def conditional_shift(
-    monitor: Monitor,
-    reference: str,
+    view: View,
+    reference: Any,
     columns: Sequence[str] | None,
     segments: Sequence[Mapping[str, Any]] | None,
     min_share: float,
     max_segments: int,
-    alpha: float,
-    numeric_effect: float,
-    categorical_effect: float,
-    min_samples: int,
+    gate: EffectGate,
     localization: float,
 ) -> DriftReport:
-    _check_gates(alpha, numeric_effect, categorical_effect, min_samples)
     if not 0.0 < min_share < 1.0:
         raise ValueError(f"min_share must be in (0, 1), got {min_share!r}")
     if isinstance(max_segments, bool) or not isinstance(max_segments, int) or max_segments < 1:
         raise ValueError(f"max_segments must be a positive integer, got {max_segments!r}")
     if not localization >= 1.0:
         raise ValueError(f"localization must be >= 1, got {localization!r}")
-    ref = monitor.reference(reference)
-    schema = monitor.schema
+    ref = view.reference(reference)
+    schema = view.schema
     if columns is None:
         # input features by default (metrics inside segments are what explain() covers)
         num = schema.num_features or schema.num_columns
         cols = [(c, "numeric", schema.num_columns.index(c)) for c in num]
         cols += [(c, "categorical", schema.cat_columns.index(c)) for c in schema.cat_features]
     else:
-        cols = _columns(monitor, columns)
+        cols = _columns(view, columns)
         bad = [c for c, kind, _ in cols if kind == "categorical" and c in schema.attributes]
         if bad:
             raise SchemaError(f"{bad} are attributes (segments are made of them); test features "
                               "or metrics inside segments")
-    segs = _segments(monitor, segments, min_share, max_segments)
+    segs = _segments(view, segments, min_share, max_segments)
     attrs = list(schema.attributes)
     columns_out = [*attrs, *CONDITIONAL_COLUMNS_TAIL]
     info: dict[str, Any] = {
-        "window": monitor.window_info(), "reference": dict(ref.info), "segments": segs,
-        "params": {"alpha": alpha, "numeric_effect": numeric_effect,
-                   "categorical_effect": categorical_effect, "min_samples": min_samples,
-                   "localization": localization, "min_share": min_share},
+        "window": view.window_info(), "reference": dict(ref.info), "segments": segs,
+        "params": {"alpha": gate.alpha, "numeric_effect": gate.numeric_effect,
+                   "categorical_effect": gate.categorical_effect,
+                   "min_samples": gate.min_samples, "localization": localization,
+                   "min_share": min_share},
     }
-    cur = monitor.window_sample()
-    base = monitor.reference_sample(ref.name)
+    cur = view.window_sample()
+    base = view.reference_sample(ref)
     if not segs or cur.size == 0:
         return DriftReport("conditional_shift", [], columns_out, info)
-    masks = [(_segment_mask(monitor, cur.cat, s), _segment_mask(monitor, base.cat, s))
-             for s in segs]
+    masks = [(_segment_mask(view, cur.cat, s), _segment_mask(view, base.cat, s)) for s in segs]
     rows = []
     for name, kind, i in cols:
         if kind == "numeric":
@@ -308,8 +274,7 @@ def conditional_shift(
     for r, a in zip(rows, adjusted, strict=True):
         r["p_adjusted"] = a
         kind = r.pop("_kind")
-        r["drifted"] = _gate({**r, "effect_error": 0.0}, kind, alpha, numeric_effect,
-                             categorical_effect, min_samples)
+        r["drifted"] = gate.passes({**r, "effect_error": 0.0}, kind)
         eff, out_eff = r["effect"], r["effect_outside"]
         r["localized"] = bool(
             r["drifted"] and eff is not None and (

@@ -33,6 +33,7 @@ _EXTRA_COLUMNS = {
     "risk_ratio": ("global_ratio",),
     "global_ratio": ("global_ratio",),
     "share_ratio": ("reference_count", "current_share", "reference_share"),
+    "diff_risk_ratio": ("reference_count", "current_share", "reference_share"),
     "mean_shift": ("mean_in", "mean_out"),
 }
 
@@ -72,7 +73,7 @@ def explanation_from(
                 mean_in=f.extra.get("mean_in"),
                 mean_out=f.extra.get("mean_out"),
             )
-        elif metric == "share_ratio":
+        elif metric in ("share_ratio", "diff_risk_ratio"):
             ref_total = total_c - total_t
             ref = f.count - f.target
             row.update(
@@ -94,7 +95,7 @@ def explanation_from(
     columns = [*attributes, *BASE_COLUMNS, *_EXTRA_COLUMNS[metric]]
     full_info = {
         "attributes": list(attributes),
-        "ratio_metric": metric,
+        "ratio_metric": "risk_ratio" if metric == "diff_risk_ratio" else metric,
         "candidates_tested": int(totals.get("candidates", 0)),
         "search_space": int(totals.get("search_space", 0)),
         "interval_level": totals.get("interval_level"),
@@ -224,3 +225,72 @@ def explain(
         "anomaly", found, totals, attributes,
         lambda a, code: encoders[a].label(code), ratio_metric, info,
     )
+
+
+def diff(
+    test: Any,
+    control: Any,
+    on: Sequence[str],
+    *,
+    count: str | None = None,
+    ratio_metric: str = "risk_ratio",
+    min_support: float = DEFAULT_MIN_SUPPORT,
+    min_ratio: float = DEFAULT_MIN_RATIO,
+    max_order: int = DEFAULT_MAX_ORDER,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Explanation:
+    """What distinguishes two tables (MacroBase SQL's two-relation DIFF).
+
+    Attribute combinations over the columns `on` that are over-represented in `test` against
+    `control` (two time ranges, two versions, two regions' traffic ...). ``ratio_metric=
+    "risk_ratio"`` (MacroBase's default) treats test rows as the outliers of the union;
+    ``"share_ratio"`` compares a combination's share of test rows with its share of control
+    rows. `count` names a column of row counts when both tables are pre-aggregated. Rows carry
+    `support` (share of test rows), `ratio` with its simultaneous interval, `outlier_count`
+    (test rows), `reference_count` (control rows), `current_share` / `reference_share`.
+    """
+    t_frame = to_frame(test, "test")
+    c_frame = to_frame(control, "control")
+    if isinstance(on, str) or not isinstance(on, Sequence) or not on:
+        raise TypeError("on must be a non-empty list of column names")
+    on = list(dict.fromkeys(on))
+    check_params(min_support, min_ratio, max_order, confidence)
+    if ratio_metric not in ("risk_ratio", "share_ratio"):
+        raise ValueError(f"ratio_metric must be 'risk_ratio' or 'share_ratio', got "
+                         f"{ratio_metric!r}")
+    for arg, frame in (("test", t_frame), ("control", c_frame)):
+        need = [*on, *([count] if count is not None else [])]
+        missing = [c for c in need if c not in frame.columns]
+        if missing:
+            raise SchemaError(f"{arg} is missing column(s) {missing}")
+    weights = []
+    for arg, frame in (("test", t_frame), ("control", c_frame)):
+        if count is None:
+            weights.append(np.ones(len(frame)))
+        else:
+            w = numeric_column(frame[count], count)
+            if not np.isfinite(w).all() or (w < 0).any():
+                raise ValueError(f"{arg}: count column {count!r} must hold finite values >= 0")
+            weights.append(w)
+    encoders = [Encoder(a) for a in on]
+    n_t, n_c = len(t_frame), len(c_frame)
+    codes = np.empty((len(on), n_t + n_c), dtype=np.int64)
+    for i, (a, enc) in enumerate(zip(on, encoders, strict=True)):
+        codes[i, :n_t] = enc.encode(t_frame[a]) if n_t else []
+        codes[i, n_t:] = enc.encode(c_frame[a]) if n_c else []
+    if weights[0].sum() <= 0 or weights[1].sum() <= 0:
+        raise ValueError("test and control must each hold at least one row")
+    rows = Rows(codes=codes, cards=[max(len(e), 1) for e in encoders],
+                target=np.concatenate((weights[0], np.zeros(n_c))),
+                count=np.concatenate(weights))
+    found, totals = _apriori.mine(rows, ratio_metric, min_support, min_ratio, max_order,
+                                  confidence)
+    info = {
+        "params": {"min_support": min_support, "min_ratio": min_ratio, "max_order": max_order,
+                   "confidence": confidence},
+        "test_rows": float(weights[0].sum()),
+        "control_rows": float(weights[1].sum()),
+    }
+    metric = "share_ratio" if ratio_metric == "share_ratio" else "diff_risk_ratio"
+    return explanation_from("diff", found, totals, on,
+                            lambda a, code: encoders[a].label(code), metric, info)

@@ -1,38 +1,40 @@
-"""`Monitor`: ingest serving records into panes, keep bounded state, answer queries, persist.
+"""`Monitor`: a thin facade over the monitor's parts.
 
-Why this structure: ingest is the hot path (millions of rows a second), so a batch is parsed and
-encoded once, classified with vectorized comparisons, and added to its pane's summary with
-`np.bincount`, sketch updates and a reservoir offer; nothing per row runs in Python. Queries
-(explain, mix shift, conditional shift, drift, change points, cascade health) read the summaries
-of the last `window_panes` panes and live in their own modules.
-
-Pane life cycle (memory is bounded whatever the traffic):
-  open -> closed (event time passed its end + allowed lateness; persisted)
-  -> detail (left the window and the two windows before it: row sample dropped)
-  -> rollup (older than `detail_panes`: merged into `rollup_panes`-long summaries)
-  -> gone (older than `retention_panes`). Per-pane scalar series are kept for the retention.
+Why this shape: each part has one job and is tested alone. Rows are parsed and encoded
+(drift._ingest, drift._encode), classified (drift._classify) and added to their panes by the pane
+log (drift._panes). Every other state change (panes closing, tier moves, rollups, series,
+retention, an automatic reference) is *planned* by the log as a change set (drift._changes),
+written by the store in one transaction (drift._store), and only then applied to memory, so a
+restart always sees what memory saw. Queries run on a read-only View (drift._view) taken under
+the lock in microseconds and evaluated without it; the detectors (drift._queries, drift._drift,
+drift._series, drift._cascade) combine a statistic, a decision rule (drift._rules) and a window,
+and all return a Result (drift._results).
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import os
 import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from drift import _cascade, _drift, _queries, _series
-from drift._classify import MAD, Classifier, Percentile
+from drift import _cascade, _drift, _queries, _references, _schema, _series
+from drift._changepoint import PageHinkley
+from drift._changes import TIER_DETAIL, ChangeSet
+from drift._classify import MAD, Classifier, Percentile, classifier_from_config
 from drift._config import (
     DEFAULT_ALLOWED_LATENESS_SECONDS,
     DEFAULT_DETAIL_PANES,
+    DEFAULT_HISTORY_FLAGGED_RESERVOIR_SIZE,
+    DEFAULT_HISTORY_RESERVOIR_SIZE,
+    DEFAULT_MAX_FUTURE_SECONDS,
     DEFAULT_PANE_SECONDS,
     DEFAULT_REFERENCE_RESERVOIR_SIZE,
     DEFAULT_RETENTION_PANES,
@@ -43,26 +45,25 @@ from drift._config import (
 )
 from drift._counts import DEFAULT_MAX_VALUES
 from drift._encode import DEFAULT_MAX_CODES, Encoder
-from drift._errors import DataWarning, NoReferenceError, SchemaError, StateError
+from drift._errors import DataWarning, NoReferenceError, StateError
 from drift._ingest import Parsed, Schema, parse, to_frame
+from drift._panes import Horizons, PaneLog
+from drift._references import Reference, iso
 from drift._reservoir import DEFAULT_FLAGGED_RESERVOIR_SIZE, DEFAULT_RESERVOIR_SIZE
 from drift._results import CascadeHealth, ChangePoints, DriftReport, Explanation
+from drift._rules import EffectGate, Persistence
 from drift._sample import Sample
-from drift._sketch import DEFAULT_MAX_BINS, DEFAULT_MIN_VALUE, DEFAULT_RELATIVE_ACCURACY
+from drift._sketch import DEFAULT_RELATIVE_ACCURACY
 from drift._store import Store
 from drift._summary import Layout, Summary
+from drift._view import Labels, View, cheap_code, no_data
 
 DURABILITY_MODES = ("pane", "batch")
-_TIER_OPEN, _TIER_FULL, _TIER_DETAIL = -1, 0, 1
-#: Windows examined by the persistence rule: the current one and the two before it.
-PERSISTENCE_LOOKBACK = 3
+#: A batch whose median event time is within this many seconds of the wall clock marks the
+#: stream live for clock='auto' (replays of older data never are).
+LIVE_HORIZON_SECONDS = 300.0
 
-
-def iso(ts: float | None) -> str | None:
-    """UTC ISO-8601 text of an epoch time (None stays None)."""
-    if ts is None or not math.isfinite(ts):
-        return None
-    return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).isoformat()
+__all__ = ["IngestReceipt", "Monitor", "iso"]
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,11 @@ class IngestReceipt:
     """What one `ingest` call did.
 
     panes / closed_panes: pane ids (floor(timestamp / pane_seconds)) the batch touched / that
-    closed during the call. late_dropped: rows too late to merge (see Monitor.stats()).
-    durable: every row of this batch is committed to disk (always True with
-    durability='batch'; with durability='pane' only once the rows' panes closed).
-    durable_through: every row with a timestamp before this (epoch seconds) is committed.
+    closed during the call. late_dropped: rows too late to merge; quarantined: rows dated too
+    far in the future (see Monitor.stats()). durable: every row of this batch is committed to
+    disk (always True with durability='batch'; with durability='pane' once the rows' panes
+    closed). durable_through: every row with a timestamp before this (epoch seconds) is
+    committed.
     """
 
     rows: int
@@ -82,15 +84,7 @@ class IngestReceipt:
     late_dropped: int
     durable: bool
     durable_through: float | None
-
-
-@dataclass
-class _Reference:
-    """A frozen, named baseline: a summary with a large row sample."""
-
-    name: str
-    summary: Summary
-    info: dict[str, Any] = field(default_factory=dict)
+    quarantined: int = 0
 
 
 class Monitor:
@@ -105,9 +99,11 @@ class Monitor:
         batch: numeric dtypes are numeric, anything else categorical) or a dict
         name -> 'numeric' | 'categorical'.
     classifiers : named extra classifiers, e.g. ``{"slow": "latency_ms > 50"}`` or
-        ``{"lat_mad": MAD("latency_ms")}``. Every metric also gets a two-tailed
-        ``Percentile`` classifier under its own name (``ErrorFlag`` for `error_column`),
-        fitted on the 'default' reference.
+        ``{"lat_mad": MAD("latency_ms")}``. Every metric also gets a ``Percentile`` classifier
+        under its own name, fitted on the 'default' reference (``ErrorFlag`` for
+        `error_column`): the high tail (top 1%) for latency-, duration-, size- and error-like
+        names (or those in `high_tail_metrics`), both tails (0.5% each) otherwise.
+    high_tail_metrics : metrics whose default classifier is the high tail (overrides names).
     level_column : attribute holding the cascade level that answered the row (added to the
         attributes when missing); enables `cascade_health` and the expensive-level series.
     cheap_level : the level value meaning "answered by the cheap model"; None = the lowest level
@@ -116,13 +112,21 @@ class Monitor:
     error_column : metric holding a 0/1 error flag (added to metrics).
     pane_seconds, window_panes : panes of this length; queries judge the last `window_panes`.
     allowed_lateness_seconds : a pane closes once event time passes its end by this much.
-    detail_panes, rollup_panes, retention_panes : history horizons (see module docstring).
+    detail_panes, rollup_panes, retention_panes : history horizons (see drift._panes).
     max_values : distinct values counted exactly per column per pane (heavy hitters beyond).
-    max_codes : distinct values a categorical column may ever have (more map to '<other>').
-    relative_accuracy : quantile sketch accuracy (relative error of quantile values).
+    max_codes : distinct values a categorical column may ever have (see drift._encode).
+    relative_accuracy : quantile sketch accuracy (relative to the distance from the column's
+        centre).
     reservoir_size, flagged_reservoir_size : rows sampled per pane (unflagged / flagged rows).
+    history_reservoir_size, history_flagged_reservoir_size : rows kept per pane and per rollup
+        once a pane leaves the window (time-range queries on history use them).
     reference_reservoir_size : rows sampled per stratum for a reference.
     auto_reference_panes : freeze the first N closed panes as the 'default' reference.
+    max_future_seconds : rows dated further than this past their batch's median time (or past
+        a live clock) are quarantined, not allowed to close every pane.
+    clock : 'auto' (default: the wall clock once event times are live, i.e. within
+        LIVE_HORIZON_SECONDS of it), None (event time only), or a callable returning epoch
+        seconds. With a clock, idle time closes panes and slides the window.
     directory : persist state in SQLite here and recover it on construction.
     durability : 'pane' (rows are durable when their pane closes, or after `flush()`) or
         'batch' (every `ingest` commits before returning).
@@ -138,6 +142,7 @@ class Monitor:
         *,
         features: Sequence[str] | Mapping[str, str] = (),
         classifiers: Mapping[str, Classifier | str] | None = None,
+        high_tail_metrics: Sequence[str] | None = None,
         level_column: str | None = None,
         cheap_level: Any = None,
         confidence_column: str | None = None,
@@ -154,8 +159,12 @@ class Monitor:
         relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY,
         reservoir_size: int = DEFAULT_RESERVOIR_SIZE,
         flagged_reservoir_size: int = DEFAULT_FLAGGED_RESERVOIR_SIZE,
+        history_reservoir_size: int = DEFAULT_HISTORY_RESERVOIR_SIZE,
+        history_flagged_reservoir_size: int = DEFAULT_HISTORY_FLAGGED_RESERVOIR_SIZE,
         reference_reservoir_size: int = DEFAULT_REFERENCE_RESERVOIR_SIZE,
         auto_reference_panes: int | None = None,
+        max_future_seconds: float = DEFAULT_MAX_FUTURE_SECONDS,
+        clock: str | Callable[[], float] | None = "auto",
         directory: str | os.PathLike | None = None,
         durability: str = "pane",
         fsync: bool = False,
@@ -163,6 +172,8 @@ class Monitor:
     ) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
+        if not (clock is None or clock == "auto" or callable(clock)):
+            raise ValueError(f"clock must be 'auto', None or a callable, got {clock!r}")
         self.config, self._classifiers = build_config(
             attributes, metrics, features, classifiers, level_column, cheap_level,
             confidence_column, error_column,
@@ -174,34 +185,35 @@ class Monitor:
             flagged_reservoir_size=flagged_reservoir_size,
             reference_reservoir_size=reference_reservoir_size,
             auto_reference_panes=auto_reference_panes, seed=seed,
+            high_tail_metrics=None if high_tail_metrics is None else list(high_tail_metrics),
+            history_reservoir_size=history_reservoir_size,
+            history_flagged_reservoir_size=history_flagged_reservoir_size,
+            max_future_seconds=max_future_seconds,
         )
         self.directory = None if directory is None else os.fspath(directory)
         self.durability = durability
         self.fsync = bool(fsync)
+        self._clock = clock
+        self._live = False
         self._lock = threading.RLock()
+        self._kinds: dict[str, str] | None = None
         self._schema: Schema | None = None
         self._layout: Layout | None = None
+        self._layout_saved = False
         self._encoders: list[Encoder] = []
-        self._full: dict[int, Summary] = {}
-        self._detail: dict[int, Summary] = {}
-        self._rollups: dict[int, Summary] = {}
-        self._series: dict[int, dict[str, float]] = {}
-        self._refs: dict[str, _Reference] = {}
-        self._dirty: set[int] = set()
-        self._newest: int | None = None
-        self._closed_upto: int | None = None  # panes below this id are closed
-        self._max_ts = -math.inf
-        self._batch_seq = 0
-        self._late_dropped = 0
-        self._rows_seen = 0
-        self._auto_panes: list[int] = []
+        self._log: PaneLog | None = None
+        self._refs: dict[str, Reference] = {}
+        self._counters = {"rows_seen": 0, "late_dropped": 0, "quarantined": 0, "batch_seq": 0}
+        self._closed = False
+        self._broken: BaseException | None = None
+        self._fitted_pending: dict[str, Classifier] | None = None
         self._store: Store | None = None
         if all(kind is not None for kind in self.config.features.values()):
-            self._resolve_schema(None)
+            self._set_schema(_schema.infer_kinds(self.config, None))
         if self.directory is not None:
             self._store = Store(self.directory, fsync=self.fsync)
             try:
-                self._open_store()
+                self._load()
             except BaseException:
                 self._store.close()
                 raise
@@ -211,8 +223,8 @@ class Monitor:
     def open(cls, directory: str | os.PathLike, **runtime: Any) -> Monitor:
         """Reopen a monitor from its directory using the configuration stored there.
 
-        `runtime` may set durability and fsync. Custom (non built-in) classifiers cannot be
-        restored this way; construct the Monitor with the same arguments instead.
+        `runtime` may set durability, fsync and clock. Custom (non built-in) classifiers cannot
+        be restored this way; construct the Monitor with the same arguments instead.
         """
         probe = Store(directory)
         try:
@@ -225,53 +237,45 @@ class Monitor:
         builtin = {"percentile", "mad", "error", "predicate"}
         if any(c.get("kind") not in builtin for c in cfg["classifiers"].values()):
             raise StateError("stored monitor uses custom classifiers; construct it explicitly")
-        from drift._classify import classifier_from_config
-
-        classifiers = {n: classifier_from_config(c) for n, c in cfg.pop("classifiers").items()}
+        stored = {n: classifier_from_config(c) for n, c in cfg.pop("classifiers").items()}
         feats: dict[str, str | None] | list[str] = cfg.pop("features")
         if meta.get("feature_kinds"):
             feats = dict(meta["feature_kinds"])  # kinds inferred from the first batch
         elif any(v is None for v in feats.values()):
             feats = list(feats)  # still to be inferred
         attributes, metrics = cfg.pop("attributes"), cfg.pop("metrics")
-        return cls(attributes, metrics, features=feats, classifiers=classifiers,
+        return cls(attributes, metrics, features=feats, classifiers=stored,
                    directory=directory, **cfg, **runtime)
 
-    def _resolve_schema(self, frame: pd.DataFrame | None) -> None:
-        """Fix feature kinds (inferring from `frame` when needed) and build the layout."""
-        kinds = dict(self.config.features)
-        for name, kind in kinds.items():
-            if kind is None:
-                if frame is None or name not in frame.columns:
-                    raise SchemaError(
-                        f"batch is missing feature column {name!r} (needed to infer its kind)"
-                    )
-                dtype = frame[name].dtype
-                numeric = pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(
-                    dtype
-                )
-                kinds[name] = "numeric" if numeric else "categorical"
-        self._feature_kinds = kinds
+    def _set_schema(self, kinds: dict[str, str]) -> None:
+        self._kinds = kinds
+        self._schema = _schema.build_schema(self.config, kinds, self._classifiers)
+        self._encoders = _schema.build_encoders(self.config, self._schema)
+
+    def _set_layout(self, offsets: Sequence[float]) -> None:
+        assert self._schema is not None
         cfg = self.config
-        schema = Schema(
-            attributes=tuple(cfg.attributes),
-            cat_features=tuple(k for k, v in kinds.items() if v == "categorical"),
-            metrics=tuple(cfg.metrics),
-            num_features=tuple(k for k, v in kinds.items() if v == "numeric"),
-            timestamp=cfg.timestamp_column,
-        )
-        for name, clf in self._classifiers.items():
-            bad = [c for c in clf.columns if c not in schema.num_columns]
-            if bad:
-                raise SchemaError(f"classifiers[{name!r}] uses non-numeric column(s) {bad}")
-        self._schema = schema
-        self._layout = Layout(
-            n_cat=len(schema.cat_columns), n_num=len(schema.num_columns),
-            n_clf=len(self._classifiers), max_values=cfg.max_values,
-            relative_accuracy=cfg.relative_accuracy, min_value=DEFAULT_MIN_VALUE,
-            max_bins=DEFAULT_MAX_BINS,
-        )
-        self._encoders = [Encoder(c, cfg.max_codes) for c in schema.cat_columns]
+        self._layout = _schema.build_layout(cfg, self._schema, len(self._classifiers), offsets)
+        self._log = PaneLog(self._layout, Horizons(
+            pane_seconds=cfg.pane_seconds, window_panes=cfg.window_panes,
+            allowed_lateness_seconds=cfg.allowed_lateness_seconds,
+            detail_panes=cfg.detail_panes, rollup_panes=cfg.rollup_panes,
+            retention_panes=cfg.retention_panes,
+            capacity=(cfg.reservoir_size, cfg.flagged_reservoir_size),
+            history_capacity=(cfg.history_reservoir_size, cfg.history_flagged_reservoir_size),
+        ))
+
+    def _prepare(self, batch: Any, argument: str) -> Parsed | None:
+        """Validate and encode a batch; fixes schema and layout on the first one."""
+        frame = to_frame(batch, argument)
+        if len(frame) == 0:
+            return None
+        if self._schema is None:
+            self._set_schema(_schema.infer_kinds(self.config, frame))
+        parsed = parse(frame, self._schema, self._encoders, argument=argument)
+        if self._layout is None:
+            self._set_layout(_schema.centres(parsed.num))
+        return parsed
 
     # ================================================================ properties
     @property
@@ -290,13 +294,22 @@ class Monitor:
     @property
     def references(self) -> list[str]:
         """Names of usable references (an auto reference still filling is not listed)."""
-        return sorted(n for n, r in self._refs.items() if not r.info.get("pending"))
+        return sorted(n for n, r in self._refs.items() if not r.pending)
 
     @property
     def schema(self) -> Schema:
         if self._schema is None:
-            raise NoReferenceError("no data yet: feature kinds are inferred from the first batch")
+            raise no_data()
         return self._schema
+
+    # ================================================================ clock
+    def _now(self) -> float | None:
+        """The clock's time, when this monitor follows one."""
+        if self._clock is None:
+            return None
+        if self._clock == "auto":
+            return time.time() if self._live else None
+        return float(self._clock())  # type: ignore[operator]
 
     # ================================================================ ingest
     def ingest(self, batch: Any) -> IngestReceipt:
@@ -308,88 +321,69 @@ class Monitor:
         """
         with self._lock:
             self._check_open()
-            frame = to_frame(batch)
-            if len(frame) == 0:
+            parsed = self._prepare(batch, "batch")
+            if parsed is None:
                 return IngestReceipt(0, (), (), 0, True, self._durable_through())
-            if self._schema is None:
-                self._resolve_schema(frame)
-                self._save_feature_kinds()
-            parsed = parse(frame, self.schema, self._encoders)
-            return self._ingest_parsed(parsed)
+            parsed, quarantined = self._quarantine(parsed)
+            return self._ingest_parsed(parsed, quarantined)
 
-    def _ingest_parsed(self, parsed: Parsed) -> IngestReceipt:
+    def _quarantine(self, parsed: Parsed) -> tuple[Parsed, int]:
+        """Drop (and count) rows dated too far ahead of their batch or of a live clock."""
+        ts = parsed.ts
+        median = float(np.median(ts))
+        if self._clock == "auto":
+            self._live = abs(median - time.time()) <= LIVE_HORIZON_SECONDS
+        limit = median + self.config.max_future_seconds
+        now = self._now()
+        if now is not None:
+            limit = min(limit, now + self.config.max_future_seconds)
+        keep = ts <= limit
+        bad = int(ts.size - np.count_nonzero(keep))
+        if not bad:
+            return parsed, 0
+        self._counters["quarantined"] += bad
+        warnings.warn(
+            f"{bad} row(s) dated more than {self.config.max_future_seconds:.0f} s ahead of their "
+            "batch (or of the clock) were quarantined (skewed client clock?); see "
+            "Monitor.stats()['quarantined']", DataWarning, stacklevel=4)
+        return Parsed(n=int(keep.sum()), ts=ts[keep], cat=parsed.cat[:, keep],
+                      num=parsed.num[:, keep]), bad
+
+    def _ingest_parsed(self, parsed: Parsed, quarantined: int) -> IngestReceipt:
         cfg = self.config
+        log = self._log
+        assert log is not None
+        if parsed.n == 0:
+            return IngestReceipt(0, (), (), 0, True, self._durable_through(), quarantined)
         flags = self._classify(parsed.num)
         prio = self._priorities(parsed.n)
         pane_ids = np.floor(parsed.ts / cfg.pane_seconds).astype(np.int64)
-        lo, hi = int(pane_ids.min()), int(pane_ids.max())
-        if lo == hi:
-            groups: list[tuple[int, Any]] = [(lo, slice(None))]
-        else:
-            order = np.argsort(pane_ids, kind="stable")
-            sorted_ids = pane_ids[order]
-            cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
-            groups = [
-                (int(sorted_ids[s]), order[s:e])
-                for s, e in zip(np.r_[0, cuts], np.r_[cuts, sorted_ids.size], strict=True)
-            ]
-        newest = hi if self._newest is None else max(self._newest, hi)
-        oldest_allowed = newest - cfg.window_panes - 1
-        deltas: list[tuple[int, Summary]] = []
-        touched = []
-        late = 0
-        layout = self._layout
-        assert layout is not None
-        capacity = (cfg.reservoir_size, cfg.flagged_reservoir_size)
-        for pane, sel in groups:
-            if pane < oldest_allowed and pane not in self._full:
-                late += int(parsed.n if isinstance(sel, slice) else len(sel))
-                continue
-            target = self._full.get(pane)
-            if target is None:
-                target = self._full[pane] = Summary(layout, capacity)
-            ts, cat, num = parsed.ts[sel], parsed.cat[:, sel], parsed.num[:, sel]
-            f, p = flags[sel], prio[sel]
-            if self.durability == "batch" and self._store is not None:
-                delta = Summary(layout, capacity)
-                delta.add(ts, cat, num, f, p)
-                assert delta.reservoir is not None and target.reservoir is not None
-                delta.reservoir.compact()
-                target.merge(delta)
-                deltas.append((pane, delta))
-            else:
-                target.add(ts, cat, num, f, p)
-            touched.append(pane)
-            if self._closed_upto is not None and pane < self._closed_upto:
-                self._dirty.add(pane)
+        batch_deltas = self.durability == "batch" and self._store is not None
+        touched, late, deltas = log.add(pane_ids, parsed.ts, parsed.cat, parsed.num, flags,
+                                        prio, batch_deltas)
         if late:
-            self._late_dropped += late
+            self._counters["late_dropped"] += late
             warnings.warn(
                 f"{late} row(s) arrived for panes already rolled up (more than "
                 f"{cfg.window_panes + 1} panes late) and were dropped; see Monitor.stats()",
                 DataWarning, stacklevel=3,
             )
-        self._rows_seen += parsed.n - late
-        self._newest = newest
-        self._max_ts = max(self._max_ts, float(parsed.ts.max()))
-        self._batch_seq += 1
-        closed = self._close_due(self._max_ts - cfg.allowed_lateness_seconds)
-        durable = False
+        self._counters["rows_seen"] += parsed.n - late
+        self._counters["batch_seq"] += 1
+        cs = self._plan()
+        cs.deltas = deltas
+        closed = sorted(p for p in cs.series_put if p in log.full)
+        self._commit(cs, force=batch_deltas)
+        through = self._durable_through()
         if self._store is None:
-            self._settle(closed)
+            durable = False
         elif self.durability == "batch":
-            self._commit(closed, deltas=deltas)
             durable = True
-        elif closed or self._dirty:
-            self._commit(closed)
         else:
-            self._settle([])  # tier moves only; persisted with the next commit
-        if self._store is not None and self.durability == "pane":
-            through = self._durable_through()
             durable = through is not None and bool(parsed.ts.max() < through)
         return IngestReceipt(
             rows=parsed.n - late, panes=tuple(sorted(set(touched))), closed_panes=tuple(closed),
-            late_dropped=late, durable=durable, durable_through=self._durable_through(),
+            late_dropped=late, durable=durable, durable_through=through, quarantined=quarantined,
         )
 
     def _classify(self, num: np.ndarray) -> np.ndarray:
@@ -407,134 +401,137 @@ class Monitor:
         return flags
 
     def _priorities(self, n: int) -> np.ndarray:
-        rng = np.random.default_rng([self.config.seed, self._batch_seq])
+        rng = np.random.default_rng([self.config.seed, self._counters["batch_seq"]])
         return rng.random(n)
 
-    # ================================================================ pane life cycle
-    def _close_due(self, watermark: float) -> list[int]:
-        """Close panes whose end is at or before `watermark`; returns their ids."""
-        upto = math.floor(watermark / self.config.pane_seconds)  # panes < upto end <= watermark
-        if self._closed_upto is not None and upto <= self._closed_upto:
-            return []
-        self._closed_upto = upto
-        return sorted(p for p in self._full if p < upto and p not in self._series_done())
+    # ================================================================ planning and commits
+    def _plan(self, now: float | None = None, force: bool = False) -> ChangeSet:
+        """The next step as a change set: pane closes, tier moves, auto reference, codes, meta."""
+        cfg = self.config
+        log = self._log
+        assert log is not None and self._schema is not None
+        now = self._now() if now is None else now
+        frontier = log.max_ts if now is None else max(log.max_ts, now)
+        watermark = frontier - cfg.allowed_lateness_seconds
+        now_pane = None if now is None else math.floor(now / cfg.pane_seconds)
+        labels = self._labels()
+        cheap = cheap_code(cfg, self._schema, labels, self._refs.get("default"))
+        classifiers = self._classifiers
 
-    def _series_done(self) -> set[int]:
-        return set(self._series)
+        def scalars(s: Summary) -> dict[str, float]:
+            return _series.pane_scalars(cfg, self._schema, classifiers, cheap, s)
+
+        cs = log.plan(watermark, scalars, now_pane, force=force) if math.isfinite(
+            watermark) else ChangeSet()
+        if cfg.auto_reference_panes:
+            closing = {p: log.full[p] for p in cs.series_put if p in log.full}
+            ref = _references.auto_step(self._refs.get("default"), self._layout,
+                                        cfg.reference_reservoir_size, cfg.auto_reference_panes,
+                                        closing)
+            if ref is not None:
+                cs.refs_put["default"] = (ref.summary, ref.info)
+                if not ref.pending:
+                    cs.meta["classifier_state"] = self._fit_on(ref)
+        self._add_bookkeeping(cs)
+        return cs
+
+    def _add_bookkeeping(self, cs: ChangeSet) -> None:
+        """New codes, layout (once) and counters ride along with every commit."""
+        for col, enc in enumerate(self._encoders):
+            if len(enc) > enc.persisted:
+                cs.codes[col] = (enc.persisted, list(enc.values[enc.persisted:]))
+        if not self._layout_saved and self._layout is not None and self._kinds is not None:
+            cs.meta.update(_schema.layout_meta(self._kinds, self._layout))
+        log = self._log
+        closed_upto = cs.closed_upto if cs.closed_upto is not None else (
+            None if log is None else log.closed_upto)
+        newest = cs.newest if cs.newest is not None else (None if log is None else log.newest)
+        max_ts = -math.inf if log is None else log.max_ts
+        cs.meta["state"] = {"newest": newest, "closed_upto": closed_upto,
+                            "max_ts": max_ts if math.isfinite(max_ts) else None,
+                            **self._counters}
+
+    def _commit(self, cs: ChangeSet, force: bool = False) -> None:
+        """Write `cs` (when it changes anything durable), then apply it to memory."""
+        if self._store is not None and (force or cs.structural or cs.open_put):
+            try:
+                self._store.apply(cs)
+            except BaseException as exc:
+                self._broken = exc
+                raise StateError(
+                    f"writing the monitor's state failed ({exc}); memory may now be ahead of "
+                    "disk, so this Monitor refuses further calls: reopen it from its directory"
+                ) from exc
+            for enc in self._encoders:
+                enc.persisted = len(enc)
+            self._layout_saved = True
+        if self._log is not None:
+            self._log.apply(cs)
+        for name, (summary, info) in cs.refs_put.items():
+            self._refs[name] = Reference(name, summary, info)
+        fitted = self._fitted_pending
+        if fitted:
+            self._classifiers.update(fitted)
+            self._fitted_pending = None
+
+    def _fit_on(self, ref: Reference) -> dict[str, Any]:
+        """Fit copies of the data-fitted classifiers on `ref`; they replace the running ones
+        once the change set commits. Returns their saved state."""
+        assert self._schema is not None
+        res = ref.summary.reservoir
+        sample = Sample.from_reservoirs([] if res is None else [res], len(
+            self._schema.cat_columns), len(self._schema.num_columns))
+        values = sample.column_values(self._schema.num_columns)
+        fitted: dict[str, Classifier] = {}
+        for name, clf in self._classifiers.items():
+            if clf.needs_fit:
+                new = clf.clone()
+                try:
+                    new.fit(values, sample.weight)
+                except ValueError as exc:
+                    warnings.warn(f"classifier {name!r} not fitted: {exc}", DataWarning,
+                                  stacklevel=4)
+                    continue
+                fitted[name] = new
+        self._fitted_pending = fitted
+        return {n: c.describe() for n, c in {**self._classifiers, **fitted}.items()
+                if c.needs_fit and c.fitted}
+
+    def _labels(self) -> Labels:
+        return Labels(list(self._encoders), [len(e) for e in self._encoders])
 
     def advance(self, now: float | None = None) -> list[int]:
-        """Close panes up to wall-clock `now` (epoch seconds) when traffic is idle."""
+        """Close panes up to `now` (epoch seconds; the clock's or wall-clock time when None)
+        and slide the window there: idle traffic still moves time on."""
         with self._lock:
             self._check_open()
-            now = time.time() if now is None else float(now)
-            closed = self._close_due(now - self.config.allowed_lateness_seconds)
-            if self._store is not None and (closed or self._dirty):
-                self._commit(closed)
-            else:
-                self._settle(closed)
+            if self._log is None:
+                return []
+            if now is None:
+                now = self._now()
+                if now is None:
+                    now = time.time()
+            cs = self._plan(now=float(now))
+            closed = sorted(p for p in cs.series_put if p in self._log.full)
+            self._commit(cs)
             return closed
 
-    def _settle(self, closed: list[int]) -> dict[str, Any]:
-        """In-memory work after panes close or change: series, auto reference, tier moves.
-
-        Returns what changed (for the store): series rows, panes to rewrite, tier moves."""
-        changes: dict[str, Any] = {"series": {}, "rewrite": set(), "ref": None}
-        touched = sorted(set(closed) | self._dirty)
-        for p in touched:
-            if p in self._full:
-                self._series[p] = _series.pane_scalars(self, self._full[p])
-                changes["series"][p] = self._series[p]
-                changes["rewrite"].add(p)
-        self._dirty.clear()
-        auto = self.config.auto_reference_panes
-        ref = self._refs.get("default")
-        if closed and auto and (ref is None or ref.info.get("pending")):
-            changes["ref"] = self._auto_reference(closed)
-        changes.update(self._move_tiers())
-        return changes
-
-    def _move_tiers(self) -> dict[str, Any]:
-        cfg = self.config
-        out: dict[str, Any] = {"tiers": {}, "deleted": [], "rollups": {},
-                               "drop_rollups_before": None, "drop_series_before": None}
-        if self._newest is None or self._closed_upto is None:
-            return out
-        full_from = self._newest - cfg.window_panes - 1
-        for p in sorted(self._full):
-            if p < full_from and p < self._closed_upto:
-                s = self._full.pop(p)
-                s.drop_reservoir()
-                self._detail[p] = s
-                out["tiers"][p] = _TIER_DETAIL
-        detail_from = full_from - cfg.detail_panes
-        for p in sorted(self._detail):
-            if p < detail_from:
-                s = self._detail.pop(p)
-                bucket = p // cfg.rollup_panes
-                if bucket in self._rollups:
-                    self._rollups[bucket].merge(s)
-                else:
-                    self._rollups[bucket] = s
-                out["deleted"].append(p)
-                out["rollups"][bucket] = True
-        keep_from = self._newest - cfg.retention_panes
-        old_buckets = [b for b in self._rollups if (b + 1) * cfg.rollup_panes <= keep_from]
-        for b in old_buckets:
-            del self._rollups[b]
-            out["rollups"].pop(b, None)
-        if old_buckets:
-            out["drop_rollups_before"] = max(old_buckets) + 1
-        old_series = [p for p in self._series if p < keep_from]
-        for p in old_series:
-            del self._series[p]
-        if old_series:
-            out["drop_series_before"] = keep_from
-        return out
-
-    def _auto_reference(self, closed: list[int]) -> str | None:
-        """Merge newly closed panes into the pending 'default' reference (first N panes)."""
-        cfg = self.config
-        n_target = cfg.auto_reference_panes
-        if not n_target:
-            return None
-        ref = self._refs.get("default")
-        if ref is None:
-            ref = self._new_reference("default", {"source": "first panes", "pending": True,
-                                                  "panes": []})
-            self._refs["default"] = ref
-        panes = ref.info.setdefault("panes", [])
-        for p in sorted(closed):
-            if len(panes) >= n_target or p in panes or p not in self._full:
-                continue
-            ref.summary.merge(self._full[p].copy())
-            panes.append(p)
-        ref.info["rows"] = ref.summary.n
-        if len(panes) >= n_target:
-            ref.info["pending"] = False
-            ref.info["start"] = iso(ref.summary.t_min)
-            ref.info["end"] = iso(ref.summary.t_max)
-            self._fit_classifiers(ref)
-        return "default"
-
     def _durable_through(self) -> float | None:
-        if self._store is None or self._closed_upto is None:
+        if self._store is None or self._log is None or self._log.closed_upto is None:
             return None
-        return self._closed_upto * self.config.pane_seconds
+        return self._log.closed_upto * self.config.pane_seconds
 
     # ================================================================ persistence
-    def _open_store(self) -> None:
+    def _load(self) -> None:
         store = self._store
         assert store is not None
         meta = store.meta()
         if "config" not in meta:
             with store.transaction() as w:
                 w.put_meta("config", self.config.to_json())
-                w.put_meta("schema_version", 1)
-            if self._schema is not None:
-                self._save_feature_kinds()
+                w.put_meta("schema_version", 2)
             return
-        stored = Config(**meta["config"])
-        diffs = self.config.differences(stored)
+        diffs = self.config.differences(Config(**meta["config"]))
         if diffs:
             raise StateError(
                 f"directory {self.directory!r} holds a monitor with another configuration: "
@@ -542,122 +539,75 @@ class Monitor:
             )
         kinds = meta.get("feature_kinds")
         if self._schema is None and kinds is not None:
-            self.config.features = dict(kinds)
-            self._resolve_schema(None)
+            self._set_schema(dict(kinds))
         if self._schema is None:
             return  # no data was ever stored
-        layout = self._layout
-        assert layout is not None
+        offsets = meta.get("offsets")
+        panes = store.panes()
+        if offsets is None and not (panes or store.refs()):
+            return
+        self._set_layout(offsets if offsets is not None else [0.0] * len(
+            self._schema.num_columns))
+        self._layout_saved = True
+        layout, log = self._layout, self._log
+        assert layout is not None and log is not None
         for col, values in store.codes().items():
             enc = self._encoders[col]
             enc.extend(values)
             enc.persisted = len(values)
-        for pane, tier, blob in store.panes():
+        for pane, tier, blob in panes:
             s = Summary.from_bytes(layout, blob)
-            (self._detail if tier == _TIER_DETAIL else self._full)[pane] = s
+            (log.detail if tier == TIER_DETAIL else log.full)[pane] = s
         capacity = (self.config.reservoir_size, self.config.flagged_reservoir_size)
         for _seq, pane, blob in store.deltas():
-            delta = Summary.from_bytes(layout, blob)
-            target = self._full.get(pane)
+            target = log.full.get(pane)
             if target is None:
-                target = self._full[pane] = Summary(layout, capacity)
-            target.merge(delta)
+                target = log.full[pane] = Summary(layout, capacity)
+            target.merge(Summary.from_bytes(layout, blob))
         for bucket, blob in store.rollups():
-            self._rollups[bucket] = Summary.from_bytes(layout, blob)
-        self._series = store.series()
+            log.rollups[bucket] = Summary.from_bytes(layout, blob)
+        log.series = store.series()
         for name, blob, info in store.refs():
-            self._refs[name] = _Reference(name, Summary.from_bytes(layout, blob), info)
+            self._refs[name] = Reference(name, Summary.from_bytes(layout, blob), info)
         state = meta.get("state", {})
-        self._newest = state.get("newest")
-        self._closed_upto = state.get("closed_upto")
-        self._max_ts = state.get("max_ts", -math.inf) or -math.inf
-        self._batch_seq = state.get("batch_seq", 0)
-        self._late_dropped = state.get("late_dropped", 0)
-        self._rows_seen = state.get("rows_seen", 0)
+        log.newest = state.get("newest")
+        log.closed_upto = state.get("closed_upto")
+        log.max_ts = state.get("max_ts") or -math.inf
+        for key in self._counters:
+            self._counters[key] = int(state.get(key, 0) or 0)
         for name, fitted in meta.get("classifier_state", {}).items():
             clf = self._classifiers.get(name)
             if clf is not None:
                 _restore_fit(clf, fitted)
 
-    def _save_feature_kinds(self) -> None:
-        if self._store is None:
-            return
-        with self._store.transaction() as w:
-            w.put_meta("feature_kinds", self._feature_kinds)
-
-    def _state_meta(self) -> dict[str, Any]:
-        return {
-            "newest": self._newest,
-            "closed_upto": self._closed_upto,
-            "max_ts": self._max_ts if math.isfinite(self._max_ts) else None,
-            "batch_seq": self._batch_seq,
-            "late_dropped": self._late_dropped,
-            "rows_seen": self._rows_seen,
-        }
-
-    def _commit(
-        self, closed: list[int], deltas: list[tuple[int, Summary]] | None = None,
-        open_panes: bool = False,
-    ) -> None:
-        """Apply pane-close work and write it, with `deltas` and new codes, in one transaction."""
-        store = self._store
-        assert store is not None
-        changes = self._settle(closed)
-        rewrite = changes["rewrite"]
-        with store.transaction() as w:
-            for col, enc in enumerate(self._encoders):
-                if len(enc) > enc.persisted:
-                    w.add_codes(col, enc.persisted, enc.values[enc.persisted :])
-            for pane, delta in deltas or []:
-                if pane not in rewrite:
-                    w.add_delta(pane, delta.to_bytes())
-            for p in sorted(rewrite):
-                if p in self._full:
-                    w.put_pane(p, _TIER_FULL, self._full[p].to_bytes())
-            for p, tier in changes.get("tiers", {}).items():
-                if tier == _TIER_DETAIL and p in self._detail:
-                    w.put_pane(p, _TIER_DETAIL, self._detail[p].to_bytes())
-            for p in changes.get("deleted", []):
-                w.delete_pane(p)
-            for bucket in changes.get("rollups", {}):
-                if bucket in self._rollups:
-                    w.put_rollup(bucket, self._rollups[bucket].to_bytes())
-            if changes.get("drop_rollups_before") is not None:
-                w.delete_rollups_before(changes["drop_rollups_before"])
-            for p, data in changes.get("series", {}).items():
-                w.put_series(p, data)
-            if changes.get("drop_series_before") is not None:
-                w.delete_series_before(changes["drop_series_before"])
-            if changes.get("ref"):
-                self._write_ref(w, changes["ref"])
-            if open_panes:
-                for p, s in self._full.items():
-                    if self._closed_upto is None or p >= self._closed_upto:
-                        w.put_pane(p, _TIER_OPEN, s.to_bytes())
-            w.put_meta("state", self._state_meta())
-        for enc in self._encoders:
-            enc.persisted = len(enc)
-
-    def _write_ref(self, w: Any, name: str) -> None:
-        ref = self._refs[name]
-        w.put_ref(name, ref.summary.to_bytes(), ref.info)
-        w.put_meta("classifier_state", {n: c.describe() for n, c in self._classifiers.items()
-                                        if c.needs_fit and c.fitted})
-
     def flush(self) -> None:
         """Make everything ingested so far durable (open panes included)."""
         with self._lock:
             self._check_open()
-            if self._store is not None:
-                self._commit([], open_panes=True)
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._store is None or self._log is None:
+            return
+        cs = self._plan()
+        log = self._log
+        for p, s in log.full.items():
+            if log.is_open(p) and p not in cs.full_drop:
+                cs.open_put[p] = s
+        self._commit(cs, force=True)
 
     def close(self) -> None:
         """Flush and release the directory. Further calls raise."""
         with self._lock:
-            if self._store is not None and not self._store.closed:
-                self._commit([], open_panes=True)
-                self._store.close()
-            self._closed = True
+            if self._closed:
+                return
+            try:
+                if self._store is not None and not self._store.closed and self._broken is None:
+                    self._flush()
+            finally:
+                if self._store is not None:
+                    self._store.close()
+                self._closed = True
 
     def __enter__(self) -> Monitor:
         return self
@@ -666,16 +616,13 @@ class Monitor:
         self.close()
 
     def _check_open(self) -> None:
-        if getattr(self, "_closed", False):
+        if self._closed:
             raise StateError("this Monitor is closed")
+        if self._broken is not None:
+            raise StateError(f"a write to the monitor's database failed ({self._broken}); "
+                             "reopen the monitor from its directory")
 
     # ================================================================ references
-    def _new_reference(self, name: str, info: dict[str, Any]) -> _Reference:
-        layout = self._layout
-        assert layout is not None
-        k = self.config.reference_reservoir_size
-        return _Reference(name, Summary(layout, (k, k)), {"name": name, **info})
-
     def set_reference(self, batch: Any, name: str = "default", *, append: bool = False) -> dict:
         """Freeze a named baseline from records shaped like `ingest` input.
 
@@ -687,108 +634,67 @@ class Monitor:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
         with self._lock:
             self._check_open()
-            frame = to_frame(batch)
-            if len(frame) == 0:
+            parsed = self._prepare(batch, "batch")
+            if parsed is None:
                 raise ValueError("set_reference needs at least one record")
-            if self._schema is None:
-                self._resolve_schema(frame)
-                self._save_feature_kinds()
-            parsed = parse(frame, self.schema, self._encoders, argument="batch")
-            ref = self._refs.get(name) if append else None
-            if ref is None:
-                ref = self._new_reference(name, {"source": "batch"})
+            assert self._layout is not None
             flags = self._classify(parsed.num) if name != "default" else np.zeros(
-                parsed.n, dtype=np.uint32
-            )
-            rng = np.random.default_rng([self.config.seed, 1 << 30, len(name), self._batch_seq])
-            self._batch_seq += 1
-            part = Summary(ref.summary.layout, (self.config.reference_reservoir_size,) * 2)
-            part.add(parsed.ts, parsed.cat, parsed.num, flags, rng.random(parsed.n))
-            ref.summary.merge(part)
-            ref.info.update(rows=ref.summary.n, start=iso(ref.summary.t_min),
-                            end=iso(ref.summary.t_max), pending=False)
-            self._refs[name] = ref
+                parsed.n, dtype=np.uint32)
+            rng = np.random.default_rng([self.config.seed, 1 << 30, len(name),
+                                         self._counters["batch_seq"]])
+            self._counters["batch_seq"] += 1
+            base = self._refs.get(name) if append else None
+            ref = _references.from_rows(
+                None if base is None or base.pending else base, self._layout, name,
+                self.config.reference_reservoir_size,
+                (parsed.ts, parsed.cat, parsed.num, flags, rng.random(parsed.n)))
+            cs = ChangeSet()
+            cs.refs_put[name] = (ref.summary, ref.info)
             if name == "default":
-                self._fit_classifiers(ref)
-            if self._store is not None:
-                with self._store.transaction() as w:
-                    for col, enc in enumerate(self._encoders):
-                        if len(enc) > enc.persisted:
-                            w.add_codes(col, enc.persisted, enc.values[enc.persisted :])
-                    self._write_ref(w, name)
-                    w.put_meta("state", self._state_meta())
-                for enc in self._encoders:
-                    enc.persisted = len(enc)
+                cs.meta["classifier_state"] = self._fit_on(ref)
+            self._add_bookkeeping(cs)
+            self._commit(cs, force=True)
             return dict(ref.info)
 
-    def _fit_classifiers(self, ref: _Reference) -> None:
-        sample = self.reference_sample(ref.name)
-        values = sample.column_values(self.schema.num_columns)
-        for clf in self._classifiers.values():
-            if clf.needs_fit:
-                try:
-                    clf.fit(values, sample.weight)
-                except ValueError as exc:
-                    warnings.warn(f"classifier not fitted: {exc}", DataWarning, stacklevel=3)
-
-    def reference(self, name: str = "default") -> _Reference:
+    def reference(self, name: str = "default") -> Reference:
         ref = self._refs.get(name)
-        if ref is None or ref.info.get("pending"):
-            have = sorted(n for n, r in self._refs.items() if not r.info.get("pending"))
-            raise NoReferenceError(
-                f"no reference named {name!r} (have {have}); call set_reference(batch, "
-                f"name={name!r}) or construct the Monitor with auto_reference_panes=N"
-            )
+        if ref is None or ref.pending:
+            return self._view().reference(name)  # raises the explanatory error
         return ref
 
-    def reference_sample(self, name: str = "default") -> Sample:
-        ref = self._refs[name]
-        assert ref.summary.reservoir is not None
-        return Sample.from_reservoirs([ref.summary.reservoir], self._layout.n_cat,
-                                      self._layout.n_num)
-
-    # ================================================================ windows
-    def _window_ids(self, end: int | None = None) -> list[int]:
-        if self._newest is None:
-            return []
-        end = self._newest if end is None else end
-        start = end - self.config.window_panes + 1
-        return [p for p in range(start, end + 1) if p in self._full]
+    # ================================================================ views
+    def _view(self, window: Any = None, as_of: Any = None) -> View:
+        """A snapshot to query, taken under the lock (closes idle panes first)."""
+        with self._lock:
+            self._check_open()
+            if self._schema is None or self._log is None:
+                raise no_data()
+            if self._now() is not None:
+                self._commit(self._plan())
+            log = self._log
+            full = {p: (s.copy() if log.is_open(p) else s) for p, s in log.full.items()}
+            cfg = self.config
+            pending = _references.pending_status(
+                self._refs.get("default"), cfg.auto_reference_panes, cfg.pane_seconds,
+                cfg.allowed_lateness_seconds)
+            view = View(cfg, self._schema, self._classifiers, self._labels(), full, log.detail,
+                        log.rollups, log.series, log.closed_upto, log.newest, self._refs,
+                        pending, self._counters)
+        return view.select(window, as_of)
 
     def window_summary(self, end: int | None = None) -> Summary | None:
         """Counts and sketches of the window ending at pane `end` (default: newest)."""
-        ids = self._window_ids(end)
-        if not ids:
-            return None
-        out = self._full[ids[0]].copy(with_reservoir=False)
-        for p in ids[1:]:
-            s = self._full[p]
-            res, s.reservoir = s.reservoir, None
-            try:
-                out.merge(s)
-            finally:
-                s.reservoir = res
-        return out
+        view = self._view()
+        if end is None:
+            return view.window_summary()
+        w = self.config.window_panes
+        return view.window_summary((end - w + 1, end))
 
-    def window_sample(self, end: int | None = None) -> Sample:
-        ids = self._window_ids(end)
-        layout = self._layout
-        n_cat = 0 if layout is None else layout.n_cat
-        n_num = 0 if layout is None else layout.n_num
-        return Sample.from_reservoirs([self._full[p].reservoir for p in ids], n_cat, n_num)
+    def window_sample(self, window: Any = None, as_of: Any = None) -> Sample:
+        return self._view(window, as_of).window_sample()
 
-    def window_info(self, end: int | None = None) -> dict[str, Any]:
-        ids = self._window_ids(end)
-        if not ids:
-            return {"panes": 0, "rows": 0, "start": None, "end": None}
-        ps = self.config.pane_seconds
-        end_id = self._newest if end is None else end
-        return {
-            "panes": len(ids),
-            "rows": int(sum(self._full[p].n for p in ids)),
-            "start": iso((end_id - self.config.window_panes + 1) * ps),
-            "end": iso((end_id + 1) * ps),
-        }
+    def window_info(self, window: Any = None, as_of: Any = None) -> dict[str, Any]:
+        return self._view(window, as_of).window_info()
 
     def label(self, column_index: int, code: int) -> Any:
         return self._encoders[column_index].label(code)
@@ -805,24 +711,28 @@ class Monitor:
         min_ratio: float = _queries.DEFAULT_MIN_RATIO,
         max_order: int = _queries.DEFAULT_MAX_ORDER,
         confidence: float = _queries.DEFAULT_CONFIDENCE,
-        reference: str = "default",
+        reference: Any = "default",
+        window: Any = None,
+        as_of: Any = None,
     ) -> Explanation:
         """Anomalies: attribute combinations over-represented among the window's outliers.
 
         Outliers are rows flagged by `classifier` (a registered name, a predicate string such
         as ``"latency_ms > 50"`` or a Classifier) or, by default, by `metric`'s percentile
-        classifier fitted on the reference. ``ratio_metric="mean_shift"`` needs only `metric`.
+        classifier fitted on the reference; with no reference yet, on the window itself
+        (MacroBase's default; `info['classifier']['fitted_on']` says which).
+        ``ratio_metric="mean_shift"`` needs only `metric`. `window` / `as_of` pick a time range
+        (see `Monitor.drift`).
         """
-        with self._lock:
-            self._check_open()
-            return _queries.explain_anomalies(
-                self, metric, classifier, ratio_metric, attributes, min_support, min_ratio,
-                max_order, confidence, reference,
-            )
+        view = self._view(window, as_of)
+        return _queries.explain_anomalies(
+            view, metric, classifier, ratio_metric, attributes, min_support, min_ratio,
+            max_order, confidence, reference,
+        )
 
     def mix_shift(
         self,
-        reference: str = "default",
+        reference: Any = "default",
         *,
         attributes: Sequence[str] | None = None,
         direction: str = "grew",
@@ -830,22 +740,45 @@ class Monitor:
         min_ratio: float = _queries.DEFAULT_MIN_RATIO,
         max_order: int = _queries.DEFAULT_MAX_ORDER,
         confidence: float = _queries.DEFAULT_CONFIDENCE,
+        window: Any = None,
+        as_of: Any = None,
     ) -> Explanation:
         """Mix shift: segments whose share of traffic grew (or shrank) against the reference.
 
         `ratio` and `risk_ratio` are share ratios: the segment's share of window rows over its
-        share of reference rows; `support` is its share of window rows.
+        share of reference rows; `support` is its share of window rows. `reference` may also be
+        a time range of this monitor's history: ``(start, end)``, ``"start/end"`` or a shift
+        such as ``"-1d"`` (the same window a day earlier).
         """
-        with self._lock:
-            self._check_open()
-            return _queries.explain_mix_shift(
-                self, reference, attributes, direction, min_support, min_ratio, max_order,
-                confidence,
-            )
+        view = self._view(window, as_of)
+        return _queries.explain_difference(
+            view, reference, attributes, direction, "share_ratio", min_support, min_ratio,
+            max_order, confidence)
+
+    def diff(
+        self,
+        reference: Any,
+        *,
+        window: Any = None,
+        as_of: Any = None,
+        attributes: Sequence[str] | None = None,
+        ratio_metric: str = "risk_ratio",
+        min_support: float = _queries.DEFAULT_MIN_SUPPORT,
+        min_ratio: float = _queries.DEFAULT_MIN_RATIO,
+        max_order: int = _queries.DEFAULT_MAX_ORDER,
+        confidence: float = _queries.DEFAULT_CONFIDENCE,
+    ) -> Explanation:
+        """What distinguishes the window (or `window=` range) from `reference` (a name, a time
+        range or a shift such as ``"-1d"``): MacroBase's two-relation DIFF on the monitor's
+        own history, ranked by risk ratio (or ``ratio_metric="share_ratio"``)."""
+        view = self._view(window, as_of)
+        return _queries.explain_difference(
+            view, reference, attributes, "grew", ratio_metric, min_support, min_ratio,
+            max_order, confidence, kind="diff")
 
     def conditional_shift(
         self,
-        reference: str = "default",
+        reference: Any = "default",
         *,
         columns: Sequence[str] | None = None,
         segments: Sequence[Mapping[str, Any]] | None = None,
@@ -856,43 +789,47 @@ class Monitor:
         categorical_effect: float = _drift.DEFAULT_CATEGORICAL_EFFECT,
         min_samples: int = _drift.DEFAULT_MIN_SAMPLES,
         localization: float = _drift.DEFAULT_LOCALIZATION,
+        window: Any = None,
+        as_of: Any = None,
     ) -> DriftReport:
         """Conditional shift: per-segment drift tests inside the top segments.
 
         A row is `localized` when the column drifted inside the segment at least
         `localization` times more (effect size) than outside it.
         """
-        with self._lock:
-            self._check_open()
-            return _drift.conditional_shift(
-                self, reference, columns, segments, min_share, max_segments, alpha,
-                numeric_effect, categorical_effect, min_samples, localization,
-            )
+        gate = EffectGate(alpha, numeric_effect, categorical_effect, min_samples)
+        view = self._view(window, as_of)
+        return _drift.conditional_shift(view, reference, columns, segments, min_share,
+                                        max_segments, gate, localization)
 
     def drift(
         self,
-        reference: str = "default",
+        reference: Any = "default",
         *,
         columns: Sequence[str] | None = None,
         alpha: float = _drift.DEFAULT_ALPHA,
         numeric_effect: float = _drift.DEFAULT_NUMERIC_EFFECT,
         categorical_effect: float = _drift.DEFAULT_CATEGORICAL_EFFECT,
         min_samples: int = _drift.DEFAULT_MIN_SAMPLES,
-        persistence: tuple[int, int] = _drift.DEFAULT_PERSISTENCE,
+        persistence: tuple[int, int] | Persistence = _drift.DEFAULT_PERSISTENCE,
+        gate: EffectGate | None = None,
+        window: Any = None,
+        as_of: Any = None,
     ) -> DriftReport:
         """Per-column drift of the window against a reference.
 
         A column is `drifted` when, in at least persistence[0] of the last persistence[1]
-        windows (ending at the newest pane and the panes before it), its BH-adjusted p-value
-        is below `alpha`, its effect size minus the sketch's error bound reaches the
-        threshold, and both sides hold at least `min_samples` rows.
+        disjoint windows (the window, the one before it, ...), its BH-adjusted p-value is below
+        `alpha`, its effect size minus the sketch's error bound reaches the threshold, and both
+        sides hold at least `min_samples` rows. `gate` replaces the four gate arguments.
+        `window`: a duration ('10m') or a (start, end) pair of times; `as_of`: the window's
+        end time; `reference`: a name, a (start, end) range or a shift such as '-1d'.
         """
-        with self._lock:
-            self._check_open()
-            return _drift.column_drift(
-                self, reference, columns, alpha, numeric_effect, categorical_effect,
-                min_samples, persistence,
-            )
+        if gate is None:
+            gate = EffectGate(alpha, numeric_effect, categorical_effect, min_samples)
+        rule = Persistence.of(persistence)
+        view = self._view(window, as_of)
+        return _drift.column_drift(view, reference, columns, gate, rule)
 
     def change_points(
         self,
@@ -902,19 +839,22 @@ class Monitor:
         threshold: float = _series.DEFAULT_THRESHOLD,
         burn_in: int = _series.DEFAULT_BURN_IN,
     ) -> ChangePoints:
-        """When did per-pane series change (p99 latency, error rate, expensive-level share)?"""
-        with self._lock:
-            self._check_open()
-            return _series.change_points(self, series, delta, threshold, burn_in)
+        """When did per-pane series change (traffic, p99 latency, error rate, expensive-level
+        share)?"""
+        detector = PageHinkley(delta=delta, threshold=threshold, burn_in=burn_in)
+        return _series.change_points(self._view(), series, detector)
 
     def series(self, names: Sequence[str] | None = None) -> pd.DataFrame:
         """Per-pane scalar series of closed panes (index: pane start, UTC)."""
-        with self._lock:
-            return _series.series_frame(self, names)
+        try:
+            view = self._view()
+        except NoReferenceError:
+            return pd.DataFrame(columns=list(names or []))
+        return _series.series_frame(view, names)
 
     def cascade_health(
         self,
-        reference: str = "default",
+        reference: Any = "default",
         *,
         min_share: float = _drift.DEFAULT_MIN_SHARE,
         max_segments: int = _drift.DEFAULT_MAX_SEGMENTS,
@@ -922,25 +862,22 @@ class Monitor:
         min_drop: float = _cascade.DEFAULT_MIN_DROP,
         confidence_effect: float = _drift.DEFAULT_NUMERIC_EFFECT,
         min_samples: int = _drift.DEFAULT_MIN_SAMPLES,
+        window: Any = None,
+        as_of: Any = None,
     ) -> CascadeHealth:
         """Is the cheap cascade level still answering as often, and as confidently, as it did
         on the reference, overall and per segment?"""
-        with self._lock:
-            self._check_open()
-            return _cascade.cascade_health(
-                self, reference, min_share, max_segments, alpha, min_drop, confidence_effect,
-                min_samples,
-            )
+        return _cascade.cascade_health(
+            self._view(window, as_of), reference, min_share, max_segments, alpha, min_drop,
+            confidence_effect, min_samples,
+        )
 
     # ================================================================ introspection
     def memory_bytes(self) -> int:
         """Bytes held by pane, rollup and reference state (numpy buffers + small overhead)."""
         with self._lock:
-            total = sum(s.nbytes() for s in self._full.values())
-            total += sum(s.nbytes() for s in self._detail.values())
-            total += sum(s.nbytes() for s in self._rollups.values())
+            total = 0 if self._log is None else self._log.nbytes()
             total += sum(r.summary.nbytes() for r in self._refs.values())
-            total += 200 * len(self._series) * max(1, len(self.config.metrics))
             total += sum(64 * len(e) for e in self._encoders)
             return int(total)
 
@@ -952,27 +889,29 @@ class Monitor:
         rows_retained counts rows in the state actually held.
         """
         with self._lock:
-            nonfinite = {}
-            missing = {}
-            if self._schema is not None:
-                for group in (self._full, self._detail, self._rollups):
+            log = self._log
+            nonfinite: dict[str, int] = {}
+            missing: dict[str, int] = {}
+            if self._schema is not None and log is not None:
+                for group in (log.full, log.detail, log.rollups):
                     for s in group.values():
                         for j, col in enumerate(self._schema.num_columns):
                             nonfinite[col] = nonfinite.get(col, 0) + int(s.nonfinite[j])
                             missing[col] = missing.get(col, 0) + int(s.missing[j])
+            newest = None if log is None else log.newest
             return {
-                "rows_ingested": int(self._rows_seen),
-                "rows_retained": int(
-                    sum(s.n for g in (self._full, self._detail, self._rollups) for s in g.values())
-                ),
-                "late_dropped": int(self._late_dropped),
-                "panes_full": len(self._full),
-                "panes_detail": len(self._detail),
-                "rollups": len(self._rollups),
-                "series_panes": len(self._series),
-                "newest_pane_start": None if self._newest is None else iso(
-                    self._newest * self.config.pane_seconds),
+                "rows_ingested": int(self._counters["rows_seen"]),
+                "rows_retained": 0 if log is None else log.rows_retained(),
+                "late_dropped": int(self._counters["late_dropped"]),
+                "quarantined": int(self._counters["quarantined"]),
+                "panes_full": 0 if log is None else len(log.full),
+                "panes_detail": 0 if log is None else len(log.detail),
+                "rollups": 0 if log is None else len(log.rollups),
+                "series_panes": 0 if log is None else len(log.series),
+                "newest_pane_start": None if newest is None else iso(
+                    newest * self.config.pane_seconds),
                 "durable_through": iso(self._durable_through()),
+                "clock": "live" if self._now() is not None else "event time",
                 "missing_values": missing,
                 "non_finite_values": nonfinite,
                 "distinct_values": {e.column: len(e) for e in self._encoders},

@@ -1,26 +1,29 @@
-"""Per-pane scalar series (p99 latency, error rate, expensive-level share ...) and change points.
+"""Per-pane scalar series (rows, p99 latency, error rate, expensive-level share ...) and the
+change-point detector that reads them.
 
 Why scalars per pane: they are tiny, so a day of them stays in memory and on disk after the
 panes themselves have rolled up, and change detection replays them deterministically (the same
-answer before and after a restart).
+answer before and after a restart). A pane that closed with no traffic records rows = 0, so a
+stop shows in the `rows` series and is detected like any other change.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from drift._changepoint import DEFAULT_BURN_IN, DEFAULT_DELTA, DEFAULT_THRESHOLD, PageHinkley
+from drift._classify import Classifier
+from drift._config import Config
 from drift._errors import SchemaError
+from drift._ingest import Schema
 from drift._results import ChangePoints
-
-if TYPE_CHECKING:
-    from drift._monitor import Monitor
-    from drift._summary import Summary
+from drift._summary import Summary
+from drift._view import View
 
 __all__ = ["DEFAULT_BURN_IN", "DEFAULT_DELTA", "DEFAULT_THRESHOLD", "change_points",
            "pane_scalars", "series_frame"]
@@ -29,59 +32,32 @@ __all__ = ["DEFAULT_BURN_IN", "DEFAULT_DELTA", "DEFAULT_THRESHOLD", "change_poin
 SERIES_QUANTILES = {"p50": 0.5, "p99": 0.99}
 
 
-def cheap_code(monitor: Monitor) -> int | None:
-    """Code of the cheap cascade level: configured, else the lowest level in the reference."""
-    cfg = monitor.config
-    if cfg.level_column is None:
-        return None
-    i = list(monitor.schema.cat_columns).index(cfg.level_column)
-    enc = monitor._encoders[i]
-    if cfg.cheap_level is not None:
-        code = enc.code_of(cfg.cheap_level)
-        if code is None:  # "0" configured, 0 sent (or the reverse): match by text
-            text = str(cfg.cheap_level)
-            code = next((c for c in range(len(enc)) if str(enc.label(c)) == text), None)
-        return code
-    ref = monitor._refs.get("default")
-    source = ref.summary if ref is not None else None
-    codes = source.cats[i].items()[0].tolist() if source is not None else list(range(len(enc)))
-    if not codes:
-        return None
-    labels = [(enc.label(c), c) for c in codes]
-    try:
-        return min(labels, key=lambda lc: float(lc[0]))[1]
-    except (TypeError, ValueError):
-        return min(labels, key=lambda lc: str(lc[0]))[1]
-
-
-def pane_scalars(monitor: Monitor, s: Summary) -> dict[str, float]:
-    cfg = monitor.config
-    schema = monitor.schema
+def pane_scalars(config: Config, schema: Schema, classifiers: Mapping[str, Classifier],
+                 cheap: int | None, s: Summary) -> dict[str, float]:
     out: dict[str, float] = {"rows": float(s.n)}
     for j, m in enumerate(schema.metrics):
         sk = s.nums[j]
         for name, q in SERIES_QUANTILES.items():
             out[f"{m}.{name}"] = float(sk.quantile(q)) if sk.count else math.nan
         out[f"{m}.mean"] = float(sk.mean) if sk.count else math.nan
-    for k, (name, clf) in enumerate(monitor.classifiers.items()):
+    for k, (name, clf) in enumerate(classifiers.items()):
         out[f"flagged.{name}"] = float(s.flagged[k] / s.n) if (s.n and clf.fitted) else math.nan
-    if cfg.error_column is not None:
-        out["error_rate"] = out[f"{cfg.error_column}.mean"]
-    code = cheap_code(monitor)
-    if cfg.level_column is not None:
-        i = list(schema.cat_columns).index(cfg.level_column)
+    if config.error_column is not None:
+        out["error_rate"] = out[f"{config.error_column}.mean"]
+    if config.level_column is not None:
+        i = list(schema.cat_columns).index(config.level_column)
         codes, counts = s.cats[i].items()
-        cheap = float(counts[codes == code].sum()) if code is not None else math.nan
-        out["cheap_fraction"] = cheap / s.n if s.n else math.nan
+        cheap_rows = float(counts[codes == cheap].sum()) if cheap is not None else math.nan
+        out["cheap_fraction"] = cheap_rows / s.n if s.n else math.nan
         out["expensive_fraction"] = 1.0 - out["cheap_fraction"]
     return out
 
 
-def default_series(monitor: Monitor) -> list[str]:
-    """Series watched by default: p99 per metric (mean for flags/confidence), rates."""
-    cfg = monitor.config
-    names = []
-    for m in monitor.schema.metrics:
+def default_series(view: View) -> list[str]:
+    """Series watched by default: traffic, p99 per metric (mean for flags/confidence), rates."""
+    cfg = view.config
+    names = ["rows"]
+    for m in view.schema.metrics:
         if m == cfg.error_column:
             names.append("error_rate")
         elif m == cfg.confidence_column:
@@ -90,42 +66,39 @@ def default_series(monitor: Monitor) -> list[str]:
             names.append(f"{m}.p99")
     if cfg.level_column is not None:
         names.append("expensive_fraction")
-    names += [f"flagged.{n}" for n in monitor.classifiers if n not in monitor.schema.metrics]
+    names += [f"flagged.{n}" for n in view.classifiers if n not in view.schema.metrics]
     return names
 
 
-def series_frame(monitor: Monitor, names: Sequence[str] | None = None) -> pd.DataFrame:
-    panes = sorted(monitor._series)
+def series_frame(view: View, names: Sequence[str] | None = None) -> pd.DataFrame:
+    panes = sorted(view.series)
     if not panes:
         return pd.DataFrame(columns=list(names or []))
-    data = pd.DataFrame([monitor._series[p] for p in panes], index=panes)
+    data = pd.DataFrame([view.series[p] for p in panes], index=panes)
     if names is not None:
         unknown = [n for n in names if n not in data.columns]
         if unknown:
             raise SchemaError(f"unknown series {unknown}; have {sorted(data.columns)}")
         data = data[list(names)]
     full = np.arange(panes[0], panes[-1] + 1)
-    data = data.reindex(full)  # panes without traffic appear as NaN rows
-    data.index = pd.to_datetime(full * monitor.config.pane_seconds, unit="s", utc=True)
+    data = data.reindex(full)  # panes never recorded (before retention, restarts) are NaN
+    data.index = pd.to_datetime(full * view.config.pane_seconds, unit="s", utc=True)
     data.index.name = "pane_start"
     return data
 
 
 def change_points(
-    monitor: Monitor,
+    view: View,
     names: Sequence[str] | None,
-    delta: float,
-    threshold: float,
-    burn_in: int,
+    detector: PageHinkley,
 ) -> ChangePoints:
-    detector = PageHinkley(delta=delta, threshold=threshold, burn_in=burn_in)
-    wanted = default_series(monitor) if names is None else list(names)
-    frame = series_frame(monitor)
+    wanted = default_series(view) if names is None else list(names)
+    frame = series_frame(view)
     unknown = [n for n in wanted if names is not None and n not in frame.columns]
     if unknown:
         raise SchemaError(f"unknown series {unknown}; have {sorted(frame.columns)}")
-    ps = monitor.config.pane_seconds
-    first = sorted(monitor._series)[0] if monitor._series else 0
+    ps = view.config.pane_seconds
+    first = min(view.series) if view.series else 0
     rows: list[dict[str, Any]] = []
     for name in wanted:
         if name not in frame.columns:
@@ -147,5 +120,6 @@ def change_points(
     columns = ["series", "direction", "start", "detected", "start_pane", "detected_pane",
                "before", "after", "magnitude"]
     info = {"series": wanted, "panes": len(frame),
-            "params": {"delta": delta, "threshold": threshold, "burn_in": burn_in}}
+            "params": {"delta": detector.delta, "threshold": detector.threshold,
+                       "burn_in": detector.burn_in, "long_run_variance": detector.long_run}}
     return ChangePoints(rows, columns, info)

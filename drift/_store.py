@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from drift._changes import TIER_DETAIL, TIER_FULL, TIER_OPEN, ChangeSet
 from drift._encode import MISSING, OTHER
 from drift._errors import StateError
 
@@ -139,6 +140,11 @@ class Store:
         rows = self.conn.execute("SELECT name, blob, info FROM refs ORDER BY name")
         return [(name, blob, json.loads(info)) for name, blob, info in rows]
 
+    def apply(self, cs: ChangeSet) -> None:
+        """Write a change set in one transaction (all of it or, on any error, none)."""
+        with self.transaction() as w:
+            write_changes(w, cs)
+
     def size_bytes(self) -> int:
         return sum(
             p.stat().st_size
@@ -149,6 +155,7 @@ class Store:
     # ---------------------------------------------------------------- writing
     @contextmanager
     def transaction(self) -> Iterator[_Writer]:
+        """One atomic write: everything inside commits together or not at all."""
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             yield _Writer(self.conn)
@@ -193,6 +200,12 @@ class _Writer:
             "INSERT OR REPLACE INTO rollups (bucket, blob) VALUES (?, ?)", (bucket, blob)
         )
 
+    def delete_rollup(self, bucket: int) -> None:
+        self.conn.execute("DELETE FROM rollups WHERE bucket = ?", (bucket,))
+
+    def delete_series(self, pane: int) -> None:
+        self.conn.execute("DELETE FROM series WHERE pane = ?", (pane,))
+
     def delete_rollups_before(self, bucket: int) -> None:
         self.conn.execute("DELETE FROM rollups WHERE bucket < ?", (bucket,))
 
@@ -212,3 +225,33 @@ class _Writer:
 
     def delete_ref(self, name: str) -> None:
         self.conn.execute("DELETE FROM refs WHERE name = ?", (name,))
+
+
+def write_changes(w: _Writer, cs: ChangeSet) -> None:
+    """Every write of one change set, inside the caller's transaction (see drift._changes)."""
+    for col, (start, values) in sorted(cs.codes.items()):
+        w.add_codes(col, start, values)
+    for pane, delta in cs.deltas:
+        if pane not in cs.full_put and pane not in cs.open_put:
+            w.add_delta(pane, delta.to_bytes())
+    for p, s in sorted(cs.open_put.items()):
+        w.put_pane(p, TIER_OPEN, s.to_bytes())
+    for p, s in sorted(cs.full_put.items()):
+        w.put_pane(p, TIER_FULL, s.to_bytes())
+    for p in sorted(cs.full_drop | cs.detail_drop):
+        if p not in cs.detail_put and p not in cs.full_put:
+            w.delete_pane(p)
+    for p, s in sorted(cs.detail_put.items()):
+        w.put_pane(p, TIER_DETAIL, s.to_bytes())
+    for b, s in sorted(cs.rollup_put.items()):
+        w.put_rollup(b, s.to_bytes())
+    for b in sorted(cs.rollup_drop):
+        w.delete_rollup(b)
+    for p, data in sorted(cs.series_put.items()):
+        w.put_series(p, data)
+    for p in sorted(cs.series_drop):
+        w.delete_series(p)
+    for name, (summary, info) in sorted(cs.refs_put.items()):
+        w.put_ref(name, summary.to_bytes(), info)
+    for key, value in cs.meta.items():
+        w.put_meta(key, value)

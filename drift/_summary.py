@@ -30,6 +30,11 @@ class Layout:
     relative_accuracy: float
     min_value: float
     max_bins: int
+    #: per numeric column, the centre its sketch buckets distances from (see drift._sketch)
+    offsets: tuple[float, ...] = ()
+
+    def offset(self, j: int) -> float:
+        return float(self.offsets[j]) if j < len(self.offsets) else 0.0
 
 
 class Summary:
@@ -45,8 +50,9 @@ class Summary:
         self.t_max = -math.inf
         self.cats = [ValueCounts(layout.max_values) for _ in range(layout.n_cat)]
         self.nums = [
-            QuantileSketch(layout.relative_accuracy, layout.min_value, layout.max_bins)
-            for _ in range(layout.n_num)
+            QuantileSketch(layout.relative_accuracy, layout.min_value, layout.max_bins,
+                           layout.offset(j))
+            for j in range(layout.n_num)
         ]
         self.missing = np.zeros(layout.n_num, dtype=np.int64)
         self.nonfinite = np.zeros(layout.n_num, dtype=np.int64)

@@ -10,13 +10,17 @@ from drift import Monitor, PageHinkley
 from ._helpers import MONITOR_ARGS, T0, records
 
 
-def test_advance_closes_idle_panes_and_series_appear() -> None:
+def test_advance_closes_idle_panes_slides_the_window_and_records_zero_traffic() -> None:
     mon = Monitor(**MONITOR_ARGS)
     mon.ingest(records(300, 1, t0=T0, seconds=30))
     assert mon.series().empty
     closed = mon.advance(now=T0 + 3600)
-    assert closed and len(mon.series()) == 1
-    assert mon.series()["rows"].iloc[0] == 300
+    rows = mon.series()["rows"]
+    assert closed and rows.iloc[0] == 300
+    # every idle pane closed with zero rows (a stop is visible), and the window moved on
+    assert len(rows) == 59 and (rows.iloc[1:] == 0).all()
+    assert mon.window_info()["rows"] == 0
+    assert mon.window_info()["end"] == "2023-11-14T23:15:00+00:00"  # the pane holding now
 
 
 def test_auto_reference_from_first_panes_fits_classifiers() -> None:
