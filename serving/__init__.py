@@ -8,18 +8,25 @@ The planner (:mod:`serving.planner`) and simulation are plain Python. A Ray that
 starts runs HAProxy in front of the ingress replicas (:mod:`serving.proxy`).
 """
 
+from . import partition
 from .deploy import ServingApp, deploy
+from .model_app import ModelApp, deploy_model
+from .model_transport import calibrate_transport
 from .planner import Plan, Resources, StageProfile, plan_stages
 from .proxy import proxy_environment
 from .simulate import simulate
 from .stages import profile_baseline, profile_stages, stage_specs
 
 __all__ = [
+    "ModelApp",
     "Plan",
     "Resources",
     "ServingApp",
     "StageProfile",
+    "calibrate_transport",
     "deploy",
+    "deploy_model",
+    "partition",
     "plan_stages",
     "profile_baseline",
     "profile_stages",

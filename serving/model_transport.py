@@ -1,0 +1,88 @@
+"""Calibrate the hop between Serve deployments: a fixed cost per hop and bytes per second.
+
+The planner's cost model charges every hop between stages ``fixed_ms + bytes /
+bytes_per_s`` (:class:`serving.partition.Transport`). Here both are measured for the
+transport a partitioned model really uses (Serve handle calls chained through the object
+store, numpy payloads): chains of one and of two identity stages are called with
+payloads of several sizes, and the second chain's extra time is one extra hop. A
+straight line through the per-size medians (least squares) gives the two numbers.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from .partition import Transport
+
+#: payload sizes (bytes) the hop is measured at
+DEFAULT_SIZES = (1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
+#: timed calls per size and chain (the median is kept)
+DEFAULT_REPEATS = 15
+
+
+def _identity_cls():
+    from ray import serve
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.01}, max_ongoing_requests=4)
+    class Identity:
+        def __call__(self, payload: Any) -> Any:
+            return payload
+
+    return Identity
+
+
+def fit_transport(points: list[tuple[float, float]], source: str) -> Transport:
+    """The line ``ms = fixed + bytes * slope`` through ``(bytes, ms)`` points; a slope at
+    or below zero (noise swamping the size effect) is an infinite bandwidth."""
+    if len(points) < 2:
+        raise ValueError("a transport fit needs at least two payload sizes")
+    x = np.array([p[0] for p in points], dtype=float)
+    y = np.array([p[1] for p in points], dtype=float)
+    slope, fixed = np.polyfit(x, y, 1)
+    fixed = max(float(fixed), 0.0)
+    bps = float("inf") if slope <= 0 else 1000.0 / float(slope)
+    return Transport(fixed, bps, source, [[float(a), float(b)] for a, b in points])
+
+
+def calibrate_transport(*, sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int = DEFAULT_REPEATS,
+                        name: str = "willump-hop-calibration") -> Transport:
+    """Measure the Serve handle hop on the running Ray (deploys two small apps, then
+    deletes them). Needs ``ray.init`` and ``serve.start`` done by the caller."""
+    import ray
+    from ray import serve
+
+    if not ray.is_initialized():
+        raise RuntimeError("calibrate_transport needs a running Ray (ray.init) with Serve started")
+    if repeats < 3 or not sizes:
+        raise ValueError("repeats must be >= 3 and sizes non-empty")
+    ident = _identity_cls()
+    one = serve.run(ident.options(name=f"{name}-a").bind(), name=f"{name}-1", route_prefix=None)
+    two_a = serve.run(ident.options(name=f"{name}-b").bind(), name=f"{name}-2", route_prefix=None)
+    try:
+        def once(payload: np.ndarray, hops: int) -> float:
+            t0 = time.perf_counter()
+            r = one.remote(payload)
+            if hops == 2:
+                r = two_a.remote(r)
+            r.result()
+            return (time.perf_counter() - t0) * 1000.0
+
+        points = []
+        for size in sizes:
+            payload = np.ones(max(size // 4, 1), dtype=np.float32)
+            for _ in range(3):
+                once(payload, 1)
+                once(payload, 2)
+            single, double = [], []
+            for _ in range(repeats):  # interleaved, so a load spike hits both chains alike
+                single.append(once(payload, 1))
+                double.append(once(payload, 2))
+            points.append((float(payload.nbytes), max(statistics.median(double) - statistics.median(single), 0.0)))
+    finally:
+        serve.delete(f"{name}-1")
+        serve.delete(f"{name}-2")
+    return fit_transport(points, "serve-handle")

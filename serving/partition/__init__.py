@@ -1,0 +1,61 @@
+"""serving.partition: a torch model cut into pipeline stages, PipeDream style, for inference.
+
+Plain data in, plan out, no Ray (deployment of a plan lives in :func:`serving.deploy_model`)::
+
+    graph = capture(module, example)          # a chain of <= 200 blocks; len(graph)
+    prof = profile(graph, batch_sizes=(1, 8, 32), device="cpu")
+    p = plan(prof, devices=4, memory_per_device=None, objective="throughput")
+    p.stages[0].start, p.stages[0].end, p.stages[0].replicas, p.throughput, p.latency_ms
+    evaluate(prof, [(0, 10, 2), (10, len(graph), 2)], devices=4)   # any assignment
+    simulate(p, prof, rate=100.0)              # p50 / p99 / throughput by discrete events
+    stages = split(graph, p)                   # one nn.Module per stage; Pipeline(stages) == module
+"""
+
+from .capture import MAX_BLOCKS, Block, CaptureError, Graph, capture
+from .cost import Stage
+from .pipedream import PIPEDREAM_BATCH, read_pipedream
+from .planner import (
+    OBJECTIVES,
+    Plan,
+    brute_force,
+    evaluate,
+    even_by_layers,
+    even_by_params,
+    plan,
+    with_replicas,
+)
+from .profile import Profile, Transport, batch_of, load_profile, nbytes, profile, save_profile
+from .simulate import ARRIVALS, SimResult, simulate
+from .split import Pipeline, allclose, split
+
+__all__ = [
+    "ARRIVALS",
+    "MAX_BLOCKS",
+    "OBJECTIVES",
+    "PIPEDREAM_BATCH",
+    "Block",
+    "CaptureError",
+    "Graph",
+    "Pipeline",
+    "Plan",
+    "Profile",
+    "SimResult",
+    "Stage",
+    "Transport",
+    "allclose",
+    "batch_of",
+    "brute_force",
+    "capture",
+    "evaluate",
+    "even_by_layers",
+    "even_by_params",
+    "load_profile",
+    "nbytes",
+    "plan",
+    "profile",
+    "read_pipedream",
+    "save_profile",
+    "simulate",
+    "split",
+    "with_replicas",
+]

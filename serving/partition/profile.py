@@ -1,0 +1,280 @@
+"""Layer profiles as plain data, and the profiler that measures them.
+
+A :class:`Profile` is what the planner reads (PipeDream's optimizer style: data in, plan
+out): per block and batch size the compute time, per cut the bytes crossing it, per
+block the parameter bytes and an activation workspace, and the transport's cost per hop.
+It round-trips through JSON (:func:`save_profile`, :func:`load_profile`), so a profile
+taken on one machine (a GPU node) can be planned on another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils import _pytree as pytree
+
+from .capture import Graph
+from .split import split
+
+#: batch sizes profiled when none are given
+DEFAULT_BATCH_SIZES = (1, 4, 16, 64)
+#: timed repetitions per block and batch size (the median is kept)
+DEFAULT_REPEATS = 7
+#: untimed runs before timing (allocator, caches, lazy init)
+DEFAULT_WARMUP = 2
+
+
+@dataclass
+class Transport:
+    """Cost of one hop between stages: ``fixed_ms + bytes / bytes_per_s`` (seconds -> ms)."""
+
+    fixed_ms: float = 0.0
+    bytes_per_s: float = float("inf")
+    #: how it was obtained: "serve-handle" (calibrated through Serve), "pipedream", "none", ...
+    source: str = "none"
+    #: the calibration points (payload bytes, median ms) the line was fitted to
+    points: list[list[float]] = field(default_factory=list)
+
+    def hop_ms(self, nbytes: float) -> float:
+        if nbytes <= 0 and self.fixed_ms == 0:
+            return 0.0
+        per_byte = 0.0 if self.bytes_per_s == float("inf") else 1000.0 / self.bytes_per_s
+        return self.fixed_ms + nbytes * per_byte
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["bytes_per_s"] == float("inf"):
+            d["bytes_per_s"] = None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Transport:
+        d = dict(d)
+        if d.get("bytes_per_s") is None:
+            d["bytes_per_s"] = float("inf")
+        return cls(**d)
+
+
+@dataclass
+class Profile:
+    """Per-block measurements of one model on one kind of device.
+
+    ``compute_ms[k][j]`` is block ``k``'s time at ``batch_sizes[j]``; ``cut_bytes[c][j]``
+    the bytes crossing cut ``c`` (before block ``c``: ``cut_bytes[0]`` is the input,
+    ``cut_bytes[n]`` the output); ``workspace_bytes[k][j]`` the activation memory block
+    ``k`` needs while it runs; ``param_bytes[k]`` its weights.
+    """
+
+    name: str
+    device: str
+    batch_sizes: list[int]
+    block_names: list[str]
+    compute_ms: list[list[float]]
+    cut_bytes: list[list[float]]
+    param_bytes: list[float]
+    workspace_bytes: list[list[float]]
+    transport: Transport = field(default_factory=Transport)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n, b = len(self.block_names), len(self.batch_sizes)
+        if n == 0 or b == 0:
+            raise ValueError("a profile needs at least one block and one batch size")
+        if sorted(self.batch_sizes) != list(self.batch_sizes) or len(set(self.batch_sizes)) != b:
+            raise ValueError(f"batch_sizes must be increasing, got {self.batch_sizes}")
+        shapes = {"compute_ms": (self.compute_ms, n), "cut_bytes": (self.cut_bytes, n + 1),
+                  "workspace_bytes": (self.workspace_bytes, n)}
+        for key, (rows, want) in shapes.items():
+            if len(rows) != want or any(len(r) != b for r in rows):
+                raise ValueError(f"{key} must be {want} rows of {b} values")
+        if len(self.param_bytes) != n:
+            raise ValueError(f"param_bytes must have {n} values")
+
+    def __len__(self) -> int:
+        return len(self.block_names)
+
+    # --- arrays the planner works on (prefix sums over blocks) ----------------------------
+    def batch_index(self, batch_size: int) -> int:
+        if batch_size not in self.batch_sizes:
+            raise ValueError(f"batch size {batch_size} was not profiled; profiled: {self.batch_sizes}")
+        return self.batch_sizes.index(batch_size)
+
+    def compute(self, batch_size: int) -> np.ndarray:
+        return np.asarray(self.compute_ms, dtype=float)[:, self.batch_index(batch_size)]
+
+    def cuts(self, batch_size: int) -> np.ndarray:
+        return np.asarray(self.cut_bytes, dtype=float)[:, self.batch_index(batch_size)]
+
+    def workspace(self, batch_size: int) -> np.ndarray:
+        return np.asarray(self.workspace_bytes, dtype=float)[:, self.batch_index(batch_size)]
+
+    def params(self) -> np.ndarray:
+        return np.asarray(self.param_bytes, dtype=float)
+
+    @property
+    def model_bytes(self) -> float:
+        return float(sum(self.param_bytes))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["transport"] = self.transport.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Profile:
+        d = dict(d)
+        d["transport"] = Transport.from_dict(d.get("transport") or {})
+        return cls(**d)
+
+    def with_transport(self, transport: Transport) -> Profile:
+        return Profile.from_dict({**self.to_dict(), "transport": transport.to_dict()})
+
+
+def save_profile(profile: Profile, path: str | os.PathLike) -> None:
+    Path(path).write_text(json.dumps(profile.to_dict(), indent=1))
+
+
+def load_profile(path: str | os.PathLike) -> Profile:
+    return Profile.from_dict(json.loads(Path(path).read_text()))
+
+
+def nbytes(value: Any) -> int:
+    """Bytes of every tensor in a (nested) value; Python scalars count 8."""
+    total = 0
+    for leaf in pytree.tree_leaves(value):
+        if isinstance(leaf, torch.Tensor):
+            total += leaf.numel() * leaf.element_size()
+        elif isinstance(leaf, (int, float, bool)):
+            total += 8
+    return total
+
+
+def batch_of(example: tuple, batch_size: int) -> tuple:
+    """The example's rows repeated (or cut) to ``batch_size`` along dimension 0."""
+    out = []
+    for a in example:
+        if not isinstance(a, torch.Tensor) or a.dim() == 0:
+            out.append(a)
+            continue
+        reps = -(-batch_size // a.shape[0])
+        out.append(a.repeat(reps, *([1] * (a.dim() - 1)))[:batch_size].contiguous())
+    return tuple(out)
+
+
+def _param_bytes(module: torch.nn.Module) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in [*module.parameters(), *module.buffers()]:
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+class _Timer:
+    """Wall time on CPU; CUDA events (and the peak allocated memory) on a GPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def run(self, fn, *args: Any) -> tuple[float, Any, int]:
+        if self.cuda:  # pragma: no cover - no GPU on the machines this was written on
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn(*args)
+            end.record()
+            torch.cuda.synchronize()
+            return float(start.elapsed_time(end)), out, int(torch.cuda.max_memory_allocated() - base)
+        t0 = time.perf_counter()
+        out = fn(*args)
+        return (time.perf_counter() - t0) * 1000.0, out, 0
+
+
+def _to(value: Any, device: torch.device) -> Any:
+    return pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, value)
+
+
+def profile(
+    graph: Graph,
+    batch_sizes: tuple[int, ...] | list[int] = DEFAULT_BATCH_SIZES,
+    device: str = "cpu",
+    *,
+    threads: int | None = 1,
+    repeats: int = DEFAULT_REPEATS,
+    warmup: int = DEFAULT_WARMUP,
+    transport: Transport | None = None,
+    name: str | None = None,
+) -> Profile:
+    """Time every block at every batch size on ``device`` (median of ``repeats``).
+
+    CPU: under ``torch.inference_mode`` with ``threads`` intra-op threads (1 by default:
+    one stage replica per core is the unit the planner places), after ``warmup`` runs.
+    CUDA: CUDA events and the peak memory allocated while the block runs (the workspace);
+    *that path was written without a GPU to run it on*. On CPU the workspace is estimated
+    as the bytes in + out of the block. ``transport`` (e.g. from
+    :func:`serving.calibrate_transport`) is stored with the profile.
+    """
+    sizes = sorted({int(b) for b in batch_sizes})
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"batch_sizes must be positive ints, got {batch_sizes!r}")
+    if repeats < 1 or warmup < 0:
+        raise ValueError("repeats must be >= 1 and warmup >= 0")
+    dev = torch.device("cuda" if device in ("gpu", "cuda") else device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but torch sees no GPU here")
+    old_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    timer = _Timer(dev)
+    blocks = [s.to(dev) for s in split(graph, list(range(1, len(graph))))]
+    n = len(blocks)
+    compute = [[0.0] * len(sizes) for _ in range(n)]
+    cut_bytes = [[0.0] * len(sizes) for _ in range(n + 1)]
+    work = [[0.0] * len(sizes) for _ in range(n)]
+    try:
+        with torch.inference_mode():
+            for j, b in enumerate(sizes):
+                args: Any = _to(batch_of(graph.example, b), dev)
+                cut_bytes[0][j] = nbytes(args)
+                for k, block in enumerate(blocks):
+                    def call(blk=block, a=args):  # every stage but the last returns a tuple
+                        return blk(*a)
+                    for _ in range(warmup):
+                        call()
+                    times, peaks = [], []
+                    out = None
+                    for _ in range(repeats):
+                        ms, out, peak = timer.run(call)
+                        times.append(ms)
+                        peaks.append(peak)
+                    compute[k][j] = statistics.median(times)
+                    cut_bytes[k + 1][j] = nbytes(out)
+                    work[k][j] = max(peaks) if timer.cuda else cut_bytes[k][j] + cut_bytes[k + 1][j]
+                    args = out
+    finally:
+        torch.set_num_threads(old_threads)
+    params = [float(_param_bytes(b)) for b in blocks]
+    meta = {
+        "torch": torch.__version__, "threads": threads, "repeats": repeats, "warmup": warmup,
+        "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(), "kind": graph.kind, "taken": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    if dev.type == "cuda":  # pragma: no cover
+        meta["gpu"] = torch.cuda.get_device_name(dev)
+    return Profile(
+        name=name or type(graph.module).__name__, device=dev.type, batch_sizes=sizes,
+        block_names=graph.names, compute_ms=compute, cut_bytes=cut_bytes, param_bytes=params,
+        workspace_bytes=work, transport=transport or Transport(), meta=meta,
+    )
