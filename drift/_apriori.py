@@ -51,6 +51,10 @@ class Rows:
     target_var: np.ndarray | None = None
     count_var: np.ndarray | None = None
     value: np.ndarray | None = None
+    #: zero-cell variance floors of sampled sides (drift._ratios): target sums, and count sums
+    #: (the control side for share ratios)
+    target_floor: float = 0.0
+    count_floor: float = 0.0
 
     @property
     def n(self) -> int:
@@ -241,6 +245,7 @@ class Scorer:
         if metric == "mean_shift" and rows.value is None:
             raise ValueError("ratio_metric='mean_shift' needs metric values")
         self.metric = metric
+        self.floors = (float(rows.target_floor), float(rows.count_floor))
         self.totals = {}
         for name, arr in zip(weights.names, weights.arrays, strict=True):
             self.totals[name] = float(rows.n if arr is None else arr.sum())
@@ -263,20 +268,21 @@ class Scorer:
                 out["mean_in"] = sums["x"] / c
                 out["mean_out"] = (tot["x"] - sums["x"]) / (tot["count"] - c)
             return out
+        f_t, f_c = self.floors
         if self.metric == "share_ratio":
             r = c - t
-            rv = cv - tv if isinstance(cv, np.ndarray) else cv
+            rv = np.asarray(cv, dtype=np.float64) - np.asarray(tv, dtype=np.float64)
             out["ratio"], out["ci_low"], out["ci_high"] = _ratios.share_ratio(
-                t, r, tot["target"], tot["count"] - tot["target"], conf, tv, rv
+                t, r, tot["target"], tot["count"] - tot["target"], conf, tv, rv, f_t, f_c
             )
             out["risk_ratio"] = out["ratio"]
             return out
         rr = _ratios.risk_ratio(
             t, c, tot["target"], tot["count"], conf, tv, cv,
-            tot.get("target_var", 0.0), tot.get("count_var", 0.0),
+            tot.get("target_var", 0.0), tot.get("count_var", 0.0), f_t, f_c,
         )
         gr = _ratios.global_ratio(t, c, tot["target"], tot["count"], conf, tv, cv,
-                                  tot.get("target_var", 0.0))
+                                  tot.get("target_var", 0.0), f_t, f_c)
         chosen = rr if self.metric == "risk_ratio" else gr
         out["ratio"], out["ci_low"], out["ci_high"] = chosen
         out["risk_ratio"], out["global_ratio"] = rr[0], gr[0]

@@ -11,8 +11,12 @@ estimated start, so a lasting shift is reported once.
 Autocorrelated series: per-pane series are rarely independent (load, queues, AR-like noise). A
 cumulative sum of AR(1) noise with coefficient phi has (1 + phi) / (1 - phi) times the variance
 of independent noise (9x at phi = 0.8), which made the detector fire several times a day on no
-change. The standardized values are therefore divided by the square root of that long-run
-variance factor, with phi estimated on the burn-in (clipped to [0, `MAX_PHI`]).
+change. The series is therefore standardized by its long-run scale, sigma_e / (1 - phi): phi is
+the lag-1 autocorrelation of the burn-in with Kendall's small-sample bias correction
+(phi + (1 + 3 phi) / n; clipped to [0, `MAX_PHI`]) and sigma_e the robust scale of the AR(1)
+residuals, which 30 autocorrelated points estimate far better than the marginal spread. The
+price is physical: a level shift of k marginal sds moves the pre-whitened series by only
+k sqrt((1 - phi) / (1 + phi)) long-run sds per pane, so such shifts take longer to detect.
 """
 
 from __future__ import annotations
@@ -87,7 +91,7 @@ class PageHinkley:
                 scale = float(np.std(base))
             scale = max(scale, SCALE_FLOOR * max(abs(center), 1e-12))
             if self.long_run:
-                scale *= math.sqrt(long_run_factor(base, center, scale, self.clip))
+                scale = long_run_scale(base, center, scale)
             found = self._scan(vals, pos + self.burn_in, center, scale)
             if found is None:
                 break
@@ -131,14 +135,19 @@ class PageHinkley:
         return begin + start, begin + det, direction
 
 
-def long_run_factor(base: np.ndarray, center: float, scale: float, clip: float) -> float:
-    """(1 + phi) / (1 - phi) with phi the lag-1 autocorrelation of the clipped standardized
-    burn-in, clipped to [0, MAX_PHI]: the variance inflation of a sum of AR(1) noise."""
-    z = np.clip((np.asarray(base, dtype=np.float64) - center) / scale, -clip, clip)
-    z = z - z.mean()
-    denom = float(np.dot(z, z))
-    if z.size < 3 or denom <= 0:
-        return 1.0
-    phi = float(np.dot(z[1:], z[:-1])) / denom
-    phi = min(max(phi, 0.0), MAX_PHI)
-    return (1.0 + phi) / (1.0 - phi)
+def long_run_scale(base: np.ndarray, center: float, scale: float) -> float:
+    """sigma_e / (1 - phi) of the burn-in (never below the marginal `scale`): the scale at
+    which a cumulative sum of the standardized series grows like one of independent noise."""
+    x = np.asarray(base, dtype=np.float64) - center
+    n = x.size
+    xm = x - x.mean()
+    den = float(np.dot(xm, xm))
+    if n < 3 or den <= 0:
+        return scale
+    phi = float(np.dot(xm[1:], xm[:-1])) / den
+    phi = min(max(phi + (1.0 + 3.0 * phi) / n, 0.0), MAX_PHI)
+    resid = x[1:] - phi * x[:-1]
+    sigma_e = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+    if sigma_e == 0.0:
+        sigma_e = float(np.std(resid))
+    return max(sigma_e / (1.0 - phi), scale)

@@ -4,6 +4,13 @@ Why: every count, sketch and combination search downstream works on small intege
 strings are hashed once per batch here (pandas' hash table via `Index.get_indexer`, about
 15 ns a value) and never again. Codes are append-only for the monitor's lifetime, so panes,
 references and the database agree on them.
+
+Admission (a column may hold at most `max_codes` distinct values ever): the first half of the
+codes go to values as they first appear; after that a value gets a code only once it has been
+seen `ADMIT_COUNT` times in a bounded sample of not-yet-admitted rows (a Misra-Gries table of
+about `CANDIDATES` entries, whose counts never overstate), so a heavy client that appears late still gets its own code while a
+stream of one-off ids (request ids, timestamps as text) cannot use up the rest. Rows of values
+without a code map to `<other>`, vectorized: after saturation no row is looked at in Python.
 """
 
 from __future__ import annotations
@@ -67,6 +74,14 @@ def normalize_value(value: object, column: str) -> object:
     return str(value)  # intervals from pd.cut, dates, enums: shown by their text
 
 
+#: Not-yet-admitted rows looked at per batch once admission is by frequency.
+CANDIDATE_SAMPLE = 1024
+#: Candidate values tracked (Misra-Gries) once admission is by frequency.
+CANDIDATES = 4096
+#: Sampled sightings a candidate needs before it gets a code.
+ADMIT_COUNT = 20
+
+
 class Encoder:
     """Value <-> code map of one categorical column; append-only, bounded by `max_codes`."""
 
@@ -75,15 +90,30 @@ class Encoder:
         self.max_codes = int(max_codes)
         self.values: list[object] = []
         self._lookup: dict[object, int] = {}
+        # lookups: a large index rebuilt rarely, plus a small one for recent values
         self._index = pd.Index([], dtype=object)
         self._index_codes = np.zeros(0, dtype=np.int32)
+        self._recent = pd.Index([], dtype=object)
+        self._recent_codes = np.zeros(0, dtype=np.int32)
+        self._indexed = 0  # values covered by `_index`
         self._missing_code: int | None = None
         self._other_code: int | None = None
-        self.overflow = 0  # values mapped to OTHER because the encoder was full
+        self._candidates: dict[object, int] = {}
+        self.overflow = 0  # rows mapped to OTHER because their value has no code
         self.persisted = 0  # how many codes the store already holds
 
     def __len__(self) -> int:
         return len(self.values)
+
+    @property
+    def free(self) -> int:
+        """Codes still given to values on first sight (then admission is by frequency)."""
+        return max(self.max_codes // 2 - len(self.values), 0)
+
+    @property
+    def room(self) -> int:
+        """Codes left at all (one is kept for `<other>`)."""
+        return max(self.max_codes - 1 - len(self.values), 0)
 
     def label(self, code: int) -> object:
         value = self.values[code]
@@ -107,100 +137,163 @@ class Encoder:
             self._other_code = code
         return code
 
-    def _rebuild_index(self) -> None:
-        keys = [np.nan if v is MISSING else v for v in self.values if v is not OTHER]
-        self._index = pd.Index(keys) if keys else pd.Index([], dtype=object)
-        # positions in the index skip OTHER; map index position -> code
-        self._index_codes = np.array(
-            [c for c, v in enumerate(self.values) if v is not OTHER], dtype=np.int32
-        )
+    def _keys(self, start: int, stop: int) -> tuple[pd.Index, np.ndarray]:
+        pairs = [(c, v) for c, v in enumerate(self.values[start:stop], start) if v is not OTHER]
+        keys = [np.nan if v is MISSING else v for _, v in pairs]
+        index = pd.Index(keys, dtype=object) if keys else pd.Index([], dtype=object)
+        return index, np.array([c for c, _ in pairs], dtype=np.int32)
+
+    def _reindex(self) -> None:
+        """Refresh lookups after admissions: the small index, or both when it grew large."""
+        recent = len(self.values) - self._indexed
+        if recent > max(1024, self._indexed // 4):
+            self._index, self._index_codes = self._keys(0, len(self.values))
+            self._indexed = len(self.values)
+            self._recent, self._recent_codes = pd.Index([], dtype=object), np.zeros(
+                0, dtype=np.int32)
+        else:
+            self._recent, self._recent_codes = self._keys(self._indexed, len(self.values))
+
+    def _find(self, values: pd.Series | np.ndarray) -> np.ndarray:
+        """Codes of known values (-1 for unknown), by the two hash indexes."""
+        n = len(values)
+        out = np.full(n, -1, dtype=np.int32)
+        if len(self._index):
+            pos = self._index.get_indexer(values)
+            hit = pos >= 0
+            out[hit] = self._index_codes[pos[hit]]
+        if len(self._recent):
+            miss = np.flatnonzero(out < 0)
+            if miss.size:
+                sub = values.iloc[miss] if isinstance(values, pd.Series) else values[miss]
+                pos = self._recent.get_indexer(sub)
+                hit = pos >= 0
+                out[miss[hit]] = self._recent_codes[pos[hit]]
+        return out
 
     def extend(self, values: list[object]) -> None:
         """Add values in order (used when restoring from the store)."""
         for v in values:
             self._add(v)
-        self._rebuild_index()
+        self._index, self._index_codes = self._keys(0, len(self.values))
+        self._indexed = len(self.values)
+        self._recent, self._recent_codes = pd.Index([], dtype=object), np.zeros(0, np.int32)
 
     def encode(self, series: pd.Series) -> np.ndarray:
-        """Codes (int32) for a column; unseen values get new codes."""
+        """Codes (int32) for a column; unseen values get new codes or `<other>`."""
         if isinstance(series.dtype, pd.CategoricalDtype):
             cats = series.cat.categories
             cat_codes = self.encode(pd.Series(cats, dtype=object)) if len(cats) else np.zeros(
-                0, dtype=np.int32
-            )
+                0, dtype=np.int32)
             raw = series.cat.codes.to_numpy()
             if (raw < 0).any():
-                missing = self._missing_code
-                if missing is None:
-                    missing = self._admit([MISSING])[0]
-                    self._rebuild_index()
-                lookup = np.append(cat_codes, np.int32(missing))
+                lookup = np.append(cat_codes, np.int32(self._missing()))
             else:
                 lookup = cat_codes
             return lookup[raw].astype(np.int32, copy=False)
-        if not len(self.values):
+        if not self.values:
             first = self._encode_first(series)
             if first is not None:
                 return first
-            pos = np.full(len(series), -1, dtype=np.intp)
-        else:
-            pos = self._index.get_indexer(series)
-        unknown = pos < 0
-        if unknown.any():
-            raw = series.to_numpy(dtype=object)[unknown]
-            fresh: list[object] = []
-            seen: set = set()
-            for v in pd.unique(raw):
-                nv = normalize_value(v, self.column)
-                if nv not in self._lookup and nv not in seen:
-                    seen.add(nv)
-                    fresh.append(nv)
-            if fresh:
-                self._admit(fresh)
-                self._rebuild_index()
-            codes = np.empty(len(series), dtype=np.int32)
-            known = ~unknown
-            codes[known] = self._index_codes[pos[known]]
-            # the fresh values are in the index now; only values it cannot match (None next to
-            # NaN, 1.0 next to 1, overflow) still need a Python lookup
-            again = self._index.get_indexer(raw) if len(self._index) else np.full(raw.size, -1)
-            sub = np.where(again >= 0, self._index_codes[np.maximum(again, 0)], -1)
-            still = np.flatnonzero(again < 0)
-            for i in still:
-                sub[i] = self._code_or_other(normalize_value(raw[i], self.column))
-            codes[unknown] = sub
+        codes = self._find(series)
+        unknown = np.flatnonzero(codes < 0)
+        if unknown.size == 0:
             return codes
-        return self._index_codes[pos]
+        raw = series.to_numpy(dtype=object)[unknown]
+        na = pd.isna(raw)
+        if na.any():
+            codes[unknown[na]] = self._missing()
+            unknown, raw = unknown[~na], raw[~na]
+        if unknown.size:
+            local, uniques = pd.factorize(raw)
+            codes[unknown] = self._codes_for(np.asarray(uniques, dtype=object), local)[local]
+        return codes
+
+    def _missing(self) -> int:
+        if self._missing_code is None:
+            self._add(MISSING)
+            self._reindex()
+        assert self._missing_code is not None
+        return self._missing_code
+
+    def _other(self) -> int:
+        if self._other_code is None:
+            self._add(OTHER)
+        assert self._other_code is not None
+        return self._other_code
+
+    def _codes_for(self, uniques: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """Codes for values the indexes did not match (mostly new values)."""
+        out = np.full(uniques.size, -1, dtype=np.int32)
+        added = False
+        if self.free:
+            # first sight admission: a Python step per new distinct value, while codes are free
+            for i, v in enumerate(uniques.tolist()):
+                nv = normalize_value(v, self.column)
+                code = self._lookup.get(nv)
+                if code is None and self.free:
+                    code = self._add(nv)
+                    added = True
+                if code is not None:
+                    out[i] = code
+        else:
+            added = self._admit_frequent(uniques, local)
+        if added:
+            self._reindex()
+        rest = np.flatnonzero(out < 0)
+        if rest.size:
+            again = self._find(uniques[rest]) if added else np.full(rest.size, -1, np.int32)
+            missing = again < 0
+            if missing.any():
+                other = self._other()
+                again[missing] = other
+                self.overflow += int(np.bincount(local, minlength=uniques.size)[rest[missing]]
+                                     .sum())
+            out[rest] = again
+        return out
+
+    def _admit_frequent(self, uniques: np.ndarray, local: np.ndarray) -> bool:
+        """Count a strided sample of not-yet-admitted rows in a Misra-Gries table (counts are
+        lower bounds, so a value admitted was truly seen that often); admit the frequent."""
+        if not self.room:
+            return False
+        step = max(1, local.size // CANDIDATE_SAMPLE)
+        sampled = np.bincount(local[::step], minlength=uniques.size)
+        hot = np.flatnonzero(sampled)
+        cand = self._candidates
+        ready = []
+        for v, count in zip(uniques[hot].tolist(), sampled[hot].tolist(), strict=True):
+            total = cand.get(v, 0) + count
+            cand[v] = total
+            if total >= ADMIT_COUNT:
+                ready.append(v)
+        if len(cand) > 2 * CANDIDATES:  # amortized Misra-Gries decrement
+            keys = list(cand)
+            counts = np.fromiter(cand.values(), dtype=np.int64, count=len(keys))
+            kth = int(np.partition(counts, counts.size - CANDIDATES - 1)[
+                counts.size - CANDIDATES - 1])
+            self._candidates = cand = {k: int(c) - kth for k, c in zip(keys, counts.tolist(),
+                                                                       strict=True) if c > kth}
+        added = False
+        for v in ready:
+            cand.pop(v, None)
+            nv = normalize_value(v, self.column)
+            if nv not in self._lookup and self.room:
+                self._add(nv)
+                added = True
+        return added
 
     def _encode_first(self, series: pd.Series) -> np.ndarray | None:
         """One factorize pass for an empty encoder (whole tables); None if values collide."""
         local, uniques = pd.factorize(series, use_na_sentinel=True)
+        if len(uniques) + 1 >= self.max_codes // 2:
+            return None  # the general path applies the admission rules
         values = [normalize_value(v, self.column) for v in uniques]
         if len(set(values)) != len(values) or MISSING in values:
             return None
-        if len(values) + 1 >= self.max_codes:
-            return None  # the slow path handles overflow
         codes = np.asarray([self._add(v) for v in values], dtype=np.int32)
         if (local < 0).any():
             codes = np.append(codes, np.int32(self._add(MISSING)))
-        self._rebuild_index()
+        self._index, self._index_codes = self._keys(0, len(self.values))
+        self._indexed = len(self.values)
         return codes[local] if codes.size else np.zeros(len(series), dtype=np.int32)
-
-    def _code_or_other(self, value: object) -> int:
-        code = self._lookup.get(value)
-        if code is None:
-            self.overflow += 1
-            code = self._other_code
-            assert code is not None
-        return code
-
-    def _admit(self, fresh: list[object]) -> list[int]:
-        out = []
-        for v in fresh:
-            if len(self.values) >= self.max_codes - 1 and v is not MISSING:
-                if self._other_code is None:
-                    self._add(OTHER)
-                out.append(self._other_code)
-                continue
-            out.append(self._add(v))
-        return out

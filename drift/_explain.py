@@ -233,7 +233,7 @@ def diff(
     on: Sequence[str],
     *,
     count: str | None = None,
-    ratio_metric: str = "risk_ratio",
+    ratio_metric: str = "share_ratio",
     min_support: float = DEFAULT_MIN_SUPPORT,
     min_ratio: float = DEFAULT_MIN_RATIO,
     max_order: int = DEFAULT_MAX_ORDER,
@@ -242,10 +242,10 @@ def diff(
     """What distinguishes two tables (MacroBase SQL's two-relation DIFF).
 
     Attribute combinations over the columns `on` that are over-represented in `test` against
-    `control` (two time ranges, two versions, two regions' traffic ...). ``ratio_metric=
-    "risk_ratio"`` (MacroBase's default) treats test rows as the outliers of the union;
-    ``"share_ratio"`` compares a combination's share of test rows with its share of control
-    rows. `count` names a column of row counts when both tables are pre-aggregated. Rows carry
+    `control` (two time ranges, two versions, two regions' traffic ...). ``"share_ratio"``
+    (default) compares a combination's share of test rows with its share of control rows;
+    ``"risk_ratio"`` (MacroBase's) treats test rows as the outliers of the union, which bounds
+    it by about 1 / (test's share of the union): use it when `test` is much smaller. `count` names a column of row counts when both tables are pre-aggregated. Rows carry
     `support` (share of test rows), `ratio` with its simultaneous interval, `outlier_count`
     (test rows), `reference_count` (control rows), `current_share` / `reference_share`.
     """

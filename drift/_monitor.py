@@ -762,7 +762,7 @@ class Monitor:
         window: Any = None,
         as_of: Any = None,
         attributes: Sequence[str] | None = None,
-        ratio_metric: str = "risk_ratio",
+        ratio_metric: str = "share_ratio",
         min_support: float = _queries.DEFAULT_MIN_SUPPORT,
         min_ratio: float = _queries.DEFAULT_MIN_RATIO,
         max_order: int = _queries.DEFAULT_MAX_ORDER,
@@ -770,7 +770,9 @@ class Monitor:
     ) -> Explanation:
         """What distinguishes the window (or `window=` range) from `reference` (a name, a time
         range or a shift such as ``"-1d"``): MacroBase's two-relation DIFF on the monitor's
-        own history, ranked by risk ratio (or ``ratio_metric="share_ratio"``)."""
+        own history. ``share_ratio`` (default) compares a combination's share of the two
+        ranges' rows; ``risk_ratio`` is MacroBase's, which cannot exceed about 1 / (window's
+        share of the union) and so suits a window much smaller than its reference."""
         view = self._view(window, as_of)
         return _queries.explain_difference(
             view, reference, attributes, "grew", ratio_metric, min_support, min_ratio,

@@ -141,9 +141,12 @@ def explain_anomalies(
     else:
         values = sample.column_values(numeric)
         clf, name, fitted_on = resolve_classifier(view, metric, classifier, reference, values, w)
-        flags = clf.flags(values).astype(np.float64)
+        mask = clf.flags(values)
+        flags = mask.astype(np.float64)
         rows = Rows(codes=sample.cat[idx], cards=cards, target=w * flags, count=w,
-                    target_var=var * flags, count_var=var)
+                    target_var=var * flags, count_var=var,
+                    target_floor=sample.zero_cell_floor(mask),
+                    count_floor=sample.zero_cell_floor())
         info["classifier"] = {"name": name, **clf.describe(), "fitted_on": fitted_on}
         info["metric"] = metric if metric is not None else _single_column(clf)
     found, totals = _apriori.mine(rows, ratio_metric, min_support, min_ratio, max_order,
@@ -203,6 +206,7 @@ def explain_difference(
         count=np.concatenate((test.weight, control.weight)),
         target_var=np.concatenate((test.sampling_var, zeros)),
         count_var=np.concatenate((test.sampling_var, control.sampling_var)),
+        target_floor=test.zero_cell_floor(), count_floor=control.zero_cell_floor(),
     )
     found, totals = _apriori.mine(rows, ratio_metric, min_support, min_ratio, max_order,
                                   confidence)

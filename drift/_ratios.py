@@ -25,6 +25,13 @@ the exposures (var(log e1) + var(log e2), mapped to p's scale). Clopper-Pearson 
 (p n_eff, (1 - p) n_eff). On exact data this is the exact interval. (Shrinking each cell to its
 own Kish count, as before, moved the centre whenever the two sides' weights differed.)
 
+Zero sampled cells. A Horvitz-Thompson variance is a sum over the rows sampled in the cell, so
+a cell whose few expected sample rows all happened to be missed gets variance 0 and looks
+exact: a combination with 7 sampled window rows and none in the sampled reference read as a
+1,000-fold share change. Every sampled side therefore carries a variance floor (`floor_*`):
+half a row of its heaviest stratum, 0.5 w (w - 1), the variance of a cell that is one coin
+flip away from holding one more sampled row. Exact data have floors of 0.
+
 Zero cells (documented rule): no rows in the group (no exposure) or every row in it (nothing to
 compare against) give an undefined ratio (NaN, reported as None). No outliers outside the group
 (all of them inside) gives an infinite ratio with a finite lower bound; no outliers inside gives
@@ -132,6 +139,8 @@ def risk_ratio(
     var_n: np.ndarray | float = 0.0,
     total_var_o: float = 0.0,
     total_var_n: float = 0.0,
+    floor_o: float = 0.0,
+    floor_n: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ratio, lower, upper) of each group's outlier rate against the rest's."""
     o = np.asarray(o, dtype=np.float64)
@@ -139,10 +148,11 @@ def risk_ratio(
     rest_n = total_n - n
     defined = (n > 0) & (n < total_n * (1.0 - _ALL_ROWS_RTOL))
     with np.errstate(divide="ignore", invalid="ignore"):
-        var_log_e = var_n / n**2 + np.maximum(total_var_n - var_n, 0.0) / rest_n**2
+        var_log_e = ((var_n + floor_n) / n**2
+                     + (np.maximum(total_var_n - var_n, 0.0) + floor_n) / rest_n**2)
     ratio, lo, hi = rate_ratio(
-        o, total_o - o, n, rest_n, alpha, var_o, np.maximum(total_var_o - var_o, 0.0),
-        np.where(defined, var_log_e, 0.0),
+        o, total_o - o, n, rest_n, alpha, var_o + floor_o,
+        np.maximum(total_var_o - var_o, 0.0) + floor_o, np.where(defined, var_log_e, 0.0),
     )
     nan = np.full(ratio.shape, np.nan)
     return np.where(defined, ratio, nan), np.where(defined, lo, nan), np.where(defined, hi, nan)
@@ -157,6 +167,8 @@ def global_ratio(
     var_o: np.ndarray | float = 0.0,
     var_n: np.ndarray | float = 0.0,
     total_var_o: float = 0.0,
+    floor_o: float = 0.0,
+    floor_n: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ratio, lower, upper) of each group's outlier rate against the overall rate."""
     o = np.asarray(o, dtype=np.float64)
@@ -166,8 +178,9 @@ def global_ratio(
         ratio = (o / n) / (total_o / total_n)
         # share of all outliers that fall in the group, binomial given the total
         rest = np.maximum(total_o - o, 0.0)
-        x, y = effective_binomial(o, rest, var_o, np.maximum(total_var_o - var_o, 0.0),
-                                  np.maximum(var_n, 0.0) / n**2)
+        x, y = effective_binomial(o, rest, var_o + floor_o,
+                                  np.maximum(total_var_o - var_o, 0.0) + floor_o,
+                                  (np.maximum(var_n, 0.0) + floor_n) / n**2)
         lo_p, hi_p = _binomial_bounds(x, y, alpha)
         scale = total_n / n
         lo, hi = lo_p * scale, hi_p * scale
@@ -183,13 +196,16 @@ def share_ratio(
     alpha: float,
     var_o: np.ndarray | float = 0.0,
     var_r: np.ndarray | float = 0.0,
+    floor_o: float = 0.0,
+    floor_r: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ratio, lower, upper) of each group's share of test rows over its share of control."""
     o = np.asarray(o, dtype=np.float64)
     r = np.asarray(r, dtype=np.float64)
     defined = ((o > 0) | (r > 0)) & (total_o > 0) & (total_r > 0)
     ratio, lo, hi = rate_ratio(o, r, np.full(o.shape, float(total_o)),
-                               np.full(o.shape, float(total_r)), alpha, var_o, var_r)
+                               np.full(o.shape, float(total_r)), alpha,
+                               np.maximum(var_o, 0.0) + floor_o, np.maximum(var_r, 0.0) + floor_r)
     nan = np.full(ratio.shape, np.nan)
     return np.where(defined, ratio, nan), np.where(defined, lo, nan), np.where(defined, hi, nan)
 

@@ -2,8 +2,11 @@
 
 Why one shape for every query (explanations, drift, change points, cascade health): serving
 turns any of them into an HTTP response with `to_dict()` and notebooks read `to_frame()`.
-`to_dict()` holds only plain Python values (str, int, float, bool, None, lists, dicts);
-NaN and infinities become None, so `json.dumps(result.to_dict(), allow_nan=False)` works.
+`to_dict()` holds only plain Python values (str, int, float, bool, None, lists, dicts): floats
+keep 6 significant digits (weighted counts and shares are estimates, 0.9999999999999747 is 1),
+NaN becomes None and an infinite value the string "inf" (or "-inf"), so it reads as infinite
+and `json.dumps(result.to_dict(), allow_nan=False)` works. `summary()` says the result in a
+sentence or a few.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+#: Significant digits of floats in `to_dict()`.
+SIGNIFICANT_DIGITS = 6
+
 
 def jsonable(value: Any) -> Any:
     """Plain-Python, JSON-safe copy of a value (non-finite floats become None)."""
@@ -27,7 +33,11 @@ def jsonable(value: Any) -> Any:
         return int(value)
     if isinstance(value, (float, np.floating)):
         f = float(value)
-        return f if math.isfinite(f) else None
+        if math.isnan(f):
+            return None
+        if math.isinf(f):
+            return "inf" if f > 0 else "-inf"
+        return float(f"{f:.{SIGNIFICANT_DIGITS}g}")
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, np.ndarray):
@@ -93,11 +103,17 @@ class Result:
         return pd.DataFrame(data, columns=self.columns)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: {'kind', 'columns', 'rows': [...], plus context keys}."""
-        out = {"kind": self.kind, "columns": list(self.columns)}
+        """JSON-ready: {'kind', 'summary', 'columns', 'rows': [...], plus context keys}."""
+        out = {"kind": self.kind, "summary": self.summary(), "columns": list(self.columns)}
         out["rows"] = [jsonable(r) for r in self.rows]
         out.update({k: jsonable(v) for k, v in self.info.items()})
         return out
+
+    def summary(self) -> str:
+        """The result in plain language (a sentence per reported row, at most a few)."""
+        from drift._text import summarize
+
+        return summarize(self)
 
 
 class Explanation(Result):

@@ -54,6 +54,22 @@ class Sample:
             np.concatenate(weights),
         )
 
+    def zero_cell_floor(self, rows: np.ndarray | None = None) -> float:
+        """Variance floor of a cell total estimated from these rows (drift._ratios): half a row
+        of the heaviest stratum, 0.5 w (w - 1) with w that stratum's mean weight; 0 when exact.
+        `rows` (a mask) restricts which rows count (e.g. the outliers)."""
+        w, flags = self.weight, self.flags
+        if rows is not None:
+            w, flags = w[rows], flags[rows]
+        if w.size == 0:
+            w, flags = self.weight, self.flags
+        floor = 0.0
+        for stratum in (flags == 0, flags != 0):
+            if stratum.any():
+                m = float(w[stratum].mean())
+                floor = max(floor, 0.5 * m * (m - 1.0))
+        return floor
+
     def column_values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Numeric columns by name (views)."""
         return {name: self.num[i] for i, name in enumerate(names)}

@@ -72,7 +72,7 @@ def test_high_cardinality_attribute_uses_heavy_hitters() -> None:
     assert true_big - counts.error <= kept <= true_big  # a lower bound within the stated error
     assert counts.error <= counts.total / 9
     row = next(r for r in mon.drift(min_samples=10) if r["column"] == "client")
-    assert row["effect_error"] > 0 and not row["drifted"]
+    assert row["effect_error"] >= 0 and not row["drifted"]  # unreliable levels pooled
 
 
 def test_page_hinkley_finds_step_start_and_stays_quiet_on_noise() -> None:
