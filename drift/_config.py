@@ -27,8 +27,9 @@ DEFAULT_ALLOWED_LATENESS_SECONDS = 5.0
 DEFAULT_DETAIL_PANES = 60
 #: Panes merged into one rollup once they are older than the detail horizon.
 DEFAULT_ROLLUP_PANES = 60
-#: History horizon, in panes, for rollups and per-pane series (a day of 1-minute panes).
-DEFAULT_RETENTION_PANES = 1440
+#: History horizon, in panes, for rollups and per-pane series: two days of 1-minute panes, so
+#: "the same time yesterday" stays answerable all day.
+DEFAULT_RETENTION_PANES = 2880
 #: Rows sampled per stratum for a reference baseline.
 DEFAULT_REFERENCE_RESERVOIR_SIZE = 100_000
 #: Rows kept per pane (unflagged, flagged) once a pane leaves the window (detail panes and

@@ -328,15 +328,29 @@ class Monitor:
             return self._ingest_parsed(parsed, quarantined)
 
     def _quarantine(self, parsed: Parsed) -> tuple[Parsed, int]:
-        """Drop (and count) rows dated too far ahead of their batch or of a live clock."""
+        """Drop (and count) rows dated too far ahead of their batch or of a live clock.
+
+        Ahead of the batch means above a gap of more than `max_future_seconds` in the batch's
+        sorted times, above its median: a skewed client's rows form such a cluster, while a
+        backfill spanning hours has no gap and keeps every row."""
         ts = parsed.ts
-        median = float(np.median(ts))
+        future = self.config.max_future_seconds
+        lo, hi = float(ts.min()), float(ts.max())
         if self._clock == "auto":
-            self._live = abs(median - time.time()) <= LIVE_HORIZON_SECONDS
-        limit = median + self.config.max_future_seconds
+            mid = float(np.median(ts)) if hi - lo > future else 0.5 * (lo + hi)
+            self._live = abs(mid - time.time()) <= LIVE_HORIZON_SECONDS
+        limit = math.inf
+        if hi - lo > future:
+            order = np.sort(ts)
+            half = order.size // 2
+            gaps = np.flatnonzero(np.diff(order[half:]) > future)
+            if gaps.size:
+                limit = float(order[half + gaps[0]])
         now = self._now()
         if now is not None:
-            limit = min(limit, now + self.config.max_future_seconds)
+            limit = min(limit, now + future)
+        if hi <= limit:
+            return parsed, 0
         keep = ts <= limit
         bad = int(ts.size - np.count_nonzero(keep))
         if not bad:

@@ -91,7 +91,10 @@ class PaneLog:
                 for s, e in zip(np.r_[0, cuts], np.r_[cuts, sorted_ids.size], strict=True)
             ]
         newest = hi if self.newest is None else max(self.newest, hi)
-        oldest = self.oldest_accepted(newest)
+        # late means older than what the log had already rolled out BEFORE this batch: a batch
+        # spanning many panes (a backfill) keeps all its rows; they move through the tiers in
+        # the next planned step
+        oldest = -math.inf if self.newest is None else self.oldest_accepted(self.newest)
         touched: list[int] = []
         out_deltas: list[tuple[int, Summary]] = []
         late = 0
