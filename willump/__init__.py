@@ -16,7 +16,7 @@ from ._onnx import OnnxModel, check_onnx, export_onnx, to_onnx
 from ._optimize import optimize
 from ._report import Report
 from ._sklearn import SklearnPipeline, from_sklearn
-from .errors import ArtifactError, PipelineError, WillumpError
+from .errors import ArtifactError, PipelineError, WillumpError, WillumpWarning
 
 __version__ = "0.1.0"
 
@@ -36,6 +36,7 @@ __all__ = [
     "TopKResult",
     "TorchClassifier",
     "WillumpError",
+    "WillumpWarning",
     "__version__",
     "check_onnx",
     "export_onnx",

@@ -35,7 +35,8 @@ import cloudpickle
 from .errors import ArtifactError
 
 FORMAT = "willump-artifact"
-FORMAT_VERSION = 1
+#: 2: top-K ratio tables (willump._topk) and call-site node keys
+FORMAT_VERSION = 2
 #: libraries whose version must match between save and load: name -> leading parts compared
 VERSION_CHECKS = {
     "python": 2,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -83,8 +84,15 @@ class _Run:
     """State of one execution of a pipeline body."""
 
     needed: frozenset[str] | None  # nodes to compute when called from the body; None = all
+    #: call-site path -> node key, learned when the graph was captured (None while capturing)
+    known_sites: dict[str, str] | None = None
     memo: dict[Any, tuple[str, Any]] = field(default_factory=dict)
+    #: arguments of every computed call, kept alive for the run: the memo keys data by buffer
+    #: address and id(), which a freed temporary could hand to the next temporary
+    keepalive: list[Any] = field(default_factory=list)
     calls: Counter = field(default_factory=Counter)
+    site_counts: Counter = field(default_factory=Counter)
+    sites: dict[str, str] = field(default_factory=dict)  # call-site path -> node key, this run
     stack: list[_Frame] = field(default_factory=list)
     exclusive: defaultdict = field(default_factory=lambda: defaultdict(float))
     order: list[str] = field(default_factory=list)  # node keys in first-call order
@@ -116,8 +124,11 @@ class FeatureGroup:
         run = _ACTIVE_RUN.get()
         if run is None:
             return self.fn(*args, **kwargs)
+        path = self._site_path(run, sys._getframe(1))
         fingerprint = (id(self), _fingerprint(args), _fingerprint(tuple(sorted(kwargs.items()))))
         hit = run.memo.get(fingerprint)
+        if hit is not None:
+            run.sites.setdefault(path, hit[0])
         if hit is not None and not (run.stack and isinstance(hit[1], Skipped)):
             key, out = hit
             run.note_dependency(key)
@@ -125,13 +136,13 @@ class FeatureGroup:
         if hit is not None:  # skipped at the top level, but a computed group needs it now
             key = hit[0]
         else:
-            run.calls[self.name] += 1
-            n = run.calls[self.name]
-            key = self.name if n == 1 else f"{self.name}#{n}"
+            key = self._node_key(run, path)
+            run.sites[path] = key
             if not run.stack:
                 run.depth0.add(key)
             run.order.append(key)
             run.functions[key] = self
+        run.keepalive.append((args, kwargs))
         if not run.stack and run.needed is not None and key not in run.needed:
             out = Skipped(key)
             run.memo[fingerprint] = (key, out)
@@ -157,6 +168,29 @@ class FeatureGroup:
         run.memo[fingerprint] = (key, out)
         run.output_owner[id(out)] = key
         return out
+
+    def _site_path(self, run: _Run, caller: Any) -> str:
+        """Where this call comes from: the calling node (or the body), the source line, the
+        feature, and its occurrence there. Stable across runs whichever groups are skipped,
+        so a node keeps its key when an earlier group's nested calls do not happen."""
+        parent = run.stack[-1].key if run.stack else ""
+        code = caller.f_code  # the line relative to the function: the same after pickling by value
+        base = f"{parent}>{self.name}@{code.co_name}+{caller.f_lineno - code.co_firstlineno}"
+        run.site_counts[base] += 1
+        return f"{base}#{run.site_counts[base]}"
+
+    def _node_key(self, run: _Run, path: str) -> str:
+        """The key of a newly computed node: the one the capture gave this call site, else
+        the feature's name, numbered when the name is taken."""
+        if run.known_sites is not None and path in run.known_sites:
+            return run.known_sites[path]
+        taken = set(run.functions) | set((run.known_sites or {}).values())
+        run.calls[self.name] += 1
+        key = self.name if run.calls[self.name] == 1 else f"{self.name}#{run.calls[self.name]}"
+        while key in taken:
+            run.calls[self.name] += 1
+            key = f"{self.name}#{run.calls[self.name]}"
+        return key
 
     def __repr__(self) -> str:
         return f"<willump.feature {self.name}>"
@@ -234,24 +268,56 @@ class Pipeline:
 
     model: Any = None  # a default model, set by from_sklearn
 
-    def __init__(self, fn: Callable[[Any], Any], name: str | None = None):
+    def __init__(self, fn: Callable[[Any], Any], name: str | None = None,
+                 fit: Callable[[Any, Any], Any] | None = None):
         if not callable(fn):
             raise TypeError(f"@willump.pipeline needs a function, got {type(fn).__name__}")
+        if fit is not None and not callable(fit):
+            raise TypeError(f"fit must be a function (X, y) -> None, got {type(fit).__name__}")
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "pipeline")
+        self.fit_fn = fit
         self.graph_: Graph | None = None
         self.code_modules: set[str] = set()  # modules defining its feature code (for artifacts)
 
     def __call__(self, rows: Any) -> list[Any]:
         return self.execute(rows).outputs
 
+    def fit(self, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """Register the pipeline's fit hook (a decorator)::
+
+            @willump.pipeline
+            def flights(df): ...
+
+            @flights.fit
+            def fit_tables(X, y):   # build vocabularies, lookup tables, ... from X, y only
+                ...
+
+        ``willump.optimize`` calls it with its own train split, never with the rows that
+        choose or certify the plan, so feature state cannot leak their labels.
+        """
+        if not callable(fn):
+            raise TypeError(f"fit must be a function (X, y) -> None, got {type(fn).__name__}")
+        self.fit_fn = fn
+        return fn
+
+    @property
+    def has_feature_state(self) -> bool | None:
+        """True when feature state is fitted through willump (a fit hook), None when
+        willump cannot tell (a decorated pipeline without one)."""
+        return True if self.fit_fn is not None else None
+
     def fit_features(self, X: Any, y: Any) -> None:
-        """Fit stateful feature steps on training rows; decorated pipelines are pre-fitted."""
+        """Fit feature state on training rows: calls the fit hook, if any."""
+        if self.fit_fn is not None:
+            self.fit_fn(X, y)
 
     def execute(self, rows: Any, needed: Iterable[str] | None = None) -> RunResult:
         """Run the body once; calls from the body to nodes outside ``needed`` are skipped."""
-        run = _Run(needed=None if needed is None else frozenset(needed))
+        graph = self.graph_
+        run = _Run(needed=None if needed is None else frozenset(needed),
+                   known_sites=None if graph is None else getattr(graph, "sites", None))
         token = _ACTIVE_RUN.set(run)
         start = time.perf_counter()
         try:
@@ -304,9 +370,14 @@ class Pipeline:
         return f"<willump.pipeline {self.name}>"
 
 
-def pipeline(fn: Callable[[Any], Any] | None = None, *, name: str | None = None) -> Any:
-    """Mark a function returning the list of feature-group outputs the model consumes."""
+def pipeline(fn: Callable[[Any], Any] | None = None, *, name: str | None = None,
+             fit: Callable[[Any, Any], Any] | None = None) -> Any:
+    """Mark a function returning the list of feature-group outputs the model consumes.
+
+    ``fit(X, y)``, if given (or registered later with ``@my_pipeline.fit``), fits the
+    feature state (vocabularies, lookup tables) on the rows willump trains on.
+    """
     if fn is None:
-        return lambda f: Pipeline(f, name=name)
-    return Pipeline(fn, name=name)
+        return lambda f: Pipeline(f, name=name, fit=fit)
+    return Pipeline(fn, name=name, fit=fit)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -11,14 +11,9 @@ import numpy as np
 from ._blocks import Block, hstack, take_rows
 from ._capture import Pipeline
 from ._models import predict_proba
-from ._planner import topk_ratio
+from ._routing import is_confident
 from ._rows import n_rows, take
-
-#: largest pool a top-K ratio is calibrated at; bigger pools (or pools bigger than the held-out
-#: rows) are calibrated at the same k/pool quantile
-TOPK_MAX_CALIBRATION_POOL = 50_000
-#: calibrated top-K ratios remembered per (k, pool, label)
-TOPK_CACHE_SIZE = 256
+from ._topk import TopKFilter
 
 
 @dataclass
@@ -173,49 +168,6 @@ class TopKFilterStep:
         return TopKResult(order[: self.k], scores, approximate, self.k, self.label, self.ratio)
 
 
-@dataclass
-class TopKFilter:
-    """Cheap groups + small model that pre-select rows for top-K, with held-out scores
-    (small and full model probabilities) to calibrate the filter ratio for any query."""
-
-    groups: tuple[str, ...]
-    model: Any
-    holdout_cheap: np.ndarray
-    holdout_full: np.ndarray
-    precision: float
-    quantile: float
-    seed: int
-    _cache: dict = field(default_factory=dict, repr=False)
-
-    def ratio_for(self, k: int, pool: int, label_index: int) -> float | None:
-        """Calibrated filter ratio for k rows out of ``pool`` (None: score exactly)."""
-        key = (k, pool, label_index)
-        if key not in self._cache:
-            # Resampling more rows than were held out would repeat rows and thin the
-            # tail; beyond that size, calibrate the same k / pool quantile instead.
-            pool_cal = min(pool, len(self.holdout_full), TOPK_MAX_CALIBRATION_POOL)
-            k_cal = k if pool_cal == pool else max(1, round(k * pool_cal / pool))
-            rng = np.random.default_rng([self.seed, k, pool, label_index])
-            ratio = topk_ratio(
-                self.holdout_cheap[:, label_index],
-                self.holdout_full[:, label_index],
-                k_cal,
-                pool_cal,
-                precision=self.precision,
-                quantile=self.quantile,
-                rng=rng,
-            )
-            if len(self._cache) >= TOPK_CACHE_SIZE:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = ratio
-        return self._cache[key]
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_cache"] = {}
-        return state
-
-
 class OptimizedPipeline(_Scoring):
     """A cascade of levels plus an optional top-K filter, with the baseline beside it.
 
@@ -272,10 +224,7 @@ class OptimizedPipeline(_Scoring):
                 new, _ = self.pipeline.compute(subset, missing)
                 blocks.update(new)
             p = predict_proba(level.model, hstack([blocks[g] for g in level.groups]))
-            if level.threshold is None:
-                done = np.ones(len(positions), dtype=bool)
-            else:
-                done = p.max(axis=1) >= level.threshold
+            done = is_confident(p, level.threshold)
             proba[positions[done]] = p[done]
             answered_by[positions[done]] = index
             if done.all():
@@ -307,9 +256,10 @@ class OptimizedPipeline(_Scoring):
         the positive one for binary problems), best first.
 
         The cheap filter keeps the ceil(r*k) best rows by its own score and the full
-        model ranks them; r is calibrated on held-out data for this k and pool size
-        so that precision@k >= the target in the configured share of resamples.
-        When no r qualifies, every row is scored exactly.
+        model ranks them; r comes from a table estimated on held-out rows at optimize time
+        (see ``willump._topk``) so that precision@k reaches the target in the configured
+        share of pools. When no r qualifies (e.g. a pool whose top k is a tail thinner than
+        the held-out rows can show), every row is scored exactly.
         """
         n = self._check_rows(rows)
         k = self._check_k(k, n)

@@ -38,6 +38,10 @@ class Graph:
     sparse: dict[str, bool]
     conservative: bool = False
     notes: list[str] = field(default_factory=list)
+    #: call-site path -> node key (see FeatureGroup._site_path): how later runs name nodes
+    sites: dict[str, str] = field(default_factory=dict)
+    #: groups that gave different values on two runs over the same rows (no cascade then)
+    nondeterministic: list[str] = field(default_factory=list)
 
     @property
     def position(self) -> dict[str, int]:
@@ -97,7 +101,11 @@ def capture_graph(pipeline: Pipeline, sample: Any) -> Graph:
         pick = np.sort(np.random.default_rng(0).choice(total, CAPTURE_SAMPLE_ROWS, replace=False))
         sample = take(sample, pick)
     rows = n_rows(sample)
-    result = pipeline.execute(sample)
+    previous, pipeline.graph_ = pipeline.graph_, None  # capture names nodes afresh
+    try:
+        result = pipeline.execute(sample)
+    finally:
+        pipeline.graph_ = previous
     run = result.run
     groups: list[str] = []
     for i, out in enumerate(result.outputs):
@@ -120,6 +128,7 @@ def capture_graph(pipeline: Pipeline, sample: Any) -> Graph:
         input_columns=columns_of(sample),
         widths={g: int(b.shape[1]) for g, b in blocks.items()},
         sparse={g: bool(sp.issparse(b)) for g, b in blocks.items()},
+        sites=dict(run.sites),
     )
     pipeline.code_modules = {
         getattr(f.fn, "__module__", "__main__") for f in run.functions.values()
@@ -153,14 +162,15 @@ def _check_deterministic(pipeline, graph: Graph, sample, blocks) -> set[str]:
     rows = n_rows(sample)
     pos = graph.position
     same = {g for g in graph.groups if _close(to_block(again.outputs[pos[g]], rows, g), blocks[g])}
-    for g in graph.groups:
-        if g not in same:
-            msg = (
-                f"feature group '{g}' gave different values on two runs over the same rows; "
-                "cascade results for it cannot match the full pipeline exactly"
-            )
-            graph.notes.append(msg)
-            warnings.warn(msg, stacklevel=3)
+    graph.nondeterministic = [g for g in graph.groups if g not in same]
+    for g in graph.nondeterministic:
+        msg = (
+            f"feature group '{g}' gave different values on two runs over the same rows; a cascade "
+            "over it would not be the pipeline that was certified, so willump serves the full "
+            "pipeline (make it deterministic, e.g. seed it, to allow cascades)"
+        )
+        graph.notes.append(msg)
+        warnings.warn(msg, stacklevel=3)
     return same
 
 

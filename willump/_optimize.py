@@ -3,57 +3,65 @@
 from __future__ import annotations
 
 import time
+import warnings
+from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 from tqdm.auto import tqdm
 
 from ._blocks import hstack
-from ._capture import BODY, Pipeline
-from ._cascade import BaselinePipeline, Level, OptimizedPipeline, TopKFilter
-from ._metrics import N_BOOTSTRAP, N_BOOTSTRAP_SELECT, Metric, bootstrap_weights, resolve_metric
+from ._bounds import (
+    BOUNDS,
+    MIN_DISAGREEMENTS,
+    N_BOOTSTRAP,
+    N_BOOTSTRAP_SELECT,
+    Resamples,
+    certifiable_floor,
+    rows_needed,
+)
+from ._capture import Pipeline
+from ._cascade import BaselinePipeline, Level, OptimizedPipeline
+from ._metrics import Labels, Metric, resolve_metric
 from ._models import check_model, new_model, predict_proba, time_predict
 from ._planner import (
     Evaluator,
-    Sweep,
+    bound_method,
     candidate_subsets,
+    certification_grid,
     certify,
-    chain_cost,
     chains_from,
     describe,
     full_cost,
     select_plan,
-    subset_cost,
     sweep_cost,
+    thin,
     threshold_grid,
-    topk_cost,
-    topk_ratio,
 )
 from ._profile import (
     IMPORTANCE_REPEATS,
+    MODEL_COST_KEY,
     PROFILE_BATCH_ROWS,
     PROFILE_REPEATS,
     PROFILE_SINGLE_ROWS,
     Costs,
+    fixed_node_costs,
     measure_node_costs,
     permutation_importance,
 )
-from ._report import CandidateRow, GroupRow, LevelRow, Report, TopKRow
 from ._rows import n_rows, take
+from ._speed import measure_speedup
+from ._split import SPLITS, make_splits
+from ._summarize import Decision, build_report, plan_reason
+from ._topk import plan_topk
+from .errors import WillumpWarning
 
 #: smallest number of rows allowed in each of the selection and certification splits
 MIN_SPLIT_ROWS = 30
 #: held-out input rows kept with the optimized pipeline (and its artifact) so that serving can
 #: derive the request schema and profile stages on the serving machine
 SAMPLE_ROWS = 256
-
-REFIT_STATEMENT = (
-    "not refitted: the small and full models that serve are exactly the ones the bound was "
-    "certified on (refitting on all rows would change the models after certification and void "
-    "the held-out guarantee)"
-)
 
 
 def optimize(
@@ -65,10 +73,16 @@ def optimize(
     metric: Any = "accuracy",
     max_loss: float = 0.005,
     confidence: float = 0.95,
-    bound: str = "bootstrap",
+    bound: str = "auto",
+    cert: tuple[Any, Any] | None = None,
+    split: str = "random",
+    order_by: Any = None,
+    groups: Any = None,
+    refit: bool = True,
     cost_mode: str = "batch",
     min_speedup: float = 1.0,
-    verify_speedup: bool = True,
+    verify_speedup: bool | None = None,
+    fixed_costs: Mapping[str, float] | None = None,
     small_model: Any = None,
     top_k: int | None = 100,
     topk_precision: float = 0.95,
@@ -78,6 +92,8 @@ def optimize(
     max_candidates: int = 6,
     max_levels: int = 3,
     n_bootstrap: int = N_BOOTSTRAP,
+    min_disagreements: int = MIN_DISAGREEMENTS,
+    routing_tolerance: float = 0.0,
     profile_batch_rows: int = PROFILE_BATCH_ROWS,
     profile_repeats: int = PROFILE_REPEATS,
     profile_single_rows: int = PROFILE_SINGLE_ROWS,
@@ -88,100 +104,133 @@ def optimize(
 ) -> OptimizedPipeline:
     """Optimize a decorated (or ``from_sklearn``) pipeline with a certified loss bound.
 
-    The rows are split (stratified, seeded) into *train* (fits the full model and
-    the small models), *selection* (profiling, importance, choosing the plan) and
-    *certification* (only the final bound; ``holdout`` is the share of rows held
-    out, ``certify_share`` the part of it used for certification).
+    **Rows.** ``X, y`` are divided (``split``, see ``willump._split``) into *train* (fits the
+    feature state through the pipeline's fit hook, the full model and the small models),
+    *selection* (profiling, importance, choosing the plan) and *certification* (only the
+    final bound). ``holdout`` is the share held out of training, ``certify_share`` the part
+    of it that certifies. ``cert=(X_cert, y_cert)`` supplies the certification rows instead.
+    Certification rows must be rows that nothing fitted has seen: feature state fitted
+    outside willump on all rows (a vocabulary, a table of label statistics) voids the bound;
+    fit it in the pipeline's fit hook (``@my_pipeline.fit``) so willump fits it on train rows.
 
-    **The guarantee.** The loss is ``metric(full) - metric(optimized)`` against
-    the true labels. With ``bound="bootstrap"`` (default, any metric) the bound is
-    the ``confidence`` quantile of a paired percentile bootstrap (``n_bootstrap``
-    resamples, both pipelines scored on the same resamples). With ``bound="exact"``
-    (accuracy only) it is an exact, conservative Clopper-Pearson paired bound.
-    Thresholds are tested on the certification split in a fixed order from the
-    most conservative down, stopping at the first one whose bound exceeds
-    ``max_loss`` (fixed-sequence testing), so the chance that the returned plan's
-    true loss exceeds ``max_loss`` is at most ``1 - confidence`` (up to the
-    bootstrap's approximation) with no penalty for the number of thresholds
-    tried. When no plan passes, the optimized pipeline is the full pipeline and
-    the report says why. Models are not refitted after certification.
+    **The guarantee.** ``loss = metric(full) - metric(optimized)`` on the true labels (in the
+    metric's favourable direction). With probability at least ``confidence`` over the
+    certification rows, the certified plan's loss on the distribution they come from is at
+    most ``max_loss``. The bound (``bound="auto"``) is exact for row-wise metrics (accuracy,
+    error rate: a Clopper-Pearson paired bound, valid at any n) and a guarded paired bootstrap
+    otherwise (used only when at least ``min_disagreements`` rows differ; below that, an exact
+    bound on the rate of differing rows times their largest effect for ROC AUC and F1, and a
+    refusal for metrics without one). Thresholds are tested in a fixed order from the most
+    conservative down, stopping at the first failure (fixed-sequence testing: no penalty for
+    the number tried). With n certification rows no exact bound certifies less than about
+    ``1 - ((1 - confidence) / 2) ** (1 / n)``; a ``max_loss`` below it warns and serves the
+    full pipeline. The report says which bound certified the plan and why.
 
-    Top-K: a filter (cheap groups + small model) keeps the ceil(r*k) best rows,
-    the full model ranks them; r is calibrated on held-out scores so that
-    precision@k >= ``topk_precision`` in ``topk_quantile`` of bootstrap resamples
-    (``top_k`` is the k used to choose the filter; any k works at query time).
+    **Models.** With ``refit=True`` (default) willump fits its own copy of ``model`` (and of a
+    ``from_sklearn`` pipeline's feature steps) on the train rows, even when they are already
+    fitted. ``refit=False`` serves ``model`` and the feature state exactly as given; it then
+    needs ``cert=`` rows they never saw (``X, y`` only train the small models and select).
 
-    ``cost_mode`` chooses which measured cost the plan minimizes: per row at batch
-    size ("batch", throughput serving, default) or per one-row call ("row", latency
-    serving, where fixed per-call costs such as remote lookups dominate). Candidate
-    group subsets are chosen under the same cost.
+    **Metric.** A built-in name ('accuracy', 'error_rate', 'f1', 'roc_auc', 'log_loss'), a
+    scikit-learn scorer (name or ``make_scorer`` object), a ``willump.Metric`` with an
+    explicit kind and direction, or a plain callable ``fn(y_true, y_pred_labels)`` (higher
+    is better). A callable is never replaced by a built-in, whatever its name.
 
-    **Never slower.** A cascade is a plan only if its expected cost is below the full
-    pipeline's divided by ``min_speedup``; with ``verify_speedup`` the certified
-    cascade is then timed side by side with the full pipeline on held-out rows and
-    dropped (the full pipeline serves, and the report says why) unless it measures at
-    least ``min_speedup``.
+    **Top-K.** A filter (cheap groups + small model) keeps the ceil(r*k) best rows and the
+    full model ranks them; r comes from a table estimated on held-out rows (an estimate,
+    not a certificate) aiming at precision@k >= ``topk_precision`` in ``topk_quantile`` of
+    pools; pools whose top k the held-out rows cannot resolve are scored exactly.
 
+    **Cost.** ``cost_mode`` chooses which measured cost the plan minimizes: per row at batch
+    size ("batch", throughput serving) or per one-row call ("row", latency serving). A cascade
+    is a plan only if its expected cost is below the full pipeline's divided by
+    ``min_speedup``; with ``verify_speedup`` (default: on unless ``fixed_costs`` is given) it
+    is then timed side by side with the full pipeline on held-out rows and dropped unless it
+    measures at least ``min_speedup``. ``fixed_costs`` (seconds per row per feature node,
+    ``"<model>"`` for every model) replaces profiling, so the plan does not depend on how
+    fast the machine is.
+
+    ``routing_tolerance``: how far a served runtime's probabilities may differ from the
+    certified ones (ONNX, a GPU); the bound then covers every routing within it.
     ``small_model`` is the model of the cheap levels: None (the user's model class and
-    settings), an estimator (cloned per level), or a callable ``groups -> estimator``;
-    a smaller model (fewer trees, say) is what makes a cascade pay when the model,
-    not the features, dominates the cost.
-
-    ``keep_sample`` keeps up to SAMPLE_ROWS held-out input rows with the result (and
-    its artifact) for serving's request schema and stage profiling; pass False when
-    the artifact must not carry any input data.
+    settings), an estimator (cloned per level), or a callable ``groups -> estimator``.
+    ``keep_sample`` keeps up to SAMPLE_ROWS held-out input rows with the result (and its
+    artifact) for serving's request schema and stage profiling.
     """
     started = time.perf_counter()
     if model is None:
         model = getattr(pipeline, "model", None)
         if model is None:
             raise TypeError("model is required (the pipeline does not carry one)")
-    _validate(pipeline, model, X, y, max_loss, confidence, bound, metric, holdout, certify_share,
-              top_k, topk_precision, topk_quantile, max_levels, n_bootstrap)
-    if cost_mode not in ("batch", "row"):
-        raise ValueError(f"cost_mode must be 'batch' or 'row', got {cost_mode!r}")
-    if not min_speedup > 0:
-        raise ValueError(f"min_speedup must be positive, got {min_speedup}")
+    _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, metric, holdout,
+              certify_share, top_k, topk_precision, topk_quantile, max_levels, n_bootstrap,
+              split, cost_mode, min_speedup, min_disagreements, routing_tolerance)
     metric_obj = resolve_metric(metric)
-    if bound == "exact" and metric_obj.name != "accuracy":
-        raise ValueError("bound='exact' is available for metric='accuracy' only; use 'bootstrap'")
+    method = bound_method(metric_obj, bound)
+    if method == "exact" and metric_obj.kind != "rowwise" and metric_obj.builtin not in ("roc_auc", "f1"):
+        raise ValueError(f"bound='exact' needs a rowwise metric, 'roc_auc' or 'f1'; {metric_obj.name!r} "
+                         "has no exact bound (use bound='auto' or 'bootstrap')")
+    if verify_speedup is None:
+        verify_speedup = fixed_costs is None
     rng = np.random.default_rng(seed)
     labels = np.asarray(y)
     timings: dict[str, float] = {}
     notes: list[str] = []
 
     with _step(timings, "split+capture", verbose):
-        train, select, cert = _split(len(labels), labels, holdout, certify_share, seed)
-        pipeline.fit_features(take(X, train), labels[train])
-        graph = pipeline.capture(take(X, train))
+        splits = make_splits(X, labels, split=split, holdout=holdout, certify_share=certify_share,
+                             seed=seed, order_by=order_by, groups=groups,
+                             external_cert_rows=None if cert is None else n_rows(cert[0], "cert[0]"))
+        rows = {"train": take(X, splits.train), "select": take(X, splits.select),
+                "cert": cert[0] if cert is not None else take(X, splits.cert)}
+        y_split = {"train": labels[splits.train], "select": labels[splits.select],
+                   "cert": np.asarray(cert[1]) if cert is not None else labels[splits.cert]}
+        _check_split_sizes(splits.sizes())
+        if refit:
+            pipeline.fit_features(rows["train"], y_split["train"])
+        feature_state = _feature_state(pipeline, refit, splits)
+        graph = pipeline.capture(rows["train"])
         notes.extend(graph.notes)
-        groups = list(graph.groups)
-        rows = {name: take(X, idx) for name, idx in (("train", train), ("select", select), ("cert", cert))}
+        group_names = list(graph.groups)
 
     with _step(timings, "features", verbose):
         blocks = {}
         for name in tqdm(rows, desc="willump: features", disable=not verbose, leave=False):
-            blocks[name], _ = pipeline.compute(rows[name], groups)
+            blocks[name], _ = pipeline.compute(rows[name], group_names)
 
     with _step(timings, "full model", verbose):
-        full_model = new_model(model, seed).fit(hstack([blocks["train"][g] for g in groups]), labels[train])
+        full_model, full_model_note = _full_model(model, refit, seed, blocks, group_names, y_split,
+                                                  splits)
         classes = np.asarray(full_model.classes_)
-        y_idx = {name: _class_index(labels[idx], classes) for name, idx in
-                 (("train", train), ("select", select), ("cert", cert))}
-        full_proba = {s: predict_proba(full_model, hstack([blocks[s][g] for g in groups]))
+        split_labels = {name: Labels.of(y_split[name], classes) for name in rows}
+        full_proba = {s: predict_proba(full_model, hstack([blocks[s][g] for g in group_names]))
                       for s in ("select", "cert")}
+        unseen = int(np.sum(split_labels["cert"].index < 0))
+        if unseen:
+            notes.append(f"{unseen} certification rows carry a label the full model never saw "
+                         "(scored as wrong for every pipeline)")
 
     with _step(timings, "profile", verbose):
-        bar = tqdm(total=profile_repeats + 1, desc="willump: profile", disable=not verbose, leave=False)
-        costs = measure_node_costs(
-            pipeline, rows["select"], batch_rows=profile_batch_rows, repeats=profile_repeats,
-            single_rows=profile_single_rows, rng=rng, progress=bar,
-        )
-        bar.close()
-        _time_model(costs, tuple(groups), full_model, blocks["select"], profile_repeats, profile_single_rows)
+        if fixed_costs is not None:
+            costs = fixed_node_costs(graph.nodes, fixed_costs)
+        else:
+            bar = tqdm(total=profile_repeats + 1, desc="willump: profile", disable=not verbose, leave=False)
+            costs = measure_node_costs(
+                pipeline, rows["select"], batch_rows=profile_batch_rows, repeats=profile_repeats,
+                single_rows=profile_single_rows, rng=rng, progress=bar,
+            )
+            bar.close()
+        _cost_model(costs, tuple(group_names), full_model, blocks["select"], profile_repeats,
+                    profile_single_rows, fixed_costs)
         importance = permutation_importance(
-            full_model, blocks["select"], groups, y_idx["select"], repeats=importance_repeats, rng=rng
+            full_model, blocks["select"], group_names, split_labels["select"].index,
+            repeats=importance_repeats, rng=rng,
         )
+
+    n_cert = len(split_labels["cert"])
+    floor = certifiable_floor(n_cert, confidence)
+    needed = rows_needed(max_loss, confidence) if max_loss > 0 else None
+    blocker = _blocker(graph, max_loss, floor, n_cert, needed, method, confidence)
 
     with _step(timings, "small models", verbose):
         candidates = candidate_subsets(graph, costs.per_row(cost_mode), importance.mean,
@@ -192,109 +241,94 @@ def optimize(
             template = small_model(subset) if callable(small_model) and not hasattr(small_model, "fit") \
                 else (small_model if small_model is not None else model)
             check_model(template, "small_model")
-            fitted = new_model(template, seed).fit(hstack([blocks["train"][g] for g in subset]), labels[train])
+            fitted = new_model(template, seed).fit(hstack([blocks["train"][g] for g in subset]),
+                                                   y_split["train"])
             if not np.array_equal(np.asarray(fitted.classes_), classes):
                 notes.append(f"small model on {list(subset)} saw other classes; candidate dropped")
                 continue
             small[subset] = fitted
-            _time_model(costs, subset, fitted, blocks["select"], profile_repeats, profile_single_rows)
+            _cost_model(costs, subset, fitted, blocks["select"], profile_repeats, profile_single_rows,
+                        fixed_costs)
             for s in ("select", "cert"):
                 probas[s][subset] = predict_proba(fitted, hstack([blocks[s][g] for g in subset]))
 
     with _step(timings, "plan", verbose):
-        chains = chains_from(list(small), groups, max_levels)
-        grids = {subset: threshold_grid(probas["select"][subset].max(axis=1)) for subset in small}
-        selector = _evaluator(metric_obj, y_idx["select"], classes, full_proba["select"],
-                              N_BOOTSTRAP_SELECT, confidence, bound, graph, costs, seed)
+        decision = Decision(None, None, [], [], candidates, small, blocker)
         full_cost_mode = full_cost(graph, costs, cost_mode)
         max_cost = full_cost_mode / min_speedup
-        chosen, table = select_plan(selector, chains, probas["select"], grids, max_loss, cost_mode,
-                                    max_cost)
-        accepted, tested = None, []
-        if chosen is not None:
-            certifier = _evaluator(metric_obj, y_idx["cert"], classes, full_proba["cert"],
-                                   n_bootstrap, confidence, bound, graph, costs, seed + 1)
-            accepted, tested = certify(certifier, chosen.chain, probas["cert"], grids[chosen.chain[0]], max_loss)
+        if blocker is None and small:
+            chains = chains_from(list(small), group_names, max_levels)
+            evaluator = _evaluator(metric_obj, split_labels["select"], full_proba["select"],
+                                   N_BOOTSTRAP_SELECT, confidence, bound, graph, costs, seed,
+                                   routing_tolerance, min_disagreements)
+            grids = {c: threshold_grid(probas["select"][c[0]].max(axis=1)) for c in chains}
+            decision.chosen, decision.table = select_plan(evaluator, chains, probas["select"], grids,
+                                                          max_loss, cost_mode, max_cost)
+            decision.refused = evaluator.refused
+            if decision.chosen is not None:
+                certifier = _evaluator(metric_obj, split_labels["cert"], full_proba["cert"], n_bootstrap,
+                                       confidence, bound, graph, costs, seed + 1, routing_tolerance,
+                                       min_disagreements)
+                sequence = certification_grid(evaluator, decision.chosen.chain, probas["select"],
+                                              grids[decision.chosen.chain], max_loss)
+                if certifier.costly:
+                    sequence = thin(sequence, decision.chosen.threshold)
+                decision.accepted, decision.tested = certify(
+                    certifier, decision.chosen.chain, probas["cert"], sequence, max_loss)
         slow_reason = None
+        accepted = decision.accepted
         if accepted is not None and sweep_cost(accepted, cost_mode) >= max_cost:
             slow_reason = (
                 f"full pipeline: the certified cascade {describe(accepted.chain)} (threshold "
                 f"{accepted.threshold:.4f}) is expected at {full_cost_mode / sweep_cost(accepted, cost_mode):.2f}x "
                 f"({cost_mode} cost), below min_speedup {min_speedup:g}"
             )
-            accepted = None
+            decision.accepted = None
 
     with _step(timings, "top-k", verbose):
-        topk_filter, topk_row = _plan_topk(
-            top_k, small, probas, full_proba, graph, costs, topk_precision, topk_quantile, seed, notes
-        )
+        held_full = np.vstack([full_proba["select"], full_proba["cert"]])
+        held_small = {s: np.vstack([probas["select"][s], probas["cert"][s]]) for s in small}
+        topk_filter, topk_row = plan_topk(top_k, small, held_small, held_full, graph, costs,
+                                          topk_precision, topk_quantile, notes)
 
     baseline = BaselinePipeline(pipeline, full_model, classes)
-    levels = _levels(accepted, small, full_model, groups)
-    reason = slow_reason or _reason(chosen, accepted, tested, candidates, small, max_loss, table,
-                                    cost_mode, full_cost_mode, min_speedup)
+    levels = _levels(decision.accepted, small, full_model, group_names)
+    reason = slow_reason or plan_reason(decision, max_loss, cost_mode, full_cost_mode, min_speedup)
     measured = None
-    if accepted is not None and verify_speedup:
+    if decision.accepted is not None and verify_speedup:
         with _step(timings, "verify", verbose):
             trial = OptimizedPipeline(pipeline, levels, classes, baseline, None, None, seed)
             measured = measure_speedup(trial, rows["select"], cost_mode, rng)
         if measured < min_speedup:
             reason = (
-                f"full pipeline: the certified cascade {describe(accepted.chain)} (threshold "
-                f"{accepted.threshold:.4f}, loss bound {accepted.bound.upper:.4f}) measured "
-                f"{measured:.2f}x against the full pipeline on held-out rows ({cost_mode} mode), "
-                f"below min_speedup {min_speedup:g}"
+                f"full pipeline: the certified cascade {describe(decision.accepted.chain)} (threshold "
+                f"{decision.accepted.threshold:.4f}, loss bound {decision.accepted.bound.upper:.4f}) "
+                f"measured {measured:.2f}x against the full pipeline on held-out rows ({cost_mode} "
+                f"mode), below min_speedup {min_speedup:g}"
             )
             notes.append(reason)
-            accepted = None
-            levels = _levels(None, small, full_model, groups)
-    report = _report(
-        pipeline, graph, groups, costs, importance, levels, accepted, reason, metric_obj, max_loss,
-        confidence, bound, table, tested, topk_row, full_proba, probas, y_idx, classes, small,
-        {"train": len(train), "selection": len(select), "certification": len(cert)}, timings, notes,
-        full_model, cost_mode,
+            decision.accepted = None
+            levels = _levels(None, small, full_model, group_names)
+    report = build_report(
+        pipeline=pipeline, graph=graph, costs=costs, importance=importance, levels=levels,
+        decision=decision, reason=reason, metric=metric_obj, max_loss=max_loss,
+        confidence=confidence, bound_request=bound, topk_row=topk_row, full_proba=full_proba,
+        probas=probas, labels=split_labels, splits=splits.sizes(), timings=timings, notes=notes,
+        full_model_note=full_model_note, cost_mode=cost_mode, floor=floor, rows_needed=needed,
+        split_how=splits.how, feature_state=feature_state,
+        costs_source="measured" if fixed_costs is None else "fixed (fixed_costs=)",
     )
     report.measured_speedup = measured
     timings["total"] = time.perf_counter() - started
     opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk_filter, report, seed)
-    opt.sample_rows_ = take(X, select[:SAMPLE_ROWS]) if keep_sample else None
+    opt.sample_rows_ = take(rows["select"], np.arange(min(SAMPLE_ROWS, len(splits.select)))) \
+        if keep_sample else None
     if verbose:
         print(report)
     return opt
 
 
-#: held-out rows the certified cascade is timed on (batch mode), against the full pipeline
-VERIFY_ROWS = 2048
-#: single rows timed in row mode
-VERIFY_SINGLE_ROWS = 100
-#: interleaved timing rounds (medians)
-VERIFY_REPEATS = 3
-
-
-def measure_speedup(opt: OptimizedPipeline, rows: Any, cost_mode: str, rng: np.random.Generator,
-                    repeats: int = VERIFY_REPEATS) -> float:
-    """Full pipeline time over cascade time on held-out rows, timed side by side
-    (interleaved rounds, medians): whole batches in batch mode, one row per call in row mode."""
-    n = n_rows(rows)
-    if cost_mode == "batch":
-        pick = np.sort(rng.choice(n, min(VERIFY_ROWS, n), replace=False))
-        calls = [take(rows, pick)]
-    else:
-        pick = rng.choice(n, min(VERIFY_SINGLE_ROWS, n), replace=False)
-        calls = [take(rows, np.array([i])) for i in pick]
-    opt.baseline.predict_proba(calls[0])  # warm both paths
-    opt.predict_proba(calls[0])
-    full_times, cascade_times = [], []
-    for _ in range(repeats):
-        for fn, out in ((opt.baseline.predict_proba, full_times), (opt.predict_proba, cascade_times)):
-            start = time.perf_counter()
-            for call in calls:
-                fn(call)
-            out.append(time.perf_counter() - start)
-    return float(np.median(full_times) / np.median(cascade_times))
-
-
-# --- helpers ---------------------------------------------------------------------------
+# --- steps ---------------------------------------------------------------------------------
 @contextmanager
 def _step(timings: dict[str, float], name: str, verbose: bool):
     start = time.perf_counter()
@@ -304,8 +338,87 @@ def _step(timings: dict[str, float], name: str, verbose: bool):
         tqdm.write(f"willump: {name} done in {timings[name]:.1f}s")
 
 
-def _validate(pipeline, model, X, y, max_loss, confidence, bound, metric, holdout, certify_share,
-              top_k, topk_precision, topk_quantile, max_levels, n_bootstrap) -> None:
+def _feature_state(pipeline: Pipeline, refit: bool, splits) -> str:
+    state = getattr(pipeline, "has_feature_state", None)
+    if not refit:
+        return ("as given (refit=False): fitted outside willump; the certification rows (cert=) "
+                "must be rows it never saw")
+    if state:
+        return f"fitted by willump on its {len(splits.train)} train rows only"
+    return ("no fit hook: willump cannot tell whether the feature groups hold state fitted on rows "
+            "(vocabularies, label statistics); if they do, fit it in @pipeline.fit or pass cert= rows "
+            "it never saw")
+
+
+def _full_model(model: Any, refit: bool, seed: int, blocks, group_names, y_split, splits):
+    X_train = hstack([blocks["train"][g] for g in group_names])
+    if not refit:
+        if not hasattr(model, "classes_"):
+            raise ValueError("refit=False serves model as given, but model is not fitted "
+                             "(it has no classes_)")
+        return model, (f"{type(model).__name__} on all {len(group_names)} groups, as given "
+                       "(refit=False): trained outside willump; certified on the cert= rows")
+    if hasattr(model, "classes_"):
+        warnings.warn(
+            f"model is already fitted; willump fits its own copy on its {len(splits.train)} train rows "
+            "(the rows it certifies on must be unseen). To serve your fitted model, pass refit=False "
+            "with cert=(X_cert, y_cert) rows it never saw", WillumpWarning, stacklevel=3)
+    fitted = new_model(model, seed).fit(X_train, y_split["train"])
+    return fitted, (f"{type(model).__name__} on all {len(group_names)} groups, fitted by willump on "
+                    f"{len(splits.train)} train rows")
+
+
+def _cost_model(costs: Costs, groups, model, blocks, repeats: int, single_rows: int, fixed) -> None:
+    if fixed is not None:
+        costs.model_batch[tuple(groups)] = costs.model_row[tuple(groups)] = float(fixed.get(MODEL_COST_KEY, 0.0))
+        return
+    X = hstack([blocks[g] for g in groups])
+    batch, row = time_predict(model, X, repeats, single_rows)
+    costs.model_batch[tuple(groups)] = batch
+    costs.model_row[tuple(groups)] = row
+
+
+def _blocker(graph, max_loss, floor, n_cert, needed, method, confidence) -> str | None:
+    """A reason no cascade can be certified, known before searching."""
+    bad = getattr(graph, "nondeterministic", [])
+    if bad:
+        return (f"full pipeline: feature group(s) {bad} gave different values on two runs over the same "
+                "rows; the cascade would not be the pipeline that was certified, so its bound would "
+                "be void")
+    if max_loss < floor:
+        message = (
+            f"max_loss={max_loss} is below the smallest loss an exact bound can certify with "
+            f"{n_cert} certification rows at confidence {confidence} ({floor:.4f}); "
+            + (f"certifying max_loss={max_loss} needs at least {needed} certification rows"
+               if needed is not None else "max_loss=0 can never be certified")
+        )
+        warnings.warn(message, WillumpWarning, stacklevel=3)
+        if method == "exact" or max_loss <= 0:
+            return "full pipeline: " + message
+    return None
+
+
+def _evaluator(metric: Metric, labels: Labels, full_proba, resamples, confidence, bound, graph,
+               costs, seed, tolerance, min_disagreements) -> Evaluator:
+    method = bound_method(metric, bound)
+    draws = None if method == "exact" else Resamples(len(labels), resamples, np.random.default_rng(seed))
+    return Evaluator(metric, labels, full_proba, draws, confidence, bound, graph, costs, tolerance,
+                     min_disagreements)
+
+
+def _levels(accepted, small, full_model, groups) -> list[Level]:
+    levels = []
+    if accepted is not None:
+        for subset in accepted.chain[:-1]:
+            levels.append(Level(tuple(subset), small[tuple(subset)], accepted.threshold))
+    levels.append(Level(tuple(groups), full_model, None))
+    return levels
+
+
+# --- validation ----------------------------------------------------------------------------
+def _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, metric, holdout,
+              certify_share, top_k, topk_precision, topk_quantile, max_levels, n_bootstrap, split,
+              cost_mode, min_speedup, min_disagreements, routing_tolerance) -> None:
     if not isinstance(pipeline, Pipeline):
         raise TypeError(
             "pipeline must be a @willump.pipeline function or willump.from_sklearn(...), got "
@@ -319,12 +432,28 @@ def _validate(pipeline, model, X, y, max_loss, confidence, bound, metric, holdou
         raise ValueError(f"X has {n} rows but y has {len(np.asarray(y))}")
     if len(np.unique(np.asarray(y))) < 2:
         raise ValueError("y must contain at least two classes")
-    if not 0 <= max_loss < 1:
-        raise ValueError(f"max_loss must be in [0, 1), got {max_loss}")
+    if cert is not None:
+        if not isinstance(cert, (tuple, list)) or len(cert) != 2:
+            raise TypeError("cert must be a pair (X_cert, y_cert)")
+        n_cert = n_rows(cert[0], "cert[0]")
+        if len(np.asarray(cert[1])) != n_cert:
+            raise ValueError(f"cert[0] has {n_cert} rows but cert[1] has {len(np.asarray(cert[1]))}")
+    if not refit and cert is None:
+        raise ValueError(
+            "refit=False serves the model and feature state as given, so willump cannot know which "
+            "rows they were fitted on: pass cert=(X_cert, y_cert) with rows they never saw")
+    if not isinstance(max_loss, (int, float)) or not 0 <= max_loss < 1:
+        raise ValueError(f"max_loss must be in [0, 1), got {max_loss!r}")
     if not 0.5 <= confidence < 1:
         raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
-    if bound not in ("bootstrap", "exact"):
-        raise ValueError(f"bound must be 'bootstrap' or 'exact', got {bound!r}")
+    if bound not in BOUNDS:
+        raise ValueError(f"bound must be one of {BOUNDS}, got {bound!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if cost_mode not in ("batch", "row"):
+        raise ValueError(f"cost_mode must be 'batch' or 'row', got {cost_mode!r}")
+    if not min_speedup > 0:
+        raise ValueError(f"min_speedup must be positive, got {min_speedup}")
     resolve_metric(metric)
     if not 0 < holdout < 1:
         raise ValueError(f"holdout must be in (0, 1), got {holdout}")
@@ -340,197 +469,16 @@ def _validate(pipeline, model, X, y, max_loss, confidence, bound, metric, holdou
         raise ValueError(f"max_levels must be at least 2, got {max_levels}")
     if n_bootstrap < 100:
         raise ValueError(f"n_bootstrap must be at least 100, got {n_bootstrap}")
-    smallest = min(n * holdout * certify_share, n * holdout * (1 - certify_share))
-    if smallest < MIN_SPLIT_ROWS:
+    if not isinstance(min_disagreements, int) or min_disagreements < 1:
+        raise ValueError(f"min_disagreements must be a positive integer, got {min_disagreements!r}")
+    if not 0 <= routing_tolerance < 0.5:
+        raise ValueError(f"routing_tolerance must be in [0, 0.5), got {routing_tolerance}")
+
+
+def _check_split_sizes(sizes: dict[str, int]) -> None:
+    small = {k: v for k, v in sizes.items() if k != "train" and v < MIN_SPLIT_ROWS}
+    if small or sizes["train"] < 2:
         raise ValueError(
-            f"X has too few rows ({n}) to hold out {MIN_SPLIT_ROWS}+ rows for both selection and "
-            "certification; pass more rows or a larger holdout"
+            f"too few rows to hold out {MIN_SPLIT_ROWS}+ rows for both selection and certification "
+            f"(split sizes {sizes}); pass more rows, a larger holdout, or cert= rows"
         )
-
-
-def _split(n: int, labels: np.ndarray, holdout: float, certify_share: float, seed: int):
-    positions = np.arange(n)
-    stratify = labels if np.unique(labels, return_counts=True)[1].min() >= 4 else None
-    train, rest = train_test_split(positions, test_size=holdout, random_state=seed, stratify=stratify)
-    rest_strat = labels[rest] if stratify is not None else None
-    try:
-        select, cert = train_test_split(rest, test_size=certify_share, random_state=seed + 1,
-                                        stratify=rest_strat)
-    except ValueError:
-        select, cert = train_test_split(rest, test_size=certify_share, random_state=seed + 1)
-    return np.sort(train), np.sort(select), np.sort(cert)
-
-
-def _class_index(values: np.ndarray, classes: np.ndarray) -> np.ndarray:
-    """Class index of each label; -1 for a label the model never saw (always wrong)."""
-    lookup = {c: i for i, c in enumerate(classes.tolist())}
-    return np.array([lookup.get(v, -1) for v in values.tolist()], dtype=np.int64)
-
-
-def _time_model(costs: Costs, groups, model, blocks, repeats: int, single_rows: int) -> None:
-    X = hstack([blocks[g] for g in groups])
-    batch, row = time_predict(model, X, repeats, single_rows)
-    costs.model_batch[tuple(groups)] = batch
-    costs.model_row[tuple(groups)] = row
-
-
-def _evaluator(metric: Metric, y, classes, full_proba, resamples, confidence, bound, graph, costs, seed):
-    weights = bootstrap_weights(len(y), resamples, np.random.default_rng(seed))
-    return Evaluator(metric, y, classes, full_proba, weights, confidence, bound, graph, costs)
-
-
-def _levels(accepted: Sweep | None, small, full_model, groups) -> list[Level]:
-    levels = []
-    if accepted is not None:
-        for subset in accepted.chain[:-1]:
-            levels.append(Level(tuple(subset), small[tuple(subset)], accepted.threshold))
-    levels.append(Level(tuple(groups), full_model, None))
-    return levels
-
-
-def _reason(chosen, accepted, tested, candidates, small, max_loss, table, cost_mode, full, min_speedup) -> str:
-    if accepted is not None:
-        return (
-            f"cascade {describe(accepted.chain)} at threshold {accepted.threshold:.4f}: loss bound "
-            f"{accepted.bound.upper:.4f} <= max_loss {max_loss} on the certification split"
-        )
-    if not candidates:
-        return "full pipeline: no proper subset of feature groups carries signal (or only one group)"
-    if not small:
-        return "full pipeline: no small model could be trained on the candidate subsets"
-    if chosen is None and table:
-        fastest = min(table, key=lambda s: sweep_cost(s, cost_mode))
-        return (
-            f"full pipeline: cascades within max_loss {max_loss} exist (fastest: {describe(fastest.chain)} "
-            f"at threshold {fastest.threshold:.4f}) but none is expected faster than the full pipeline by "
-            f"min_speedup {min_speedup:g} ({cost_mode} cost; best {full / sweep_cost(fastest, cost_mode):.2f}x): "
-            "the cheap levels cost about as much as the full pipeline (a smaller small_model may help)"
-        )
-    if chosen is None:
-        return (
-            f"full pipeline: on the selection split no candidate plan kept the loss bound within "
-            f"max_loss {max_loss} at any threshold (the cheap groups carry too little signal)"
-        )
-    first = tested[0]
-    return (
-        f"full pipeline: the selected plan {describe(chosen.chain)} failed certification; its most "
-        f"conservative threshold {first.threshold:.4f} had loss bound {first.bound.upper:.4f} > "
-        f"max_loss {max_loss}"
-    )
-
-
-def _plan_topk(top_k, small, probas, full_proba, graph, costs, precision, quantile, seed, notes):
-    if top_k is None:
-        return None, None
-    pool_sel = len(full_proba["select"])
-    pool_cert = len(full_proba["cert"])
-    k_sel = min(top_k, max(1, pool_sel // 10))
-    if k_sel < top_k:
-        notes.append(f"top-K planned at k={k_sel} (the selection split has {pool_sel} rows)")
-    c = full_proba["select"].shape[1] - 1
-    best = None
-    exact = topk_cost([], None, k_sel, pool_sel, graph, costs)
-    for subset in small:
-        rng = np.random.default_rng([seed, 7, len(subset)])
-        ratio = topk_ratio(probas["select"][subset][:, c], full_proba["select"][:, c], k_sel, pool_sel,
-                           precision=precision, quantile=quantile, rng=rng)
-        if ratio is None:
-            continue
-        cost = topk_cost(subset, ratio, k_sel, pool_sel, graph, costs)
-        if cost < exact and (best is None or cost < best[1]):
-            best = (subset, cost)
-    if best is None:
-        notes.append("top-K: no cheap filter reached the precision target; top_k scores exactly")
-        return None, TopKRow(k_sel, pool_sel, [], None, precision, quantile, 1.0)
-    subset = best[0]
-    filt = TopKFilter(subset, small[subset], probas["cert"][subset], full_proba["cert"], precision,
-                      quantile, seed)
-    k_cert = min(top_k, max(1, pool_cert // 10))
-    ratio = filt.ratio_for(k_cert, pool_cert, c)
-    speedup = topk_cost([], None, k_cert, pool_cert, graph, costs) / topk_cost(
-        subset, ratio, k_cert, pool_cert, graph, costs)
-    return filt, TopKRow(k_cert, pool_cert, list(subset), ratio, precision, quantile, speedup)
-
-
-def _report(pipeline, graph, groups, costs, importance, levels, accepted, reason, metric, max_loss,
-            confidence, bound, table, tested, topk_row, full_proba, probas, y_idx, classes, small,
-            splits, timings, notes, full_model, cost_mode) -> Report:
-    base_batch = full_cost(graph, costs, "batch")
-    base_row = full_cost(graph, costs, "row")
-    first_level = {}
-    for i, lv in enumerate(levels):
-        for g in lv.groups:
-            first_level.setdefault(g, i)
-    group_rows = [
-        GroupRow(
-            name=g,
-            columns=list(graph.columns.get(g, [])),
-            upstream=sorted(graph.closure([g]) - {g}),
-            width=graph.widths[g],
-            sparse=graph.sparse[g],
-            cost_batch_us=1e6 * subset_cost(graph, costs.batch, [g]),
-            cost_row_us=1e6 * subset_cost(graph, costs.row, [g]),
-            importance=importance.mean[g],
-            importance_std=importance.std[g],
-            level=first_level[g],
-        )
-        for g in groups
-    ]
-    y_cert = y_idx["cert"]
-    base_score = metric.score(y_cert, full_proba["cert"], classes)
-    if accepted is not None:
-        level_probas = [probas["cert"][s] for s in accepted.chain[:-1]] + [full_proba["cert"]]
-        from ._planner import answer_levels, combine
-
-        conf = np.stack([p.max(axis=1) for p in level_probas[:-1]])
-        opt_score = metric.score(y_cert, combine(level_probas, answer_levels(conf, accepted.threshold)), classes)
-        fractions = accepted.fractions
-        speed_batch = base_batch / accepted.cost_batch
-        speed_row = base_row / accepted.cost_row
-        first_cost = chain_cost([accepted.chain[0]], [1.0], graph, costs, "batch")
-    else:
-        opt_score, fractions, speed_batch, speed_row = base_score, [1.0], 1.0, 1.0
-        cheapest = min(small, key=lambda s: subset_cost(graph, costs.batch, s), default=None)
-        first_cost = chain_cost([cheapest], [1.0], graph, costs, "batch") if cheapest else base_batch
-    level_rows = [
-        LevelRow(i, list(lv.groups), type(lv.model).__name__, lv.threshold, float(fractions[i]))
-        for i, lv in enumerate(levels)
-    ]
-    models = {"full": f"{type(full_model).__name__} on all {len(groups)} groups, {splits['train']} training rows"}
-    for i, lv in enumerate(levels[:-1]):
-        models[f"level {i}"] = f"{type(lv.model).__name__} on {list(lv.groups)}, {splits['train']} training rows"
-    return Report(
-        pipeline=pipeline.name,
-        plan="cascade" if accepted is not None else "full",
-        reason=reason,
-        metric=metric.name,
-        max_loss=max_loss,
-        confidence=confidence,
-        bound_method="exact paired (Clopper-Pearson)" if bound == "exact" else "paired bootstrap",
-        loss=None if accepted is None else accepted.bound.point,
-        loss_bound=None if accepted is None else accepted.bound.upper,
-        baseline_score=base_score,
-        optimized_score=opt_score,
-        expected_speedup=speed_batch,
-        expected_speedup_row=speed_row,
-        limit_speedup=base_batch / first_cost if first_cost > 0 else 1.0,
-        groups=group_rows,
-        levels=level_rows,
-        candidates=[_candidate_row(s, base_batch, base_row) for s in table],
-        certification=[_candidate_row(s, base_batch, base_row) for s in tested],
-        topk=topk_row,
-        splits=splits,
-        models=models,
-        refit=REFIT_STATEMENT,
-        shared_nodes=graph.shared_nodes(),
-        node_costs_us={k: 1e6 * v for k, v in sorted(costs.batch.items()) if k != BODY}
-        | {"<body>": 1e6 * costs.batch.get(BODY, 0.0)},
-        timings_s=timings,
-        notes=notes,
-        cost_mode=cost_mode,
-    )
-
-
-def _candidate_row(sweep: Sweep, base_batch: float, base_row: float) -> CandidateRow:
-    return CandidateRow(describe(sweep.chain), sweep.threshold, sweep.bound.point, sweep.bound.upper,
-                        base_batch / sweep.cost_batch, base_row / sweep.cost_row)

@@ -1,5 +1,5 @@
 """Plan: which group subsets make cheap levels, at which confidence threshold, and
-which filter ratio makes top-K safe.
+how the bound is computed for each.
 
 Cost model: a cascade level runs the pipeline body again on the rows that reach
 it, computes the nodes its *new* groups need (shared upstream steps included,
@@ -14,16 +14,25 @@ where reach_l is the fraction of rows that were not confident at earlier levels.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ._bounds import (
+    MIN_DISAGREEMENTS,
+    LossBound,
+    Resamples,
+    disagreements,
+    guarded_bootstrap_bound,
+    rowwise_bound,
+    sensitivity_bound,
+)
 from ._capture import BODY
 from ._graph import Graph
-from ._metrics import LossBound, Metric, bootstrap_loss_bound, exact_accuracy_loss_bound
+from ._metrics import Labels, Metric
 from ._profile import Costs
+from ._routing import answer_levels, route
 
 #: cheap-subset cost budgets, as fractions of the full feature cost (Willump's grid, widened)
 COST_BUDGETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
@@ -31,11 +40,6 @@ COST_BUDGETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 EXACT_SUBSET_LIMIT = 14
 #: fractions of rows answered early that define the threshold grid
 EARLY_FRACTIONS = tuple(np.round(np.r_[np.linspace(0.05, 0.9, 18), np.linspace(0.92, 0.995, 9)], 4))
-#: top-K filter ratios r tried, smallest first (the filter keeps ceil(r * k) rows)
-TOPK_RATIOS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0, 25.0,
-               30.0, 40.0, 50.0, 75.0, 100.0)
-#: bootstrap resamples for top-K ratio calibration
-TOPK_RESAMPLES = 200
 
 
 def subset_cost(graph: Graph, costs: dict[str, float], groups: Sequence[str]) -> float:
@@ -126,27 +130,43 @@ def full_cost(graph: Graph, costs: Costs, mode: str) -> float:
     return chain_cost([tuple(graph.groups)], [1.0], graph, costs, mode)
 
 
-def answer_levels(confidences: np.ndarray, threshold: float) -> np.ndarray:
-    """Index of the level that answers each row: the first confident one, else the last.
-
-    ``confidences`` has one row per non-final level (levels x rows).
-    """
-    n_cheap, n = confidences.shape
-    confident = confidences >= threshold
-    first = np.where(confident.any(axis=0), confident.argmax(axis=0), n_cheap)
-    return first.astype(np.int64) if n else np.zeros(0, dtype=np.int64)
-
-
-def combine(probas: Sequence[np.ndarray], levels: np.ndarray) -> np.ndarray:
-    """Each row's probabilities from the level that answered it."""
-    stacked = np.stack(probas)  # levels x rows x classes
-    return stacked[levels, np.arange(stacked.shape[1])]
-
-
 def threshold_grid(first_level_confidence: np.ndarray) -> list[float]:
     """Thresholds, most conservative first, at which set fractions of rows exit early."""
     qs = [float(np.quantile(first_level_confidence, 1.0 - f)) for f in EARLY_FRACTIONS]
     return sorted(set(qs), reverse=True)
+
+
+def certification_grid(evaluator: Evaluator, chain, probas, grid: Sequence[float],
+                       max_loss: float) -> list[float]:
+    """The thresholds certification tests, in order: ``grid`` from the most conservative
+    threshold that keeps the bound within max_loss on the *selection* split.
+
+    More conservative thresholds can fail where a less conservative one passes: too few rows
+    differ for a bootstrap (and an exact fallback is loose there), or routing ties. Starting
+    the fixed sequence at such a threshold would stop it at its first step. The start is
+    chosen on the selection split, before any certification label is seen, so fixed-sequence
+    testing stays valid.
+    """
+    for i, t in enumerate(grid):
+        if evaluator.evaluate(chain, probas, t).bound.upper <= max_loss:
+            return list(grid[i:])
+    return []
+
+
+#: most thresholds a fixed sequence tests when each test is costly (see Evaluator.costly)
+COSTLY_SEQUENCE_STEPS = 8
+
+
+def thin(sequence: Sequence[float], keep: float | None, steps: int = COSTLY_SEQUENCE_STEPS) -> list[float]:
+    """At most ``steps`` thresholds of ``sequence`` in order, evenly spread, first and last
+    kept, and ``keep`` (the threshold selected on the selection split) kept when present.
+    Decided before certification, so the thinned sequence is still a fixed sequence."""
+    if len(sequence) <= steps:
+        return list(sequence)
+    picks = set(np.round(np.linspace(0, len(sequence) - 1, steps)).astype(int).tolist())
+    if keep is not None and keep in sequence:
+        picks.add(list(sequence).index(keep))
+    return [sequence[i] for i in sorted(picks)]
 
 
 @dataclass
@@ -161,35 +181,63 @@ class Sweep:
     cost_row: float
 
 
+def bound_method(metric: Metric, bound: str) -> str:
+    """'exact' or 'bootstrap' (guarded) for a metric under the requested ``bound``."""
+    if bound == "auto":
+        return "exact" if metric.kind == "rowwise" else "bootstrap"
+    return bound
+
+
 @dataclass
 class Evaluator:
-    """Scores chains on one split against the full pipeline, with paired resamples."""
+    """Scores chains on one split against the full pipeline.
+
+    ``tolerance`` is how far a served runtime's probabilities may differ from the ones
+    certified (ONNX, a GPU): rows whose confidence lies within it of a threshold, or whose
+    top two classes lie within it of each other, may be answered differently, and the
+    bound covers the least favourable of those answers (exactly for rowwise metrics, by
+    taking the largest bound over the extreme routings otherwise).
+    """
 
     metric: Metric
-    y: np.ndarray
-    classes: np.ndarray
+    labels: Labels
     full_proba: np.ndarray
-    weights: np.ndarray
+    resamples: Resamples | None
     confidence: float
     bound: str
     graph: Graph
     costs: Costs
+    tolerance: float = 0.0
+    min_disagreements: int = MIN_DISAGREEMENTS
 
     def __post_init__(self) -> None:
-        self.full_scores = self.metric.weighted(self.y, self.full_proba, self.weights, self.classes)
+        self.method = bound_method(self.metric, self.bound)
+        self._full_utilities: np.ndarray | None = None
+        self._sweeps: dict[tuple, Sweep] = {}
+        if self.method == "exact" and self.metric.kind == "rowwise":
+            self.full_good = self.metric.row_good(self.labels, self.full_proba)
+
+    @property
+    def refused(self) -> int:
+        """Bounds evaluated so far that were refused (see _bounds.guarded_bootstrap_bound)."""
+        return sum(s.bound.method == "refused" for s in self._sweeps.values())
+
+    @property
+    def costly(self) -> bool:
+        """True when each bound calls Python code once per resample (a user callable or a
+        scikit-learn scorer), so a long fixed sequence is worth thinning."""
+        return self.method == "bootstrap" and self.metric.builtin is None
 
     def evaluate(self, chain, probas: dict[tuple[str, ...], np.ndarray], threshold: float) -> Sweep:
+        key = (tuple(chain), float(threshold))
+        if key not in self._sweeps:
+            self._sweeps[key] = self._evaluate(chain, probas, threshold)
+        return self._sweeps[key]
+
+    def _evaluate(self, chain, probas: dict[tuple[str, ...], np.ndarray], threshold: float) -> Sweep:
         level_probas = [probas[s] for s in chain[:-1]] + [self.full_proba]
-        conf = np.stack([p.max(axis=1) for p in level_probas[:-1]])
-        levels = answer_levels(conf, threshold)
-        approx = combine(level_probas, levels)
-        if self.bound == "exact":
-            bound = exact_accuracy_loss_bound(self.y, self.full_proba, approx, self.confidence)
-        else:
-            bound = bootstrap_loss_bound(
-                self.metric, self.y, self.full_proba, approx, self.weights, self.confidence,
-                self.classes, full_scores=self.full_scores,
-            )
+        levels, approx = route(level_probas, threshold)
+        bound = self.loss_bound(level_probas, levels, approx, threshold)
         counts = np.bincount(levels, minlength=len(chain)) / max(len(levels), 1)
         fractions = [float(c) for c in counts]
         reach = [1.0 - sum(fractions[:i]) for i in range(len(chain))]
@@ -201,6 +249,71 @@ class Evaluator:
             chain_cost(chain, reach, self.graph, self.costs, "batch"),
             chain_cost(chain, reach, self.graph, self.costs, "row"),
         )
+
+    def disagreements_at(self, chain, probas, threshold: float) -> int:
+        """Rows whose input to the metric differs between the chain and the full pipeline."""
+        level_probas = [probas[s] for s in chain[:-1]] + [self.full_proba]
+        _, approx = route(level_probas, threshold)
+        return disagreements(self.metric, self.full_proba, approx)
+
+    def point_loss(self, chain, probas, threshold: float) -> float:
+        level_probas = [probas[s] for s in chain[:-1]] + [self.full_proba]
+        _, approx = route(level_probas, threshold)
+        return self.metric.utility(self.labels, self.full_proba) - self.metric.utility(self.labels, approx)
+
+    def loss_bound(self, level_probas, levels, approx, threshold: float) -> LossBound:
+        if self.method == "exact" and self.metric.kind == "rowwise":
+            return self._rowwise(level_probas, levels, approx, threshold)
+        routings = [approx]
+        if self.tolerance > 0:
+            for t in (threshold + self.tolerance, threshold - self.tolerance):
+                _, other = route(level_probas, t)
+                if not np.array_equal(other, approx):
+                    routings.append(other)
+        bounds = [self._score_bound(p) for p in routings]
+        worst = max(bounds, key=lambda b: b.upper)
+        worst.point = bounds[0].point
+        return worst
+
+    def _score_bound(self, approx: np.ndarray) -> LossBound:
+        if self.method == "exact":
+            point = self.metric.utility(self.labels, self.full_proba) - self.metric.utility(self.labels, approx)
+            changed = disagreements(self.metric, self.full_proba, approx)
+            upper = sensitivity_bound(self.metric, self.labels, self.full_proba, approx, changed,
+                                      self.confidence)
+            assert upper is not None  # validated: bound='exact' needs a metric with one
+            return LossBound(point, upper, "Clopper-Pearson x sensitivity",
+                             f"{changed} rows differ; exact bound on their rate times the most "
+                             "they can change the metric")
+        assert self.resamples is not None
+        if self._full_utilities is None:
+            self._full_utilities = self.metric.utilities(self.labels, self.full_proba, self.resamples.chunks())
+        return guarded_bootstrap_bound(self.metric, self.labels, self.full_proba, approx, self.resamples,
+                                       self.confidence, self.min_disagreements, self._full_utilities)
+
+    def _rowwise(self, level_probas, levels, approx, threshold: float) -> LossBound:
+        n = len(self.labels)
+        point = float(np.mean(self.full_good) - np.mean(self.metric.row_good(self.labels, approx)))
+        good = np.stack([self.metric.row_good(self.labels, p) for p in level_probas])  # levels x rows
+        worst, best = good.copy(), good.copy()
+        if self.tolerance > 0:
+            for index, p in enumerate(level_probas):
+                top2 = np.sort(p, axis=1)[:, -2:] if p.shape[1] > 1 else np.hstack([p, p])
+                unsure_label = (top2[:, 1] - top2[:, 0]) < 2 * self.tolerance
+                worst[index] &= ~unsure_label
+                best[index] |= unsure_label
+            loose = answer_levels(level_probas, threshold - self.tolerance)
+            strict = answer_levels(level_probas, threshold + self.tolerance)
+        else:
+            loose = strict = levels
+        candidate = np.arange(len(level_probas))[:, None]
+        possible = (candidate >= loose[None, :]) & (candidate <= strict[None, :])
+        worst_good = np.where(possible, worst, True).all(axis=0)
+        best_good = np.where(possible, best, False).any(axis=0)
+        worse_max = int(np.sum(self.full_good & ~worst_good))
+        better_min = int(np.sum(~self.full_good & worst_good))
+        ambiguous = int(np.sum(worst_good != best_good))
+        return rowwise_bound(worse_max, better_min, ambiguous, n, point, self.confidence)
 
 
 def sweep_cost(sweep: Sweep, cost_mode: str) -> float:
@@ -217,8 +330,9 @@ def select_plan(
     lists each chain's cheapest plan within max_loss, paying or not, so that the report can
     say which constraint stopped a cascade.
 
-    ``cost_mode`` picks the cost that decides: per row at batch size ("batch", for
-    throughput serving) or for one-row calls ("row", for latency serving).
+    A lower threshold answers more rows early, so it is never more expensive: each chain's
+    thresholds are tried from the lowest up and the first within max_loss is its cheapest
+    plan. Thresholds whose point loss already exceeds max_loss are skipped without a bound.
     """
 
     def cost(sweep: Sweep) -> float:
@@ -228,10 +342,13 @@ def select_plan(
     table: list[Sweep] = []
     for chain in chains:
         chain_best = None
-        for t in grids[chain[0]]:
+        for t in sorted(grids[chain]):
+            if evaluator.point_loss(chain, probas, t) > max_loss:
+                continue
             sweep = evaluator.evaluate(chain, probas, t)
-            if sweep.bound.upper <= max_loss and (chain_best is None or cost(sweep) < cost(chain_best)):
+            if sweep.bound.upper <= max_loss:
                 chain_best = sweep
+                break
         if chain_best is not None:
             table.append(chain_best)
             if cost(chain_best) < max_cost and (best is None or cost(chain_best) < cost(best)):
@@ -259,60 +376,5 @@ def certify(evaluator: Evaluator, chain, probas, grid: Sequence[float], max_loss
     return accepted, tested
 
 
-# --- top-K ----------------------------------------------------------------------------
-def topk_ratio(
-    cheap: np.ndarray,
-    full: np.ndarray,
-    k: int,
-    pool: int,
-    *,
-    precision: float,
-    quantile: float,
-    rng: np.random.Generator,
-    resamples: int = TOPK_RESAMPLES,
-    ratios: Sequence[float] = TOPK_RATIOS,
-) -> float | None:
-    """Smallest r with precision@k >= ``precision`` in at least ``quantile`` of resamples.
-
-    Each resample draws ``pool`` rows (with replacement) from the held-out scores.
-    The filter keeps the ceil(r*k) rows with the best cheap scores; the full model
-    ranks them, so the approximate top-k holds exactly those true top-k rows that
-    survived the filter. None when only exact scoring qualifies.
-    """
-    if k < 1 or pool <= k:
-        return None
-    held = len(cheap)
-    keep = np.array([math.ceil(r * k) for r in ratios])
-    useful = keep < pool
-    if not useful.any():
-        return None
-    hits = np.zeros((resamples, len(ratios)))
-    positions = np.arange(pool)
-    for b in range(resamples):
-        idx = rng.integers(0, held, pool)
-        full_order = np.lexsort((positions, -full[idx]))
-        cheap_rank = np.empty(pool, dtype=np.int64)
-        cheap_rank[np.lexsort((positions, -cheap[idx]))] = positions
-        top_ranks = np.sort(cheap_rank[full_order[:k]])
-        hits[b] = np.searchsorted(top_ranks, keep, side="left") / k
-    passing = (hits >= precision).mean(axis=0) >= quantile
-    for r, ok, use in zip(ratios, passing, useful, strict=True):
-        if ok and use:
-            return float(r)
-    return None
-
-
-def topk_cost(
-    filter_groups: Sequence[str], ratio: float | None, k: int, pool: int, graph: Graph, costs: Costs
-) -> float:
-    """Seconds for a top-K query over ``pool`` rows (batch costs)."""
-    if ratio is None:
-        return pool * full_cost(graph, costs, "batch")
-    kept = min(math.ceil(ratio * k), pool)
-    chain = (tuple(filter_groups), tuple(graph.groups))
-    return pool * chain_cost(chain, [1.0, kept / pool], graph, costs, "batch")
-
-
 def describe(chain: Sequence[Sequence[str]]) -> str:
     return " -> ".join("[" + ", ".join(level) + "]" for level in chain)
-

@@ -7,7 +7,7 @@ as medians over repeats. Importance is permutation importance of a whole group.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,6 @@ import numpy as np
 
 from ._blocks import Block, hstack
 from ._capture import BODY, Pipeline
-from ._metrics import log_loss
 from ._models import predict_proba
 from ._rows import n_rows, take
 
@@ -74,6 +73,31 @@ def measure_node_costs(
     if progress is not None:
         progress.update(1)
     return Costs(batch=_median(batch_samples), row=_median(row_samples))
+
+
+#: key of ``fixed_costs`` giving every model's seconds per row
+MODEL_COST_KEY = "<model>"
+
+
+def fixed_node_costs(nodes: Sequence[str], fixed: Mapping[str, float]) -> Costs:
+    """Costs given by the caller instead of measured: seconds per row for each feature node
+    (a node not named costs 0) and, under ``"<model>"``, for every model. The same at batch
+    size and for one row. For tests and studies whose outcome must not depend on how fast
+    the machine is."""
+    unknown = sorted(set(fixed) - set(nodes) - {MODEL_COST_KEY, BODY})
+    if unknown:
+        raise ValueError(f"fixed_costs names unknown feature node(s) {unknown}; nodes: {list(nodes)}")
+    bad = {k: v for k, v in fixed.items() if not (isinstance(v, (int, float)) and v >= 0)}
+    if bad:
+        raise ValueError(f"fixed_costs must be non-negative seconds per row; got {bad}")
+    per_node = {n: float(fixed.get(n, 0.0)) for n in nodes} | {BODY: float(fixed.get(BODY, 0.0))}
+    return Costs(batch=dict(per_node), row=dict(per_node))
+
+
+def log_loss(y: np.ndarray, proba: np.ndarray, eps: float = 1e-12) -> float:
+    """Mean negative log-likelihood of the true class index (-1, an unseen label: eps)."""
+    p_true = np.where(y >= 0, proba[np.arange(len(y)), np.maximum(y, 0)], 0.0)
+    return float(-np.mean(np.log(np.clip(p_true, eps, 1.0))))
 
 
 def _per_row(node_seconds: dict[str, float], body_seconds: float, rows: int) -> dict[str, float]:

@@ -39,6 +39,7 @@ class CandidateRow:
     loss_bound: float
     expected_speedup: float
     expected_speedup_row: float = 1.0
+    method: str = ""  # which bound produced loss_bound
 
 
 @dataclass
@@ -84,6 +85,13 @@ class Report:
     notes: list[str] = field(default_factory=list)
     cost_mode: str = "batch"  # which cost chose the plan: "batch" or "row"
     measured_speedup: float | None = None  # the certified cascade timed against the full pipeline
+    bound_detail: str = ""  # why that bound, and what it saw (rows worse / better / differing)
+    certifiable_floor: float | None = None  # smallest loss an exact bound can certify on this split
+    rows_needed: int | None = None  # certification rows an exact bound needs for max_loss at best
+    split: str = ""  # how the train / selection / certification rows were chosen
+    feature_state: str = ""  # who fitted the feature state, on which rows
+    costs_source: str = "measured"  # "measured" or "fixed" (fixed_costs=)
+    greater_is_better: bool = True  # the metric's direction (loss = full - optimized, in its favour)
 
     def to_dict(self) -> dict[str, Any]:
         return _finite(asdict(self))
@@ -96,6 +104,8 @@ class Report:
         data = dict(data)
         data["groups"] = [GroupRow(**g) for g in data["groups"]]
         data["levels"] = [LevelRow(**lv) for lv in data["levels"]]
+        known = set(cls.__dataclass_fields__)
+        data = {k: v for k, v in data.items() if k in known}
         data["candidates"] = [CandidateRow(**c) for c in data["candidates"]]
         data["certification"] = [CandidateRow(**c) for c in data["certification"]]
         data["topk"] = TopKRow(**data["topk"]) if data.get("topk") else None
@@ -111,8 +121,17 @@ class Report:
         if self.loss_bound is not None:
             lines.append(
                 f"  loss {self.loss:+.4f}, {self.confidence:.0%} upper bound {self.loss_bound:.4f} "
-                f"<= max_loss {self.max_loss} ({self.bound_method})"
+                f"<= max_loss {self.max_loss} ({self.bound_method}: {self.bound_detail})"
             )
+        if self.certifiable_floor is not None:
+            lines.append(
+                f"  certification: {self.splits.get('certification', 0)} rows ({self.split}); the "
+                f"smallest loss an exact bound can certify with them is {self.certifiable_floor:.4f}"
+                + ("" if self.rows_needed is None else
+                   f"; max_loss {self.max_loss} needs at least {self.rows_needed} rows")
+            )
+        if self.feature_state:
+            lines.append(f"  feature state: {self.feature_state}")
         lines.append(
             f"  expected speedup {self.expected_speedup:.2f}x batch, {self.expected_speedup_row:.2f}x "
             f"one row (limit {self.limit_speedup:.1f}x); plan chosen by {self.cost_mode} cost"
@@ -141,7 +160,7 @@ class Report:
         ))
         if self.candidates:
             lines.append("")
-            lines.append("  candidate plans (selection split, best threshold each):")
+            lines.append("  candidate plans (selection split, cheapest threshold within max_loss each):")
             lines.append(_table(
                 ["chain", "threshold", "loss", "bound", "speedup batch", "speedup 1 row"],
                 [[c.chain, f"{c.threshold:.4f}", f"{c.loss:+.4f}", f"{c.loss_bound:.4f}",
@@ -152,9 +171,10 @@ class Report:
             ratio = "exact" if t.ratio is None else f"r={t.ratio:g}"
             lines.append("")
             lines.append(
-                f"  top-K: k={t.k} of {t.pool} rows, filter [{', '.join(t.filter_groups)}], {ratio}, "
-                f"precision@k >= {t.precision_target} in {t.quantile:.0%} of resamples, "
-                f"expected speedup {t.expected_speedup:.2f}x"
+                f"  top-K (estimated, not certified): k={t.k} of {t.pool} rows, filter "
+                f"[{', '.join(t.filter_groups)}], {ratio}, aiming at precision@k >= "
+                f"{t.precision_target} in {t.quantile:.0%} of pools, expected speedup "
+                f"{t.expected_speedup:.2f}x"
             )
         lines.append("  models: " + "; ".join(f"{k}: {v}" for k, v in self.models.items()))
         lines.append(f"  refit: {self.refit}")

@@ -116,10 +116,19 @@ class SklearnPipeline(Pipeline):
                 return transformer, columns, (self.union.transformer_weights or {}).get(name)
         raise PipelineError(f"the ColumnTransformer has no fitted branch {name!r} (empty columns?)")
 
+    @property
+    def has_feature_state(self) -> bool:
+        return True
+
+    @property
+    def is_fitted(self) -> bool:
+        return self._fitted
+
     def fit_features(self, X: Any, y: Any) -> None:
-        """Fit preprocessing and the union on the training rows, unless already fitted."""
-        if self._fitted:
-            return
+        """Fit fresh copies of the preprocessing and the union on the training rows.
+
+        Already-fitted transformers are refitted too: they may have seen the rows willump
+        certifies on. ``optimize(refit=False, cert=...)`` keeps them as they are."""
         x = X
         fitted_pre = []
         for n, step in self.pre_steps:
@@ -156,7 +165,8 @@ def from_sklearn(sk_pipeline: SkPipeline, name: str | None = None) -> SklearnPip
 
     Each branch becomes a feature group; steps before the union become a shared
     upstream step; ``willump.optimize`` takes the last step as the model when
-    ``model`` is not given (it fits its own copy). An unfitted pipeline's feature
-    steps are fitted on the optimizer's training split.
+    ``model`` is not given. By default optimize refits copies of the feature steps and the
+    model on its own training split (fitted ones too: they may have seen the rows it
+    certifies on); ``optimize(refit=False, cert=(X_cert, y_cert))`` serves them as fitted.
     """
     return SklearnPipeline(sk_pipeline, name=name)

@@ -11,3 +11,8 @@ class PipelineError(WillumpError, ValueError):
 
 class ArtifactError(WillumpError):
     """A saved artifact is missing, corrupt, tampered with or from other versions."""
+
+
+class WillumpWarning(UserWarning):
+    """Something the user should know about a result: e.g. a max_loss no certification
+    split of this size can certify, or a fitted model that was refitted."""

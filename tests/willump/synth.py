@@ -88,3 +88,18 @@ def slow_bc(df):
 def calibration(df):
     """Same signal as no_sleep, with an expensive second group so that cascades pay."""
     return [fast_a(df), slow_bc(df)]
+
+
+#: per-row costs the statistical tests pass as ``fixed_costs`` (no timing: the outcome must not
+#: depend on how fast or loaded the machine is); the same ratios the sleeps stand for
+FIXED_COSTS = {
+    "three_groups": {"cheap": 1e-6, "medium": MEDIUM_COST, "costly": COSTLY_COST},
+    "no_sleep": {"fast_a": 1e-6, "fast_bc": 1e-4},
+    "calibration": {"fast_a": 1e-6, "slow_bc": 1e-4},
+}
+
+
+def quiet(pipeline, **extra):
+    """optimize() keyword arguments for a statistical test of ``pipeline``: fixed costs, no
+    progress output, fewer importance repeats."""
+    return dict(verbose=False, importance_repeats=2, fixed_costs=FIXED_COSTS[pipeline.name]) | extra

@@ -1,45 +1,52 @@
-"""The guarantee is calibrated: over many seeds, fresh-data loss rarely exceeds max_loss."""
+"""The guarantee is calibrated where users go: about 1,000 labelled rows, the default bound.
+
+Over many seeds, the certified plan's loss on fresh data exceeds max_loss in at most the share
+the confidence allows (plus sampling slack), while most runs still approximate. Costs are fixed
+(``fixed_costs``), so the outcome does not depend on how fast or loaded the machine is."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
 
 import willump
 
 from . import synth
-from .synth import calibration, make_rows
+from .synth import calibration, make_rows, quiet
 
 SEEDS = 30
-MAX_LOSS = 0.01
-CONFIDENCE = 0.95
-FRESH_ROWS = 200_000
+ROWS = 1000  # 240 certification rows: the certifiable floor is 0.0153
+MAX_LOSS = 0.03
+FRESH_ROWS = 100_000
 WEIGHTS = (2.0, 1.0, 1.0)
 
 
+def _loss(opt, metric: str, X, y) -> float:
+    if metric == "accuracy":
+        return float(np.mean(opt.baseline.predict(X) == y) - np.mean(opt.predict(X) == y))
+    return float(roc_auc_score(y, opt.baseline.predict_proba(X)[:, 1]) - roc_auc_score(y, opt.predict_proba(X)[:, 1]))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("bound", ["bootstrap", "exact"])
-def test_fresh_data_loss_exceeds_max_loss_rarely(bound):
+@pytest.mark.parametrize(("metric", "min_cascades"), [("accuracy", SEEDS // 2), ("roc_auc", SEEDS // 4)])
+def test_fresh_data_loss_exceeds_max_loss_rarely(metric, min_cascades, monkeypatch):
+    monkeypatch.setattr(synth, "SLEEPING", False)
     exceeded, cascades, losses = 0, 0, []
     for seed in range(SEEDS):
-        X, y = make_rows(4000, seed=seed, weights=WEIGHTS)
-        opt = willump.optimize(
-            calibration, LogisticRegression(), X, y, max_loss=MAX_LOSS, confidence=CONFIDENCE,
-            bound=bound, seed=seed, top_k=None, verbose=False,
-            profile_repeats=1, profile_single_rows=2, importance_repeats=1,
-        )
+        X, y = make_rows(ROWS, seed=seed, weights=WEIGHTS)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", willump.WillumpWarning)  # MAX_LOSS is above the floor
+            opt = willump.optimize(calibration, LogisticRegression(), X, y, metric=metric,
+                                   max_loss=MAX_LOSS, seed=seed, top_k=None, **quiet(calibration))
         X_new, y_new = make_rows(FRESH_ROWS, seed=10_000 + seed, weights=WEIGHTS)
-        synth.SLEEPING = False  # the cost sleeps only matter to the optimizer
-        try:
-            loss = np.mean(opt.baseline.predict(X_new) == y_new) - np.mean(opt.predict(X_new) == y_new)
-        finally:
-            synth.SLEEPING = True
+        loss = _loss(opt, metric, X_new, y_new)
         losses.append(loss)
         exceeded += loss > MAX_LOSS
         cascades += opt.report().plan == "cascade"
-    # at 95% confidence about 1.5 of 30 runs may exceed; 5 or more has probability < 2%
-    assert exceeded <= 4, (exceeded, losses)
-    assert cascades >= SEEDS // 2  # the bound is not vacuous: most runs do approximate
-    print(f"{bound}: {exceeded}/{SEEDS} runs exceeded max_loss={MAX_LOSS}; "
-          f"{cascades} cascades; mean loss {np.mean(losses):.4f}")
+    # at 95% confidence about 1.5 of 30 runs may exceed; the issue's target is at most 10%
+    assert exceeded <= SEEDS // 10, (exceeded, losses)
+    assert cascades >= min_cascades, cascades  # not vacuous: runs do approximate

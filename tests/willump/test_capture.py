@@ -238,3 +238,54 @@ def test_constant_column_reads_are_found(rows):
 
     graph = p.capture(frame)
     assert graph.columns == {"dated": ["a", "year"], "plain": ["b"]}
+
+
+@willump.feature
+def _column_stat(x):
+    return np.asarray(x, dtype=float).reshape(-1, 1)
+
+
+@willump.pipeline
+def _two_temporaries(frame):
+    # two temporaries of one shape, dtype, name and index: a freed first one could hand its
+    # buffer address (the memo's key) to the second
+    return [_column_stat(frame.a * 2), _column_stat(frame.a + 100)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 10, 1000, 50_000])
+def test_temporaries_with_reused_addresses_are_different_nodes(n):
+    frame = pd.DataFrame({"a": np.arange(n, dtype=float)})
+    out = _two_temporaries(frame)
+    assert np.array_equal(out[0].ravel(), frame.a.to_numpy() * 2)
+    assert np.array_equal(out[1].ravel(), frame.a.to_numpy() + 100)
+    graph = _two_temporaries.capture(frame)
+    assert graph.groups == ["_column_stat", "_column_stat#2"]
+    blocks, _ = _two_temporaries.compute(frame, ["_column_stat#2"])
+    assert np.array_equal(blocks["_column_stat#2"].ravel(), frame.a.to_numpy() + 100)
+
+
+def test_node_keys_do_not_shift_when_a_group_with_nested_calls_is_skipped(rows):
+    @willump.feature
+    def helper(x):
+        return np.asarray(x, dtype=float).reshape(-1, 1) * 3
+
+    @willump.feature
+    def uses_helper(frame):
+        return helper(frame["a"]) + 1
+
+    @willump.feature
+    def plain(frame):
+        return frame[["b"]].to_numpy()
+
+    @willump.pipeline
+    def p(frame):
+        first = uses_helper(frame)
+        return [first, plain(frame), helper(frame["c"])]
+
+    graph = p.capture(rows)
+    top_helper = graph.groups[2]
+    for groups in (["plain"], [top_helper], ["uses_helper", top_helper]):
+        blocks, _ = p.compute(rows, groups)  # uses_helper (and its nested call) skipped in two
+        if top_helper in groups:
+            assert np.allclose(blocks[top_helper].ravel(), rows["c"].to_numpy() * 3)
+    assert np.allclose(p.compute(rows, ["uses_helper"])[0]["uses_helper"].ravel(), rows["a"] * 3 + 1)
