@@ -142,6 +142,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from . import model_cli
+
+    if model_cli.is_model_command(argv):  # a saved torch model (a file): partitioned
+        return model_cli.main(argv)
     args = build_parser().parse_args(argv)
     try:
         if args.command == "plan":

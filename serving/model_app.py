@@ -219,6 +219,7 @@ def deploy_model(
         else:
             folder = Path(workdir)
             folder.mkdir(parents=True, exist_ok=True)
+        inflight = max_inflight or 2 * the_plan.devices_used + len(the_plan.stages)
         handles = []
         stage_names = []
         for k, (mod, st) in enumerate(zip(stages, the_plan.stages, strict=True)):
@@ -228,11 +229,12 @@ def deploy_model(
             stage_name = f"{name}-stage{k}"
             stage_names.append(stage_name)
             handles.append(PartitionStage.options(
-                name=stage_name, num_replicas=st.replicas, max_ongoing_requests=2,
+                # room for every batch the ingress lets in: a full replica would make Serve's
+                # router back off and retry; the replica's lock still runs one batch at a time
+                name=stage_name, num_replicas=st.replicas, max_ongoing_requests=max(4, inflight),
                 ray_actor_options={"num_cpus": 0.0 if on_gpu else cpus_per_replica,
                                    "num_gpus": 1 if on_gpu else 0},
             ).bind(str(path), device, threads))
-        inflight = max_inflight or 2 * the_plan.devices_used + len(the_plan.stages)
         info = {
             "inputs": [vars(InputSpec.of(a)) for a in args], "batch_size": the_plan.batch_size,
             "batch_wait_ms": batch_wait_ms, "max_inflight": inflight, "max_rows": max_rows,

@@ -48,41 +48,60 @@ def fit_transport(points: list[tuple[float, float]], source: str) -> Transport:
     return Transport(fixed, bps, source, [[float(a), float(b)] for a, b in points])
 
 
-def calibrate_transport(*, sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int = DEFAULT_REPEATS,
-                        name: str = "willump-hop-calibration") -> Transport:
-    """Measure the Serve handle hop on the running Ray (deploys two small apps, then
-    deletes them). Needs ``ray.init`` and ``serve.start`` done by the caller."""
-    import ray
-    from ray import serve
+class HopProbe:
+    """Two small identity apps kept deployed, so the hop can be measured again right
+    before each measurement it predicts (the hop's cost moves with the machine's load)."""
 
-    if not ray.is_initialized():
-        raise RuntimeError("calibrate_transport needs a running Ray (ray.init) with Serve started")
-    if repeats < 3 or not sizes:
-        raise ValueError("repeats must be >= 3 and sizes non-empty")
-    ident = _identity_cls()
-    one = serve.run(ident.options(name=f"{name}-a").bind(), name=f"{name}-1", route_prefix=None)
-    two_a = serve.run(ident.options(name=f"{name}-b").bind(), name=f"{name}-2", route_prefix=None)
-    try:
-        def once(payload: np.ndarray, hops: int) -> float:
-            t0 = time.perf_counter()
-            r = one.remote(payload)
-            if hops == 2:
-                r = two_a.remote(r)
-            r.result()
-            return (time.perf_counter() - t0) * 1000.0
+    def __init__(self, name: str = "willump-hop-calibration"):
+        import ray
+        from ray import serve
 
+        if not ray.is_initialized():
+            raise RuntimeError("measuring the Serve hop needs a running Ray (ray.init) with Serve started")
+        self.name = name
+        ident = _identity_cls()
+        self.one = serve.run(ident.options(name=f"{name}-a").bind(), name=f"{name}-1", route_prefix=None)
+        self.two = serve.run(ident.options(name=f"{name}-b").bind(), name=f"{name}-2", route_prefix=None)
+
+    def _once(self, payload: np.ndarray, hops: int) -> float:
+        t0 = time.perf_counter()
+        r = self.one.remote(payload)
+        if hops == 2:
+            r = self.two.remote(r)
+        r.result()
+        return (time.perf_counter() - t0) * 1000.0
+
+    def measure(self, sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int = DEFAULT_REPEATS) -> Transport:
+        if repeats < 3 or not sizes:
+            raise ValueError("repeats must be >= 3 and sizes non-empty")
         points = []
         for size in sizes:
             payload = np.ones(max(size // 4, 1), dtype=np.float32)
             for _ in range(3):
-                once(payload, 1)
-                once(payload, 2)
+                self._once(payload, 1)
+                self._once(payload, 2)
             single, double = [], []
             for _ in range(repeats):  # interleaved, so a load spike hits both chains alike
-                single.append(once(payload, 1))
-                double.append(once(payload, 2))
+                single.append(self._once(payload, 1))
+                double.append(self._once(payload, 2))
             points.append((float(payload.nbytes), max(statistics.median(double) - statistics.median(single), 0.0)))
+        return fit_transport(points, "serve-handle")
+
+    def close(self) -> None:
+        from ray import serve
+
+        serve.delete(f"{self.name}-1")
+        serve.delete(f"{self.name}-2")
+
+
+def calibrate_transport(*, sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int = DEFAULT_REPEATS,
+                        name: str = "willump-hop-calibration") -> Transport:
+    """Measure the Serve handle hop on the running Ray (deploys two small apps, then
+    deletes them). Needs ``ray.init`` and ``serve.start`` done by the caller."""
+    if repeats < 3 or not sizes:
+        raise ValueError("repeats must be >= 3 and sizes non-empty")
+    probe = HopProbe(name)
+    try:
+        return probe.measure(sizes, repeats)
     finally:
-        serve.delete(f"{name}-1")
-        serve.delete(f"{name}-2")
-    return fit_transport(points, "serve-handle")
+        probe.close()

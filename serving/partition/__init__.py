@@ -9,10 +9,14 @@ Plain data in, plan out, no Ray (deployment of a plan lives in :func:`serving.de
     evaluate(prof, [(0, 10, 2), (10, len(graph), 2)], devices=4)   # any assignment
     simulate(p, prof, rate=100.0)              # p50 / p99 / throughput by discrete events
     stages = split(graph, p)                   # one nn.Module per stage; Pipeline(stages) == module
+
+``save_model(module, example, "m.pt")`` writes the file ``willump plan m.pt`` and
+``willump serve m.pt`` read.
 """
 
 from .capture import MAX_BLOCKS, Block, CaptureError, Graph, capture
 from .cost import Stage
+from .emulate import EmulatedBlock, emulated
 from .pipedream import PIPEDREAM_BATCH, read_pipedream
 from .planner import (
     OBJECTIVES,
@@ -24,7 +28,17 @@ from .planner import (
     plan,
     with_replicas,
 )
-from .profile import Profile, Transport, batch_of, load_profile, nbytes, profile, save_profile
+from .profile import (
+    Profile,
+    Transport,
+    batch_of,
+    load_model,
+    load_profile,
+    nbytes,
+    profile,
+    save_model,
+    save_profile,
+)
 from .simulate import ARRIVALS, SimResult, simulate
 from .split import Pipeline, allclose, split
 
@@ -35,6 +49,7 @@ __all__ = [
     "PIPEDREAM_BATCH",
     "Block",
     "CaptureError",
+    "EmulatedBlock",
     "Graph",
     "Pipeline",
     "Plan",
@@ -46,14 +61,17 @@ __all__ = [
     "batch_of",
     "brute_force",
     "capture",
+    "emulated",
     "evaluate",
     "even_by_layers",
     "even_by_params",
+    "load_model",
     "load_profile",
     "nbytes",
     "plan",
     "profile",
     "read_pipedream",
+    "save_model",
     "save_profile",
     "simulate",
     "split",

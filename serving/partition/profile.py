@@ -147,6 +147,29 @@ def load_profile(path: str | os.PathLike) -> Profile:
     return Profile.from_dict(json.loads(Path(path).read_text()))
 
 
+#: format tag of a model file written by :func:`save_model`
+MODEL_FORMAT = "willump-torch-model"
+
+
+def save_model(module: torch.nn.Module, example: Any, path: str | os.PathLike) -> None:
+    """A torch module and its example input in one file, for ``willump plan`` / ``willump
+    serve`` (pickled with torch.save: load only files you trust)."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    torch.save({"format": MODEL_FORMAT, "version": 1, "module": module, "example": example}, Path(path))
+
+
+def load_model(path: str | os.PathLike) -> tuple[torch.nn.Module, Any]:
+    """``(module, example)`` from a file written by :func:`save_model`."""
+    try:
+        d = torch.load(Path(path), weights_only=False, map_location="cpu")
+    except Exception as exc:
+        raise ValueError(f"{path} is not a model file written by serving.partition.save_model: {exc}") from exc
+    if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT:
+        raise ValueError(f"{path} is not a model file written by serving.partition.save_model")
+    return d["module"], d["example"]
+
+
 def nbytes(value: Any) -> int:
     """Bytes of every tensor in a (nested) value; Python scalars count 8."""
     total = 0

@@ -89,10 +89,15 @@ def simulate(
     rows_per_request: int = 1,
     batch_wait_ms: float = 0.0,
     max_inflight: int | None = None,
+    front_ms: float = 0.0,
     seed: int = 0,
 ) -> SimResult:
     """Simulate ``requests`` requests arriving at ``rate`` requests/s (``arrivals``:
-    "poisson" or "bursty", a burst/calm modulated Poisson process with the same mean)."""
+    "poisson" or "bursty", a burst/calm modulated Poisson process with the same mean).
+
+    ``front_ms`` is a fixed time every request spends outside the pipeline (the HTTP
+    front and the ingress's request handling, measured on the deployment), added to
+    its latency."""
     if not plan.stages:
         raise ValueError("the plan has no stages (an infeasible plan cannot be simulated)")
     if not rate > 0:
@@ -101,6 +106,8 @@ def simulate(
         raise ValueError(f"arrivals must be one of {ARRIVALS}, got {arrivals!r}")
     if requests < 10 or rows_per_request < 1:
         raise ValueError("requests must be >= 10 and rows_per_request >= 1")
+    if front_ms < 0 or batch_wait_ms < 0:
+        raise ValueError("front_ms and batch_wait_ms must be >= 0")
     rng = np.random.default_rng(seed)
     model = model_of(profile, plan.transport, overlap=plan.overlap)
     sizes = profile.batch_sizes
@@ -209,7 +216,7 @@ def simulate(
             else:  # the ingress's half of the hop out of the last stage
                 push(t + edge_hop(n, batch[0]), "leave", batch)
     skip = int(requests * WARMUP_SHARE)
-    lat = (done_at - arrive)[skip:]
+    lat = (done_at - arrive)[skip:] + front_ms
     finished = np.sort(done_at)
     span_ms = finished[-1] - finished[skip]  # completions after the warm-up, to the last one
     thr = (requests - 1 - skip) * rows_per_request * 1000.0 / span_ms if span_ms > 0 else math.inf
