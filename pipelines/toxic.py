@@ -52,20 +52,29 @@ def fit_vectorizers(texts: Iterable[str]) -> tuple[TfidfVectorizer, TfidfVectori
     return word, char
 
 
-def make_pipeline(word: TfidfVectorizer, char: TfidfVectorizer, name: str = "toxic") -> willump.Pipeline:
-    """The decorated pipeline over a frame with a ``tweet`` column."""
+def make_pipeline(name: str = "toxic") -> willump.Pipeline:
+    """The decorated pipeline over a frame with a ``tweet`` column.
+
+    The vocabularies are feature state: the pipeline's fit hook fits them on the rows willump
+    trains on (never on the rows that certify), and the feature groups read them from there.
+    """
+    state: dict[str, TfidfVectorizer] = {}
 
     @willump.feature
     def word_tfidf(df):
-        return word.transform(df["tweet"])
+        return state["word"].transform(df["tweet"])
 
     @willump.feature
     def char_tfidf(df):
-        return char.transform(df["tweet"])
+        return state["char"].transform(df["tweet"])
 
     @willump.pipeline(name=name)
     def toxic(df):
         return [word_tfidf(df), char_tfidf(df)]
+
+    @toxic.fit
+    def fit_vocabularies(X, y):
+        state["word"], state["char"] = fit_vectorizers(X["tweet"])
 
     return toxic
 
@@ -85,11 +94,10 @@ def _build(labels: np.ndarray, texts: pd.DataFrame, name: str, description: str,
            n_rows: int | None, topk_label) -> Workload:
     X, y = subsample(texts, labels, n_rows, seed=data_seed)
     X_train, y_train, X_test, y_test = split(X, y, seed=data_seed)
-    word, char = fit_vectorizers(X_train["tweet"])
     return Workload(
         name=name,
         description=description,
-        pipeline=make_pipeline(word, char, name=name),
+        pipeline=make_pipeline(name=name),
         model=model(),
         X_train=X_train,
         y_train=y_train,

@@ -313,6 +313,13 @@ class Pipeline:
         if self.fit_fn is not None:
             self.fit_fn(X, y)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a pickled pipeline (an artifact) carries its fitted state, not the hook that fitted
+        # it: the hook may close over training data (labels, outcomes) that must not ship
+        state = self.__dict__.copy()
+        state["fit_fn"] = None
+        return state
+
     def execute(self, rows: Any, needed: Iterable[str] | None = None) -> RunResult:
         """Run the body once; calls from the body to nodes outside ``needed`` are skipped."""
         graph = self.graph_

@@ -42,6 +42,7 @@ def test_builds_without_shared_data_and_splits_held_out(workload):
 
 
 def test_lookups_find_their_rows(workload):
+    workload.pipeline.fit_features(workload.X_train, workload.y_train)  # what optimize's hook does
     store, X = workload.store, workload.X_test
     weather = store.lookup("weather", X["origin"] + "|" + X["time_hour"])
     assert np.isfinite(weather[:, 0]).mean() > 0.95
@@ -72,6 +73,18 @@ def test_carrier_history_uses_only_earlier_days():
     assert table.loc["AA|2013-01-10", "prev_day_late_share"] == 1.0
 
 
+def test_tables_built_from_labels_see_willump_train_rows_only(optimized, workload):
+    """The route and carrier tables hold outcomes of the rows willump trains on, never of the
+    rows that select or certify the plan (the fit hook is called with the train split)."""
+    report = optimized.report()
+    train = report.splits["train"]
+    assert train < len(workload.X_train)
+    routes = workload.store.lookup("route_stats", pd.Series(sorted({
+        f"{o}|{d}" for o, d in zip(workload.X_train["origin"], workload.X_train["dest"], strict=True)})))
+    assert np.nansum(routes[:, 0]) == train  # route_flights sums to the train rows
+    assert "fitted by willump on its" in report.feature_state
+
+
 def test_optimized_pipeline_is_consistent_and_saves(optimized, workload, tmp_path):
     X = workload.X_test.iloc[:500]
     proba, level = optimized.predict_with_levels(X)
@@ -96,6 +109,7 @@ def test_store_is_chosen_by_argument_and_a_slow_segment_can_be_planted():
     X = w.X_test
     to_sfo = X[X["dest"] == "SFO"].iloc[:1]
     elsewhere = X[X["dest"] != "SFO"].iloc[:1]
+    w.pipeline.fit_features(w.X_train, w.y_train)
     w.pipeline.capture(w.X_train.iloc[:64])
     before = slow.slow_calls
     w.pipeline.compute(elsewhere, w.pipeline.graph.groups)
@@ -114,6 +128,7 @@ def test_redis_backed_flights_equal_in_memory_flights(workload):
                                name="flights_redis")
         X = remote.X_test.iloc[:300]
         for w in (remote, workload):
+            w.pipeline.fit_features(w.X_train, w.y_train)
             w.pipeline.capture(w.X_train.iloc[:64])
         got, _ = remote.pipeline.compute(X, remote.pipeline.graph.groups)
         want, _ = workload.pipeline.compute(X, workload.pipeline.graph.groups)

@@ -24,7 +24,9 @@ def optimized(shared_datasets):
     def get(name):
         if name not in cache:
             w = pipelines.build(name, data_dir=shared_datasets, seed=0, n_rows=ROWS[name])
-            cache[name] = (w, w.optimize(**FAST))
+            # 720 certification rows cannot certify the workloads' max_loss of 0.005 (the floor
+            # is 0.0051): willump warns and serves the full pipeline; test a cascade at 0.02
+            cache[name] = (w, w.optimize(max_loss=max(w.max_loss, 0.02), **FAST))
         return cache[name]
 
     return get
@@ -45,7 +47,7 @@ def test_workload_builds_and_optimizes(optimized, name):
     assert proba.shape == (len(w.X_test), len(opt.classes_))
     assert set(np.unique(level)) <= set(range(len(opt.levels)))
     if report.plan == "cascade":
-        assert report.loss_bound <= w.max_loss
+        assert report.loss_bound <= report.max_loss
         # willump keeps a cascade only if expected and measured (side by side) to be faster
         assert report.expected_speedup > 1.0 and report.measured_speedup >= 1.0
     if w.small_model is not None:  # the LightGBM workloads: a smaller model in the cheap levels
