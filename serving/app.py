@@ -1,42 +1,48 @@
-"""The Ray Serve application: an HTTP ingress, model stages, and the monitor.
+"""The HTTP ingress: validates requests, routes rows through the stages within each request's
+deadline, answers, and feeds the monitor.
 
-No ``from __future__ import annotations`` here: FastAPI resolves the route
-annotations of the class Serve pickles by value, so they must be real objects.
+No ``from __future__ import annotations`` here: FastAPI resolves the route annotations of
+the class Serve pickles by value, so they must be real objects.
 
-Composition follows Ray Serve's own examples: one class per deployment, bound
-deployments passed to the ingress constructor, handles for calls, ``@serve.batch``
-for batching rows from many requests at a stage.
+Per request: an id (the client's ``X-Request-Id`` or a new one, echoed back and logged with
+any server error, whose text never reaches the client); an optional API key; a deadline
+(``X-Deadline-Ms``, default from the plan's p99 target); admission against a bound on
+requests in flight (503 with ``Retry-After`` beyond it); the body parsed off the event loop
+when large; rows merged with other requests' rows into stage calls (:mod:`serving.coalesce`),
+a call failing on one request's rows failing only that request; with ``degrade=True``, rows
+whose later stage is late or overloaded answered by the earlier level, marked ``degraded``.
 """
 
 import asyncio
-import inspect
-import json
+import hashlib
+import hmac
+import logging
+import re
 import time
+import uuid
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
 from ray import serve
 
-from .metrics import ServingMetrics
-from .records import RecordBuffer, record_columns
-from .runtime import (
-    Bundle,
-    StageRunner,
-    concat_blocks,
-    concat_rows,
-    load_bundle,
-    merge_chunks,
-    place_models,
-    split_outputs,
-    split_rows,
+from .artifacts import ArtifactSource
+from .calls import (
+    RETRY_AFTER_S,
+    Deadline,
+    DeadlineExceeded,
+    StageOverloaded,
+    call_stage,
+    wait_or_cancel,
 )
+from .coalesce import Coalescer, Item
+from .metrics import ServingMetrics, exact_totals, extra_metrics
+from .planner import CONCURRENT_BATCHES, INGRESS_BATCH_ROWS
+from .records import RecordBuffer, record_columns
+from .replicas import LocalStage, coerce
+from .runtime import concat_blocks, concat_rows, split_outputs
 from .schema import (
-    MAX_BODY_BYTES,
-    MAX_ROWS,
     ErrorResponse,
     PredictRequest,
     PredictResponse,
@@ -44,182 +50,35 @@ from .schema import (
     RowSchema,
     TopKRequest,
     TopKResponse,
+    parse_request,
     plain,
+    predict_answer,
 )
 from .stages import StageSpec
 
-#: times a stage call is retried when its replica died mid-call (predictions are idempotent)
-STAGE_RETRIES = 2
-#: batches a stage replica runs at once (in threads): waits on remote feature lookups overlap,
-#: and one slow lookup does not hold up every other request's batch
-CONCURRENT_BATCHES = 4
-#: most unsure rows the ingress merges into one call to the expensive stage
-INGRESS_BATCH_ROWS = 256
+log = logging.getLogger("ray.serve")
 
-
-def _rows_in(items: list) -> int:
-    return sum(len(rows) for rows, _ in items)
-
-
-def len_rows(frames: list) -> int:
-    return sum(len(f) for f in frames)
-
-
-@serve.deployment
-class ModelStage:
-    """One stage replica: loads the artifact, runs its levels, batches across requests."""
-
-    def __init__(
-        self,
-        bundle: Bundle,
-        spec: StageSpec,
-        *,
-        baseline: bool = False,
-        device: str = "cpu",
-        runtime: str = "native",
-        batching: bool = True,
-        max_batch_size: int = 32,
-        batch_wait_timeout_s: float = 0.002,
-    ):
-        opt = load_bundle(bundle)
-        self.notes = place_models(opt, device, runtime)
-        self.runner = StageRunner(opt, spec, baseline=baseline)
-        self.batching = batching
-        self.max_batch_size = max(1, int(max_batch_size))
-        if batching:
-            self.run_batch.set_max_batch_size(self.max_batch_size)
-            self.run_batch.set_batch_wait_timeout_s(float(batch_wait_timeout_s))
-        try:
-            self.replica = serve.get_replica_context().replica_id.unique_id
-        except Exception:
-            self.replica = "local"
-
-    async def run(self, rows: pd.DataFrame, blocks: dict | None = None) -> dict[str, Any]:
-        if not self.batching:
-            out = await asyncio.to_thread(self.runner.run, rows, blocks)
-        else:
-            chunks = list(split_rows(rows, blocks, self.max_batch_size))
-            outs = await asyncio.gather(*(self.run_batch((r, b)) for r, b in chunks))
-            out = merge_chunks(outs, [len(r) for r, _ in chunks])
-        out["replica"] = self.replica
-        return out
-
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002, batch_size_fn=_rows_in,
-                 max_concurrent_batches=CONCURRENT_BATCHES)
-    async def run_batch(self, items: list) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self.runner.run_many, items)
-
-    async def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict | None:
-        return await asyncio.to_thread(self.runner.topk_filter, rows, k, label_index)
-
-    async def topk_rank(self, rows: pd.DataFrame, blocks: dict, label_index: int) -> np.ndarray:
-        return await asyncio.to_thread(self.runner.topk_rank, rows, blocks, label_index)
-
-    async def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
-        return await asyncio.to_thread(self.runner.full_scores, rows, label_index)
-
-    def info(self) -> dict[str, Any]:
-        return {"replica": self.replica, "notes": self.notes, "batching": self.batching,
-                "max_batch_size": self.max_batch_size}
-
-
-def _coerce(value: str) -> Any:
-    low = value.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
-
-
-@serve.deployment
-class MonitorStage:
-    """The drift monitor as a deployment of its own, fed off the request path."""
-
-    QUERIES = ("explain", "mix_shift", "conditional_shift", "drift", "change_points", "cascade_health")
-
-    def __init__(self, config: dict[str, Any], reference: list[dict[str, Any]] | None = None):
-        from drift import Monitor
-
-        self.monitor = Monitor(**config)
-        self.reference_rows = 0
-        if reference:
-            self.monitor.set_reference(reference)
-            self.reference_rows = len(reference)
-        self.ingested = 0
-
-    def ingest(self, records: Any) -> int:
-        self.monitor.ingest(records)
-        self.ingested += len(records)
-        return self.ingested
-
-    def flush(self) -> dict[str, Any]:
-        self.monitor.flush()
-        return {"ingested": self.ingested}
-
-    def __del__(self) -> None:
-        # Serve calls __del__ on graceful replica shutdown: persist the open pane too.
-        monitor = getattr(self, "monitor", None)
-        if monitor is not None:
-            try:
-                monitor.close()
-            except Exception:  # shutting down: nothing left to report to
-                pass
-
-    def query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Run a monitor query; client mistakes come back as {"status": 4xx, ...}, not raised."""
-        if name not in self.QUERIES:
-            return {"status": 404, "error": f"unknown monitor query {name!r}", "fields": []}
-        method = getattr(self.monitor, name)
-        signature = inspect.signature(method).parameters
-        accepted = [p for p in signature if p != "self"]
-        for key, value in list(params.items()):  # list-typed parameters arrive comma-separated
-            annotation = str(signature[key].annotation) if key in signature else ""
-            if isinstance(value, str) and ("Sequence" in annotation or "tuple" in annotation):
-                parts = [_coerce(v.strip()) for v in value.split(",") if v.strip()]
-                params[key] = tuple(parts) if "tuple" in annotation else parts
-        unknown = sorted(set(params) - set(accepted))
-        if unknown:
-            return {"status": 422, "error": f"unknown query parameter(s) {unknown} for {name}",
-                    "fields": [{"field": p, "error": f"accepted: {accepted}"} for p in unknown]}
-        try:
-            result = method(**params)
-        except (TypeError, ValueError, KeyError) as exc:
-            return {"status": 422, "error": f"{name}: {exc}", "fields": []}
-        except Exception as exc:
-            if type(exc).__name__ in ("NoReferenceError", "StateError"):
-                return {"status": 409, "error": f"{name}: {exc}", "fields": []}
-            raise
-        data = result.to_dict() if hasattr(result, "to_dict") else result
-        return {"status": 200, "query": name, "ingested": self.ingested, "result": data}
-
+#: bodies up to this size are parsed on the event loop; larger ones in a thread, so that
+#: one big request does not stall every other request on the replica
+PARSE_INLINE_BYTES = 64 * 1024
+#: seconds between looks at how many replicas each stage runs (the ingress keeps
+#: CONCURRENT_BATCHES calls in flight per running replica)
+REPLICA_WATCH_S = 1.0
+#: share of a request's deadline kept to answer degraded when a later stage is late
+DEGRADE_RESERVE = 0.2
+#: seconds a monitor query may take when the client sets no deadline
+MONITOR_QUERY_S = 30.0
+#: routes answered without the API key (load balancers' health checks)
+OPEN_ROUTES = ("healthz",)
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 # The OpenAPI document and /docs are served by the ingress itself (not FastAPI's defaults)
 # because they carry the per-pipeline row schema, known only once the artifact is loaded.
 app = FastAPI(
     title="willump serving",
     description="Cascaded ML inference: predictions, top-K, the optimizer's report, and the monitor.",
-    openapi_url=None,
-    docs_url=None,
-    redoc_url=None,
+    openapi_url=None, docs_url=None, redoc_url=None,
 )
-
-
-def _error(status: int, message: str, fields: list | None = None) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": message, "fields": fields or []})
-
-
-def _validation_fields(exc: ValidationError) -> list[dict[str, str]]:
-    out = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        out.append({"field": loc or "body", "error": err.get("msg", "invalid")})
-    return out
 
 
 def _openapi(fastapi_app: FastAPI, schema: RowSchema) -> dict[str, Any]:
@@ -241,43 +100,24 @@ def _openapi(fastapi_app: FastAPI, schema: RowSchema) -> dict[str, Any]:
     return doc
 
 
-class _LocalMethod:
-    """Looks like a handle method: ``.remote(*args)`` returns an awaitable (a thread)."""
+class _LazyHandle:
+    """A deployment handle of another Serve application, fetched on first use."""
 
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self, deployment: str, app_name: str):
+        self.deployment, self.app_name, self._handle = deployment, app_name, None
 
-    def remote(self, *args: Any):
-        return asyncio.to_thread(self.fn, *args)
-
-
-class LocalStage:
-    """A stage run inside the ingress process (layout="fused"): no hop for the cheap
-    levels, which answer most rows; only unsure rows travel to the expensive stage."""
-
-    def __init__(self, bundle: Bundle, spec: StageSpec, device: str = "cpu", runtime: str = "native"):
-        opt = load_bundle(bundle)
-        self.notes = place_models(opt, device, runtime)
-        self.runner = StageRunner(opt, spec)
-        self.run = _LocalMethod(self._run)
-        self.topk_filter = _LocalMethod(self.runner.topk_filter)
-        self.topk_rank = _LocalMethod(self.runner.topk_rank)
-        self.full_scores = _LocalMethod(self.runner.full_scores)
-        try:  # records name the ingress replica that answered, as they name stage replicas
-            self.replica = serve.get_replica_context().replica_id.unique_id
-        except Exception:
-            self.replica = "ingress"
-
-    def _run(self, rows: pd.DataFrame, blocks: dict | None = None) -> dict[str, Any]:
-        out = self.runner.run(rows, blocks)
-        out["replica"] = self.replica
-        return out
+    def __getattr__(self, name: str) -> Any:
+        if self._handle is None:
+            self._handle = serve.get_deployment_handle(self.deployment, self.app_name)
+        return getattr(self._handle, name)
 
 
-def _over_grpc(handle: Any) -> Any:
-    """The same deployment handle, calling over Serve's inter-deployment gRPC instead of
-    Ray actor calls (less CPU per hop here: see serving.bench); None stays None."""
-    return handle.options(_by_reference=False) if hasattr(handle, "options") else handle
+def _key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+ROUTE_ERRORS = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
+                422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}}
 
 
 # Serve pickles deployment classes when they are decorated: every helper a method uses
@@ -287,36 +127,86 @@ def _over_grpc(handle: Any) -> Any:
 class Ingress:
     """HTTP ingress: validates requests, routes rows through the stages, feeds the monitor."""
 
-    def __init__(
-        self,
-        first: Any,
-        second: Any | None,
-        monitor: Any | None,
-        info: dict[str, Any],
-        local_first: dict[str, Any] | None = None,
-    ):
-        if info.get("transport", "grpc") == "grpc":
-            first, second, monitor = (_over_grpc(h) for h in (first, second, monitor))
-        if local_first is not None:  # layout="fused": the cheap stage runs in this process
-            first = LocalStage(**local_first)
-        self.first = first
-        self.second = second
-        self.monitor = monitor
+    def __init__(self, first: Any, second: Any | None, info: dict[str, Any],
+                 local_first: dict[str, Any] | None = None):
+        if local_first is not None:  # layout="fused": the first stage runs in this process
+            first = LocalStage(ArtifactSource(**local_first["artifact"]), StageSpec(**local_first["spec"]),
+                               device="cpu", runtime=local_first["runtime"], fallback=local_first["fallback"])
         self.info = info
         self.name = info["name"]
-        self.first_stage = "cheap" if second is not None else info["stages"][0]
-        self.batching = bool(info.get("batching", True))
+        self.stage_names = list(info["stages"])
+        self.first, self.second = first, second
+        self.local = isinstance(first, LocalStage)
         self.version = info["model_version"]
         self.classes = np.asarray(info["classes"], dtype=object)
         self.schema = RowSchema.from_dict(info["schema"])
-        self.max_body = int(info.get("max_body_bytes", MAX_BODY_BYTES))
-        self.max_rows = int(info.get("max_rows", MAX_ROWS))
+        self.max_body = int(info["max_body_bytes"])
+        self.max_rows = int(info["max_rows"])
+        self.deadline_s = float(info["deadline_s"])
+        self.degrade = bool(info.get("degrade", False))
+        self.first_level = int(info.get("first_stage_last_level", 0))
+        self.api_key_hash = info.get("api_key_sha256")
+        self.max_in_flight = int(info["max_in_flight"])
+        self.in_flight = 0
         self.metrics = ServingMetrics(self.name)
-        self.records = RecordBuffer(monitor, info.get("monitor_config") or {}) if monitor else None
+        batch_rows = INGRESS_BATCH_ROWS if info.get("batching", True) else 1
+        self.coalescers: dict[str, Coalescer] = {}
+        for i, (stage, target) in enumerate(zip(self.stage_names, (first, second), strict=False)):
+            run = self._local_batch if (i == 0 and self.local) else self._remote_batch(target, stage)
+            self.coalescers[stage] = Coalescer(run, stage=stage, max_rows=batch_rows, limit=CONCURRENT_BATCHES,
+                                               max_queued=max(self.max_in_flight, 1))
+        monitor = info.get("monitor")
+        self.monitor = _LazyHandle("monitor", monitor["app"]) if monitor else None
+        self.records = None
+        if monitor:
+            self.records = RecordBuffer(
+                self.monitor, monitor["records"],
+                on_drop=lambda reason, n: self.metrics.count("willump_monitor_records_dropped", n, reason=reason),
+                on_sent=lambda n: self.metrics.count("willump_monitor_records_sent", n))
         self.openapi_doc = _openapi(app, self.schema)
+        self._watch: asyncio.Task | None = None
 
     # --- plumbing ------------------------------------------------------------------------
-    async def _read(self, request: Request, model: type) -> Any:
+    def _remote_batch(self, handle: Any, stage: str):
+        async def run(items: list[Item], deadline: Deadline) -> list[Any]:
+            merged = await call_stage(
+                handle, "run", (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items])),
+                deadline, stage, on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage))
+            self._observe_stage(stage, merged)
+            return split_outputs(merged, [it.size for it in items])
+
+        return run
+
+    async def _local_batch(self, items: list[Item], deadline: Deadline) -> list[Any]:
+        start = time.perf_counter()
+        outs = await asyncio.to_thread(self.first.run_many, [(it.rows, it.blocks) for it in items])
+        self.metrics.observe("willump_stage_latency_seconds", time.perf_counter() - start, stage=self.stage_names[0])
+        return outs
+
+    def _observe_stage(self, stage: str, out: Any) -> None:
+        if isinstance(out, dict) and "seconds" in out:
+            self.metrics.observe("willump_stage_compute_seconds", out["seconds"], stage=stage)
+
+    def _start_watch(self) -> None:
+        if self._watch is None and not all(c is None for c in (self.first, self.second)):
+            self._watch = asyncio.get_running_loop().create_task(self._watch_replicas())
+
+    async def _watch_replicas(self) -> None:
+        """Keep CONCURRENT_BATCHES calls in flight per running replica of each stage, so that
+        replicas added by the plan or by Serve's autoscaler get work."""
+        remote = [s for i, s in enumerate(self.stage_names) if not (i == 0 and self.local)]
+        while remote:
+            try:
+                status = await asyncio.to_thread(serve.status)
+                deployments = status.applications[self.name].deployments
+                for stage in remote:
+                    running = deployments[f"{self.name}-{stage}"].replica_states.get("RUNNING", 0)
+                    self.coalescers[stage].limit = max(1, running) * CONCURRENT_BATCHES
+            except Exception as exc:  # the controller is busy or restarting: keep the last limits
+                log.debug("replica watch: %s", exc)
+            await asyncio.sleep(REPLICA_WATCH_S)
+
+    async def _body(self, request: Request) -> bytes:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             raise RequestError(413, f"request body of {length} bytes exceeds the {self.max_body}-byte limit")
@@ -325,125 +215,150 @@ class Ingress:
             body += chunk
             if len(body) > self.max_body:
                 raise RequestError(413, f"request body exceeds the {self.max_body}-byte limit")
-        try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RequestError(400, f"invalid JSON: {exc}") from exc
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            raise RequestError(422, "request does not match the schema", _validation_fields(exc)) from exc
+        return bytes(body)
 
-    async def _call(self, handle: Any, stage: str, method: str, *args: Any) -> Any:
-        import ray.exceptions as rex
+    async def _parse(self, request: Request, model: type) -> tuple[Any, Any]:
+        body = await self._body(request)
+        if len(body) <= PARSE_INLINE_BYTES:
+            return parse_request(body, model, self.schema, self.max_rows)
+        return await asyncio.to_thread(parse_request, body, model, self.schema, self.max_rows)
 
-        for attempt in range(STAGE_RETRIES + 1):
-            start = time.perf_counter()
-            try:
-                out = await getattr(handle, method).remote(*args)
-            except (rex.RayActorError, rex.ActorUnavailableError):
-                if attempt == STAGE_RETRIES:
-                    raise
-                self.metrics.retries.labels(self.name, stage).inc()
-                continue
-            self.metrics.stage_latency.labels(self.name, stage).observe(time.perf_counter() - start)
-            if isinstance(out, dict) and "seconds" in out:
-                self.metrics.stage_compute.labels(self.name, stage).observe(out["seconds"])
-            return out
-        raise AssertionError("unreachable")
+    def _authorized(self, request: Request) -> bool:
+        if not self.api_key_hash:
+            return True
+        given = request.headers.get("x-api-key")
+        auth = request.headers.get("authorization", "")
+        if given is None and auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        return given is not None and hmac.compare_digest(_key_hash(given), self.api_key_hash)
 
-    async def _guarded(self, route: str, work) -> Response:
+    async def _guarded(self, route: str, request: Request, work, *, admit: bool = False) -> Response:
+        # Serve gives every request an id (the client's X-Request-Id, or a new one) and echoes it
+        # in the response; behind a front that does not, the ingress makes and echoes its own.
+        rid = request.headers.get("x-request-id", "")
+        own = not _REQUEST_ID.match(rid)
+        rid = uuid.uuid4().hex if own else rid
         start = time.perf_counter()
         status = 200
+        admitted = False
         try:
+            if route not in OPEN_ROUTES and not self._authorized(request):
+                raise RequestError(401, "missing or wrong API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key')")
+            if admit:
+                if self.in_flight >= self.max_in_flight:
+                    self.metrics.count("willump_shed_requests", stage="ingress")
+                    raise StageOverloaded("ingress")
+                self.in_flight += 1
+                admitted = True
+                self._start_watch()
             result = await work()
-            return result if isinstance(result, Response) else JSONResponse(result)
+            response = result if isinstance(result, Response) else JSONResponse(result)
         except RequestError as exc:
             status = exc.status
-            self.metrics.errors.labels(self.name, route, "client").inc()
-            return JSONResponse(status_code=exc.status, content=exc.body())
-        except Exception as exc:
+            self.metrics.count("willump_errors", route=route, kind="client")
+            response = JSONResponse(status_code=status, content={**exc.body(), "request_id": rid},
+                                    headers={"WWW-Authenticate": "Bearer"} if status == 401 else None)
+        except StageOverloaded as exc:
+            status = 503
+            self.metrics.count("willump_errors", route=route, kind="overloaded")
+            if exc.stage != "ingress":
+                self.metrics.count("willump_shed_requests", stage=exc.stage)
+            response = JSONResponse(status_code=503, content={"error": str(exc), "fields": [], "request_id": rid},
+                                    headers={"Retry-After": str(int(max(1, round(exc.retry_after_s or RETRY_AFTER_S))))})
+        except DeadlineExceeded as exc:
+            status = 504
+            self.metrics.count("willump_errors", route=route, kind="deadline")
+            self.metrics.count("willump_deadline_exceeded", stage=exc.stage)
+            response = JSONResponse(status_code=504, content={"error": str(exc), "fields": [], "request_id": rid})
+        except Exception:
             status = 500
-            self.metrics.errors.labels(self.name, route, "server").inc()
-            return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+            self.metrics.count("willump_errors", route=route, kind="server")
+            log.exception("request %s to %s failed", rid, route)
+            response = JSONResponse(status_code=500, content={
+                "error": "internal error; the server log has the details under this request id",
+                "fields": [], "request_id": rid})
         finally:
-            self.metrics.requests.labels(self.name, route, str(status)).inc()
-            self.metrics.latency.labels(self.name, route).observe(time.perf_counter() - start)
+            if admitted:
+                self.in_flight -= 1
+            self.metrics.count("willump_requests", route=route, status=str(status))
+            self.metrics.observe("willump_request_latency_seconds", time.perf_counter() - start, route=route)
+        if own:
+            response.headers["X-Request-Id"] = rid
+        return response
 
-    @serve.batch(max_batch_size=INGRESS_BATCH_ROWS, batch_wait_timeout_s=0.0, batch_size_fn=len_rows,
-                 max_concurrent_batches=CONCURRENT_BATCHES)
-    async def _first_batch(self, frames: list) -> list[dict[str, Any]]:
-        """Rows of concurrent requests go to the first stage in one call (one hop per batch)."""
-        merged = await self._call(self.first, self.first_stage, "run", concat_rows(frames), None)
-        return split_outputs(merged, [len(f) for f in frames])
+    def _deadline(self, request: Request) -> Deadline:
+        return Deadline.from_headers(request.headers, self.deadline_s)
 
-    @serve.batch(max_batch_size=INGRESS_BATCH_ROWS, batch_wait_timeout_s=0.0, batch_size_fn=_rows_in,
-                 max_concurrent_batches=CONCURRENT_BATCHES)
-    async def _unsure(self, items: list) -> list[dict[str, Any]]:
-        """Unsure rows of concurrent requests go to the expensive stage in one call: the hop
-        (several ms of overhead here) is paid per batch, not per request."""
-        sizes = [len(rows) for rows, _ in items]
-        merged = await self._call(self.second, "expensive", "run", concat_rows([r for r, _ in items]),
-                                  concat_blocks([b for _, b in items]))
-        return split_outputs(merged, sizes)
+    async def _call(self, i: int, method: str, *args: Any, deadline: Deadline) -> Any:
+        """One unbatched call (top-K halves) to stage ``i``, within the deadline."""
+        stage = self.stage_names[i]
+        target = self.first if i == 0 else self.second
+        if i == 0 and self.local:
+            fn = getattr(self.first.runner, method)
+            try:
+                return await asyncio.wait_for(asyncio.to_thread(fn, *args), max(deadline.remaining(), 0.0))
+            except asyncio.TimeoutError:
+                raise DeadlineExceeded(stage, deadline.budget_s) from None
+        return await call_stage(target, method, args, deadline, stage,
+                                on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage))
 
     # --- routes --------------------------------------------------------------------------
-    @app.post("/predict", response_model=PredictResponse, responses={
-        400: {"model": ErrorResponse}, 413: {"model": ErrorResponse}, 422: {"model": ErrorResponse},
-    }, openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/PredictRequestBody"}}}}})
+    @app.post("/predict", response_model=PredictResponse, responses=ROUTE_ERRORS, openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/PredictRequestBody"}}}}})
     async def predict(self, request: Request) -> Response:
-        return await self._guarded("predict", lambda: self._predict(request))
+        return await self._guarded("predict", request, lambda: self._predict(request), admit=True)
 
-    async def _predict(self, request: Request) -> dict[str, Any]:
-        started = time.time()
-        t0 = time.perf_counter()
-        body = await self._read(request, PredictRequest)
-        frame = self.schema.to_frame(body.rows, self.max_rows)
-        if self.batching and len(frame) <= INGRESS_BATCH_ROWS:
-            out = await self._first_batch(frame)
-        else:  # big enough on its own to amortize the hop
-            out = await self._call(self.first, self.first_stage, "run", frame, None)
-        proba, level = out["proba"].copy(), out["level"].copy()  # object-store arrays are read-only
-        replica = np.full(len(frame), out["replica"], dtype=object)
+    async def _predict(self, request: Request) -> Response:
+        deadline = self._deadline(request)
+        body, frame = await self._parse(request, PredictRequest)
+        started, t0 = time.time(), time.perf_counter()
+        n = len(frame)
+        out = await self.coalescers[self.stage_names[0]].submit(frame, None, deadline)
+        proba, level = np.array(out["proba"], copy=True), np.array(out["level"], copy=True)
+        replica = np.full(n, out["replica"], dtype=object)
+        degraded = np.zeros(n, dtype=bool)
         unsure = out["unsure"]
         if unsure.size:
             if self.second is None:
                 raise RuntimeError("the first stage left rows unanswered but there is no second stage")
             sub = frame.iloc[unsure].reset_index(drop=True)
-            if self.batching and len(sub) <= INGRESS_BATCH_ROWS:
-                out2 = await self._unsure((sub, out["blocks"]))
-            else:  # big enough on its own to amortize the hop
-                out2 = await self._call(self.second, "expensive", "run", sub, out["blocks"])
-            proba[unsure] = out2["proba"]
-            level[unsure] = out2["level"]
-            replica[unsure] = out2["replica"]
+            stage = self.stage_names[1]
+            late = deadline.reserve(DEGRADE_RESERVE) if self.degrade and out.get("fallback") is not None else deadline
+            try:
+                out2 = await self.coalescers[stage].submit(sub, out["blocks"], late)
+            except (DeadlineExceeded, StageOverloaded) as exc:
+                if late is deadline:
+                    raise
+                name = "willump_deadline_exceeded" if isinstance(exc, DeadlineExceeded) else "willump_shed_requests"
+                self.metrics.count(name, stage=stage)
+                self.metrics.count("willump_degraded_rows", len(unsure))
+                proba[unsure] = out["fallback"]
+                level[unsure] = self.first_level
+                degraded[unsure] = True
+            else:
+                proba[unsure] = out2["proba"]
+                level[unsure] = out2["level"]
+                replica[unsure] = out2["replica"]
         latency_ms = (time.perf_counter() - t0) * 1000.0
-        counts = np.bincount(level, minlength=len(self.info["levels"]))
-        for i, c in enumerate(counts):
+        for i, c in enumerate(np.bincount(level, minlength=len(self.info["levels"]))):
             if c:
-                self.metrics.rows.labels(self.name, str(i)).inc(int(c))
+                self.metrics.count("willump_rows", int(c), level=str(i))
         if self.records is not None:
-            self.records.add(record_columns(frame, proba, level, replica, latency_ms, started,
-                                           self.version, body.attributes, self.records.config))
-        labels = self.classes[np.argmax(proba, axis=1)]
-        return {
-            "predictions": [plain(v) for v in labels],
-            "probabilities": np.round(proba, 12).tolist(),
-            "level": level.tolist(),
-            "model_version": self.version,
-        }
+            self.records.add(record_columns(frame, proba, level, replica, latency_ms, started, self.version,
+                                            body.attributes, self.records.config))
+        return Response(predict_answer(self.classes, proba, level, degraded, self.version),
+                        media_type="application/json")
 
-    @app.post("/top_k", response_model=TopKResponse, responses={
-        400: {"model": ErrorResponse}, 413: {"model": ErrorResponse}, 422: {"model": ErrorResponse},
-    }, openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/TopKRequestBody"}}}}})
+    @app.post("/top_k", response_model=TopKResponse, responses=ROUTE_ERRORS, openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/TopKRequestBody"}}}}})
     async def top_k(self, request: Request) -> Response:
-        return await self._guarded("top_k", lambda: self._top_k(request))
+        return await self._guarded("top_k", request, lambda: self._top_k(request), admit=True)
 
     async def _top_k(self, request: Request) -> dict[str, Any]:
-        body = await self._read(request, TopKRequest)
-        frame = self.schema.to_frame(body.rows, self.max_rows)
+        deadline = self._deadline(request)
+        body, frame = await self._parse(request, TopKRequest)
         n = len(frame)
         if not 1 <= body.k <= n:
             raise RequestError(422, f"k must be between 1 and the number of rows ({n}), got {body.k}",
@@ -456,42 +371,32 @@ class Ingress:
                 raise RequestError(422, f"label {body.label!r} is not a class; classes: {self.classes.tolist()}",
                                    [{"field": "label", "error": "unknown class"}])
             c = matches[0]
-        last = self.second if self.second is not None else self.first
-        last_stage = "expensive" if self.second is not None else self.info["stages"][0]
-        first_stage = "cheap" if self.second is not None else self.info["stages"][0]
-        step = await self._call(self.first, first_stage, "topk_filter", frame, body.k, c)
+        last = 1 if self.second is not None else 0
+        step = await self._call(0, "topk_filter", frame, body.k, c, deadline=deadline)
         if step is None:
-            scores = await self._call(last, last_stage, "full_scores", frame, c)
-            approximate = np.zeros(n, dtype=bool)
-            kept = np.arange(n)
-            ratio = None
+            scores = await self._call(last, "full_scores", frame, c, deadline=deadline)
+            approximate, kept, ratio = np.zeros(n, dtype=bool), np.arange(n), None
         else:
             kept = step["kept"]
-            full = await self._call(last, last_stage, "topk_rank",
-                                    frame.iloc[kept].reset_index(drop=True), step["blocks"], c)
+            full = await self._call(last, "topk_rank", frame.iloc[kept].reset_index(drop=True), step["blocks"], c,
+                                    deadline=deadline)
             scores = step["cheap_scores"].copy()
             scores[kept] = full
             approximate = np.ones(n, dtype=bool)
             approximate[kept] = False
             ratio = step["ratio"]
         order = kept[np.lexsort((kept, -scores[kept]))][: body.k]
-        return {
-            "indices": order.tolist(),
-            "scores": [float(s) for s in scores[order]],
-            "approximate": approximate[order].tolist(),
-            "k": body.k,
-            "label": plain(self.classes[c]),
-            "ratio": ratio,
-            "model_version": self.version,
-        }
+        return {"indices": order.tolist(), "scores": [float(s) for s in scores[order]],
+                "approximate": approximate[order].tolist(), "k": body.k, "label": plain(self.classes[c]),
+                "ratio": ratio, "model_version": self.version}
 
     @app.get("/report")
-    async def report(self) -> Response:
-        return await self._guarded("report", self._static("report"))
+    async def report(self, request: Request) -> Response:
+        return await self._guarded("report", request, self._static("report"))
 
     @app.get("/plan")
-    async def plan(self) -> Response:
-        return await self._guarded("plan", self._static("plan"))
+    async def plan(self, request: Request) -> Response:
+        return await self._guarded("plan", request, self._static("plan"))
 
     def _static(self, key: str):
         async def work() -> Any:
@@ -500,64 +405,73 @@ class Ingress:
         return work
 
     @app.get("/healthz")
-    async def healthz(self) -> Response:
+    async def healthz(self, request: Request) -> Response:
         async def work() -> dict[str, Any]:
-            return {
-                "status": "ok",
-                "app": self.name,
-                "model_version": self.version,
-                "stages": self.info["stages"],
-                "monitor": self.monitor is not None,
-            }
+            return {"status": "ok", "app": self.name, "model_version": self.version,
+                    "stages": self.info["stages"], "monitor": self.monitor is not None}
 
-        return await self._guarded("healthz", work)
+        return await self._guarded("healthz", request, work)
 
     @app.get("/openapi.json", include_in_schema=False)
-    async def openapi_json(self) -> Response:
-        return JSONResponse(self.openapi_doc)
+    async def openapi_json(self, request: Request) -> Response:
+        async def work() -> dict[str, Any]:
+            return self.openapi_doc
+
+        return await self._guarded("openapi", request, work)
 
     @app.get("/docs", include_in_schema=False)
     async def docs(self, request: Request) -> Response:
-        from fastapi.openapi.docs import get_swagger_ui_html
+        async def work() -> Response:
+            from fastapi.openapi.docs import get_swagger_ui_html
 
-        root = request.scope.get("root_path", "")
-        return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=f"{self.name} - willump")
+            root = request.scope.get("root_path", "")
+            return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=f"{self.name} - willump")
+
+        return await self._guarded("docs", request, work)
 
     @app.get("/metrics")
-    async def metrics_route(self) -> Response:
-        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
+    async def metrics_route(self, request: Request) -> Response:
+        async def work() -> Response:
+            text = await exact_totals(self.name) + await extra_metrics(self.name)
+            return Response(text, media_type="text/plain; version=0.0.4")
+
+        return await self._guarded("metrics", request, work)
 
     @app.get("/explain")
     async def explain(self, request: Request) -> Response:
-        return await self._guarded("explain", lambda: self._monitor_query(request, "explain"))
+        return await self._guarded("explain", request, lambda: self._monitor_query(request, "explain"))
 
     @app.get("/drift")
     async def drift(self, request: Request) -> Response:
-        return await self._guarded("drift", lambda: self._monitor_query(request, "drift"))
+        return await self._guarded("drift", request, lambda: self._monitor_query(request, "drift"))
 
     async def _monitor_query(self, request: Request, route: str) -> Any:
         if self.monitor is None:
             raise RequestError(503, "the monitor is not deployed for this app: deploy with monitor=... "
                                     "(or --monitor-attributes on the command line)")
-        params = {k: _coerce(v) for k, v in request.query_params.items()}
-        name = route
-        if route == "explain":
-            kind = params.pop("kind", "anomalies")
-            kinds = {"anomalies": "explain", "mix": "mix_shift", "conditional": "conditional_shift",
-                     "cascade": "cascade_health"}
-            if kind not in kinds:
-                raise RequestError(422, f"kind must be one of {sorted(kinds)}", [{"field": "kind", "error": "unknown"}])
-            name = kinds[kind]
-        elif route == "drift":
-            kind = params.pop("kind", "columns")
-            kinds = {"columns": "drift", "changes": "change_points", "cascade": "cascade_health"}
-            if kind not in kinds:
-                raise RequestError(422, f"kind must be one of {sorted(kinds)}", [{"field": "kind", "error": "unknown"}])
-            name = kinds[kind]
+        deadline = Deadline.from_headers(request.headers, MONITOR_QUERY_S)
+        params = {k: coerce(v) for k, v in request.query_params.items()}
+        kinds = {"explain": ("anomalies", {"anomalies": "explain", "mix": "mix_shift",
+                                           "conditional": "conditional_shift", "cascade": "cascade_health"}),
+                 "drift": ("columns", {"columns": "drift", "changes": "change_points", "cascade": "cascade_health"})}
+        default, names = kinds[route]
+        kind = params.pop("kind", default)
+        if kind not in names:
+            raise RequestError(422, f"kind must be one of {sorted(names)}", [{"field": "kind", "error": "unknown"}])
         if self.records is not None:
-            await self.records.flush()
-        answer = await self.monitor.query.remote(name, params)
+            await asyncio.wait_for(self.records.flush(), max(deadline.remaining(), 0.001))
+        answer = await call_stage(self.monitor, "query", (names[kind], params), deadline, "monitor")
         status = answer.pop("status")
         if status != 200:
             raise RequestError(status, answer["error"], answer.get("fields"))
         return answer
+
+    async def __del__(self) -> None:
+        # Serve awaits this on a graceful shutdown: stop watching, send the buffered records.
+        if self._watch is not None:
+            self._watch.cancel()
+        if self.records is not None:
+            try:
+                await wait_or_cancel(self.records.close(), 10.0, "monitor", 10.0)
+            except Exception as exc:  # the monitor is gone: the records are counted as dropped
+                log.warning("records not flushed at shutdown: %s", exc)

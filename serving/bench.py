@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.deploy import TRANSPORTS
-from serving.proxy import DEFAULT_PROXY, PROXIES
+from serving.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS
 
 #: seconds of closed-loop load per phase
 DURATION_S = 20.0

@@ -1,4 +1,5 @@
-"""The ``willump`` command: ``willump serve ARTIFACT`` and ``willump plan ARTIFACT``."""
+"""The ``willump`` command: ``willump serve ARTIFACT``, ``willump plan ARTIFACT`` and
+``willump build ARTIFACT -o serve_config.yaml`` (a Ray Serve config for production tools)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from typing import Any
 
 import willump
 
-from .deploy import TRANSPORTS
-from .planner import LAYOUTS, Resources, plan_stages
-from .proxy import DEFAULT_PROXY, PROXIES, release_proxy_files
-from .stages import profile_stages
+from .deploy import API_KEY_ENV, CALIBRATE
+from .planner import LAYOUTS
+from .proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
 
 
 def _csv(value: str) -> list[str]:
@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="deploy an artifact on Ray Serve (foreground)")
     serve.add_argument("artifact", help="directory written by OptimizedPipeline.save")
     serve.add_argument("--name", default="willump", help="app name; HTTP at /NAME")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--host", help="address HTTP listens on (default: loopback on one node, all "
+                                       "interfaces when the cluster has several)")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--address", help="join this Ray cluster instead of starting one")
     serve.add_argument("--cpus", type=float, help="CPUs for the embedded Ray (default: all)")
@@ -59,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--monitor-features", type=_csv, default=[], help="input columns to test for drift")
     serve.add_argument("--monitor-dir", help="directory for the monitor's persistent state")
     serve.add_argument("--monitor-pane-seconds", type=float, help="monitor pane length (seconds)")
+    serve.add_argument("--calibrate", choices=CALIBRATE, default="auto",
+                       help="measure HTTP and hop costs for the plan (default: once per cluster, cached)")
+    _add_request_arguments(serve)
     _add_plan_arguments(serve)
 
     plan = sub.add_parser("plan", help="print the stage plan for an artifact")
@@ -67,7 +71,57 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpus", type=float, default=0.0)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     _add_plan_arguments(plan)
+
+    build = sub.add_parser("build", help="write a Ray Serve config file (serve deploy / serve run / KubeRay)")
+    build.add_argument("artifact", help="artifact directory; every node must read it at this path")
+    build.add_argument("-o", "--output", required=True, help="where to write the YAML config")
+    build.add_argument("--name", default="willump", help="app name; HTTP at /NAME")
+    build.add_argument("--host", default="0.0.0.0", help="address Serve's HTTP listens on (default %(default)s)")
+    build.add_argument("--port", type=int, default=8000)
+    build.add_argument("--cpus", type=float, help="logical CPUs to plan for (default: this machine's cores)")
+    build.add_argument("--monitor-attributes", type=_csv, help="comma-separated attribute columns")
+    build.add_argument("--monitor-features", type=_csv, default=[], help="input columns to test for drift")
+    build.add_argument("--monitor-dir", help="directory for the monitor's persistent state")
+    build.add_argument("--monitor-pane-seconds", type=float, help="monitor pane length (seconds)")
+    _add_request_arguments(build)
+    _add_plan_arguments(build)
     return parser
+
+
+def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--deadline-ms", type=float, help="per-request deadline (default: --p99-ms, else 30 s)")
+    parser.add_argument("--degrade", action="store_true",
+                        help="past the deadline, answer with the cheap level's prediction marked degraded")
+    parser.add_argument("--api-key-env", metavar="VAR",
+                        help=f"require the API key held in this environment variable (e.g. {API_KEY_ENV})")
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    if not args.api_key_env:
+        return None
+    key = os.environ.get(args.api_key_env)
+    if not key:
+        raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
+    return key
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .cluster import usable_cores
+    from .config import plan_offline, serve_config, write_serve_config
+
+    opt = willump.load(args.artifact)
+    monitor = _monitor_options(args)
+    plan = plan_offline(opt, cpus=args.cpus or usable_cores(), rows_per_request=args.rows_per_request,
+                        rps=args.rps, p99_ms=args.p99_ms, layout="fused" if args.layout == "auto" else args.layout,
+                        monitor=monitor)
+    if not plan.placeable:
+        raise ValueError("the plan cannot be placed: " + "; ".join(plan.notes))
+    config = serve_config(args.artifact, plan, name=args.name, host=args.host, port=args.port, monitor=monitor,
+                          degrade=args.degrade, deadline_ms=args.deadline_ms, api_key=_api_key(args))
+    out = write_serve_config(config, args.output)
+    print(plan, flush=True)
+    print(f"willump: wrote {out} (serve run {out} / serve deploy {out})", flush=True)
+    return 0
 
 
 def _monitor_options(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -82,16 +136,14 @@ def _monitor_options(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from .config import plan_offline
+
     opt = willump.load(args.artifact)
-    device = "gpu" if args.gpus and args.gpus > 0 else "cpu"
-    profiles = profile_stages(opt, device=device)
-    plan = plan_stages(profiles, Resources(cpus=args.cpus, gpus=args.gpus), rps=args.rps,
-                       p99_ms=args.p99_ms, rows_per_request=args.rows_per_request,
-                       layout="fused" if args.layout == "auto" else args.layout)
+    plan = plan_offline(opt, cpus=args.cpus, rows_per_request=args.rows_per_request, rps=args.rps,
+                        p99_ms=args.p99_ms, layout="fused" if args.layout == "auto" else args.layout, monitor=None,
+                        gpus=args.gpus)
     if args.json:
-        print(json.dumps({"plan": plan.to_dict(),
-                          "profiles": [{"name": p.name, "scale": p.scale, "batch_seconds": p.batch_seconds}
-                                       for p in profiles]}, indent=2))
+        print(json.dumps({"plan": plan.to_dict(), "profiles": [p.to_dict() for p in plan.profiles]}, indent=2))
     else:
         print(plan)
     return 0 if plan.feasible else 3
@@ -108,7 +160,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # ray.init installs its own signal handlers; ours go in right after it, so a signal at
     # any later point (even mid-deploy) shuts Serve and Ray down in order.
-    started_ray = _ensure_ray(args.address, args.cpus, args.gpus, None if args.address else args.proxy)
+    started_ray = _ensure_ray(args.address, args.cpus, args.gpus, None if args.address else args.proxy,
+                              args.transport)
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     app = None
@@ -122,7 +175,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_batch_size=args.max_batch_size,
             batch_wait_timeout_s=None if args.batch_wait_ms is None else args.batch_wait_ms / 1000.0,
             proxy=None if args.address else args.proxy, transport=args.transport,
-            layout=args.layout,
+            layout=args.layout, calibrate=args.calibrate, deadline_ms=args.deadline_ms, degrade=args.degrade,
+            api_key=_api_key(args),
         )
         print(app.plan, flush=True)
         print(f"willump: serving {app.model_version} at {app.url} via {app.proxy} (Ctrl-C to stop)", flush=True)
@@ -150,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "plan":
             return cmd_plan(args)
+        if args.command == "build":
+            return cmd_build(args)
         return cmd_serve(args)
     except (willump.ArtifactError, ValueError, TypeError) as exc:
         print(f"willump: error: {exc}", file=sys.stderr)

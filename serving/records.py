@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from .calls import wait_or_cancel
+
 #: records buffered in the ingress before a send is forced
 FLUSH_ROWS = 2000
 #: longest a record waits in the ingress buffer (seconds)
 FLUSH_DELAY_S = 0.5
+#: most records buffered in the ingress; more are dropped (and counted) until a send frees room
+MAX_BUFFERED_ROWS = 50_000
+#: longest one send to the monitor may take (seconds) before its records count as dropped
+SEND_TIMEOUT_S = 10.0
 
 log = logging.getLogger("serving.records")
 
@@ -82,29 +88,63 @@ def build_records(*args: Any, **kwargs: Any) -> pd.DataFrame:
 
 
 class RecordBuffer:
-    """Collects records in the ingress and sends them to the monitor in the background."""
+    """Collects records in the ingress and sends them to the monitor in the background.
+
+    Bounded: at most ``max_rows`` records wait; records arriving while the buffer is full are
+    dropped and counted (``dropped``, and ``on_drop(reason, n)`` for /metrics), so a slow or
+    dead monitor costs records, never the ingress's memory or latency. One send at a time,
+    each bounded by ``send_timeout_s``; a failed send's records are counted as dropped too.
+    Every background task is kept (none is fire-and-forget) and :meth:`close` sends what is
+    left, so a graceful shutdown loses nothing.
+    """
 
     def __init__(self, monitor: Any, config: dict[str, Any], *, flush_rows: int = FLUSH_ROWS,
-                 flush_delay_s: float = FLUSH_DELAY_S):
+                 flush_delay_s: float = FLUSH_DELAY_S, max_rows: int = MAX_BUFFERED_ROWS,
+                 send_timeout_s: float = SEND_TIMEOUT_S,
+                 on_drop: Callable[[str, int], None] | None = None,
+                 on_sent: Callable[[int], None] | None = None):
+        if max_rows < flush_rows:
+            raise ValueError(f"max_rows ({max_rows}) must be >= flush_rows ({flush_rows})")
         self.monitor = monitor
         self.config = config
         self.flush_rows = flush_rows
         self.flush_delay_s = flush_delay_s
-        self.parts: list[pd.DataFrame] = []
+        self.max_rows = max_rows
+        self.send_timeout_s = send_timeout_s
+        self.on_drop = on_drop
+        self.on_sent = on_sent
+        self.parts: list[dict[str, np.ndarray]] = []
         self.rows = 0
         self.sent = 0
-        self.failed = 0
+        self.dropped = 0
         self._timer: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
         self._lock = asyncio.Lock()
 
-    def add(self, records: dict[str, np.ndarray]) -> None:
-        """Queue one request's records (:func:`record_columns`); a send follows in the background."""
+    def add(self, records: dict[str, np.ndarray]) -> bool:
+        """Queue one request's records (:func:`record_columns`); False when dropped (buffer full)."""
+        n = len(next(iter(records.values()), ()))
+        if self.rows + n > self.max_rows:
+            self._drop("buffer_full", n)
+            return False
         self.parts.append(records)
-        self.rows += len(next(iter(records.values()), ()))
+        self.rows += n
         if self.rows >= self.flush_rows:
-            asyncio.get_running_loop().create_task(self.flush())
+            self._spawn(self.flush())
         elif self._timer is None or self._timer.done():
-            self._timer = asyncio.get_running_loop().create_task(self._later())
+            self._timer = self._spawn(self._later())
+        return True
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _drop(self, reason: str, n: int) -> None:
+        self.dropped += n
+        if self.on_drop is not None:
+            self.on_drop(reason, n)
 
     async def _later(self) -> None:
         await asyncio.sleep(self.flush_delay_s)
@@ -117,15 +157,21 @@ class RecordBuffer:
             parts, self.parts, self.rows = self.parts, [], 0
             batch = pd.DataFrame({key: np.concatenate([p[key] for p in parts]) for key in parts[0]})
             try:
-                await self.monitor.ingest.remote(batch)
-                self.sent += len(batch)
+                await wait_or_cancel(self.monitor.ingest.remote(batch), self.send_timeout_s, "monitor",
+                                     self.send_timeout_s)
             except Exception as exc:
-                self.failed += len(batch)
-                log.warning("monitor ingest failed for %d records: %s", len(batch), exc)
+                self._drop("send_failed", len(batch))
+                log.warning("monitor ingest failed for %d records: %s", len(batch), exc or type(exc).__name__)
+            else:
+                self.sent += len(batch)
+                if self.on_sent is not None:
+                    self.on_sent(len(batch))
 
     async def close(self) -> None:
+        """Send everything buffered; waits for sends already under way."""
         if self._timer is not None:
             self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
+        pending = [t for t in self._tasks if t is not self._timer]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
         await self.flush()

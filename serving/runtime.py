@@ -1,8 +1,8 @@
 """What a stage replica does, as plain Python (no Ray), so it is testable on its own.
 
-A replica receives the artifact as bytes (so it works on any node of a cluster),
-writes it to a private directory, loads it (checksums verified), and runs its
-range of cascade levels on batches that may merge rows from many requests.
+A replica loads the artifact (see :mod:`serving.artifacts`: by path or from the object
+store, checksums verified) and runs its range of cascade levels on batches that may merge
+rows from many requests; one request's bad rows fail only that request.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import scipy.sparse as sp
 import willump
 from willump import OptimizedPipeline
 from willump._artifact import artifact_version, read_manifest
-from willump._blocks import Block
+from willump._blocks import Block, hstack
+from willump._models import predict_proba
 
 from .stages import StageSpec
 
@@ -122,10 +123,14 @@ def slice_blocks(blocks: dict[str, Block] | None, start: int, stop: int) -> dict
 class StageRunner:
     """Runs cascade levels ``spec.first..spec.last`` (or the baseline) for a replica."""
 
-    def __init__(self, opt: OptimizedPipeline, spec: StageSpec, *, baseline: bool = False):
+    def __init__(self, opt: OptimizedPipeline, spec: StageSpec, *, baseline: bool = False,
+                 fallback: bool = False):
         self.opt = opt
         self.spec = spec
         self.baseline = baseline
+        #: also return this stage's own (last level's) prediction for the rows it leaves
+        #: unsure, so the ingress can answer them degraded when a later stage is too late
+        self.fallback = fallback and not baseline and spec.last < len(opt.levels) - 1
 
     def run(self, rows: pd.DataFrame, blocks: dict[str, Block] | None = None) -> dict[str, Any]:
         """Probabilities, answering level, unsure positions and their blocks for ``rows``."""
@@ -142,15 +147,26 @@ class StageRunner:
                 "unsure": result.unsure,
                 "blocks": result.blocks if result.unsure.size else None,
             }
+            if self.fallback and result.unsure.size:
+                level = self.opt.levels[self.spec.last]
+                out["fallback"] = predict_proba(level.model, hstack([result.blocks[g] for g in level.groups]))
         out["seconds"] = time.perf_counter() - start
         return out
 
-    def run_many(self, items: Sequence[tuple[pd.DataFrame, dict[str, Block] | None]]) -> list[dict[str, Any]]:
-        """One pass over the rows of several requests; results split back per request."""
+    def run_many(self, items: Sequence[tuple[pd.DataFrame, dict[str, Block] | None]]) -> list[dict[str, Any] | Exception]:
+        """One pass over the rows of several requests; results split back per request. When
+        the merged pass fails, each request runs alone and a failing one gets its exception
+        (in its place in the list) instead of failing the others."""
         if len(items) == 1:
-            return [self.run(*items[0])]
+            try:
+                return [self.run(*items[0])]
+            except Exception as exc:
+                return [exc]
         sizes = [len(rows) for rows, _ in items]
-        merged = self.run(concat_rows([r for r, _ in items]), concat_blocks([b for _, b in items]))
+        try:
+            merged = self.run(concat_rows([r for r, _ in items]), concat_blocks([b for _, b in items]))
+        except Exception:
+            return [self.run_many([item])[0] for item in items]
         return split_outputs(merged, sizes)
 
     # --- top-K halves ------------------------------------------------------------------
@@ -180,14 +196,17 @@ def split_outputs(merged: dict[str, Any], sizes: Sequence[int]) -> list[dict[str
         mask = (unsure >= lo) & (unsure < hi)
         first = int(np.searchsorted(unsure, lo))
         count = int(mask.sum())
-        outs.append({
+        out = {
             "proba": merged["proba"][lo:hi],
             "level": merged["level"][lo:hi],
             "unsure": unsure[mask] - lo,
             "blocks": slice_blocks(merged["blocks"], first, first + count) if count else None,
             "seconds": merged["seconds"],
             "replica": merged.get("replica"),
-        })
+        }
+        if merged.get("fallback") is not None and count:
+            out["fallback"] = merged["fallback"][first:first + count]
+        outs.append(out)
     return outs
 
 
@@ -206,7 +225,7 @@ def merge_chunks(chunks: Sequence[dict[str, Any]], sizes: Sequence[int]) -> dict
     offsets = np.cumsum([0, *sizes[:-1]])
     unsure = np.concatenate([c["unsure"] + off for c, off in zip(chunks, offsets, strict=True)])
     parts = [c["blocks"] for c in chunks if c["blocks"] is not None]
-    return {
+    out = {
         "proba": np.vstack([c["proba"] for c in chunks]),
         "level": np.concatenate([c["level"] for c in chunks]),
         "unsure": unsure.astype(np.int64),
@@ -214,3 +233,7 @@ def merge_chunks(chunks: Sequence[dict[str, Any]], sizes: Sequence[int]) -> dict
         "seconds": float(sum(c["seconds"] for c in chunks)),
         "replica": chunks[0].get("replica"),
     }
+    fallbacks = [c["fallback"] for c in chunks if c.get("fallback") is not None]
+    if fallbacks:
+        out["fallback"] = np.vstack(fallbacks)
+    return out

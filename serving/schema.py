@@ -8,13 +8,14 @@ validated column by column, and every problem names its field
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 #: largest accepted request body, in bytes (overridable per deployment)
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -41,6 +42,8 @@ class PredictResponse(BaseModel):
     predictions: list[Any]
     probabilities: list[list[float]]
     level: list[int]
+    degraded: list[bool] = Field(description="rows answered by an earlier level because a later "
+                                             "stage missed the deadline or was overloaded (degrade=True)")
     model_version: str
 
 
@@ -57,6 +60,7 @@ class TopKResponse(BaseModel):
 class ErrorResponse(BaseModel):
     error: str
     fields: list[dict[str, str]] = Field(default_factory=list)
+    request_id: str | None = None
 
 
 class RequestError(Exception):
@@ -210,3 +214,41 @@ def plain(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def validation_fields(exc: ValidationError) -> list[dict[str, str]]:
+    out = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        out.append({"field": loc or "body", "error": err.get("msg", "invalid")})
+    return out
+
+
+def parse_request(body: bytes, model: type[BaseModel], schema: RowSchema,
+                  max_rows: int = MAX_ROWS) -> tuple[Any, pd.DataFrame]:
+    """A request body as the validated request and its rows as a frame; RequestError (4xx,
+    naming the fields at fault) otherwise. CPU-bound: the ingress runs it off its event loop
+    for large bodies."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"invalid JSON: {exc}") from exc
+    try:
+        parsed = model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestError(422, "request does not match the schema", validation_fields(exc)) from exc
+    return parsed, schema.to_frame(parsed.rows, max_rows)
+
+
+def predict_answer(classes: np.ndarray, proba: np.ndarray, level: np.ndarray, degraded: np.ndarray,
+                   version: str) -> bytes:
+    """The /predict answer, JSON-encoded (as Starlette's JSONResponse would)."""
+    labels = classes[np.argmax(proba, axis=1)]
+    body = {
+        "predictions": [plain(v) for v in labels],
+        "probabilities": np.round(proba, 12).tolist(),
+        "level": level.tolist(),
+        "degraded": degraded.tolist(),
+        "model_version": version,
+    }
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()

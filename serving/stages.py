@@ -1,15 +1,22 @@
-"""How an optimized pipeline splits into serving stages, and what each stage costs here.
+"""How an optimized pipeline splits into serving stages, and what each stage and the
+ingress's own work cost here.
 
-Stages are coarse on purpose (each hop costs a few ms): the *cheap* stage runs
-the first cascade level; the *expensive* stage runs every later level and only
-sees the rows the cheap stage was unsure of, together with the feature blocks
-the cheap stage already computed. A pipeline without a cascade has one *model*
-stage. The *baseline* stage (the unoptimized pipeline in one deployment) exists
-for side-by-side benchmarks.
+Stages are coarse on purpose (each hop costs CPU on both sides): the *cheap* stage runs
+the first cascade level; the *expensive* stage runs every later level and only sees the
+rows the cheap stage was unsure of, together with the feature blocks the cheap stage
+already computed. A pipeline without a cascade has one *model* stage. The *baseline*
+stage (the unoptimized pipeline in one deployment) exists for side-by-side benchmarks.
+
+CPU stages are timed in this process. A GPU stage is timed inside a Ray actor that holds
+a GPU, with the models moved onto it, and again with 2 and 4 such processes sharing one
+GPU (the planner treats a GPU as one server whose throughput with k processes is what
+was measured).
 """
 
 from __future__ import annotations
 
+import json
+import pickle
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,14 +25,17 @@ from typing import Any
 import numpy as np
 
 from willump import OptimizedPipeline
-from willump._rows import take
 
-from .planner import StageProfile
+from .profiles import IngressProfile, StageProfile
 
 #: batch sizes (rows) at which stage costs are measured
 PROFILE_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 #: timed repeats per batch size (median)
 PROFILE_REPEATS = 5
+#: processes sharing one GPU at which its throughput is measured
+GPU_CONCURRENCY = (1, 2, 4)
+#: timed batches per process when measuring GPU sharing
+GPU_SHARING_BATCHES = 20
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,18 @@ def unsure_share(opt: OptimizedPipeline) -> float:
     return float(min(1.0, max(0.0, 1.0 - levels[0].fraction_answered)))
 
 
+def gpu_capable(opt: OptimizedPipeline, spec: StageSpec, runtime: str) -> bool:
+    """Whether the stage's models can run on a GPU: ONNX Runtime sessions (CUDA provider) or
+    torch models; scikit-learn and LightGBM models run on the CPU only."""
+    if runtime == "onnx":
+        return True
+    if spec.name == "baseline":
+        models = [opt.baseline.model]
+    else:
+        models = [opt.levels[i].model for i in range(spec.first, spec.last + 1)]
+    return all(hasattr(m, "module_") and hasattr(m, "to") for m in models)
+
+
 def profile_rows(opt: OptimizedPipeline, rows: Any = None) -> Any:
     if rows is not None:
         return rows
@@ -65,8 +87,7 @@ def profile_rows(opt: OptimizedPipeline, rows: Any = None) -> Any:
 
 
 def _batch(rows: Any, size: int) -> Any:
-    n = len(rows)
-    return take(rows, np.arange(size) % n)
+    return rows.iloc[np.arange(size) % len(rows)].reset_index(drop=True)
 
 
 def _median_seconds(fn, repeats: int) -> float:
@@ -79,6 +100,23 @@ def _median_seconds(fn, repeats: int) -> float:
     return float(np.median(times))
 
 
+def time_stage(opt: OptimizedPipeline, spec: StageSpec, rows: Any, batch_sizes: Sequence[int],
+               repeats: int) -> dict[int, float]:
+    """Seconds per batch of the stage at each batch size (median of ``repeats``)."""
+    seconds = {}
+    for b in batch_sizes:
+        batch = _batch(rows, b)
+        if spec.name == "baseline":
+            seconds[b] = _median_seconds(lambda batch=batch: opt.baseline.predict_proba(batch), repeats)
+        elif spec.first == 0:
+            seconds[b] = _median_seconds(lambda batch=batch: opt.run_levels(batch, spec.first, spec.last), repeats)
+        else:
+            blocks, _ = opt.pipeline.compute(batch, opt.levels[0].groups)
+            seconds[b] = _median_seconds(
+                lambda batch=batch, blocks=blocks: opt.run_levels(batch, spec.first, spec.last, blocks), repeats)
+    return seconds
+
+
 def profile_stages(
     opt: OptimizedPipeline,
     rows: Any = None,
@@ -87,24 +125,19 @@ def profile_stages(
     repeats: int = PROFILE_REPEATS,
     device: str = "cpu",
 ) -> list[StageProfile]:
-    """Measure seconds per batch for each stage at each batch size, on this machine."""
+    """Seconds per batch for each stage at each batch size, measured in this process.
+
+    ``device="gpu"`` marks the later stages as GPU stages but keeps these CPU timings
+    (``measured_on="cpu"``, which the plan notes); :func:`profile_gpu_stage` measures them
+    on a GPU.
+    """
     rows = profile_rows(opt, rows)
-    specs = stage_specs(opt)
     out = []
-    for spec in specs:
-        seconds = {}
-        for b in batch_sizes:
-            batch = _batch(rows, b)
-            if spec.first == 0:
-                seconds[b] = _median_seconds(lambda batch=batch, s=spec: opt.run_levels(batch, s.first, s.last), repeats)
-            else:
-                blocks, _ = opt.pipeline.compute(batch, opt.levels[0].groups)
-                seconds[b] = _median_seconds(
-                    lambda batch=batch, s=spec, blocks=blocks: opt.run_levels(batch, s.first, s.last, blocks),
-                    repeats,
-                )
+    for spec in stage_specs(opt):
         scale = 1.0 if spec.first == 0 else unsure_share(opt)
-        out.append(StageProfile(spec.name, seconds, scale, "gpu" if device == "gpu" and spec.first > 0 else "cpu"))
+        on_gpu = device == "gpu" and spec.first > 0
+        out.append(StageProfile(spec.name, time_stage(opt, spec, rows, batch_sizes, repeats), scale,
+                                "gpu" if on_gpu else "cpu", measured_on="cpu"))
     return out
 
 
@@ -114,8 +147,143 @@ def profile_baseline(
 ) -> StageProfile:
     """The unoptimized pipeline as one stage (for the baseline deployment)."""
     rows = profile_rows(opt, rows)
-    seconds = {}
-    for b in batch_sizes:
-        batch = _batch(rows, b)
-        seconds[b] = _median_seconds(lambda batch=batch: opt.baseline.predict_proba(batch), repeats)
-    return StageProfile("baseline", seconds, 1.0)
+    spec = StageSpec("baseline", 0, len(opt.levels) - 1)
+    return StageProfile("baseline", time_stage(opt, spec, rows, batch_sizes, repeats), 1.0)
+
+
+def profile_ingress(
+    opt: OptimizedPipeline,
+    rows_per_request: int,
+    *,
+    schema: Any = None,
+    record_config: dict[str, Any] | None = None,
+    rows: Any = None,
+    repeats: int = PROFILE_REPEATS * 4,
+) -> IngressProfile:
+    """The ingress route's own CPU per request of ``rows_per_request`` rows (parse and
+    validate the JSON body, build the frame, encode the answer, build monitor records),
+    measured in this process on the sample rows, and the sizes hops and the front move."""
+    from .records import record_columns
+    from .runtime import StageRunner
+    from .schema import PredictRequest, RowSchema, parse_request, predict_answer
+
+    rows = profile_rows(opt, rows)
+    frame = _batch(rows, rows_per_request)
+    if schema is None:
+        graph = opt.pipeline.graph
+        schema = RowSchema.from_sample(rows, sorted({c for cols in graph.columns.values() for c in cols}))
+    required = [c.name for c in schema.columns] + [c for c in schema.optional if c in frame.columns]
+    body = json.dumps({"rows": frame[required].to_dict("records")}, default=_plain).encode()
+    parse_s = _median_seconds(lambda: parse_request(body, PredictRequest, schema, len(frame) + 1), repeats)
+    specs = stage_specs(opt)
+    first = StageRunner(opt, specs[0]).run(frame)
+    proba = np.nan_to_num(first["proba"], nan=0.5)
+    level = np.maximum(first["level"], 0)
+    classes = np.asarray(opt.classes_, dtype=object)
+    degraded = np.zeros(len(frame), dtype=bool)
+    answer = predict_answer(classes, proba, level, degraded, "v")
+    respond_s = _median_seconds(lambda: predict_answer(classes, proba, level, degraded, "v"), repeats)
+    records_s = 0.0
+    if record_config is not None:
+        replica = np.full(len(frame), "r", dtype=object)
+        records_s = _median_seconds(lambda: record_columns(frame, proba, level, replica, 1.0, 0.0, "v", None,
+                                                           record_config), repeats)
+    n = len(frame)
+    result = {"proba": proba, "level": level, "unsure": first["unsure"], "seconds": 0.0, "replica": "r"}
+    blocks = first.get("blocks")
+    if blocks is None and len(specs) > 1:
+        blocks, _ = opt.pipeline.compute(frame, opt.levels[0].groups)
+    blocks_kb = _kb(blocks) / n if blocks else 0.0
+    return IngressProfile(
+        rows_per_request=rows_per_request, parse_ms=1000 * parse_s, respond_ms=1000 * respond_s,
+        records_ms=1000 * records_s, body_kb=len(body) / 1024, response_kb=len(answer) / 1024,
+        rows_kb_per_row=_kb(frame) / n, result_kb_per_row=_kb({**result, "blocks": None}) / n,
+        blocks_kb_per_row=blocks_kb, measured=True,
+    )
+
+
+def _kb(obj: Any) -> float:
+    return len(pickle.dumps(obj, protocol=5)) / 1024
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+# --- GPU stages ---------------------------------------------------------------------------
+class _GpuTimer:
+    """A process holding (a share of) a GPU, with the stage's models on it."""
+
+    def __init__(self, source: Any, spec: StageSpec, runtime: str):
+        from .runtime import place_models
+
+        self.opt = source.load()
+        self.notes = place_models(self.opt, "cuda", runtime)
+        self.spec = spec
+        self.rows = profile_rows(self.opt)
+
+    def device(self) -> str:
+        try:
+            import torch
+
+            return "gpu" if torch.cuda.is_available() else "cpu (no CUDA device visible to the actor)"
+        except ImportError:
+            return "cpu (torch not installed in the actor)"
+
+    def batch_seconds(self, batch_sizes: Sequence[int], repeats: int) -> dict[int, float]:
+        return time_stage(self.opt, self.spec, self.rows, batch_sizes, repeats)
+
+    def rows_per_second(self, batch: int, batches: int, start_at: float) -> float:
+        """Run ``batches`` batches back to back from wall-clock ``start_at`` (so that the
+        processes sharing the GPU overlap); rows per second."""
+        data = _batch(self.rows, batch)
+        blocks = None
+        if self.spec.first > 0:
+            blocks, _ = self.opt.pipeline.compute(data, self.opt.levels[0].groups)
+        time.sleep(max(0.0, start_at - time.time()))
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            self.opt.run_levels(data, self.spec.first, self.spec.last, blocks)
+        return batch * batches / (time.perf_counter() - t0)
+
+
+def profile_gpu_stage(
+    source: Any,
+    spec: StageSpec,
+    scale: float,
+    *,
+    runtime: str = "native",
+    batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES,
+    repeats: int = PROFILE_REPEATS,
+    concurrency: Sequence[int] | None = None,
+) -> StageProfile:
+    """Time a GPU stage inside Ray actors holding a GPU (Ray must be running, with a GPU):
+    batch seconds with one process, then the GPU's throughput with k processes sharing it,
+    relative to one (``speedup``)."""
+    import ray
+
+    timer = ray.remote(_GpuTimer)
+    one = timer.options(num_gpus=1, num_cpus=0).remote(source, spec, runtime)
+    try:
+        measured_on = ray.get(one.device.remote())
+        seconds = ray.get(one.batch_seconds.remote(list(batch_sizes), repeats))
+    finally:
+        ray.kill(one)
+    concurrency = GPU_CONCURRENCY if concurrency is None else concurrency
+    batch = max(b for b in batch_sizes if b <= 64) if any(b <= 64 for b in batch_sizes) else min(batch_sizes)
+    speedup = {1: 1.0}
+    base = None
+    for k in sorted(set(concurrency) | {1}):
+        actors = [timer.options(num_gpus=1.0 / k, num_cpus=0).remote(source, spec, runtime) for _ in range(k)]
+        try:
+            ray.get([a.device.remote() for a in actors])  # all loaded before the clock starts
+            start = time.time() + 0.5
+            total = sum(ray.get([a.rows_per_second.remote(batch, GPU_SHARING_BATCHES, start) for a in actors]))
+        finally:
+            for a in actors:
+                ray.kill(a)
+        base = total if k == 1 else base
+        speedup[k] = total / base
+    return StageProfile(spec.name, seconds, scale, "gpu", speedup=speedup, measured_on=measured_on)

@@ -1,23 +1,46 @@
-"""One Ray instance per test module; small optimized pipelines to serve."""
+"""One Ray instance per test module; small optimized pipelines to serve.
+
+Every Ray a serving test starts gets HAProxy as its front, private HAProxy files and ports,
+and a private control directory for the stallable test pipeline (tests/serving/pipelines.py).
+"""
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
+import tempfile
+import time
 
 import pytest
 from sklearn.linear_model import LogisticRegression
 
 import willump
-from tests.willump.synth import make_rows, three_groups
+from tests.willump.synth import FIXED_COSTS, make_rows, three_groups
+
+from .pipelines import CONTROL_ENV, stallable
+from .pipelines import FIXED_COSTS as STALLABLE_COSTS
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault(CONTROL_ENV, tempfile.mkdtemp(prefix="willump-serving-control-"))
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for(check, timeout: float = 60.0, interval: float = 0.25, message: str = "condition"):
+    """Poll ``check()`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {message} (last: {value!r})")
+        time.sleep(interval)
 
 
 @pytest.fixture(scope="module")
@@ -39,13 +62,24 @@ def ray_cluster():
     release_proxy_files()
 
 
-@pytest.fixture(scope="session")
-def synth_opt():
-    X, y = make_rows(3000, seed=21)
-    opt = willump.optimize(three_groups, LogisticRegression(), X, y, max_loss=0.02, verbose=False,
-                           profile_repeats=1, profile_single_rows=3, importance_repeats=1)
+def _optimize(pipeline, seed: int, costs: dict[str, float]):
+    X, y = make_rows(3000, seed=seed)
+    kwargs = dict(max_loss=0.02, verbose=False, importance_repeats=1)
+    if "fixed_costs" in inspect.signature(willump.optimize).parameters:  # costs that do not depend on timing
+        kwargs["fixed_costs"] = costs
+    opt = willump.optimize(pipeline, LogisticRegression(), X, y, **kwargs)
     assert opt.report().plan == "cascade" and len(opt.levels) >= 2
     return opt
+
+
+@pytest.fixture(scope="session")
+def synth_opt():
+    return _optimize(three_groups, 21, FIXED_COSTS["three_groups"])
+
+
+@pytest.fixture(scope="session")
+def stallable_opt():
+    return _optimize(stallable, 24, STALLABLE_COSTS)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -10,19 +11,21 @@ import requests
 
 from serving import deploy
 
+from .conftest import free_port, wait_for
+
 
 @pytest.fixture(scope="module")
 def app(ray_cluster, synth_opt):
-    served = deploy(synth_opt, name="api", port=ray_cluster, cpus=2, device="cpu",
+    served = deploy(synth_opt, name="api", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
                     monitor=dict(attributes=["region"], features=["a"], pane_seconds=1.0,
                                  auto_reference_panes=1))
     yield served
     served.shutdown(stop_ray=False)
 
 
-def post(app, path, body, **kw):
+def post(app, path, body, headers=None, **kw):
     data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-    return requests.post(app.url + path, data=data, headers={"Content-Type": "application/json"},
+    return requests.post(app.url + path, data=data, headers={"Content-Type": "application/json", **(headers or {})},
                          timeout=60, **kw)
 
 
@@ -41,6 +44,7 @@ def test_predict_equals_in_process(app, synth_opt, request_rows):
     assert body["level"] == level.tolist()
     assert body["predictions"] == synth_opt.predict(batch).tolist()
     assert body["model_version"] == app.model_version
+    assert body["degraded"] == [False] * len(batch)
     assert len(set(body["level"])) > 1  # both stages answered some rows
 
 
@@ -71,11 +75,17 @@ def test_static_routes(app):
 
 
 def test_metrics_count_requests_and_levels(app, request_rows):
-    post(app, "/predict", {"rows": rows_of(request_rows.iloc[:32])})
-    text = requests.get(app.url + "/metrics", timeout=30).text
-    assert 'willump_requests_total{app="api",route="predict",status="200"}' in text
-    assert 'willump_rows_total{app="api",level="0"}' in text
-    assert 'willump_stage_latency_seconds_bucket{app="api",le="0.005",stage="cheap"}' in text
+    r = post(app, "/predict", {"rows": rows_of(request_rows.iloc[:32])})
+    assert r.status_code == 200
+
+    def scraped():
+        text = requests.get(app.url + "/metrics", timeout=30).text
+        wanted = ['willump_requests_total{app="api",route="predict",status="200"}',
+                  'willump_rows_total{app="api",level="0"}',
+                  'willump_stage_latency_seconds_bucket{app="api",le="0.005",stage="cheap"}']
+        return text if all(w in text for w in wanted) else None
+
+    wait_for(scraped, timeout=30, message="the app's metrics in /metrics")
 
 
 def test_monitor_routes_answer(app, request_rows):
@@ -152,16 +162,23 @@ def test_app_still_answers_correctly_after_bad_input(app, synth_opt, request_row
     np.testing.assert_allclose(np.array(r.json()["probabilities"]), synth_opt.predict_proba(batch), atol=1e-9)
 
 
-def test_gpu_placement_runs_on_cpu_here(ray_cluster, synth_opt, request_rows):
+def test_gpu_placement_runs_on_cpu_here(ray_cluster, synth_opt, request_rows, monkeypatch):
     """With a (logical) GPU the expensive stage asks for it; ONNX falls back to the CPU provider.
     Batch settings given to deploy override the plan's."""
+    import serving.stages
+
+    monkeypatch.setattr(serving.stages, "GPU_CONCURRENCY", (1, 2))  # (1, 2, 4) by default: time
     served = deploy(synth_opt, name="gpu", port=ray_cluster, cpus=1.5, device="gpu", runtime="onnx",
-                    max_batch_size=16, batch_wait_timeout_s=0.001)
+                    max_batch_size=16, batch_wait_timeout_s=0.001, calibrate="never")
     try:
         plan = requests.get(served.url + "/plan", timeout=30).json()
         assert all(s["max_batch_size"] == 16 and s["batch_wait_timeout_s"] == 0.001 for s in plan["stages"])
         stage = served.plan.stage("expensive")
         assert stage.device == "gpu" and 0 < stage.num_gpus <= 1
+        # profiled inside GPU actors (here a logical GPU, so on the CPU, which the plan says)
+        profile = served.plan.profiles[1]
+        assert profile.device == "gpu" and set(profile.speedup) == {1, 2}
+        assert profile.measured_on.startswith("cpu") and any("GPU timings" in n for n in served.plan.notes)
         assert served.plan.stage("cheap").num_gpus == 0
         batch = request_rows.iloc[:40]
         r = post(served, "/predict", {"rows": rows_of(batch)})
@@ -172,13 +189,12 @@ def test_gpu_placement_runs_on_cpu_here(ray_cluster, synth_opt, request_rows):
         served.shutdown(stop_ray=False)
 
 
-def test_haproxy_front_and_ray_transport_staged(ray_cluster, app, synth_opt, request_rows):
-    """The default front here is HAProxy; stage calls over Ray actor calls (transport="ray")
-    and the staged layout (a deployment per stage) give the same answers as gRPC and the
-    default fused layout."""
+def test_haproxy_front_and_staged_layout(ray_cluster, app, synth_opt, request_rows):
+    """The default front here is HAProxy; the staged layout (a deployment per stage) gives the
+    same answers as the default fused layout."""
     assert app.proxy == "haproxy" and app.plan.layout == "fused"
-    served = deploy(synth_opt, name="rayrpc", port=ray_cluster, cpus=1, device="cpu", transport="ray",
-                    layout="staged", monitor=True)
+    served = deploy(synth_opt, name="staged", port=ray_cluster, cpus=1, device="cpu", layout="staged",
+                    monitor=True, calibrate="never")
     try:
         assert served.plan.layout == "staged" and served.plan.ingress_replicas == 1
         batch = request_rows.iloc[:50]
@@ -198,3 +214,86 @@ def test_large_request_bypasses_the_ingress_batcher(app, synth_opt):
     r = post(app, "/predict", {"rows": rows_of(frame)})
     assert r.status_code == 200, r.text
     np.testing.assert_allclose(np.array(r.json()["probabilities"]), synth_opt.predict_proba(frame), atol=1e-9)
+
+
+def test_gpu_is_refused_for_models_that_cannot_use_it(ray_cluster, synth_opt):
+    with pytest.raises(ValueError, match="cannot run on a GPU"):
+        deploy(synth_opt, name="nogpu", port=ray_cluster, device="gpu", runtime="native", calibrate="never")
+
+
+def test_errors_carry_a_request_id(app):
+    r = post(app, "/predict", {"rows": []}, headers={"X-Request-Id": "client-chosen-42"})
+    assert r.status_code == 422
+    assert r.json()["request_id"] == "client-chosen-42" == r.headers["x-request-id"]
+    r = post(app, "/predict", {"rows": []})
+    assert r.json()["request_id"] == r.headers["x-request-id"] and len(r.json()["request_id"]) >= 16
+
+
+@pytest.fixture(scope="module")
+def keyed(ray_cluster, synth_opt, app):
+    """Two ingress replicas behind an API key, deployed asking for a port Serve does not use."""
+    from dataclasses import replace
+
+    plan = replace(app.plan, ingress_replicas=2, ingress_cpus=0.2)
+    served = deploy(synth_opt, name="keyed", port=free_port(), plan=plan, api_key="s3cret", calibrate="never")
+    yield served
+    served.shutdown(stop_ray=False)
+
+
+def test_url_is_where_serve_answers(keyed, ray_cluster):
+    """Serve keeps the port it started with; deploy returns that, not the one asked for."""
+    assert keyed.url == f"http://127.0.0.1:{ray_cluster}/keyed"
+    assert requests.get(keyed.url + "/healthz", timeout=30).status_code == 200
+
+
+def test_api_key_is_required_except_for_health(keyed, request_rows):
+    body = {"rows": rows_of(request_rows.iloc[:4])}
+    assert post(keyed, "/predict", body).status_code == 401
+    assert post(keyed, "/predict", body, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert requests.get(keyed.url + "/metrics", timeout=30).status_code == 401
+    ok = post(keyed, "/predict", body, headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200, ok.text
+    assert post(keyed, "/predict", body, headers={"X-API-Key": "s3cret"}).status_code == 200
+    assert "s3cret" not in json.dumps(keyed.spec)  # only its hash travels with the app
+
+
+def test_metrics_are_exact_across_ingress_replicas(keyed, request_rows):
+    """/metrics answers from one ingress replica but counts every replica's requests."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    auth = {"Authorization": "Bearer s3cret", "Content-Type": "application/json"}
+    url = keyed.url + "/metrics"
+
+    def count() -> float:
+        text = requests.get(url, headers=auth, timeout=30).text
+        line = [x for x in text.splitlines()
+                if x.startswith('willump_requests_total{app="keyed",route="predict",status="200"}')]
+        return float(line[0].split()[-1]) if line else 0.0
+
+    # earlier tests' requests reach the totals within an export interval: start from a settled count
+    settled = [count(), -1.0]
+
+    def stable() -> bool:
+        time.sleep(1.5)
+        settled[1], settled[0] = settled[0], count()
+        return settled[0] == settled[1]
+
+    wait_for(stable, timeout=30, message="a settled request count")
+    before = settled[0]
+    body = json.dumps({"rows": rows_of(request_rows.iloc[:8])})
+    n = 60
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: requests.post(keyed.url + "/predict", data=body, headers=auth,
+                                                      timeout=60).status_code, range(n)))
+    assert codes == [200] * n
+    wait_for(lambda: count() == before + n, timeout=30, message=f"{before + n} requests counted")
+    # both replicas served some of them: the total is a sum over replicas, not one replica's count
+    import ray
+
+    from serving.metrics import _read, metric_endpoints
+
+    raw = "".join(_read(e) for e in metric_endpoints())
+    workers = {line.split('WorkerId="')[1].split('"')[0] for line in raw.splitlines()
+               if line.startswith("ray_willump_requests_total") and 'app="keyed"' in line and 'route="predict"' in line}
+    assert len(workers) == 2, workers
+    assert ray.is_initialized()

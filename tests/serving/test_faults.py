@@ -25,7 +25,7 @@ RECOVERED_SHARE = 0.7
 
 @pytest.fixture(scope="module")
 def app(ray_cluster, synth_opt):
-    served = deploy(synth_opt, name="faults", port=ray_cluster, cpus=2, device="cpu")
+    served = deploy(synth_opt, name="faults", port=ray_cluster, cpus=2, device="cpu", calibrate="never")
     yield served
     served.shutdown(stop_ray=False)
 
@@ -101,12 +101,16 @@ def test_killed_replica_loses_no_successful_request(app, synth_opt, request_rows
     successes = [r for r in results if r[1] == 200]
     assert successes and all(r[2] for r in successes), "a successful response was wrong"
     failures = [r for r in results if r[1] != 200]
-    assert len(failures) <= CLIENTS * 2, f"{len(failures)} failed requests"  # in-flight at most
+    # Stage calls to the killed expensive replica are retried (with backoff) on its successor;
+    # what can be lost is what was in flight on the killed ingress replica: at most one request
+    # per client (HAProxy forwards each client's next request to a live replica).
+    assert len(failures) <= CLIENTS, f"{len(failures)} failed requests: {sorted({r[1] for r in failures})}"
     before = _rate(results, t_kill - 5, t_kill)
     starts = np.arange(t_healthy, t_healthy + OBSERVE_AFTER_S - WINDOW_S + 1e-9, 1.0)
     after = max(_rate(results, s, s + WINDOW_S) for s in starts)
     assert after >= RECOVERED_SHARE * before, (before, after)
-    print(f"kill test: {len(successes)} ok, {len(failures)} failed, "
+    print(f"kill test: {len(successes)} ok, {len(failures)} failed (in flight on the killed ingress replica; "
+          f"statuses {sorted({r[1] for r in failures})}), "
           f"{before:.1f} req/s before, best {WINDOW_S:.0f}s window {after:.1f} req/s after recovery, "
           f"recovered in {t_healthy - t_kill:.1f}s")
 

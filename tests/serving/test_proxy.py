@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -39,7 +44,62 @@ def test_haproxy_environment_is_private_to_one_ray():
 
 
 def test_serve_proxy_environment_turns_haproxy_off():
-    assert proxy_environment("serve") == {"RAY_SERVE_ENABLE_HA_PROXY": "0"}
+    env = proxy_environment("serve", "ray")
+    assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "0" and "RAY_SERVE_THROUGHPUT_OPTIMIZED" not in env
+    grpc = proxy_environment("serve", "grpc")
+    # Serve's documented throughput mode, keeping Serve's proxy actor as the front
+    assert grpc["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1" and grpc["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "0"
+
+
+def _launcher_for(tmp_path, real: str) -> str:
+    from serving.proxy import _launcher
+
+    return _launcher(str(tmp_path), real)
+
+
+def test_haproxy_launcher_binds_admin_ports_to_loopback(tmp_path):
+    """Ray's template binds HAProxy's stats page and exporter on all interfaces; the launcher
+    hands HAProxy a copy of the config with both on loopback, the rest unchanged."""
+    real = tmp_path / "fake-haproxy"
+    real.write_text('#!/bin/sh\ncat "$2"\n')  # prints the config it was given
+    real.chmod(0o755)
+    config = tmp_path / "haproxy.cfg"
+    config.write_text("frontend prometheus\n    bind :9101\n    mode http\n"
+                      "frontend http_frontend\n    bind 0.0.0.0:8000\n"
+                      "listen stats\n  bind *:8404\n  stats enable\n")
+    out = subprocess.run([_launcher_for(tmp_path, str(real)), "-f", str(config), "-db"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "bind 127.0.0.1:9101" in out.stdout and "bind 127.0.0.1:8404" in out.stdout
+    assert "bind 0.0.0.0:8000" in out.stdout  # the serving port is Serve's choice (http_options)
+
+
+def test_haproxy_launcher_dies_with_its_parent(tmp_path):
+    """HAProxy is Serve's child; when that parent dies abruptly HAProxy must not live on."""
+    launcher = _launcher_for(tmp_path, shutil.which("sleep"))
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time\n"
+                               f"p = subprocess.Popen([{launcher!r}, '600'])\n"
+                               "print(p.pid, flush=True)\ntime.sleep(600)\n"],
+        stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    try:
+        assert _alive(child)
+        parent.kill()
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), "the launched process outlived its parent"
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    from serving.procstat import alive
+
+    return bool(alive({pid}))
 
 
 @pytest.fixture

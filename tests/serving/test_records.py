@@ -75,7 +75,52 @@ def test_buffer_sends_one_frame_per_flush_in_arrival_order():
         return buffer
 
     buffer = asyncio.run(run())
-    assert [len(b) for b in monitor.batches] == [30, 5] and buffer.sent == 35 and buffer.failed == 0
+    assert [len(b) for b in monitor.batches] == [30, 5] and buffer.sent == 35 and buffer.dropped == 0
     first = monitor.batches[0]
     assert first["latency_ms"].tolist() == [0.0] * 10 + [1.0] * 10 + [2.0] * 10
     assert list(first.columns) == list(_columns(_frame(2)).keys())
+
+
+class _StuckMonitor:
+    """A monitor whose ingest never answers (until cancelled)."""
+
+    def __init__(self):
+        self.cancelled = 0
+
+        class _Ingest:
+            def remote(_, batch):
+                return _Stuck(self)
+
+        self.ingest = _Ingest()
+
+
+class _Stuck:
+    def __init__(self, owner):
+        self.owner = owner
+
+    def __await__(self):
+        return asyncio.sleep(3600).__await__()
+
+    def cancel(self):
+        self.owner.cancelled += 1
+
+
+def test_buffer_is_bounded_and_counts_what_it_drops():
+    monitor = _StuckMonitor()
+    drops: dict[str, int] = {}
+
+    async def run() -> RecordBuffer:
+        buffer = RecordBuffer(monitor, CONFIG, flush_rows=10, flush_delay_s=10.0, max_rows=30, send_timeout_s=0.05,
+                              on_drop=lambda reason, n: drops.__setitem__(reason, drops.get(reason, 0) + n))
+        accepted = [buffer.add(_columns(_frame(10, seed=i))) for i in range(5)]
+        assert accepted[:1] == [True]
+        await asyncio.sleep(0.2)  # the sends time out: their records count as dropped, the buffer frees
+        assert buffer.add(_columns(_frame(10, seed=9)))
+        await buffer.close()
+        return buffer
+
+    buffer = asyncio.run(run())
+    assert buffer.rows == 0 and buffer.sent == 0
+    assert buffer.dropped == 60 == sum(drops.values())
+    assert set(drops) <= {"buffer_full", "send_failed"} and drops["send_failed"] > 0
+    assert monitor.cancelled > 0  # a timed-out send is cancelled, not left running

@@ -1,0 +1,205 @@
+"""The deployments behind the ingress: model stages and the monitor, plus the in-process
+stage a fused ingress runs.
+
+Composition follows Ray Serve's own examples: one class per deployment, bound deployments
+passed to the ingress constructor, ``@serve.batch`` for batching rows from many calls at a
+stage. A replica loads the artifact by reference (:mod:`serving.artifacts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from ray import serve
+
+from .artifacts import ArtifactSource
+from .planner import CONCURRENT_BATCHES
+from .runtime import StageRunner, merge_chunks, place_models, split_rows
+from .stages import StageSpec
+
+
+def _rows_in(items: list) -> int:
+    return sum(len(rows) for rows, _ in items)
+
+
+def replica_id(default: str) -> str:
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # outside a replica (tests, local mode)
+        return default
+
+
+def _code_location() -> str:
+    """Where this replica imported serving from (shows whether runtime_env shipped the code)."""
+    import serving
+
+    return str(serving.__file__)
+
+
+@serve.deployment
+class ModelStage:
+    """One stage replica: loads the artifact, runs its levels, batches across calls."""
+
+    def __init__(
+        self,
+        artifact: ArtifactSource,
+        spec: StageSpec,
+        *,
+        baseline: bool = False,
+        device: str = "cpu",
+        runtime: str = "native",
+        batching: bool = True,
+        max_batch_size: int = 32,
+        batch_wait_timeout_s: float = 0.002,
+        fallback: bool = False,
+    ):
+        opt = artifact.load()
+        self.notes = place_models(opt, device, runtime)
+        self.runner = StageRunner(opt, spec, baseline=baseline, fallback=fallback)
+        self.batching = batching
+        self.max_batch_size = max(1, int(max_batch_size))
+        if batching:
+            self.run_batch.set_max_batch_size(self.max_batch_size)
+            self.run_batch.set_batch_wait_timeout_s(float(batch_wait_timeout_s))
+        self.replica = replica_id("local")
+
+    async def run(self, rows: pd.DataFrame, blocks: dict | None = None) -> dict[str, Any]:
+        if not self.batching:
+            out = await asyncio.to_thread(self.runner.run, rows, blocks)
+        else:
+            chunks = list(split_rows(rows, blocks, self.max_batch_size))
+            outs = await asyncio.gather(*(self.run_batch((r, b)) for r, b in chunks))
+            for part in outs:
+                if isinstance(part, Exception):  # this call's rows failed; other calls' did not
+                    raise part
+            out = merge_chunks(outs, [len(r) for r, _ in chunks])
+        out["replica"] = self.replica
+        return out
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002, batch_size_fn=_rows_in,
+                 max_concurrent_batches=CONCURRENT_BATCHES)
+    async def run_batch(self, items: list) -> list[dict[str, Any] | Exception]:
+        return await asyncio.to_thread(self.runner.run_many, items)
+
+    async def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict | None:
+        return await asyncio.to_thread(self.runner.topk_filter, rows, k, label_index)
+
+    async def topk_rank(self, rows: pd.DataFrame, blocks: dict, label_index: int) -> np.ndarray:
+        return await asyncio.to_thread(self.runner.topk_rank, rows, blocks, label_index)
+
+    async def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
+        return await asyncio.to_thread(self.runner.full_scores, rows, label_index)
+
+    def info(self) -> dict[str, Any]:
+        import ray
+
+        return {"replica": self.replica, "notes": self.notes, "batching": self.batching,
+                "max_batch_size": self.max_batch_size, "node_id": ray.get_runtime_context().get_node_id(),
+                "code": _code_location()}
+
+
+def coerce(value: str) -> Any:
+    """A query-string value as the Python value it spells (bools, None, numbers, text)."""
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+@serve.deployment
+class MonitorStage:
+    """The drift monitor as a deployment of its own, fed off the request path."""
+
+    QUERIES = ("explain", "mix_shift", "conditional_shift", "drift", "change_points", "cascade_health")
+
+    def __init__(self, config: dict[str, Any], reference: list[dict[str, Any]] | None = None):
+        from drift import Monitor
+
+        self.monitor = Monitor(**config)
+        self.reference_rows = 0
+        if reference:
+            self.monitor.set_reference(reference)
+            self.reference_rows = len(reference)
+        self.ingested = 0
+        self.lock = asyncio.Lock()  # the monitor is not thread-safe: one call at a time
+
+    async def ingest(self, records: Any) -> int:
+        async with self.lock:
+            await asyncio.to_thread(self.monitor.ingest, records)
+            self.ingested += len(records)
+        return self.ingested
+
+    async def flush(self) -> dict[str, Any]:
+        async with self.lock:
+            await asyncio.to_thread(self.monitor.flush)
+        return {"ingested": self.ingested}
+
+    def __del__(self) -> None:
+        # Serve calls __del__ on graceful replica shutdown: persist the open pane.
+        monitor = getattr(self, "monitor", None)
+        if monitor is not None:
+            try:
+                monitor.close()
+            except Exception:  # shutting down: nothing left to report to
+                pass
+
+    async def query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        async with self.lock:
+            return await asyncio.to_thread(self._query, name, params)
+
+    def _query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Run a monitor query; client mistakes come back as {"status": 4xx, ...}, not raised."""
+        if name not in self.QUERIES:
+            return {"status": 404, "error": f"unknown monitor query {name!r}", "fields": []}
+        method = getattr(self.monitor, name)
+        signature = inspect.signature(method).parameters
+        accepted = [p for p in signature if p != "self"]
+        for key, value in list(params.items()):  # list-typed parameters arrive comma-separated
+            annotation = str(signature[key].annotation) if key in signature else ""
+            if isinstance(value, str) and ("Sequence" in annotation or "tuple" in annotation):
+                parts = [coerce(v.strip()) for v in value.split(",") if v.strip()]
+                params[key] = tuple(parts) if "tuple" in annotation else parts
+        unknown = sorted(set(params) - set(accepted))
+        if unknown:
+            return {"status": 422, "error": f"unknown query parameter(s) {unknown} for {name}",
+                    "fields": [{"field": p, "error": f"accepted: {accepted}"} for p in unknown]}
+        try:
+            result = method(**params)
+        except (TypeError, ValueError, KeyError) as exc:
+            return {"status": 422, "error": f"{name}: {exc}", "fields": []}
+        except Exception as exc:
+            if type(exc).__name__ in ("NoReferenceError", "StateError"):
+                return {"status": 409, "error": f"{name}: {exc}", "fields": []}
+            raise
+        data = result.to_dict() if hasattr(result, "to_dict") else result
+        return {"status": 200, "query": name, "ingested": self.ingested, "result": data}
+
+
+class LocalStage:
+    """A stage run inside the ingress process (layout="fused"): no hop for the cheap
+    levels, which answer most rows; only unsure rows travel to the expensive stage."""
+
+    def __init__(self, artifact: ArtifactSource, spec: StageSpec, device: str = "cpu",
+                 runtime: str = "native", fallback: bool = False):
+        opt = artifact.load()
+        self.notes = place_models(opt, device, runtime)
+        self.runner = StageRunner(opt, spec, fallback=fallback)
+        self.replica = replica_id("ingress")  # records name the ingress replica that answered
+
+    def run_many(self, items: list) -> list[dict[str, Any] | Exception]:
+        outs = self.runner.run_many(items)
+        for out in outs:
+            if isinstance(out, dict):
+                out["replica"] = self.replica
+        return outs

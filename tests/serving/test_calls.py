@@ -1,0 +1,250 @@
+"""Stage calls and ingress batching without Ray: deadlines, cancellation, retries with
+jittered backoff, back-pressure, per-request failure isolation, parsing off the event loop.
+Fake handles stand in for Serve's; time is asyncio's, never the machine's speed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import types
+
+import pytest
+from ray.exceptions import RayActorError
+from ray.serve.exceptions import BackPressureError
+
+from serving.calls import (
+    BACKOFF_BASE_S,
+    MAX_DEADLINE_S,
+    Deadline,
+    DeadlineExceeded,
+    StageOverloaded,
+    backoff_s,
+    call_stage,
+    default_deadline_s,
+)
+from serving.coalesce import Coalescer
+from serving.schema import ColumnSpec, PredictRequest, RequestError, RowSchema
+
+
+class _Response:
+    """Looks like a DeploymentResponse: awaitable, cancellable."""
+
+    def __init__(self, coro):
+        self.task = asyncio.ensure_future(coro)
+        self.cancelled = False
+
+    def __await__(self):
+        return self.task.__await__()
+
+    def cancel(self):
+        self.cancelled = True
+        self.task.cancel()
+
+
+class _Handle:
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+        self.calls = 0
+        self.responses: list[_Response] = []
+        handle = self
+
+        class _Method:
+            def remote(self, *args):
+                handle.calls += 1
+                response = _Response(handle.behaviour(handle.calls, *args))
+                handle.responses.append(response)
+                return response
+
+        self.run = _Method()
+
+
+def test_deadline_from_header_and_its_limits():
+    assert Deadline.from_headers({}, 2.0).budget_s == 2.0
+    assert Deadline.from_headers({"x-deadline-ms": "250"}, 2.0).budget_s == pytest.approx(0.25)
+    for bad in ("0", "-5", "soon", str(1000 * MAX_DEADLINE_S + 1), "nan"):
+        with pytest.raises(RequestError) as info:
+            Deadline.from_headers({"x-deadline-ms": bad}, 2.0)
+        assert info.value.status == 422 and "x-deadline-ms" in info.value.message
+    assert default_deadline_s(None) == 30.0 and default_deadline_s(150.0) == pytest.approx(0.15)
+    d = Deadline.after(1.0)
+    assert d.reserve(0.2).at == pytest.approx(d.at - 0.2)
+
+
+def test_backoff_is_full_jitter_and_capped():
+    rng = random.Random(0)
+    draws = [backoff_s(a, rng) for a in range(10) for _ in range(50)]
+    assert all(0 <= d <= 1.0 for d in draws)
+    first = [backoff_s(0, rng) for _ in range(200)]
+    assert max(first) <= BACKOFF_BASE_S and min(first) < BACKOFF_BASE_S / 4  # jitter, not a fixed pause
+
+
+def test_call_retries_a_dead_replica_with_backoff_then_succeeds():
+    async def behaviour(n, x):
+        if n <= 2:
+            raise RayActorError()
+        return x * 2
+
+    handle, retries = _Handle(behaviour), []
+
+    async def run():
+        return await call_stage(handle, "run", (21,), Deadline.after(5.0), "expensive",
+                                rng=random.Random(1), on_retry=lambda: retries.append(1))
+
+    assert asyncio.run(run()) == 42
+    assert handle.calls == 3 and len(retries) == 2
+
+
+def test_call_gives_up_after_bounded_retries():
+    async def behaviour(n, x):
+        raise RayActorError()
+
+    handle = _Handle(behaviour)
+    with pytest.raises(RayActorError):
+        asyncio.run(call_stage(handle, "run", (1,), Deadline.after(30.0), "s", retries=2, rng=random.Random(2)))
+    assert handle.calls == 3
+
+
+def test_a_late_call_is_cancelled_at_the_deadline():
+    async def behaviour(n, x):
+        await asyncio.sleep(60)
+
+    handle = _Handle(behaviour)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(DeadlineExceeded, match="at the expensive stage"):
+            await call_stage(handle, "run", (1,), Deadline.after(0.05), "expensive")
+        return loop.time() - start
+
+    assert asyncio.run(run()) < 5.0
+    assert handle.responses[0].cancelled
+
+
+def test_back_pressure_becomes_overloaded():
+    async def behaviour(n, x):
+        raise BackPressureError(num_queued_requests=8, max_queued_requests=8)
+
+    with pytest.raises(StageOverloaded) as info:
+        asyncio.run(call_stage(_Handle(behaviour), "run", (1,), Deadline.after(5.0), "expensive"))
+    assert info.value.retry_after_s >= 1
+
+
+def test_coalescer_merges_waiting_requests_and_follows_the_replica_count():
+    in_flight, peak, sizes = [0], [0], []
+
+    async def run(items, deadline):
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        sizes.append(sum(it.size for it in items))
+        await asyncio.sleep(0.01)
+        in_flight[0] -= 1
+        return [it.rows for it in items]
+
+    async def main(limit):
+        co = Coalescer(run, stage="s", max_rows=8, limit=limit)
+        deadline = Deadline.after(30.0)
+        outs = await asyncio.gather(*(co.submit([i] * 2, None, deadline) for i in range(40)))
+        return co, outs
+
+    co, outs = asyncio.run(main(limit=1))
+    assert outs == [[i] * 2 for i in range(40)]  # each request gets its own rows back
+    assert peak[0] == 1 and max(sizes) == 8 and co.batches < 40
+    peak[0] = 0
+    asyncio.run(main(limit=4))  # e.g. 1 replica -> 4 replicas: more calls in flight at once
+    assert peak[0] == 4
+
+
+def test_one_bad_request_fails_alone():
+    async def run(items, deadline):
+        if any(it.rows == "poison" for it in items):
+            raise ValueError("bad row")
+        return [f"ok:{it.rows}" for it in items]
+
+    async def main():
+        co = Coalescer(run, stage="s", max_rows=100, limit=1)
+        deadline = Deadline.after(30.0)
+        blocker = asyncio.ensure_future(co.submit("first", None, deadline))  # holds the one slot
+        rest = [asyncio.ensure_future(co.submit(x, None, deadline)) for x in ("a", "poison", "b")]
+        await blocker
+        return await asyncio.gather(*rest, return_exceptions=True)
+
+    a, bad, b = asyncio.run(main())
+    assert a == "ok:a" and b == "ok:b"
+    assert isinstance(bad, ValueError)
+
+
+def test_queue_is_bounded_and_waiting_requests_time_out():
+    release = asyncio.Event
+
+    async def main():
+        gate = release()
+
+        async def run(items, deadline):
+            await gate.wait()
+            return [it.rows for it in items]
+
+        co = Coalescer(run, stage="expensive", max_rows=1, limit=1, max_queued=2)
+        first = asyncio.ensure_future(co.submit([1], None, Deadline.after(30.0)))
+        await asyncio.sleep(0)
+        queued = [asyncio.ensure_future(co.submit([i], None, Deadline.after(0.05))) for i in (2, 3)]
+        await asyncio.sleep(0)
+        with pytest.raises(StageOverloaded):
+            await co.submit([4], None, Deadline.after(30.0))
+        results = await asyncio.gather(*queued, return_exceptions=True)
+        gate.set()
+        return await first, results
+
+    first, results = asyncio.run(main())
+    assert first == [1] and all(isinstance(r, DeadlineExceeded) for r in results)
+
+
+class _Request:
+    def __init__(self, body: bytes):
+        self.body, self.headers = body, {"content-length": str(len(body))}
+
+    async def stream(self):
+        for start in range(0, len(self.body), 65536):
+            yield self.body[start:start + 65536]
+
+
+@pytest.mark.parametrize("rows", [10, 20_000])
+def test_the_ingress_parses_large_bodies_off_the_event_loop(monkeypatch, rows):
+    """Bodies over PARSE_INLINE_BYTES are parsed in a thread: the event loop keeps serving
+    other requests meanwhile; small ones are parsed inline (a thread hop costs more)."""
+    import serving.app as app_module
+
+    threads = []
+
+    class Schema(RowSchema):  # notes the thread that builds the frame
+        def to_frame(self, rows, max_rows):
+            threads.append(threading.get_ident())
+            return super().to_frame(rows, max_rows)
+
+    schema = Schema([ColumnSpec(c, "number", False, "float64") for c in "abc"])
+    body = json.dumps({"rows": [{"a": 1.5, "b": 2.5, "c": float(i)} for i in range(rows)]}).encode()
+    cls = app_module.Ingress.func_or_class  # the ingress's own methods, on a stand-in instance
+    ingress = types.SimpleNamespace(schema=schema, max_body=10 * len(body), max_rows=50_000)
+    ingress._body = lambda request: cls._body(ingress, request)
+    ingress._parse = lambda request, model: cls._parse(ingress, request, model)
+
+    async def main():
+        ticks, done = 0, False
+
+        async def ticker():
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        tick_task = asyncio.ensure_future(ticker())
+        _, frame = await ingress._parse(_Request(body), PredictRequest)
+        done = True
+        await tick_task
+        return threading.get_ident(), frame
+
+    loop_thread, frame = asyncio.run(main())
+    assert len(frame) == rows
+    assert (threads[0] != loop_thread) == (len(body) > app_module.PARSE_INLINE_BYTES)
