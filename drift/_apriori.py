@@ -141,6 +141,8 @@ def _group_sums(
 
 #: Largest dense key space (bins) counted with one bincount; larger sets relabel per combination.
 _DENSE_KEY_LIMIT = 1 << 22
+#: Key spaces up to this size (or 4x the rows counted) find supported combinations by bincount.
+_DENSE_SUPPORT_LIMIT = 1 << 16
 _SPARSE_WEIGHTS = ("target", "target_var")
 
 
@@ -192,8 +194,13 @@ class _Relabelled:
             ok &= r > 0
             key = key * base + r
         key = key[ok]
-        uniq, inverse = np.unique(key, return_inverse=True)
         t = self._t_sub["target"][ok]
+        size = int(np.prod(radix, dtype=np.float64))
+        if size <= max(_DENSE_SUPPORT_LIMIT, 4 * key.size):
+            # small key space: one bincount, no sort (np.unique sorts every target row)
+            sums = np.bincount(key, weights=t, minlength=size)
+            return np.flatnonzero(sums >= min_target)
+        uniq, inverse = np.unique(key, return_inverse=True)
         sums = np.bincount(inverse, weights=t, minlength=uniq.size)
         return uniq[sums >= min_target]
 

@@ -15,7 +15,7 @@ import numpy as np
 from scipy import stats
 
 from drift._column_tests import SortedSample, kish
-from drift._drift import _segment_mask, _segments
+from drift._drift import SEGMENT_TEST_ROWS, _segment_mask, _segments
 from drift._results import CascadeHealth
 from drift._rules import benjamini_hochberg
 from drift._view import View
@@ -64,8 +64,8 @@ def cascade_health(
     ref = view.reference(reference)
     schema = view.schema
     attrs = [a for a in schema.attributes if a != cfg.level_column]
-    cur = view.window_sample()
-    base = view.reference_sample(ref)
+    cur = view.window_sample().thin(SEGMENT_TEST_ROWS)
+    base = view.reference_sample(ref).thin(SEGMENT_TEST_ROWS)
     segs = [{}] + [s for s in _segments(view, None, min_share, max_segments)
                    if next(iter(s)) != cfg.level_column]
     info: dict[str, Any] = {

@@ -285,7 +285,11 @@ class Encoder:
 
     def _encode_first(self, series: pd.Series) -> np.ndarray | None:
         """One factorize pass for an empty encoder (whole tables); None if values collide."""
-        local, uniques = pd.factorize(series, use_na_sentinel=True)
+        values_in = series
+        if isinstance(series.dtype, pd.StringDtype):
+            # hashing the str objects directly is twice as fast as the string array's path
+            values_in = series.to_numpy(dtype=object, na_value=None)
+        local, uniques = pd.factorize(values_in, use_na_sentinel=True)
         if len(uniques) + 1 >= self.max_codes // 2:
             return None  # the general path applies the admission rules
         values = [normalize_value(v, self.column) for v in uniques]

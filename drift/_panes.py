@@ -177,9 +177,10 @@ class PaneLog:
         detail = dict(self.detail)
         for p in sorted(self.full):
             if p < full_from and p < closed_upto:
-                s = self.full[p].copy()
-                if s.reservoir is not None:
-                    s.reservoir.downsample(h.history_capacity)
+                src = self.full[p]
+                s = src.copy(with_reservoir=False)
+                if src.reservoir is not None:
+                    s.reservoir = src.reservoir.top(h.history_capacity)
                 cs.full_drop.add(p)
                 cs.detail_put[p] = s
                 detail[p] = s

@@ -130,6 +130,30 @@ class Reservoir:
         self.add(other.cat, other.num, other.flags, other.prio, other.population.copy(),
                  other.tau)
 
+    def top(self, capacity: tuple[int, int]) -> Reservoir:
+        """A new reservoir holding only the top `capacity` priorities per stratum (what
+        `copy().downsample(capacity)` gives, without copying the rows that are cut)."""
+        self.compact()
+        out = Reservoir(self.n_cat, self.n_num, capacity)
+        out.population = self.population.copy()
+        out.threshold = self.threshold.copy()
+        stratum = self.flags != 0
+        keep = []
+        tau = self.tau.copy()
+        for s_ in range(STRATA):
+            idx = np.flatnonzero(stratum == bool(s_))  # priority order (compacted)
+            k = out.capacity[s_]
+            if idx.size > k:
+                cut = float(self.prio[idx[k]])
+                out.threshold[s_] = max(out.threshold[s_], cut)
+                idx = idx[:k]
+                tau[idx] = np.maximum(tau[idx], cut)
+            keep.append(idx)
+        order = np.sort(np.concatenate(keep))
+        out.cat, out.num = self.cat[:, order], self.num[:, order]
+        out.flags, out.prio, out.tau = self.flags[order], self.prio[order], tau[order]
+        return out
+
     def downsample(self, capacity: tuple[int, int]) -> None:
         """Keep only the top `capacity` priorities per stratum (older tiers keep fewer rows)."""
         self.compact(capacity)

@@ -54,6 +54,21 @@ class Sample:
             np.concatenate(weights),
         )
 
+    def thin(self, max_rows: int) -> Sample:
+        """At most about `max_rows` rows: every k-th row (reservoir rows are in priority order,
+        so this is a uniform thinning), weights rescaled per stratum so totals stay exact."""
+        if self.size <= max_rows:
+            return self
+        k = -(-self.size // max_rows)
+        idx = np.arange(0, self.size, k)
+        w = self.weight[idx].copy()
+        for stratum in (self.flags == 0, self.flags != 0):
+            kept = stratum[idx]
+            total, part = float(self.weight[stratum].sum()), float(w[kept].sum())
+            if part > 0:
+                w[kept] *= total / part
+        return Sample(self.cat[:, idx], self.num[:, idx], self.flags[idx], w)
+
     def zero_cell_floor(self, rows: np.ndarray | None = None) -> float:
         """Variance floor of a cell total estimated from these rows (drift._ratios): half a row
         of the heaviest stratum, 0.5 w (w - 1) with w that stratum's mean weight; 0 when exact.

@@ -198,16 +198,37 @@ class QuantileSketch:
             self._add_to(self._pos, c)
             abs_sum = float(c.sum())
         else:
-            pos = c > self.min_value
-            neg = c < -self.min_value
-            if pos.any():
-                self._add_to(self._pos, c[pos])
-            if neg.any():
-                self._add_to(self._neg, -c[neg])
-            self.zero_count += int(n - np.count_nonzero(pos) - np.count_nonzero(neg))
-            abs_sum = float(np.abs(c).sum())
+            # one log over |x - centre| and one bincount over signed buckets:
+            # [zero | positive keys lo..hi | negative keys lo..hi]
+            a = np.abs(c)
+            abs_sum = float(a.sum())
+            floor = self._key_floor() + 1
+            zeros = float(a.min()) <= self.min_value
+            logs = np.log(np.maximum(a, self.min_value) if zeros else a)
+            logs *= self._inv_log_gamma
+            np.ceil(logs, out=logs)
+            idx = logs.astype(np.int64)
+            k_lo = int(idx.min())
+            if k_lo < floor:
+                np.maximum(idx, floor, out=idx)
+                k_lo = floor
+            width = int(idx.max()) - k_lo + 1
+            idx -= k_lo - 1
+            idx += width * (c < 0)
+            if zeros:
+                idx[a <= self.min_value] = 0
+            counts = np.bincount(idx, minlength=2 * width + 1)
+            self.zero_count += int(counts[0])
+            for store, part in ((self._pos, counts[1:width + 1]),
+                                (self._neg, counts[width + 1:])):
+                nz = np.flatnonzero(part)
+                if nz.size:
+                    store.add(k_lo + int(nz[0]), part[nz[0]:nz[-1] + 1])
+                    if store.counts.size > self.max_bins:
+                        self.collapsed += store.collapse_lowest(self.max_bins)
         batch_mean = float(x.mean())
-        batch_m2 = float(((x - batch_mean) ** 2).sum())
+        d = x - batch_mean
+        batch_m2 = float(np.dot(d, d))
         self._merge_moments(n, batch_mean, batch_m2, abs_sum, lo, hi)
 
     def _merge_moments(

@@ -12,6 +12,16 @@ Kinds (the change starts at `change_pane`):
 - null_heavy: stationary, heavy-tailed latency (a Pareto tail) and Student-t feature.
 - null_seasonal: stationary mix and features; traffic volume follows a cycle (+-60%) and the
   latency level follows it (+-15%) for every segment alike (load, not a cause).
+- null_iid: stationary, light tail (0.2% of rows in a Pareto tail).
+- null_ar1: the latency level of every segment alike and the mean of `f_num` wander from pane
+  to pane as AR(1) processes (phi 0.8; 3% and 0.02 std): autocorrelated load, not a cause.
+Planted families for the sampled regime (change at `change_pane`):
+- nested: replica r7, which only region ap has, gets latency x3 (the cause is the replica).
+- two_causes: two disjoint 2-attribute combinations both get latency x3.
+- latency_x1_5: one 2-attribute combination gets latency x1.5 (a weak cause).
+- client_50k: a 50,000-level `client` attribute; one client holding 2% of rows gets x3.
+- confounded_mix: a segment that is always 3x slower grows from 2% to 10% of traffic: p99
+  rises with no segment getting slower; the cause is the segment (in explain and mix shift).
 """
 
 from __future__ import annotations
@@ -27,7 +37,16 @@ CARDINALITIES = (4, 3, 8, 5, 10, 6)
 METRICS = ("latency_ms", "confidence", "error")
 FEATURES = {"f_num": "numeric", "f_heavy": "numeric", "f_cat": "categorical"}
 LEVEL = "level"
-KINDS = ("latency_combo", "mix_shift", "conditional", "gradual", "null_heavy", "null_seasonal")
+KINDS = ("latency_combo", "mix_shift", "conditional", "gradual", "null_heavy", "null_seasonal",
+         "null_iid", "null_ar1", "nested", "two_causes", "latency_x1_5", "client_50k",
+         "confounded_mix")
+NULL_KINDS = ("null_iid", "null_seasonal", "null_ar1", "null_heavy")
+#: AR(1) load of the null_ar1 stream: coefficient, latency-level sd (log scale), f_num mean sd.
+AR_PHI, AR_LATENCY_SD, AR_FEATURE_SD = 0.8, 0.03, 0.02
+#: Levels of the client attribute of client_50k, and the planted client's share.
+CLIENT_LEVELS, CLIENT_SHARE = 50_000, 0.02
+#: confounded_mix: the slow segment's latency factor and its share before / after.
+CONFOUNDED_FACTOR, CONFOUNDED_BASE, CONFOUNDED_SHIFTED = 3.0, 0.02, 0.10
 
 #: Planted effect sizes.
 LATENCY_FACTOR = 3.0
@@ -44,6 +63,16 @@ CHEAP_CONFIDENCE = 0.6
 
 def _values(attr: str, k: int) -> list[str]:
     return [f"{attr}_{i}" for i in range(k)]
+
+
+_CLIENT_NAMES: list[np.ndarray] = []
+
+
+def _client_names() -> np.ndarray:
+    """The 50,000 client names, built once (a copy per call: callers overwrite some)."""
+    if not _CLIENT_NAMES:
+        _CLIENT_NAMES.append(np.array([f"c{i}" for i in range(CLIENT_LEVELS)], dtype=object))
+    return _CLIENT_NAMES[0].copy()
 
 
 def _zipf(k: int, s: float = 0.8) -> np.ndarray:
@@ -86,6 +115,27 @@ class Stream:
             self.planted = {"attributes": self._pick_segment(rng), "column": "f_num"}
         elif self.kind == "gradual":
             self.planted = {"column": "f_num"}
+        elif self.kind in ("latency_x1_5", "client_50k"):
+            self.planted = self._pick_combo(rng)
+        elif self.kind == "two_causes":
+            first = self._pick_combo(rng)
+            for _ in range(1000):
+                second = self._pick_combo(rng)
+                if not set(second["attributes"]) & set(first["attributes"]):
+                    break
+            self.planted = {"causes": [first["attributes"], second["attributes"]],
+                            "attributes": first["attributes"]}
+        elif self.kind == "nested":
+            self.planted = {"attributes": {"replica": "replica_7"}}
+        elif self.kind == "confounded_mix":
+            attr = "source"
+            special = f"{attr}_slow"
+            self.values[attr] = [*self.values[attr], special]
+            self.probs[attr] = np.append(self.probs[attr] * (1 - CONFOUNDED_BASE),
+                                         CONFOUNDED_BASE)
+            self.planted = {"attributes": {attr: special}}
+        if self.kind == "client_50k":
+            self.planted = {"attributes": {"client": "client_big"}}
         self.segment_effect = {
             a: np.exp(rng.normal(0.0, SEGMENT_EFFECT_SD, len(self.values[a]))) for a in ATTRIBUTES
         }
@@ -113,6 +163,17 @@ class Stream:
     def season(self, p: int) -> float:
         return float(np.sin(2 * np.pi * p / self.season_panes))
 
+    def ar_level(self, p: int) -> tuple[float, float]:
+        """(log-latency level, f_num mean shift) of pane p for null_ar1 (a pure function of
+        seed and pane: the AR(1) path is regenerated from its start)."""
+        rng = np.random.default_rng([self.seed, 3571])
+        e = rng.normal(0.0, 1.0, (p + 1, 2))
+        x = np.zeros(2)
+        scale = np.sqrt(1 - AR_PHI**2)
+        for i in range(p + 1):
+            x = AR_PHI * x + scale * e[i]
+        return float(x[0] * AR_LATENCY_SD), float(x[1] * AR_FEATURE_SD)
+
     def changed(self, p: int) -> bool:
         return p >= self.change_pane
 
@@ -130,21 +191,48 @@ class Stream:
             if self.kind == "mix_shift" and a in self.planted["attributes"] and self.changed(p):
                 probs = np.append(probs[:-1] / probs[:-1].sum() * (1 - MIX_SHIFTED_SHARE),
                                   MIX_SHIFTED_SHARE)
+            if self.kind == "confounded_mix" and a == "source" and self.changed(p):
+                probs = np.append(probs[:-1] / probs[:-1].sum() * (1 - CONFOUNDED_SHIFTED),
+                                  CONFOUNDED_SHIFTED)
             codes[a] = rng.choice(len(probs), n, p=probs)
             data[a] = np.asarray(self.values[a], dtype=object)[codes[a]]
+        if self.kind == "nested":  # replicas 6 and 7 serve region_0 only
+            region0 = codes["region"] == 0
+            codes["replica"] = np.where(region0, 6 + (codes["replica"] % 2),
+                                        codes["replica"] % 6)
+            data["replica"] = np.asarray(self.values["replica"], dtype=object)[codes["replica"]]
+        if self.kind == "client_50k":
+            big = rng.random(n) < CLIENT_SHARE
+            ids = rng.integers(0, CLIENT_LEVELS, n)
+            names = _client_names()[ids]
+            names[big] = "client_big"
+            data["client"] = names
+            codes["client"] = np.where(big, -1, ids % CARDINALITIES[3])
         factor = np.ones(n)
         for a in ATTRIBUTES:
-            factor *= self.segment_effect[a][codes[a]]
+            factor *= self.segment_effect[a][np.maximum(codes[a], 0) % len(self.values[a])]
         latency = rng.lognormal(3.0, 0.5, n) * factor
         tail_p = 0.02 if self.kind == "null_heavy" else 0.002
         tail = rng.random(n) < tail_p
         latency[tail] *= 1.0 + rng.pareto(1.5, int(tail.sum()))
         if self.kind == "null_seasonal":
             latency *= 1.0 + SEASON_LATENCY * self.season(p)
-        if self.kind == "latency_combo" and self.changed(p):
-            latency[self.mask(data)] *= LATENCY_FACTOR
+        f_shift = 0.0
+        if self.kind == "null_ar1":
+            level, f_shift = self.ar_level(p)
+            latency *= float(np.exp(level))
+        if self.changed(p):
+            if self.kind in ("latency_combo", "nested", "client_50k"):
+                latency[self.mask(data)] *= LATENCY_FACTOR
+            elif self.kind == "latency_x1_5":
+                latency[self.mask(data)] *= 1.5
+            elif self.kind == "two_causes":
+                for cause in self.planted["causes"]:
+                    latency[self.mask(data, cause)] *= LATENCY_FACTOR
+        if self.kind == "confounded_mix":
+            latency[self.mask(data)] *= CONFOUNDED_FACTOR  # always slower: not a change
         confidence = rng.beta(6.0, 2.0, n)
-        f_num = rng.normal(0.0, 1.0, n)
+        f_num = rng.normal(f_shift, 1.0, n)
         if self.kind == "conditional" and self.changed(p):
             f_num[self.mask(data)] += CONDITIONAL_SHIFT_STD
         if self.kind == "gradual" and self.changed(p):
@@ -162,9 +250,9 @@ class Stream:
         )
         return pd.DataFrame(data)
 
-    def mask(self, frame: pd.DataFrame | dict) -> np.ndarray:
-        """Rows of the planted segment or combination."""
-        attrs = self.planted.get("attributes", {})
+    def mask(self, frame: pd.DataFrame | dict, attrs: dict | None = None) -> np.ndarray:
+        """Rows of the planted segment or combination (or of `attrs`)."""
+        attrs = self.planted.get("attributes", {}) if attrs is None else attrs
         m = np.ones(len(frame["timestamp"]), dtype=bool)
         for a, v in attrs.items():
             m &= np.asarray(frame[a]) == v
