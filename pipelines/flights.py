@@ -56,14 +56,18 @@ REQUEST_COLUMNS = (
 )
 #: rows used by build_optimized (the demo's modest size)
 DEMO_ROWS = 30_000
-#: rows the benchmark uses by default. On all 327,346 arrived flights optimize took 216 s
-#: here (146 s of it the plan step's paired AUC bootstrap, which grows with the held-out
-#: rows), over the 2-minute budget; 100k rows keep it within
-BENCH_ROWS = 100_000
+#: rows the benchmark uses by default: all 327,346 arrived flights (optimize takes under a
+#: minute on them with the chunked bootstrap; see docs/benchmarks.md)
+BENCH_ROWS = None
 #: AUC the cascade may lose against the full pipeline
 MAX_LOSS = 0.005
 #: LightGBM settings of the delay model (beyond pipelines._lgbm.LGBM_DEFAULTS)
 LGBM_PARAMS = dict(num_leaves=63)
+#: rows each lookup group keeps in its row cache (about each table's distinct keys in a year of
+#: NYC flights: 4k tail numbers, 26k origin-hours, 105 destinations, 16 carriers x 365 days,
+#: 224 routes), so a stream pays each lookup once per key (see willump._rowcache)
+CACHE_ROWS = {"plane": 8192, "weather": 32768, "dest_airport": 512, "carrier_history": 8192,
+              "route_stats": 1024}
 #: feature store tables and their key columns
 TABLES = {
     "plane": "tailnum",
@@ -253,23 +257,23 @@ def make_pipeline(store: FeatureStore, tables: dict[str, pd.DataFrame],
     def schedule(df):
         return schedule_features(df, codes["carriers"], codes["origins"])
 
-    @willump.feature
+    @willump.feature(cache=CACHE_ROWS["plane"])
     def plane(df):
         return store.lookup("plane", df["tailnum"])
 
-    @willump.feature
+    @willump.feature(cache=CACHE_ROWS["weather"])
     def weather(df):
         return store.lookup("weather", df["origin"] + "|" + df["time_hour"])
 
-    @willump.feature
+    @willump.feature(cache=CACHE_ROWS["dest_airport"])
     def dest_airport(df):
         return store.lookup("dest_airport", df["dest"])
 
-    @willump.feature
+    @willump.feature(cache=CACHE_ROWS["carrier_history"])
     def carrier_history(df):
         return store.lookup("carrier_history", df["carrier"] + "|" + date_keys(df))
 
-    @willump.feature
+    @willump.feature(cache=CACHE_ROWS["route_stats"])
     def route_stats(df):
         return store.lookup("route_stats", df["origin"] + "|" + df["dest"])
 

@@ -199,6 +199,7 @@ def save(opt: Any, path: Any) -> Path:
             "file": "topk.pkl",
         },
         "seed": opt.seed,
+        "workers": opt.workers,
         "sample": "sample.pkl" if opt.sample_rows_ is not None else None,
         "stored_by_value": [m.__name__ for m in by_value],
         "files": {},
@@ -306,5 +307,6 @@ def load(path: Any, *, check_versions: bool = True) -> Any:
     baseline = BaselinePipeline(pipeline, full, classes)
     opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk, report, manifest.get("seed", 0))
     opt.sample_rows_ = unpickle(manifest["sample"]) if manifest.get("sample") else None
+    opt.workers = int(manifest.get("workers", 1))
     opt.manifest_ = manifest
     return opt

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextvars
 import functools
 import sys
+import threading
 import time
+import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,7 +26,9 @@ import numpy as np
 import pandas as pd
 
 from ._blocks import Block, to_block
-from ._rows import n_rows
+from ._concurrent import Pending, pool, resolved
+from ._rowcache import RowCache, row_keys
+from ._rows import n_rows, take
 from .errors import PipelineError
 
 if TYPE_CHECKING:
@@ -35,6 +39,9 @@ _ACTIVE_RUN: contextvars.ContextVar[_Run | None] = contextvars.ContextVar(
 )
 
 BODY = "<body>"  # pseudo-node: the pipeline body's own work outside feature calls
+
+#: feature groups with a row cache, so that refitting feature state can clear them
+_CACHED_GROUPS: weakref.WeakSet = weakref.WeakSet()
 
 
 class Skipped:
@@ -86,6 +93,12 @@ class _Run:
     needed: frozenset[str] | None  # nodes to compute when called from the body; None = all
     #: call-site path -> node key, learned when the graph was captured (None while capturing)
     known_sites: dict[str, str] | None = None
+    graph: Graph | None = None
+    rows: Any = None  # the body's input rows (row caches key on them)
+    workers: int = 1  # > 1: top-level calls run in a thread pool
+    use_cache: bool = False  # row caches of lookup-style groups (the optimized serving path)
+    pending: list[Pending] = field(default_factory=list)
+    local: threading.local = field(default_factory=threading.local)  # per-thread call stack
     memo: dict[Any, tuple[str, Any]] = field(default_factory=dict)
     #: arguments of every computed call, kept alive for the run: the memo keys data by buffer
     #: address and id(), which a freed temporary could hand to the next temporary
@@ -93,13 +106,20 @@ class _Run:
     calls: Counter = field(default_factory=Counter)
     site_counts: Counter = field(default_factory=Counter)
     sites: dict[str, str] = field(default_factory=dict)  # call-site path -> node key, this run
-    stack: list[_Frame] = field(default_factory=list)
     exclusive: defaultdict = field(default_factory=lambda: defaultdict(float))
     order: list[str] = field(default_factory=list)  # node keys in first-call order
     depth0: set[str] = field(default_factory=set)  # nodes called directly by the body
     parents: defaultdict = field(default_factory=lambda: defaultdict(set))  # node -> upstream
     output_owner: dict[int, str] = field(default_factory=dict)  # id(output) -> node key
     functions: dict[str, FeatureGroup] = field(default_factory=dict)  # node key -> feature
+
+    @property
+    def stack(self) -> list[_Frame]:
+        """The feature calls open in this thread (a worker thread starts with its own)."""
+        stack = getattr(self.local, "stack", None)
+        if stack is None:
+            stack = self.local.stack = []
+        return stack
 
     def note_dependency(self, upstream: str) -> None:
         if self.stack:
@@ -113,17 +133,27 @@ class FeatureGroup:
     timed, and skippable.
     """
 
-    def __init__(self, fn: Callable[..., Any], name: str | None = None):
+    def __init__(self, fn: Callable[..., Any], name: str | None = None, cache: int | None = None,
+                 cache_ttl: float | None = None):
         if not callable(fn):
             raise TypeError(f"@willump.feature needs a function, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = name or getattr(fn, "__name__", type(fn).__name__)
+        if cache is None and cache_ttl is not None:
+            raise ValueError("cache_ttl needs cache= (the number of rows to keep)")
+        self.cache = None if cache is None else RowCache(cache, cache_ttl)
+        if self.cache is not None:
+            _CACHED_GROUPS.add(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         run = _ACTIVE_RUN.get()
         if run is None:
             return self.fn(*args, **kwargs)
+        dispatch = run.workers > 1 and not run.stack
+        if dispatch:  # inputs computed by other groups' threads: wait for them here
+            args = tuple(resolved(a) for a in args)
+            kwargs = {k: resolved(v) for k, v in kwargs.items()}
         path = self._site_path(run, sys._getframe(1))
         fingerprint = (id(self), _fingerprint(args), _fingerprint(tuple(sorted(kwargs.items()))))
         hit = run.memo.get(fingerprint)
@@ -154,11 +184,22 @@ class FeatureGroup:
             if owner is not None:
                 run.parents[key].add(owner)
         run.note_dependency(key)
+        if dispatch:
+            context = contextvars.copy_context()
+            pending = Pending(key, pool(run.workers).submit(
+                context.run, self._compute, run, key, fingerprint, args, kwargs))
+            run.pending.append(pending)
+            run.memo[fingerprint] = (key, pending)
+            run.output_owner[id(pending)] = key
+            return pending
+        return self._compute(run, key, fingerprint, args, kwargs)
+
+    def _compute(self, run: _Run, key: str, fingerprint: Any, args: tuple, kwargs: dict) -> Any:
         frame = _Frame(key)
         run.stack.append(frame)
         start = time.perf_counter()
         try:
-            out = self.fn(*args, **kwargs)
+            out = self._call(run, key, args, kwargs)
         finally:
             elapsed = time.perf_counter() - start
             run.stack.pop()
@@ -167,6 +208,35 @@ class FeatureGroup:
                 run.stack[-1].child_seconds += elapsed
         run.memo[fingerprint] = (key, out)
         run.output_owner[id(out)] = key
+        return out
+
+    def _call(self, run: _Run, key: str, args: tuple, kwargs: dict) -> Any:
+        """The function, or its row cache when this run may use it and capture allowed it."""
+        graph = run.graph
+        if (self.cache is None or not run.use_cache or graph is None or kwargs or len(args) != 1
+                or args[0] is not run.rows or key not in getattr(graph, "cacheable", ())):
+            return self.fn(*args, **kwargs)
+        rows = args[0]
+        keys = row_keys(rows, graph.columns[key])
+        hit, hit_rows = self.cache.lookup(keys)
+        if hit.all():
+            return hit_rows if hit_rows is not None else np.zeros((0, graph.widths[key]))
+        first: dict[Any, int] = {}  # each missing key is computed once, on its first row
+        missing = np.flatnonzero(~hit)
+        for i in missing:
+            first.setdefault(keys[i], int(i))
+        distinct = np.fromiter(first.values(), dtype=np.intp, count=len(first))
+        computed = to_block(self.fn(take(rows, distinct)), len(distinct), key)
+        if not isinstance(computed, np.ndarray):  # capture saw dense output; be safe anyway
+            return self.fn(*args, **kwargs)
+        self.cache.store(list(first), computed)
+        if len(distinct) == len(keys):
+            return computed
+        slot = {k: j for j, k in enumerate(first)}
+        out = np.empty((len(keys), computed.shape[1]), dtype=computed.dtype)
+        out[missing] = computed[[slot[keys[i]] for i in missing]]
+        if hit_rows is not None:
+            out[hit] = hit_rows
         return out
 
     def _site_path(self, run: _Run, caller: Any) -> str:
@@ -196,14 +266,17 @@ class FeatureGroup:
         return f"<willump.feature {self.name}>"
 
 
-def feature(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+def feature(fn: Callable[..., Any] | None = None, *, name: str | None = None,
+            cache: int | None = None, cache_ttl: float | None = None) -> Any:
     """Mark a function as a feature group: rows -> 2-D array, sparse matrix or DataFrame.
 
-    Usable bare (``@willump.feature``) or with a name (``@willump.feature(name="w")``).
+    Usable bare (``@willump.feature``) or with options (``@willump.feature(name="w")``).
+    ``cache=N`` keeps up to N output rows keyed by the input columns the group reads (for
+    lookup-style groups; see ``willump._rowcache``), ``cache_ttl`` seconds each at most.
     """
     if fn is None:
-        return lambda f: FeatureGroup(f, name=name)
-    return FeatureGroup(fn, name=name)
+        return lambda f: FeatureGroup(f, name=name, cache=cache, cache_ttl=cache_ttl)
+    return FeatureGroup(fn, name=name, cache=cache, cache_ttl=cache_ttl)
 
 
 def _fingerprint(value: Any) -> Any:
@@ -309,7 +382,9 @@ class Pipeline:
         return True if self.fit_fn is not None else None
 
     def fit_features(self, X: Any, y: Any) -> None:
-        """Fit feature state on training rows: calls the fit hook, if any."""
+        """Fit feature state on training rows: calls the fit hook, if any. Row caches are
+        cleared: rows computed from the old state must not be served."""
+        clear_row_caches()
         if self.fit_fn is not None:
             self.fit_fn(X, y)
 
@@ -320,18 +395,31 @@ class Pipeline:
         state["fit_fn"] = None
         return state
 
-    def execute(self, rows: Any, needed: Iterable[str] | None = None) -> RunResult:
-        """Run the body once; calls from the body to nodes outside ``needed`` are skipped."""
+    def execute(self, rows: Any, needed: Iterable[str] | None = None, *, workers: int = 1,
+                cache: bool = False) -> RunResult:
+        """Run the body once; calls from the body to nodes outside ``needed`` are skipped.
+
+        ``workers > 1`` runs the body's top-level feature calls in a thread pool (when capture
+        found the body allows it); ``cache`` lets lookup-style groups use their row caches."""
         graph = self.graph_
+        concurrent = workers > 1 and graph is not None and getattr(graph, "concurrent", False)
         run = _Run(needed=None if needed is None else frozenset(needed),
-                   known_sites=None if graph is None else getattr(graph, "sites", None))
+                   known_sites=None if graph is None else getattr(graph, "sites", None),
+                   graph=graph, rows=rows, workers=workers if concurrent or graph is None else 1,
+                   use_cache=cache)
         token = _ACTIVE_RUN.set(run)
         start = time.perf_counter()
         try:
             outputs = self.fn(rows)
+            if run.pending:
+                outputs = resolved(outputs)
         finally:
+            for pending in run.pending:  # no work outlives the run, whatever the body did
+                pending.future.exception()
             total = time.perf_counter() - start
             _ACTIVE_RUN.reset(token)
+        for pending in run.pending:
+            pending.result()  # a worker's error is the run's error
         if outputs is None:
             raise PipelineError(
                 f"pipeline '{self.name}' returned None; it must return the list of "
@@ -353,6 +441,11 @@ class Pipeline:
         self.graph_ = capture_graph(self, sample)
         return self.graph_
 
+    def graph_features(self) -> dict[str, FeatureGroup]:
+        """The feature group behind each node of the captured graph."""
+        self.graph  # noqa: B018 - raises a clear error before capture
+        return dict(getattr(self, "features_", {}))
+
     @property
     def graph(self) -> Graph:
         if self.graph_ is None:
@@ -362,11 +455,12 @@ class Pipeline:
             )
         return self.graph_
 
-    def compute(self, rows: Any, groups: Iterable[str]) -> tuple[dict[str, Block], RunResult]:
+    def compute(self, rows: Any, groups: Iterable[str], *, workers: int = 1,
+                cache: bool = False) -> tuple[dict[str, Block], RunResult]:
         """Blocks of the named groups for ``rows``, computing only what they need."""
         graph = self.graph
         groups = list(groups)
-        result = self.execute(rows, needed=graph.needed_nodes(groups))
+        result = self.execute(rows, needed=graph.needed_nodes(groups), workers=workers, cache=cache)
         expected = n_rows(rows)
         blocks = {
             g: to_block(result.outputs[graph.position[g]], expected, g) for g in groups
@@ -375,6 +469,13 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"<willump.pipeline {self.name}>"
+
+
+def clear_row_caches() -> None:
+    """Empty every feature group's row cache in this process."""
+    for group in list(_CACHED_GROUPS):
+        if group.cache is not None:
+            group.cache.clear()
 
 
 def pipeline(fn: Callable[[Any], Any] | None = None, *, name: str | None = None,

@@ -193,6 +193,8 @@ class OptimizedPipeline(_Scoring):
         self.report_ = report
         self.seed = seed
         self.sample_rows_: Any = None  # a few held-out input rows, for serving (see optimize)
+        #: threads for independent feature groups (optimize measures whether they pay)
+        self.workers = 1
 
     # --- cascade ---------------------------------------------------------------------
     def run_levels(
@@ -221,7 +223,7 @@ class OptimizedPipeline(_Scoring):
             level = self.levels[index]
             missing = [g for g in level.groups if g not in blocks]
             if missing:
-                new, _ = self.pipeline.compute(subset, missing)
+                new, _ = self.pipeline.compute(subset, missing, workers=self.workers, cache=True)
                 blocks.update(new)
             p = predict_proba(level.model, hstack([blocks[g] for g in level.groups]))
             done = is_confident(p, level.threshold)
@@ -277,7 +279,7 @@ class OptimizedPipeline(_Scoring):
         ratio = None if f is None else f.ratio_for(k, n, label_index)
         if ratio is None or math.ceil(ratio * k) >= n:
             return None
-        cheap_blocks, _ = self.pipeline.compute(rows, f.groups)
+        cheap_blocks, _ = self.pipeline.compute(rows, f.groups, workers=self.workers, cache=True)
         cheap = predict_proba(f.model, hstack([cheap_blocks[g] for g in f.groups]))[:, label_index]
         kept = np.sort(_ranked(cheap, np.arange(n))[: math.ceil(ratio * k)])
         blocks = {g: take_rows(b, kept) for g, b in cheap_blocks.items()}
@@ -288,7 +290,7 @@ class OptimizedPipeline(_Scoring):
         blocks = dict(kept_blocks)
         rest = [g for g in self.pipeline.graph.groups if g not in blocks]
         if rest:
-            new, _ = self.pipeline.compute(kept_rows, rest)
+            new, _ = self.pipeline.compute(kept_rows, rest, workers=self.workers, cache=True)
             blocks.update(new)
         X = hstack([blocks[g] for g in self.pipeline.graph.groups])
         return predict_proba(self.baseline.model, X)[:, label_index]

@@ -42,6 +42,10 @@ class Graph:
     sites: dict[str, str] = field(default_factory=dict)
     #: groups that gave different values on two runs over the same rows (no cascade then)
     nondeterministic: list[str] = field(default_factory=list)
+    #: the body's top-level feature calls may run in a thread pool (see willump._concurrent)
+    concurrent: bool = False
+    #: groups whose row cache may serve (declared cache=, row-wise, deterministic, dense)
+    cacheable: list[str] = field(default_factory=list)
 
     @property
     def position(self) -> dict[str, int]:
@@ -130,6 +134,7 @@ def capture_graph(pipeline: Pipeline, sample: Any) -> Graph:
         sparse={g: bool(sp.issparse(b)) for g, b in blocks.items()},
         sites=dict(run.sites),
     )
+    pipeline.features_ = dict(run.functions)
     pipeline.code_modules = {
         getattr(f.fn, "__module__", "__main__") for f in run.functions.values()
     } | {getattr(pipeline.fn, "__module__", "__main__")}
@@ -139,6 +144,8 @@ def capture_graph(pipeline: Pipeline, sample: Any) -> Graph:
         _check_skipping(pipeline, graph, sample, blocks, deterministic)
         _check_rowwise(pipeline, graph, sample, blocks, deterministic)
         graph.columns = _columns_read(pipeline, graph, sample, blocks, deterministic)
+        graph.concurrent = _check_concurrent(pipeline, graph, sample, blocks, deterministic)
+        graph.cacheable = _check_cacheable(pipeline, graph, sample, blocks, deterministic, run.functions)
     except Exception:
         pipeline.graph_ = previous
         raise
@@ -221,6 +228,61 @@ def _check_rowwise(pipeline, graph: Graph, sample, blocks, deterministic: set[st
             "the batch (for example by fitting on the batch); fit such steps beforehand so that "
             "each row's features depend on that row alone"
         )
+
+
+#: threads used to check that a body's groups can run concurrently
+CHECK_WORKERS = 2
+
+
+def _check_concurrent(pipeline, graph: Graph, sample, blocks, deterministic: set[str]) -> bool:
+    """True when the body gives the same blocks with its top-level calls in a thread pool."""
+    from ._concurrent import ConcurrentUseError
+
+    if len(graph.depth0) < 2:
+        return False
+    graph.concurrent = True
+    rows = n_rows(sample)
+    try:
+        result = pipeline.execute(sample, workers=CHECK_WORKERS)
+        same = all(_close(to_block(result.outputs[graph.position[g]], rows, g), blocks[g])
+                   for g in graph.groups if g in deterministic)
+    except ConcurrentUseError as exc:
+        graph.notes.append(f"groups run one after another: {exc}")
+        return False
+    except Exception as exc:  # the body is not safe to run this way
+        graph.notes.append(f"groups run one after another: running them concurrently failed ({exc})")
+        return False
+    if not same:
+        graph.notes.append("groups run one after another: running them concurrently changed their values")
+    return same
+
+
+def _check_cacheable(pipeline, graph: Graph, sample, blocks, deterministic: set[str], functions) -> list[str]:
+    """Groups declared with a row cache that may use it, checked by serving the sample from
+    a cold and then a warm cache."""
+    declared = [g for g in graph.groups if getattr(functions.get(g), "cache", None) is not None]
+    ok = []
+    for g in declared:
+        if g not in deterministic or graph.sparse[g] or list(graph.columns.get(g, [])) == ["<input>"]:
+            graph.notes.append(f"group '{g}' declares a row cache but is not a dense, deterministic "
+                               "group of input columns: it is not cached")
+            continue
+        ok.append(g)
+    if not ok:
+        return []
+    graph.cacheable = ok
+    rows = n_rows(sample)
+    half = take(sample, np.arange(0, rows, 2))
+    try:
+        for part in (half, sample, sample):  # cold, partly warm, warm
+            result, _ = pipeline.compute(part, ok, cache=True)
+        same = [g for g in ok if _close(result[g], blocks[g])]
+    finally:
+        for g in ok:
+            functions[g].cache.clear()
+    for g in set(ok) - set(same):
+        graph.notes.append(f"group '{g}' gave other values from its row cache: it is not cached")
+    return same
 
 
 def _columns_read(pipeline, graph: Graph, sample, blocks, deterministic: set[str]) -> dict:

@@ -51,7 +51,7 @@ from ._profile import (
     permutation_importance,
 )
 from ._rows import n_rows, take
-from ._speed import measure_speedup
+from ._speed import choose_workers, measure_speedup
 from ._split import SPLITS, make_splits
 from ._summarize import Decision, build_report, plan_reason
 from ._topk import plan_topk
@@ -94,6 +94,7 @@ def optimize(
     n_bootstrap: int = N_BOOTSTRAP,
     min_disagreements: int = MIN_DISAGREEMENTS,
     routing_tolerance: float = 0.0,
+    workers: int | str = "auto",
     profile_batch_rows: int = PROFILE_BATCH_ROWS,
     profile_repeats: int = PROFILE_REPEATS,
     profile_single_rows: int = PROFILE_SINGLE_ROWS,
@@ -152,6 +153,12 @@ def optimize(
 
     ``routing_tolerance``: how far a served runtime's probabilities may differ from the
     certified ones (ONNX, a GPU); the bound then covers every routing within it.
+
+    **Independent groups and lookups.** ``workers`` threads run the body's top-level feature
+    calls at once (groups waiting on a remote lookup overlap); ``"auto"`` times one thread
+    against one per group on held-out rows and keeps the faster (1 with ``fixed_costs``).
+    Groups declared ``@willump.feature(cache=N)`` keep their last N rows when the optimized
+    pipeline serves (never while profiling, and never in ``opt.baseline``).
     ``small_model`` is the model of the cheap levels: None (the user's model class and
     settings), an estimator (cloned per level), or a callable ``groups -> estimator``.
     ``keep_sample`` keeps up to SAMPLE_ROWS held-out input rows with the result (and its
@@ -164,7 +171,7 @@ def optimize(
             raise TypeError("model is required (the pipeline does not carry one)")
     _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, metric, holdout,
               certify_share, top_k, topk_precision, topk_quantile, max_levels, n_bootstrap,
-              split, cost_mode, min_speedup, min_disagreements, routing_tolerance)
+              split, cost_mode, min_speedup, min_disagreements, routing_tolerance, workers)
     metric_obj = resolve_metric(metric)
     method = bound_method(metric_obj, bound)
     if method == "exact" and metric_obj.kind != "rowwise" and metric_obj.builtin not in ("roc_auc", "f1"):
@@ -309,6 +316,15 @@ def optimize(
             notes.append(reason)
             decision.accepted = None
             levels = _levels(None, small, full_model, group_names)
+    opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk_filter, None, seed)
+    gain = None
+    if workers == "auto" and fixed_costs is None and verify_speedup:
+        with _step(timings, "workers", verbose):
+            _, gain = choose_workers(opt, rows["select"], cost_mode, rng)
+    else:
+        opt.workers = 1 if workers == "auto" else workers
+        if opt.workers > 1 and not graph.concurrent:
+            notes.append(f"workers={opt.workers} asked, but the groups run one after another (see notes above)")
     report = build_report(
         pipeline=pipeline, graph=graph, costs=costs, importance=importance, levels=levels,
         decision=decision, reason=reason, metric=metric_obj, max_loss=max_loss,
@@ -319,8 +335,11 @@ def optimize(
         costs_source="measured" if fixed_costs is None else "fixed (fixed_costs=)",
     )
     report.measured_speedup = measured
+    report.workers = opt.workers
+    report.workers_gain = gain
+    report.cached_groups = list(graph.cacheable)
     timings["total"] = time.perf_counter() - started
-    opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk_filter, report, seed)
+    opt.report_ = report
     opt.sample_rows_ = take(rows["select"], np.arange(min(SAMPLE_ROWS, len(splits.select)))) \
         if keep_sample else None
     if verbose:
@@ -418,7 +437,7 @@ def _levels(accepted, small, full_model, groups) -> list[Level]:
 # --- validation ----------------------------------------------------------------------------
 def _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, metric, holdout,
               certify_share, top_k, topk_precision, topk_quantile, max_levels, n_bootstrap, split,
-              cost_mode, min_speedup, min_disagreements, routing_tolerance) -> None:
+              cost_mode, min_speedup, min_disagreements, routing_tolerance, workers) -> None:
     if not isinstance(pipeline, Pipeline):
         raise TypeError(
             "pipeline must be a @willump.pipeline function or willump.from_sklearn(...), got "
@@ -473,6 +492,8 @@ def _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, m
         raise ValueError(f"min_disagreements must be a positive integer, got {min_disagreements!r}")
     if not 0 <= routing_tolerance < 0.5:
         raise ValueError(f"routing_tolerance must be in [0, 0.5), got {routing_tolerance}")
+    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be 'auto' or a positive integer, got {workers!r}")
 
 
 def _check_split_sizes(sizes: dict[str, int]) -> None:

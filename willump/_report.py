@@ -92,6 +92,9 @@ class Report:
     feature_state: str = ""  # who fitted the feature state, on which rows
     costs_source: str = "measured"  # "measured" or "fixed" (fixed_costs=)
     greater_is_better: bool = True  # the metric's direction (loss = full - optimized, in its favour)
+    workers: int = 1  # threads for independent groups when the optimized pipeline serves
+    workers_gain: float | None = None  # measured: one thread's time over the threaded time
+    cached_groups: list[str] = field(default_factory=list)  # groups serving from a row cache
 
     def to_dict(self) -> dict[str, Any]:
         return _finite(asdict(self))
@@ -137,6 +140,12 @@ class Report:
             f"one row (limit {self.limit_speedup:.1f}x); plan chosen by {self.cost_mode} cost"
             + ("" if self.measured_speedup is None else f"; measured {self.measured_speedup:.2f}x")
         )
+        if self.workers > 1 or self.cached_groups or self.workers_gain is not None:
+            lines.append(
+                f"  serving: {self.workers} thread(s) for independent groups"
+                + ("" if self.workers_gain is None else f" (threads measured {self.workers_gain:.2f}x)")
+                + (f"; row caches: {', '.join(self.cached_groups)}" if self.cached_groups else "")
+            )
         lines.append("")
         lines.append(_table(
             ["group", "cost/row us (batch)", "cost us (1 row)", "importance", "level", "reads"],

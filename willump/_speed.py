@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ._capture import clear_row_caches
 from ._rows import n_rows, take
 
 #: held-out rows the certified cascade is timed on (batch mode), against the full pipeline
@@ -33,8 +34,43 @@ def measure_speedup(opt: Any, rows: Any, cost_mode: str, rng: np.random.Generato
     full_times, cascade_times = [], []
     for _ in range(repeats):
         for fn, out in ((opt.baseline.predict_proba, full_times), (opt.predict_proba, cascade_times)):
+            clear_row_caches()  # each round starts cold: no round serves rows an earlier one cached
             start = time.perf_counter()
             for call in calls:
                 fn(call)
             out.append(time.perf_counter() - start)
     return float(np.median(full_times) / np.median(cascade_times))
+
+
+#: most threads ``workers="auto"`` tries for the independent groups
+MAX_AUTO_WORKERS = 8
+#: how much faster the threaded run must measure before ``workers="auto"`` keeps it
+MIN_WORKERS_GAIN = 1.05
+
+
+def choose_workers(opt: Any, rows: Any, cost_mode: str, rng: np.random.Generator,
+                   repeats: int = VERIFY_REPEATS) -> tuple[int, float]:
+    """Threads for the independent groups: the pipeline timed with one thread and with one
+    per top-level group (at most MAX_AUTO_WORKERS), interleaved, on held-out rows; the threaded
+    run is kept when it measures MIN_WORKERS_GAIN faster. Returns (workers, measured gain)."""
+    graph = opt.pipeline.graph
+    threads = min(MAX_AUTO_WORKERS, len(graph.depth0))
+    if not graph.concurrent or threads < 2:
+        return 1, 1.0
+    n = n_rows(rows)
+    if cost_mode == "batch":
+        calls = [take(rows, np.sort(rng.choice(n, min(VERIFY_ROWS, n), replace=False)))]
+    else:
+        calls = [take(rows, np.array([i])) for i in rng.choice(n, min(VERIFY_SINGLE_ROWS, n), replace=False)]
+    times: dict[int, list[float]] = {1: [], threads: []}
+    for _ in range(repeats + 1):  # the first round warms the pool and caches
+        for workers in (1, threads):
+            opt.workers = workers
+            clear_row_caches()
+            start = time.perf_counter()
+            for call in calls:
+                opt.predict_proba(call)
+            times[workers].append(time.perf_counter() - start)
+    gain = float(np.median(times[1][1:]) / np.median(times[threads][1:]))
+    opt.workers = threads if gain >= MIN_WORKERS_GAIN else 1
+    return opt.workers, gain

@@ -72,9 +72,9 @@ def _groups_computed(opt, rows) -> list[tuple[str, ...]]:
     calls = []
     original = opt.pipeline.compute
 
-    def spy(rows, groups):
+    def spy(rows, groups, **options):
         calls.append(tuple(groups))
-        return original(rows, groups)
+        return original(rows, groups, **options)
 
     opt.pipeline.compute = spy
     try:

@@ -1,0 +1,190 @@
+"""Independent groups run at once, and lookup-style groups serve from a bounded row cache.
+Nothing here times anything: concurrency is shown with a barrier that only concurrent calls
+pass, caching by counting the rows a group computes."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.linear_model import LogisticRegression
+
+import willump
+from willump._capture import clear_row_caches
+from willump._rowcache import RowCache
+
+from .synth import make_rows
+
+
+def _barrier_pipeline():
+    """Two groups that wait for each other at a barrier while ``gate["on"]``: only calls
+    running at the same time pass it."""
+    gate = {"on": False, "barrier": threading.Barrier(2, timeout=10)}
+    threads: dict[str, str] = {}
+
+    def meet(name):
+        threads[name] = threading.current_thread().name
+        if gate["on"]:
+            gate["barrier"].wait()
+
+    @willump.feature
+    def left(df):
+        meet("left")
+        return df[["a"]].to_numpy()
+
+    @willump.feature
+    def right(df):
+        meet("right")
+        return df[["b", "c"]].to_numpy()
+
+    @willump.pipeline
+    def both(df):
+        return [left(df), right(df)]
+
+    return both, gate, threads
+
+
+def test_independent_groups_run_at_the_same_time():
+    rows = make_rows(200, seed=1)[0]
+    both, gate, threads = _barrier_pipeline()
+    assert both.capture(rows).concurrent
+    gate["on"] = True
+    blocks, _ = both.compute(rows, ["left", "right"], workers=2)  # would deadlock one at a time
+    assert threads["left"] != threads["right"] and threads["left"].startswith("willump-")
+    np.testing.assert_array_equal(blocks["right"], rows[["b", "c"]].to_numpy())
+    gate["barrier"] = threading.Barrier(2, timeout=0.5)
+    with pytest.raises(threading.BrokenBarrierError):
+        both.compute(rows, ["left", "right"])  # workers=1: sequential, the barrier breaks
+
+
+def test_capture_finds_whether_the_body_allows_concurrency():
+    rows = make_rows(100, seed=2)[0]
+
+    @willump.feature
+    def base(df):
+        return df[["a"]].to_numpy()
+
+    @willump.feature
+    def scaled(x):
+        return x * 2
+
+    @willump.feature
+    def other(df):
+        return df[["b"]].to_numpy()
+
+    @willump.pipeline
+    def passes_outputs(df):  # outputs only returned or passed to features: concurrent
+        a = base(df)
+        return [scaled(a), other(df)]
+
+    @willump.pipeline
+    def uses_outputs(df):  # arithmetic on an output in the body: sequential
+        a = base(df)
+        return [scaled(a + 1), other(df)]
+
+    assert passes_outputs.capture(rows).concurrent
+    blocks, _ = passes_outputs.compute(rows, ["scaled", "other"], workers=4)
+    np.testing.assert_array_equal(blocks["scaled"], rows[["a"]].to_numpy() * 2)
+    graph = uses_outputs.capture(rows)
+    assert not graph.concurrent and any("one after another" in n for n in graph.notes)
+    blocks, _ = uses_outputs.compute(rows, ["scaled"], workers=4)  # still right, sequentially
+    np.testing.assert_array_equal(blocks["scaled"], (rows[["a"]].to_numpy() + 1) * 2)
+
+
+def _counting_pipeline(cache: int = 1000, ttl: float | None = None):
+    seen = {"rows": 0, "calls": 0}
+
+    @willump.feature(cache=cache, cache_ttl=ttl)
+    def lookup(df):
+        seen["rows"] += len(df)
+        seen["calls"] += 1
+        return np.column_stack([df["key"].to_numpy() * 10.0, df["key"].to_numpy() + 0.5])
+
+    @willump.feature
+    def local(df):
+        return df[["x"]].to_numpy()
+
+    @willump.pipeline
+    def keyed(df):
+        return [local(df), lookup(df)]
+
+    return keyed, seen
+
+
+def _keyed_rows(keys, seed=0):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"key": np.asarray(keys), "x": rng.normal(size=len(keys))})
+
+
+def test_row_cache_computes_only_rows_it_has_not_seen():
+    keyed, seen = _counting_pipeline()
+    graph = keyed.capture(_keyed_rows(np.arange(40)))
+    assert graph.cacheable == ["lookup"] and graph.columns["lookup"] == ["key"]
+    rows = _keyed_rows([1, 2, 3, 2, 1])
+    seen.update(rows=0, calls=0)
+    first, _ = keyed.compute(rows, ["lookup"], cache=True)
+    assert seen["rows"] == 3 and seen["calls"] == 1  # cold: each distinct key once, one call
+    second, _ = keyed.compute(_keyed_rows([3, 1, 7]), ["lookup"], cache=True)
+    assert seen["rows"] == 4 and seen["calls"] == 2  # only key 7 was new
+    np.testing.assert_array_equal(second[:, 0] if isinstance(second, np.ndarray) else second["lookup"][:, 0],
+                                  [30.0, 10.0, 70.0])
+    keyed.compute(_keyed_rows([7, 3]), ["lookup"], cache=True)
+    assert seen["calls"] == 2  # all hits: the lookup is not called at all
+    keyed.compute(_keyed_rows([7, 3]), ["lookup"])  # without cache=True: always computed
+    assert seen["calls"] == 3
+    np.testing.assert_array_equal(first["lookup"], np.column_stack([rows.key * 10.0, rows.key + 0.5]))
+
+
+def test_row_cache_is_bounded_expires_and_clears_on_refit():
+    cache = RowCache(2)
+    cache.store([(1,), (2,)], np.eye(2))
+    assert cache.lookup([(1,)])[0].all()  # (1,) used: (2,) is now the least recent
+    cache.store([(3,)], np.ones((1, 2)))
+    hit, rows = cache.lookup([(1,), (2,), (3,)])
+    assert len(cache) == 2 and hit.tolist() == [True, False, True]
+    np.testing.assert_array_equal(rows, [[1, 0], [1, 1]])
+    keyed, seen = _counting_pipeline(ttl=1e-9)  # every row expires at once
+    keyed.capture(_keyed_rows(np.arange(40)))
+    keyed.compute(_keyed_rows([1, 2]), ["lookup"], cache=True)
+    seen.update(rows=0)
+    keyed.compute(_keyed_rows([1, 2]), ["lookup"], cache=True)
+    assert seen["rows"] == 2
+    keyed, seen = _counting_pipeline()
+    keyed.capture(_keyed_rows(np.arange(40)))
+    keyed.compute(_keyed_rows([1, 2]), ["lookup"], cache=True)
+    keyed.fit_features(None, None)  # refitting feature state empties every row cache
+    seen.update(rows=0)
+    keyed.compute(_keyed_rows([1, 2]), ["lookup"], cache=True)
+    assert seen["rows"] == 2
+    with pytest.raises(ValueError, match="cache must be a positive"):
+        willump.feature(cache=0)(lambda df: df)
+    with pytest.raises(ValueError, match="cache_ttl needs cache="):
+        willump.feature(cache_ttl=5.0)(lambda df: df)
+
+
+def test_optimized_pipeline_serves_from_the_cache_and_the_baseline_never_does():
+    keyed, seen = _counting_pipeline(cache=10_000)
+    rng = np.random.default_rng(3)
+    X = _keyed_rows(rng.integers(0, 50, 4000), seed=4)
+    y = (X["x"] + 0.1 * X["key"] + rng.normal(0, 0.3, len(X)) > 2.5).astype(int).to_numpy()
+    opt = willump.optimize(keyed, LogisticRegression(), X, y, max_loss=0.05, verbose=False,
+                           fixed_costs={"local": 1e-6, "lookup": 1e-3}, top_k=None)
+    assert opt.report().cached_groups == ["lookup"]
+    batch = _keyed_rows(rng.integers(0, 50, 300), seed=5)
+    seen.update(rows=0)
+    opt.baseline.predict_proba(batch)
+    assert seen["rows"] == 300  # the baseline computes every row, always
+    cacheable, keyed.graph.cacheable = keyed.graph.cacheable, []
+    want = opt.predict_proba(batch)  # the cascade without its cache
+    keyed.graph.cacheable = cacheable
+    clear_row_caches()
+    seen.update(rows=0)
+    cold = opt.predict_proba(batch)
+    assert 0 < seen["rows"] <= 50  # each distinct key computed once
+    seen.update(rows=0)
+    warm = opt.predict_proba(batch)
+    assert seen["rows"] == 0  # every key of this batch is cached now
+    np.testing.assert_array_equal(cold, want)
+    np.testing.assert_array_equal(warm, want)
