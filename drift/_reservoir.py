@@ -32,8 +32,8 @@ STRATA = 2  # 0: unflagged, 1: flagged by at least one classifier
 class Reservoir:
     """Rows (categorical codes, numeric values, flags) with per-row inclusion thresholds."""
 
-    __slots__ = ("_pending", "capacity", "cat", "flags", "n_cat", "n_num", "num", "population",
-                 "prio", "tau", "threshold")
+    __slots__ = ("_pending", "_sorted", "capacity", "cat", "flags", "n_cat", "n_num", "num",
+                 "population", "prio", "tau", "threshold")
 
     def __init__(self, n_cat: int, n_num: int, capacity: tuple[int, int]) -> None:
         self.n_cat, self.n_num = int(n_cat), int(n_num)
@@ -50,6 +50,7 @@ class Reservoir:
         self.prio = np.zeros(0, dtype=np.float64)
         self.tau = np.zeros(0, dtype=np.float64)
         self._pending: list[tuple[np.ndarray, ...]] = []
+        self._sorted = True
 
     def copy(self) -> Reservoir:
         self.compact()
@@ -91,10 +92,21 @@ class Reservoir:
                              else self.threshold[stratum])
             self._pending.append((cat, num, flags, prio, tau))
             if self.size > 2 * sum(self.capacity):
-                self.compact()
+                self._fold()
 
     def compact(self, capacity: tuple[int, int] | None = None) -> None:
-        """Fold pending rows in and keep each stratum's top-k priorities (k = capacity)."""
+        """Fold pending rows in, keep each stratum's top-k priorities (k = capacity), and put
+        the rows in priority order (a content-defined order: samples are identical whatever
+        the merge order). Readers call this; ingest only folds."""
+        self._fold(capacity)
+        if not self._sorted:
+            order = np.argsort(-self.prio, kind="stable")
+            self.cat, self.num = self.cat[:, order], self.num[:, order]
+            self.flags, self.prio, self.tau = self.flags[order], self.prio[order], self.tau[order]
+            self._sorted = True
+
+    def _fold(self, capacity: tuple[int, int] | None = None) -> None:
+        """Fold pending rows in and keep each stratum's top-k priorities, unordered."""
         if capacity is not None:
             self.capacity = (int(capacity[0]), int(capacity[1]))
         elif not self._pending:
@@ -119,10 +131,9 @@ class Reservoir:
                 tau[idx] = np.maximum(tau[idx], cut)
             keep_idx.append(idx)
         order = np.concatenate(keep_idx)
-        # a content-defined order (priority) makes samples identical whatever the merge order
-        order = order[np.argsort(-prio[order], kind="stable")]
         self.cat, self.num = cat[:, order], num[:, order]
         self.flags, self.prio, self.tau = flags[order], prio[order], tau[order]
+        self._sorted = False
 
     def merge(self, other: Reservoir) -> None:
         """Add another reservoir's rows; each keeps its own inclusion threshold."""
