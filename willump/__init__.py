@@ -12,7 +12,7 @@ from ._cascade import BaselinePipeline, Level, OptimizedPipeline, TopKResult
 from ._graph import Graph
 from ._metrics import Metric
 from ._models import TorchClassifier
-from ._onnx import OnnxModel, check_onnx, export_onnx, to_onnx
+from ._onnx import OnnxModel, check_onnx, export_onnx, routing_warning, to_onnx
 from ._optimize import optimize
 from ._report import Report
 from ._sklearn import SklearnPipeline, from_sklearn
@@ -45,5 +45,6 @@ __all__ = [
     "load",
     "optimize",
     "pipeline",
+    "routing_warning",
     "to_onnx",
 ]

@@ -138,10 +138,25 @@ def check_onnx(native: Any, onnx_model: OnnxModel, X: Any, atol: float = ONNX_AT
     return diff
 
 
+def routing_warning(opt: Any, diff: float) -> str | None:
+    """A message when a served runtime's probabilities differ from the certified models' by
+    more than the plan's certified ``routing_tolerance`` (rows near a threshold, or with two
+    classes nearly tied, could then be answered otherwise than certified); None when covered."""
+    report = opt.report()
+    tolerance = getattr(report, "routing_tolerance", 0.0) if report is not None else 0.0
+    if not opt.is_cascade or diff <= tolerance:
+        return None
+    return (f"the served runtime's probabilities differ from the certified models' by up to "
+            f"{diff:.1e}, more than the routing_tolerance {tolerance:g} the bound was certified with; "
+            f"re-run willump.optimize(..., routing_tolerance={max(diff, ONNX_ATOL):.0e}) so the bound "
+            "covers every routing the runtime may choose")
+
+
 def export_onnx(opt: Any, directory: Any, X_check: Any, atol: float = ONNX_ATOL) -> dict[str, Any]:
     """Export every level's model to ``directory``/level_<i>.onnx, checked on rows ``X_check``.
 
-    Returns (and writes as onnx.json) per level: file, max difference, feature count.
+    Returns (and writes as onnx.json) per level: file, max difference, feature count. Warns
+    (WillumpWarning) when the differences exceed the plan's certified routing tolerance.
     """
     from ._blocks import hstack
 
@@ -157,6 +172,12 @@ def export_onnx(opt: Any, directory: Any, X_check: Any, atol: float = ONNX_ATOL)
         (root / f"level_{i}.onnx").write_bytes(data)
         summary["levels"].append({"file": f"level_{i}.onnx", "max_abs_diff": diff, "features": int(X.shape[1])})
     (root / "onnx.json").write_text(json.dumps(summary, indent=2))
+    message = routing_warning(opt, max(lv["max_abs_diff"] for lv in summary["levels"]))
+    if message is not None:
+        from .errors import WillumpWarning
+
+        summary["routing_warning"] = message
+        warnings.warn(message, WillumpWarning, stacklevel=2)
     return summary
 
 

@@ -336,6 +336,7 @@ def optimize(
     )
     report.measured_speedup = measured
     report.workers = opt.workers
+    report.routing_tolerance = routing_tolerance
     report.workers_gain = gain
     report.cached_groups = list(graph.cacheable)
     timings["total"] = time.perf_counter() - started

@@ -92,6 +92,7 @@ class Report:
     feature_state: str = ""  # who fitted the feature state, on which rows
     costs_source: str = "measured"  # "measured" or "fixed" (fixed_costs=)
     greater_is_better: bool = True  # the metric's direction (loss = full - optimized, in its favour)
+    routing_tolerance: float = 0.0  # probability differences of a served runtime the bound covers
     workers: int = 1  # threads for independent groups when the optimized pipeline serves
     workers_gain: float | None = None  # measured: one thread's time over the threaded time
     cached_groups: list[str] = field(default_factory=list)  # groups serving from a row cache

@@ -106,8 +106,12 @@ def test_onnx_cuda_request_falls_back_to_cpu(xy):
 
 def test_export_whole_cascade(tmp_path):
     X, y = make_rows(3000, seed=4)
-    opt = willump.optimize(no_sleep, LogisticRegression(), X, y, max_loss=0.02, verbose=False)
-    summary = willump.export_onnx(opt, tmp_path, X[:500])
+    fixed = {"fast_a": 1e-6, "fast_bc": 1e-4}
+    opt = willump.optimize(no_sleep, LogisticRegression(), X, y, max_loss=0.03, verbose=False,
+                           fixed_costs=fixed)
+    assert opt.is_cascade
+    with pytest.warns(willump.WillumpWarning, match="routing_tolerance"):  # certified for 0 difference
+        summary = willump.export_onnx(opt, tmp_path, X[:500])
     assert len(summary["levels"]) == len(opt.levels)
     assert all(level["max_abs_diff"] < 1e-4 for level in summary["levels"])
     from willump._onnx import onnx_levels
@@ -115,6 +119,11 @@ def test_export_whole_cascade(tmp_path):
     levels = onnx_levels(opt, tmp_path)
     served = willump.OptimizedPipeline(opt.pipeline, levels, opt.classes_, opt.baseline, None, opt.report_)
     np.testing.assert_allclose(served.predict_proba(X[:500]), opt.predict_proba(X[:500]), atol=1e-4)
+    covered = willump.optimize(no_sleep, LogisticRegression(), X, y, max_loss=0.03, verbose=False,
+                               fixed_costs=fixed, routing_tolerance=1e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", willump.WillumpWarning)  # certified for ONNX's differences
+        assert "routing_warning" not in willump.export_onnx(covered, tmp_path / "covered", X[:500])
 
 
 def test_unknown_model_has_no_converter():
