@@ -43,6 +43,10 @@ DEFAULT_MAX_FUTURE_SECONDS = 300.0
 MAX_CLASSIFIERS = 32
 
 FEATURE_KINDS = ("numeric", "categorical")
+#: Settings a reopened monitor may change: they decide what is kept from now on, not what the
+#: stored state means.
+ADOPTABLE = frozenset({"retention_panes", "max_future_seconds", "history_reservoir_size",
+                       "history_flagged_reservoir_size"})
 
 
 def _names(value: Any, argument: str, allow_empty: bool) -> list[str]:
@@ -96,9 +100,13 @@ class Config:
         return asdict(self)
 
     def differences(self, other: Config) -> list[str]:
+        """Settings that differ from stored state and would change its meaning (knobs in
+        `ADOPTABLE` only change what is kept from now on, so a reopened monitor adopts them)."""
         mine, theirs = self.to_json(), other.to_json()
         out = []
         for key in mine:
+            if key in ADOPTABLE:
+                continue
             a, b = mine[key], theirs.get(key)
             if key == "features":
                 # an inferred kind (None) matches whatever was inferred before

@@ -545,12 +545,16 @@ class Monitor:
                 w.put_meta("config", self.config.to_json())
                 w.put_meta("schema_version", 2)
             return
-        diffs = self.config.differences(Config(**meta["config"]))
+        stored = Config(**meta["config"])
+        diffs = self.config.differences(stored)
         if diffs:
             raise StateError(
                 f"directory {self.directory!r} holds a monitor with another configuration: "
                 + "; ".join(diffs)
             )
+        if stored.to_json() != self.config.to_json():  # adopted knobs (see Config.ADOPTABLE)
+            with store.transaction() as w:
+                w.put_meta("config", self.config.to_json())
         kinds = meta.get("feature_kinds")
         if self._schema is None and kinds is not None:
             self._set_schema(dict(kinds))

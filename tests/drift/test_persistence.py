@@ -119,3 +119,17 @@ def test_directory_is_locked_and_config_checked(tmp_path: Path) -> None:
         Monitor(**MONITOR_ARGS, window_panes=9, directory=tmp_path)
     with pytest.raises(StateError, match="no monitor state"):
         Monitor.open(tmp_path / "empty")
+
+
+def test_reopen_adopts_retention_but_refuses_a_different_meaning(tmp_path: Path) -> None:
+    first = make(str(tmp_path), "pane")
+    first.ingest(batch(0))
+    first.close()
+    args = dict(MONITOR_ARGS, window_panes=4, detail_panes=3, rollup_panes=2,
+                reservoir_size=300, flagged_reservoir_size=200, directory=tmp_path)
+    with Monitor(**args, retention_panes=90) as longer:  # how long to keep: adopted
+        assert longer.stats()["rows_retained"] == ROWS
+    with Monitor.open(tmp_path) as again:
+        assert again.config.retention_panes == 90
+    with pytest.raises(StateError, match="reservoir_size"):
+        Monitor(**{**args, "reservoir_size": 301}, retention_panes=90)
