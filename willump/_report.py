@@ -51,6 +51,8 @@ class TopKRow:
     precision_target: float
     quantile: float
     expected_speedup: float
+    #: per ratio tried: predicted share of pools reaching the target, held-out precision
+    curve: list[dict[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -102,6 +104,13 @@ class Report:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+    def to_html(self, path: Any) -> Any:
+        """Write the report as a self-contained HTML page with plots (inline SVG: no network
+        needed to view it); returns the path written."""
+        from ._report_html import write
+
+        return write(self, path)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:

@@ -53,24 +53,30 @@ class RatioTable:
     def ratio_for(self, k: int, pool: int, precision: float, quantile: float) -> float | None:
         """Smallest ratio whose lost-row count stays within the precision target in at
         least ``quantile`` of pools (None: score every row exactly)."""
-        held = len(self.by_full)
         if k < 1 or pool <= k or k / pool > MAX_TAIL_SHARE:
             return None
-        q = k / pool
-        allowed = math.floor(k * (1.0 - precision) + 1e-9)
-        n_tail = max(1, math.floor(q * held + 1e-9))
         for ratio in self.ratios:
             if math.ceil(ratio * k) >= pool:
                 break
-            kept = math.ceil(ratio * q * held - 1e-9)
-            # the tail itself and wider ones up to the kept share: each loses rows at least as
-            # often as the tail, so each one's prediction is a conservative stand-in
-            widest = min(max(n_tail, kept), held)
-            n = np.unique(np.geomspace(n_tail, widest, WIDER_TAILS).astype(np.int64))
-            lost = np.cumsum(self.by_full[:widest] >= kept)[n - 1]
-            if np.max(stats.betabinom.cdf(allowed, k, lost + PRIOR, n - lost + PRIOR)) >= quantile:
+            if self.chance(k, pool, precision, ratio)[0] >= quantile:
                 return float(ratio)
         return None
+
+    def chance(self, k: int, pool: int, precision: float, ratio: float) -> tuple[float, float]:
+        """(predicted share of pools reaching ``precision`` at ``ratio``, the held-out rows'
+        own precision: the share of the top-k tail the kept share holds)."""
+        held = len(self.by_full)
+        q = k / pool
+        allowed = math.floor(k * (1.0 - precision) + 1e-9)
+        n_tail = max(1, math.floor(q * held + 1e-9))
+        kept = math.ceil(ratio * q * held - 1e-9)
+        # the tail itself and wider ones up to the kept share: each loses rows at least as
+        # often as the tail, so each one's prediction is a conservative stand-in
+        widest = min(max(n_tail, kept), held)
+        n = np.unique(np.geomspace(n_tail, widest, WIDER_TAILS).astype(np.int64))
+        lost = np.cumsum(self.by_full[:widest] >= kept)[n - 1]
+        predicted = float(np.max(stats.betabinom.cdf(allowed, k, lost + PRIOR, n - lost + PRIOR)))
+        return predicted, float(1.0 - lost[0] / n[0])
 
 
 def build_ratio_table(cheap: np.ndarray, full: np.ndarray, *,
@@ -140,7 +146,11 @@ def plan_topk(top_k: int | None, small: dict, held_small: dict, held_full: np.nd
         notes.append("top-K: no cheap filter reached the precision target; top_k scores exactly")
         return None, TopKRow(k, pool, [], None, precision, quantile, 1.0)
     filt, cost, ratio = best
-    return filt, TopKRow(k, pool, list(filt.groups), ratio, precision, quantile, exact / cost)
+    table = filt.tables[label]
+    curve = [{"ratio": float(r), "chance": c, "heldout_precision": h}
+             for r in table.ratios if math.ceil(r * k) < pool
+             for c, h in [table.chance(k, pool, precision, float(r))]]
+    return filt, TopKRow(k, pool, list(filt.groups), ratio, precision, quantile, exact / cost, curve)
 
 
 def topk_cost(filter_groups, ratio: float | None, k: int, pool: int, graph, costs) -> float:

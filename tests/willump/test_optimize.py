@@ -522,3 +522,15 @@ def test_frames_with_other_indexes_are_split_by_position(task):
     shuffled = X.set_index(pd.Index(np.arange(len(X))[::-1] * 3))
     opt = willump.optimize(no_sleep, LogisticRegression(), shuffled, y, max_loss=0.03, **quiet(no_sleep))
     assert opt.report().plan == "cascade"
+
+
+def test_html_report_draws_its_plots_with_no_external_assets(opt, tmp_path):
+    import re
+
+    path = opt.report().to_html(tmp_path / "report" / "three.html")
+    page = path.read_text()
+    assert page.count("<svg") == 4  # groups, certification sequence, levels, top-K
+    assert "certified threshold" in page and "max_loss 0.01" in page and "estimate, not a certificate" in page
+    assert "<script" not in page and "<link" not in page
+    assert not re.search(r'(?:src|href)\s*=\s*["\']https?:', page)  # nothing fetched when viewed
+    assert opt.report().reason in page.replace("&#x27;", "'").replace("&gt;", ">").replace("&lt;", "<")
