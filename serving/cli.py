@@ -161,7 +161,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # ray.init installs its own signal handlers; ours go in right after it, so a signal at
     # any later point (even mid-deploy) shuts Serve and Ray down in order.
     started_ray = _ensure_ray(args.address, args.cpus, args.gpus, None if args.address else args.proxy,
-                              args.transport)
+                              args.transport, monitor=args.monitor_attributes is not None)
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     app = None

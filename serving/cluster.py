@@ -6,9 +6,10 @@ code reaches them, and which address the HTTP servers listen on.
 * Machines: nodes on one machine share its cores (a test cluster of several raylets on one
   host, or several pods on one VM); each machine's usable cores (CPU affinity and cgroup
   quota) are read by a task on one of its nodes.
-* Code: a Ray that deploy() joins gets the project's packages (``serving``, ``willump``,
-  and ``drift`` for the monitor) shipped with each deployment as ``runtime_env`` py_modules,
-  so worker nodes need only the third-party dependencies installed.
+* Code: when deploy() joins a cluster it connects with the project's packages (``serving``,
+  ``willump``, and ``drift`` for the monitor) as the job's ``runtime_env`` py_modules, which
+  Ray uploads and Serve's deployments inherit, so worker nodes need only the third-party
+  dependencies installed.
 * Host: with more than one node, HTTP must listen where other nodes' fronts can reach it.
 """
 
@@ -84,13 +85,9 @@ def machine_cores(node_list: list[NodeSpec]) -> dict[str, float]:
     return out
 
 
-def runtime_env(ship: str, joined: bool, n_nodes: int, monitor: bool) -> dict[str, Any] | None:
-    """The runtime_env each deployment gets: the project's packages as py_modules when they
-    must reach other machines, else None (the nodes import the installed packages)."""
-    if ship not in SHIP_CODE:
-        raise ValueError(f"ship_code must be one of {SHIP_CODE}, got {ship!r}")
-    if ship == "never" or (ship == "auto" and not joined and n_nodes <= 1):
-        return None
+def shipped_modules(monitor: bool) -> dict[str, Any]:
+    """The job-level runtime_env that ships the project's packages to every node (Ray uploads
+    local py_modules only for a job, i.e. in ``ray.init``; Serve deployments inherit it)."""
     import serving
     import willump
 
@@ -100,6 +97,29 @@ def runtime_env(ship: str, joined: bool, n_nodes: int, monitor: bool) -> dict[st
 
         modules.append(str(Path(drift.__file__).parent))
     return {"py_modules": modules, "excludes": ["__pycache__", "*.pyc"]}
+
+
+def ships_code(ship: str, address: str | None) -> bool:
+    """Whether deploy connects to the cluster with the project's packages shipped."""
+    if ship not in SHIP_CODE:
+        raise ValueError(f"ship_code must be one of {SHIP_CODE}, got {ship!r}")
+    return ship == "always" or (ship == "auto" and address is not None)
+
+
+def check_code_reaches(ship: str, n_nodes: int) -> str | None:
+    """A note when the cluster has other nodes but this job ships no code to them."""
+    import ray
+
+    env = ray.get_runtime_context().runtime_env or {}
+    if n_nodes <= 1 or env.get("py_modules") or env.get("working_dir") or ship == "never":
+        return None
+    message = ("this driver joined the cluster without shipping the project's code: other nodes must have "
+               "serving, willump (and drift) installed; deploy(address=...) ships them")
+    if ship == "always":
+        raise ValueError("ship_code='always' but Ray was initialized before deploy without the project's "
+                         f"packages in its runtime_env: {message}, or ray.init(runtime_env="
+                         "serving.cluster.shipped_modules(...))")
+    return message
 
 
 def listen_host(host: str | None, n_nodes: int) -> str:

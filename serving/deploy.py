@@ -95,9 +95,10 @@ class ServingApp:
 
 
 def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None, proxy: str | None = None,
-                transport: str = "grpc") -> bool:
+                transport: str = "grpc", *, ship_code: str = "auto", monitor: bool = False) -> bool:
     """Start (or join) Ray; a Ray started here runs ``proxy`` (default HAProxy) as its HTTP
-    front and ``transport`` between stages. Returns whether it was started here."""
+    front and ``transport`` between stages; a cluster joined here gets the project's code
+    (``ship_code``). Returns whether Ray was started here."""
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -105,6 +106,8 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None, pro
         return False
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if address is not None:
+        if cluster.ships_code(ship_code, address):
+            kwargs["runtime_env"] = cluster.shipped_modules(monitor)
         ray.init(address=address, **kwargs)
         return False
     use_proxy(proxy, transport)
@@ -244,12 +247,14 @@ def deploy(
         monitor = {} if monitor else None
     _check_arguments(name, min_replicas, device, layout, transport, proxy, monitor, calibrate,
                      deadline_ms, rows_per_request)
-    started = _ensure_ray(address, cpus, gpus, proxy, transport)
+    cluster.ships_code(ship_code, address)  # validates the option before anything starts
+    started = _ensure_ray(address, cpus, gpus, proxy, transport, ship_code=ship_code, monitor=monitor is not None)
     source, opt = artifacts.resolve(target, name, artifact_share)
     try:
         if opt.sample_rows_ is None:
             raise ValueError("the artifact has no sample rows; re-optimize with keep_sample=True to serve it")
         nodes = cluster.nodes(free=True)
+        code_note = cluster.check_code_reaches(ship_code, len(nodes))
         specs = specs_of(opt, baseline)
         use_gpu, notes = _use_gpu(opt, specs, device, runtime, sum(n.gpus for n in nodes))
         if layout == "auto":
@@ -285,13 +290,13 @@ def deploy(
             "api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
             "max_in_flight": max_in_flight, "max_body_bytes": max_body_bytes, "max_rows": max_rows,
             "min_replicas": min_replicas, "max_replicas": max_replicas, "downscale_to_zero_s": downscale_to_zero_s,
-            "runtime_env": cluster.runtime_env(ship_code, address is not None, len(nodes), monitor is not None),
         }
         monitor_app = run_spec(spec, opt, access_log=access_log)
     except BaseException:
         if ray.is_initialized():
             artifacts.release(source, name)
         raise
+    notes += [code_note] if code_note else []
     return ServingApp(name, f"{base}/{name}", plan, source.version, [s.name for s in specs], started,
                       notes + plan.notes, proxy=front, artifact=source, monitor_app=monitor_app, spec=spec)
 

@@ -77,10 +77,9 @@ def row_schema(opt: OptimizedPipeline, record_config: dict[str, Any]) -> RowSche
 
 
 def _actor_options(spec: dict[str, Any], num_cpus: float, num_gpus: float = 0.0) -> dict[str, Any]:
-    options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus}
-    if spec.get("runtime_env"):
-        options["runtime_env"] = spec["runtime_env"]
-    return options
+    # no runtime_env here: deployments inherit the job's (deploy ships the code that way) or
+    # the Serve config's application-level one
+    return {"num_cpus": num_cpus, "num_gpus": num_gpus}
 
 
 def _opt(spec: dict[str, Any], opt: OptimizedPipeline | None) -> OptimizedPipeline:

@@ -33,11 +33,14 @@ def replica_id(default: str) -> str:
         return default
 
 
-def _code_location() -> str:
-    """Where this replica imported serving from (shows whether runtime_env shipped the code)."""
+def _code_location() -> dict[str, Any]:
+    """Where this replica imported serving from, and the py_modules its runtime_env shipped."""
+    import ray
+
     import serving
 
-    return str(serving.__file__)
+    env = ray.get_runtime_context().runtime_env or {}
+    return {"serving": str(serving.__file__), "py_modules": list(env.get("py_modules") or [])}
 
 
 @serve.deployment
