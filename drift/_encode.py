@@ -74,6 +74,45 @@ def normalize_value(value: object, column: str) -> object:
     return str(value)  # intervals from pd.cut, dates, enums: shown by their text
 
 
+try:  # pandas' object hash table, the engine behind Index.get_indexer, updatable in place
+    from pandas._libs.hashtable import PyObjectHashTable as _HashTable
+except ImportError:  # pragma: no cover - a pandas without it: the public Index path
+    _HashTable = None
+
+
+class _Lookup:
+    """value -> code for a column, updated in place as codes are added.
+
+    Uses pandas' PyObjectHashTable directly (2-3x faster than Index.get_indexer on 2-10k
+    values, and no index rebuild per admission); falls back to a pandas Index."""
+
+    def __init__(self) -> None:
+        self._table = _HashTable() if _HashTable is not None else None
+        self._keys: list[object] = []
+        self._codes: list[int] = []
+        self._index: pd.Index | None = None
+        self._index_codes = np.zeros(0, dtype=np.int32)
+
+    def add(self, key: object, code: int) -> None:
+        if self._table is not None:
+            self._table.set_item(key, code)
+        else:
+            self._keys.append(key)
+            self._codes.append(code)
+            self._index = None
+
+    def find(self, values: pd.Series | np.ndarray) -> np.ndarray:
+        """Codes of known values, -1 elsewhere (int32)."""
+        arr = values.to_numpy(dtype=object) if isinstance(values, pd.Series) else np.asarray(
+            values, dtype=object)
+        if self._table is not None:
+            return self._table.lookup(arr).astype(np.int32, copy=False)
+        if self._index is None:
+            self._index = pd.Index(self._keys, dtype=object)
+            self._index_codes = np.append(np.asarray(self._codes, dtype=np.int32), -1)
+        return self._index_codes[self._index.get_indexer(arr)]
+
+
 #: Not-yet-admitted rows looked at per batch once admission is by frequency.
 CANDIDATE_SAMPLE = 1024
 #: Candidate values tracked (Misra-Gries) once admission is by frequency.
@@ -90,12 +129,7 @@ class Encoder:
         self.max_codes = int(max_codes)
         self.values: list[object] = []
         self._lookup: dict[object, int] = {}
-        # lookups: a large index rebuilt rarely, plus a small one for recent values
-        self._index = pd.Index([], dtype=object)
-        self._index_codes = np.zeros(0, dtype=np.int32)
-        self._recent = pd.Index([], dtype=object)
-        self._recent_codes = np.zeros(0, dtype=np.int32)
-        self._indexed = 0  # values covered by `_index`
+        self._hash = _Lookup()  # vectorized value -> code
         self._missing_code: int | None = None
         self._other_code: int | None = None
         self._candidates: dict[object, int] = {}
@@ -133,51 +167,21 @@ class Encoder:
         self._lookup[value] = code
         if value is MISSING:
             self._missing_code = code
+            self._hash.add(np.nan, code)
         elif value is OTHER:
             self._other_code = code
+        else:
+            self._hash.add(value, code)
         return code
 
-    def _keys(self, start: int, stop: int) -> tuple[pd.Index, np.ndarray]:
-        pairs = [(c, v) for c, v in enumerate(self.values[start:stop], start) if v is not OTHER]
-        keys = [np.nan if v is MISSING else v for _, v in pairs]
-        index = pd.Index(keys, dtype=object) if keys else pd.Index([], dtype=object)
-        return index, np.array([c for c, _ in pairs], dtype=np.int32)
-
-    def _reindex(self) -> None:
-        """Refresh lookups after admissions: the small index, or both when it grew large."""
-        recent = len(self.values) - self._indexed
-        if recent > max(1024, self._indexed // 4):
-            self._index, self._index_codes = self._keys(0, len(self.values))
-            self._indexed = len(self.values)
-            self._recent, self._recent_codes = pd.Index([], dtype=object), np.zeros(
-                0, dtype=np.int32)
-        else:
-            self._recent, self._recent_codes = self._keys(self._indexed, len(self.values))
-
     def _find(self, values: pd.Series | np.ndarray) -> np.ndarray:
-        """Codes of known values (-1 for unknown), by the two hash indexes."""
-        n = len(values)
-        out = np.full(n, -1, dtype=np.int32)
-        if len(self._index):
-            pos = self._index.get_indexer(values)
-            hit = pos >= 0
-            out[hit] = self._index_codes[pos[hit]]
-        if len(self._recent):
-            miss = np.flatnonzero(out < 0)
-            if miss.size:
-                sub = values.iloc[miss] if isinstance(values, pd.Series) else values[miss]
-                pos = self._recent.get_indexer(sub)
-                hit = pos >= 0
-                out[miss[hit]] = self._recent_codes[pos[hit]]
-        return out
+        """Codes of known values (-1 for unknown)."""
+        return self._hash.find(values)
 
     def extend(self, values: list[object]) -> None:
         """Add values in order (used when restoring from the store)."""
         for v in values:
             self._add(v)
-        self._index, self._index_codes = self._keys(0, len(self.values))
-        self._indexed = len(self.values)
-        self._recent, self._recent_codes = pd.Index([], dtype=object), np.zeros(0, np.int32)
 
     def encode(self, series: pd.Series) -> np.ndarray:
         """Codes (int32) for a column; unseen values get new codes or `<other>`."""
@@ -212,7 +216,6 @@ class Encoder:
     def _missing(self) -> int:
         if self._missing_code is None:
             self._add(MISSING)
-            self._reindex()
         assert self._missing_code is not None
         return self._missing_code
 
@@ -238,8 +241,6 @@ class Encoder:
                     out[i] = code
         else:
             added = self._admit_frequent(uniques, local)
-        if added:
-            self._reindex()
         rest = np.flatnonzero(out < 0)
         if rest.size:
             again = self._find(uniques[rest]) if added else np.full(rest.size, -1, np.int32)
@@ -298,6 +299,4 @@ class Encoder:
         codes = np.asarray([self._add(v) for v in values], dtype=np.int32)
         if (local < 0).any():
             codes = np.append(codes, np.int32(self._add(MISSING)))
-        self._index, self._index_codes = self._keys(0, len(self.values))
-        self._indexed = len(self.values)
         return codes[local] if codes.size else np.zeros(len(series), dtype=np.int32)
