@@ -6,10 +6,17 @@ then sleeps for the block's profiled time (scaled to the rows of its batch) and 
 an activation of the profiled size (scaled by ``byte_scale`` so it fits the object store
 of a small machine). Sleeping releases the CPU, so eight such "devices" share two cores;
 the hops between them are real Serve hops of real bytes.
+
+Two artifacts of emulating on a busy CPU are kept out: a thread woken late from a short
+sleep would add its wake-up delay once per block (hundreds of blocks per stage), so the
+overshoot is carried as credit and taken off the next sleep of the same thread; and the
+activation is a broadcast view of the block's real output (no memory written per block),
+which becomes its full size in bytes only when it crosses a hop and is serialized.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
@@ -19,6 +26,22 @@ from .profile import Profile, Transport
 
 #: real features each emulated block computes on (its small real work)
 WORK_WIDTH = 8
+#: most sleep overshoot (s) a thread carries to its next blocks
+MAX_CREDIT_S = 0.05
+
+_sleep_state = threading.local()
+
+
+def device_sleep(seconds: float) -> None:
+    """Sleep ``seconds`` of emulated device time, net of earlier overshoot on this thread."""
+    credit = getattr(_sleep_state, "credit", 0.0)
+    target = seconds - credit
+    if target <= 0:
+        _sleep_state.credit = -target
+        return
+    t0 = time.perf_counter()
+    time.sleep(target)
+    _sleep_state.credit = min(max(time.perf_counter() - t0 - target, 0.0), MAX_CREDIT_S)
 
 
 class EmulatedBlock(nn.Module):
@@ -37,10 +60,8 @@ class EmulatedBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.tanh(self.work(x[:, :WORK_WIDTH]))
         if self.ms > 0:
-            time.sleep(self.ms / 1000.0 * x.shape[0] / self.batch)
-        out = torch.zeros(x.shape[0], self.out_width, dtype=x.dtype)
-        out[:, :WORK_WIDTH] = y
-        return out
+            device_sleep(self.ms / 1000.0 * x.shape[0] / self.batch)
+        return y[:, :1].expand(x.shape[0], self.out_width)
 
 
 def emulated(profile: Profile, *, max_cut_bytes: float = 1 << 20, in_width: int = WORK_WIDTH,

@@ -167,3 +167,48 @@ def test_profile_of_a_traced_model_plans_and_splits_consistently():
     assert all(s.memory_bytes <= prof.model_bytes * 0.6 for s in p.stages)
     x, s = torch.randn(3, 8), torch.randn(3, 8)
     assert sp.allclose(model(x, s), sp.Pipeline(sp.split(g, p))(x, s))
+
+
+def test_emulated_model_matches_its_profile(monkeypatch):
+    from serving.partition import emulate
+
+    base = sp.Profile("b", "gpu", [64], ["a", "b", "c"], [[4.0], [2.0], [6.0]],
+                      [[1e6], [64 * 4 * 1000.0], [64 * 4 * 4000.0], [1e3]], [10.0, 20.0, 30.0],
+                      [[0.0]] * 3, sp.Transport(1.0, 1e9, "t"))
+    module, example, prof = sp.emulated(base, max_cut_bytes=64 * 4 * 2000.0)
+    assert len(module) == 3 and prof.param_bytes == base.param_bytes
+    assert [c[0] for c in prof.compute_ms] == [4.0, 2.0, 6.0]
+    # inner cuts scaled so the largest is max_cut_bytes; input and output are the model's own
+    assert [c[0] for c in prof.cut_bytes] == [64 * 4 * 8.0, 64 * 4 * 500.0, 64 * 4 * 2000.0, 64 * 4 * 10.0]
+    slept = []
+    monkeypatch.setattr(emulate.time, "sleep", slept.append)
+    monkeypatch.setattr(emulate._sleep_state, "credit", 0.0, raising=False)
+    x = torch.randn(32, 8)
+    mid = module[0](x)
+    assert mid.shape == (32, 500) and mid.stride()[1] == 0  # a broadcast view: full size only on the wire
+    assert module(x).shape == (32, 10)
+    g = sp.capture(module, example)
+    assert len(g) == 3 and sp.allclose(module(x), sp.Pipeline(sp.split(g, [1]))(x))
+    # half the profiled batch sleeps half the profiled time
+    assert slept[0] == pytest.approx(0.002, abs=1e-4)
+
+
+def test_device_sleep_takes_overshoot_off_the_next_sleep(monkeypatch):
+    from serving.partition import emulate
+
+    clock = [0.0]
+    calls = []
+
+    def fake_sleep(s):  # every sleep overshoots by 1 ms
+        calls.append(s)
+        clock[0] += s + 0.001
+
+    monkeypatch.setattr(emulate.time, "sleep", fake_sleep)
+    monkeypatch.setattr(emulate.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(emulate._sleep_state, "credit", 0.0, raising=False)
+    for _ in range(10):
+        emulate.device_sleep(0.004)
+    assert calls[0] == pytest.approx(0.004) and calls[1] == pytest.approx(0.003)
+    assert clock[0] == pytest.approx(0.040 + 0.001)  # ten 4 ms sleeps cost 41 ms, not 50
+    emulate.device_sleep(0.0005)  # shorter than the credit: no sleep at all
+    assert len(calls) == 10
