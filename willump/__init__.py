@@ -8,7 +8,7 @@ runs code stored in the artifact).
 
 from ._artifact import load
 from ._capture import FeatureGroup, Pipeline, feature, pipeline
-from ._cascade import BaselinePipeline, Level, OptimizedPipeline, TopKResult
+from ._cascade import BaselinePipeline, Gear, Level, OptimizedPipeline, TopKResult
 from ._graph import Graph
 from ._metrics import Metric
 from ._models import TorchClassifier
@@ -24,6 +24,7 @@ __all__ = [
     "ArtifactError",
     "BaselinePipeline",
     "FeatureGroup",
+    "Gear",
     "Graph",
     "Level",
     "Metric",

@@ -171,6 +171,8 @@ def save(opt: Any, path: Any) -> Path:
             files["topk.pkl"] = opt.topk_filter
         if opt.sample_rows_ is not None:
             files["sample.pkl"] = opt.sample_rows_
+        if len(opt.gears_) > 1:
+            files["gears.pkl"] = opt.gears_[1:]
         for name, obj in files.items():
             with (root / name).open("wb") as fh:
                 cloudpickle.dump(obj, fh)
@@ -200,6 +202,7 @@ def save(opt: Any, path: Any) -> Path:
         },
         "seed": opt.seed,
         "workers": opt.workers,
+        "gears": [{"max_loss": g.max_loss, "loss_bound": g.loss_bound} for g in opt.gears_[1:]],
         "sample": "sample.pkl" if opt.sample_rows_ is not None else None,
         "stored_by_value": [m.__name__ for m in by_value],
         "files": {},
@@ -267,7 +270,7 @@ def load(path: Any, *, check_versions: bool = True) -> Any:
     turns a version mismatch into a warning). Only load artifacts you trust:
     loading runs the feature code stored inside.
     """
-    from ._cascade import BaselinePipeline, Level, OptimizedPipeline
+    from ._cascade import BaselinePipeline, Gear, Level, OptimizedPipeline
     from ._report import Report
 
     root = Path(path)
@@ -308,5 +311,10 @@ def load(path: Any, *, check_versions: bool = True) -> Any:
     opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk, report, manifest.get("seed", 0))
     opt.sample_rows_ = unpickle(manifest["sample"]) if manifest.get("sample") else None
     opt.workers = int(manifest.get("workers", 1))
+    if "gears.pkl" in manifest["files"]:
+        opt.gears_ = [opt.gears_[0], *unpickle("gears.pkl")]
+    rep = opt.report_
+    if rep is not None and rep.plan == "cascade":
+        opt.gears_[0] = Gear(rep.max_loss, levels, rep.loss_bound, rep.bound_method)
     opt.manifest_ = manifest
     return opt

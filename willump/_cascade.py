@@ -30,6 +30,17 @@ class Level:
 
 
 @dataclass
+class Gear:
+    """A certified plan of the ladder: its levels, the max_loss it was certified for, and the
+    bound (``gears[0]`` is the plan ``predict`` serves)."""
+
+    max_loss: float
+    levels: list[Level]
+    loss_bound: float | None
+    method: str = ""
+
+
+@dataclass
 class StageResult:
     """Rows answered by a range of levels, and what the next level needs for the rest."""
 
@@ -195,6 +206,8 @@ class OptimizedPipeline(_Scoring):
         self.sample_rows_: Any = None  # a few held-out input rows, for serving (see optimize)
         #: threads for independent feature groups (optimize measures whether they pay)
         self.workers = 1
+        #: the certified ladder (see willump._gears); gears_[0] is this plan
+        self.gears_: list[Gear] = [Gear(float("nan"), levels, None)]
 
     # --- cascade ---------------------------------------------------------------------
     def run_levels(
@@ -294,6 +307,19 @@ class OptimizedPipeline(_Scoring):
             blocks.update(new)
         X = hstack([blocks[g] for g in self.pipeline.graph.groups])
         return predict_proba(self.baseline.model, X)[:, label_index]
+
+    # --- gears -----------------------------------------------------------------------
+    def gear(self, index: int) -> OptimizedPipeline:
+        """The pipeline serving gear ``index`` of the certified ladder (0: this plan; higher:
+        cheaper plans certified at looser max_loss, for serving under load)."""
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < len(self.gears_):
+            raise ValueError(f"gear must be an integer in [0, {len(self.gears_) - 1}], got {index!r}")
+        if index == 0:
+            return self
+        other = OptimizedPipeline(self.pipeline, self.gears_[index].levels, self.classes_, self.baseline,
+                                  self.topk_filter, self.report_, self.seed)
+        other.workers, other.sample_rows_, other.gears_ = self.workers, self.sample_rows_, self.gears_
+        return other
 
     # --- results ---------------------------------------------------------------------
     def report(self) -> Any:

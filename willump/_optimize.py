@@ -6,6 +6,7 @@ import time
 import warnings
 from collections.abc import Mapping
 from contextlib import contextmanager
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -22,21 +23,19 @@ from ._bounds import (
     rows_needed,
 )
 from ._capture import Pipeline
-from ._cascade import BaselinePipeline, Level, OptimizedPipeline
+from ._cascade import BaselinePipeline, Gear, Level, OptimizedPipeline
+from ._gears import certify_ladder
 from ._metrics import Labels, Metric, resolve_metric
 from ._models import check_model, new_model, predict_proba, time_predict
 from ._planner import (
     Evaluator,
     bound_method,
     candidate_subsets,
-    certification_grid,
-    certify,
     chains_from,
     describe,
     full_cost,
     select_plan,
     sweep_cost,
-    thin,
     threshold_grid,
 )
 from ._profile import (
@@ -94,6 +93,7 @@ def optimize(
     n_bootstrap: int = N_BOOTSTRAP,
     min_disagreements: int = MIN_DISAGREEMENTS,
     routing_tolerance: float = 0.0,
+    gears: tuple[float, ...] = (),
     workers: int | str = "auto",
     profile_batch_rows: int = PROFILE_BATCH_ROWS,
     profile_repeats: int = PROFILE_REPEATS,
@@ -154,6 +154,10 @@ def optimize(
     ``routing_tolerance``: how far a served runtime's probabilities may differ from the
     certified ones (ONNX, a GPU); the bound then covers every routing within it.
 
+    **Gears.** ``gears=(0.01, 0.02)`` also certifies cheaper plans at those looser losses, for
+    serving to switch to under load (``opt.gear(i)``). All gears are tested in one fixed
+    sequence, so their certificates hold jointly at ``confidence`` (see ``willump._gears``).
+
     **Independent groups and lookups.** ``workers`` threads run the body's top-level feature
     calls at once (groups waiting on a remote lookup overlap); ``"auto"`` times one thread
     against one per group on held-out rows and keeps the faster (1 with ``fixed_costs``).
@@ -171,7 +175,7 @@ def optimize(
             raise TypeError("model is required (the pipeline does not carry one)")
     _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, metric, holdout,
               certify_share, top_k, topk_precision, topk_quantile, max_levels, n_bootstrap,
-              split, cost_mode, min_speedup, min_disagreements, routing_tolerance, workers)
+              split, cost_mode, min_speedup, min_disagreements, routing_tolerance, workers, gears)
     metric_obj = resolve_metric(metric)
     method = bound_method(metric_obj, bound)
     if method == "exact" and metric_obj.kind != "rowwise" and metric_obj.builtin not in ("roc_auc", "f1"):
@@ -261,6 +265,7 @@ def optimize(
 
     with _step(timings, "plan", verbose):
         decision = Decision(None, None, [], [], candidates, small, blocker)
+        gear_results: list = []
         full_cost_mode = full_cost(graph, costs, cost_mode)
         max_cost = full_cost_mode / min_speedup
         if blocker is None and small:
@@ -276,12 +281,12 @@ def optimize(
                 certifier = _evaluator(metric_obj, split_labels["cert"], full_proba["cert"], n_bootstrap,
                                        confidence, bound, graph, costs, seed + 1, routing_tolerance,
                                        min_disagreements)
-                sequence = certification_grid(evaluator, decision.chosen.chain, probas["select"],
-                                              grids[decision.chosen.chain], max_loss)
-                if certifier.costly:
-                    sequence = thin(sequence, decision.chosen.threshold)
-                decision.accepted, decision.tested = certify(
-                    certifier, decision.chosen.chain, probas["cert"], sequence, max_loss)
+                ladder = [(max_loss, decision.chosen)] + [
+                    (m, select_plan(evaluator, chains, probas["select"], grids, m, cost_mode, max_cost)[0])
+                    for m in gears]
+                gear_results = certify_ladder(evaluator, certifier, ladder, probas["select"], probas["cert"],
+                                              grids)
+                decision.accepted, decision.tested = gear_results[0].accepted, gear_results[0].tested
         slow_reason = None
         accepted = decision.accepted
         if accepted is not None and sweep_cost(accepted, cost_mode) >= max_cost:
@@ -317,6 +322,13 @@ def optimize(
             decision.accepted = None
             levels = _levels(None, small, full_model, group_names)
     opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk_filter, None, seed)
+    if decision.accepted is not None:
+        opt.gears_ = [Gear(max_loss, levels, decision.accepted.bound.upper, decision.accepted.bound.method)] + [
+            Gear(g.max_loss, _levels(g.accepted, small, full_model, group_names), g.accepted.bound.upper,
+                 g.accepted.bound.method)
+            for g in gear_results[1:] if g.accepted is not None]
+    else:
+        opt.gears_ = [Gear(max_loss, levels, None, "")]
     gain = None
     if workers == "auto" and fixed_costs is None and verify_speedup:
         with _step(timings, "workers", verbose):
@@ -336,6 +348,10 @@ def optimize(
     )
     report.measured_speedup = measured
     report.workers = opt.workers
+    report.gears = [_gear_row(g, gear_results, graph, costs) for g in opt.gears_[1:]]
+    if gears and len(opt.gears_) < len(gears) + 1:
+        notes.append(f"gears: {len(opt.gears_) - 1} of {len(gears)} certified (the fixed sequence stopped, "
+                     "or a gear had no plan within its max_loss)")
     report.routing_tolerance = routing_tolerance
     report.workers_gain = gain
     report.cached_groups = list(graph.cacheable)
@@ -426,6 +442,14 @@ def _evaluator(metric: Metric, labels: Labels, full_proba, resamples, confidence
                      min_disagreements)
 
 
+def _gear_row(gear: Gear, results, graph, costs) -> dict[str, Any]:
+    accepted = next(r.accepted for r in results if r.max_loss == gear.max_loss)
+    return {"max_loss": gear.max_loss, "chain": describe(accepted.chain), "threshold": accepted.threshold,
+            "loss_bound": accepted.bound.upper, "method": accepted.bound.method,
+            "answered": list(accepted.fractions),
+            "expected_speedup": full_cost(graph, costs, "batch") / accepted.cost_batch}
+
+
 def _levels(accepted, small, full_model, groups) -> list[Level]:
     levels = []
     if accepted is not None:
@@ -438,7 +462,7 @@ def _levels(accepted, small, full_model, groups) -> list[Level]:
 # --- validation ----------------------------------------------------------------------------
 def _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, metric, holdout,
               certify_share, top_k, topk_precision, topk_quantile, max_levels, n_bootstrap, split,
-              cost_mode, min_speedup, min_disagreements, routing_tolerance, workers) -> None:
+              cost_mode, min_speedup, min_disagreements, routing_tolerance, workers, gears) -> None:
     if not isinstance(pipeline, Pipeline):
         raise TypeError(
             "pipeline must be a @willump.pipeline function or willump.from_sklearn(...), got "
@@ -493,6 +517,11 @@ def _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, m
         raise ValueError(f"min_disagreements must be a positive integer, got {min_disagreements!r}")
     if not 0 <= routing_tolerance < 0.5:
         raise ValueError(f"routing_tolerance must be in [0, 0.5), got {routing_tolerance}")
+    ladder = [max_loss, *gears] if isinstance(gears, (tuple, list)) else None
+    if ladder is None or not all(isinstance(m, (int, float)) and 0 < m < 1 for m in gears) \
+            or any(b <= a for a, b in pairwise(ladder)):
+        raise ValueError(f"gears must be looser max_loss values in increasing order, each above max_loss "
+                         f"{max_loss}; got {gears!r}")
     if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be 'auto' or a positive integer, got {workers!r}")
 

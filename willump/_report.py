@@ -98,6 +98,7 @@ class Report:
     workers: int = 1  # threads for independent groups when the optimized pipeline serves
     workers_gain: float | None = None  # measured: one thread's time over the threaded time
     cached_groups: list[str] = field(default_factory=list)  # groups serving from a row cache
+    gears: list[dict[str, Any]] = field(default_factory=list)  # cheaper plans certified jointly
 
     def to_dict(self) -> dict[str, Any]:
         return _finite(asdict(self))
@@ -184,6 +185,14 @@ class Report:
                 ["chain", "threshold", "loss", "bound", "speedup batch", "speedup 1 row"],
                 [[c.chain, f"{c.threshold:.4f}", f"{c.loss:+.4f}", f"{c.loss_bound:.4f}",
                   f"{c.expected_speedup:.2f}x", f"{c.expected_speedup_row:.2f}x"] for c in self.candidates],
+            ))
+        if self.gears:
+            lines.append("")
+            lines.append("  gears (certified jointly with the plan, for serving under load; opt.gear(i)):")
+            lines.append(_table(
+                ["gear", "max_loss", "chain", "threshold", "bound", "speedup batch", "answered first"],
+                [[str(i + 1), f"{g['max_loss']:g}", g["chain"], f"{g['threshold']:.4f}", f"{g['loss_bound']:.4f}",
+                  f"{g['expected_speedup']:.2f}x", f"{g['answered'][0]:.1%}"] for i, g in enumerate(self.gears)],
             ))
         if self.topk is not None:
             t = self.topk

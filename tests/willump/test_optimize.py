@@ -534,3 +534,55 @@ def test_html_report_draws_its_plots_with_no_external_assets(opt, tmp_path):
     assert "<script" not in page and "<link" not in page
     assert not re.search(r'(?:src|href)\s*=\s*["\']https?:', page)  # nothing fetched when viewed
     assert opt.report().reason in page.replace("&#x27;", "'").replace("&gt;", ">").replace("&lt;", "<")
+
+
+def test_gears_are_cheaper_plans_certified_in_one_sequence(task, tmp_path):
+    X, y = task
+    opt = willump.optimize(three_groups, LogisticRegression(), X, y, max_loss=0.005, gears=(0.015, 0.04),
+                           **quiet(three_groups))
+    report = opt.report()
+    assert report.plan == "cascade" and len(opt.gears_) >= 2 and len(report.gears) == len(opt.gears_) - 1
+    shares = [opt.report().levels[0].fraction_answered] + [g["answered"][0] for g in report.gears]
+    assert shares == sorted(shares) and shares[-1] > shares[0]  # looser gears answer more rows early
+    for gear, row in zip(opt.gears_[1:], report.gears, strict=True):
+        assert row["loss_bound"] <= gear.max_loss and gear.loss_bound == row["loss_bound"]
+    assert opt.gears_[0].loss_bound == report.loss_bound <= 0.005
+    rows = X.iloc[:400]
+    _, base_levels = opt.predict_with_levels(rows)
+    _, loose_levels = opt.gear(1).predict_with_levels(rows)
+    assert (loose_levels == 0).sum() > (base_levels == 0).sum()
+    assert "gears (certified jointly" in str(report)
+    opt.save(tmp_path / "geared")
+    loaded = willump.load(tmp_path / "geared")
+    np.testing.assert_array_equal(loaded.gear(1).predict_proba(rows), opt.gear(1).predict_proba(rows))
+    with pytest.raises(ValueError, match="gear must be an integer"):
+        opt.gear(len(opt.gears_))
+    with pytest.raises(ValueError, match="gears must be looser"):
+        willump.optimize(three_groups, LogisticRegression(), X, y, max_loss=0.01, gears=(0.005,),
+                         **quiet(three_groups))
+
+
+def test_a_gear_that_fails_ends_the_sequence_for_looser_gears():
+    """One fixed sequence: the certificates hold jointly only if a failure stops everything."""
+    from willump._bounds import LossBound
+    from willump._gears import certify_ladder
+    from willump._planner import Sweep
+
+    chain = (("a",), ("a", "b"))
+
+    class Fixed:  # bounds by threshold; the same on both splits except where noted
+        costly = False
+
+        def __init__(self, bounds):
+            self.bounds = bounds
+
+        def evaluate(self, chain_, probas, t):
+            return Sweep(chain_, t, LossBound(0.0, self.bounds[t], "fixed"), [0.5, 0.5], 1.0, 1.0)
+
+    grid = [0.9, 0.8, 0.7, 0.6]
+    selection = Fixed({0.9: 0.001, 0.8: 0.002, 0.7: 0.004, 0.6: 0.009})
+    cert = Fixed({0.9: 0.001, 0.8: 0.004, 0.7: 0.02, 0.6: 0.03})  # gear 0.005 fails at 0.7
+    ladder = [(0.005, selection.evaluate(chain, None, 0.7)), (0.05, selection.evaluate(chain, None, 0.6))]
+    results = certify_ladder(selection, cert, ladder, None, None, {chain: grid})
+    assert results[0].accepted.threshold == 0.8
+    assert results[1].accepted is None and results[1].tested == []  # never tested
