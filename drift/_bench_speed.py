@@ -199,7 +199,8 @@ def _day_run(hours: float, rows_per_s: float, report_every_h: float) -> dict[str
     batch = 10_000
     base = _speed_batches(30, batch, rows_per_s=rows_per_s)
     baseline = _rss_bytes()
-    mon = _speed_monitor()
+    tmp = tempfile.TemporaryDirectory()  # persisted, pane durability: the database size too
+    mon = _speed_monitor(directory=tmp.name, clock=None)
     mon.set_reference(pd.concat(base[:5]).assign(timestamp=1_690_000_000.0))
     total_batches = int(hours * 3600 * rows_per_s / batch)
     per_report = max(1, int(report_every_h * 3600 * rows_per_s / batch))
@@ -211,9 +212,12 @@ def _day_run(hours: float, rows_per_s: float, report_every_h: float) -> dict[str
         mon.ingest(frame)
         if (i + 1) % per_report == 0 or i + 1 == total_batches:
             points.append({"hours": (i + 1) * batch / rows_per_s / 3600,
-                           "state_bytes": mon.memory_bytes(), "rss_bytes": _rss_bytes()})
+                           "state_bytes": mon.memory_bytes(), "rss_bytes": _rss_bytes(),
+                           "disk_bytes": mon.stats()["disk_bytes"]})
     elapsed = time.perf_counter() - start
     stats = mon.stats()
+    mon.close()
+    tmp.cleanup()
     return {
         "hours": hours, "rows_per_s": rows_per_s, "rows": total_batches * batch,
         "seconds": elapsed, "points": points, "baseline_rss_bytes": baseline,

@@ -125,7 +125,8 @@ def report(res: dict[str, Any]) -> str:
         base = m["baseline_rss_bytes"]
         for pt in m["points"]:
             lines.append(f"after {pt['hours']:.1f} h: monitor state {pt['state_bytes'] / 2**20:.1f}"
-                         f" MiB, process RSS {pt['rss_bytes'] / 2**20:.0f} MiB (+"
+                         f" MiB, database {pt.get('disk_bytes', 0) / 2**20:.1f} MiB, process RSS "
+                         f"{pt['rss_bytes'] / 2**20:.0f} MiB (+"
                          f"{(pt['rss_bytes'] - base) / 2**20:.0f} MiB over the "
                          f"{base / 2**20:.0f} MiB of imports and inputs)")
         lines.append(f"peak RSS {m['peak_rss_bytes'] / 2**20:.0f} MiB for {m['rows']:,} rows in "
