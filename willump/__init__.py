@@ -12,6 +12,7 @@ from ._cascade import BaselinePipeline, Gear, Level, OptimizedPipeline, TopKResu
 from ._graph import Graph
 from ._metrics import Metric
 from ._models import TorchClassifier
+from ._module_feature import ModuleFeature, module_feature
 from ._onnx import OnnxModel, check_onnx, export_onnx, routing_warning, to_onnx
 from ._optimize import optimize
 from ._report import Report
@@ -28,6 +29,7 @@ __all__ = [
     "Graph",
     "Level",
     "Metric",
+    "ModuleFeature",
     "OnnxModel",
     "OptimizedPipeline",
     "Pipeline",
@@ -44,6 +46,7 @@ __all__ = [
     "feature",
     "from_sklearn",
     "load",
+    "module_feature",
     "optimize",
     "pipeline",
     "routing_warning",

@@ -134,7 +134,7 @@ class FeatureGroup:
     """
 
     def __init__(self, fn: Callable[..., Any], name: str | None = None, cache: int | None = None,
-                 cache_ttl: float | None = None):
+                 cache_ttl: float | None = None, tolerance: tuple[float, float] | None = None):
         if not callable(fn):
             raise TypeError(f"@willump.feature needs a function, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
@@ -143,6 +143,9 @@ class FeatureGroup:
         if cache is None and cache_ttl is not None:
             raise ValueError("cache_ttl needs cache= (the number of rows to keep)")
         self.cache = None if cache is None else RowCache(cache, cache_ttl)
+        if tolerance is not None and not (len(tolerance) == 2 and all(t >= 0 for t in tolerance)):
+            raise ValueError(f"tolerance must be (rtol, atol), both >= 0; got {tolerance!r}")
+        self.tolerance = None if tolerance is None else (float(tolerance[0]), float(tolerance[1]))
         if self.cache is not None:
             _CACHED_GROUPS.add(self)
 
@@ -267,16 +270,20 @@ class FeatureGroup:
 
 
 def feature(fn: Callable[..., Any] | None = None, *, name: str | None = None,
-            cache: int | None = None, cache_ttl: float | None = None) -> Any:
+            cache: int | None = None, cache_ttl: float | None = None,
+            tolerance: tuple[float, float] | None = None) -> Any:
     """Mark a function as a feature group: rows -> 2-D array, sparse matrix or DataFrame.
 
     Usable bare (``@willump.feature``) or with options (``@willump.feature(name="w")``).
     ``cache=N`` keeps up to N output rows keyed by the input columns the group reads (for
     lookup-style groups; see ``willump._rowcache``), ``cache_ttl`` seconds each at most.
+    ``tolerance=(rtol, atol)``: how much the group's values may differ between runs (or with
+    the batch they run in) and still count as equal in capture's checks (float32 work).
     """
+    options = dict(name=name, cache=cache, cache_ttl=cache_ttl, tolerance=tolerance)
     if fn is None:
-        return lambda f: FeatureGroup(f, name=name, cache=cache, cache_ttl=cache_ttl)
-    return FeatureGroup(fn, name=name, cache=cache, cache_ttl=cache_ttl)
+        return lambda f: FeatureGroup(f, **options)
+    return FeatureGroup(fn, **options)
 
 
 def _fingerprint(value: Any) -> Any:

@@ -46,6 +46,12 @@ class Graph:
     concurrent: bool = False
     #: groups whose row cache may serve (declared cache=, row-wise, deterministic, dense)
     cacheable: list[str] = field(default_factory=list)
+    #: (rtol, atol) a group's values may differ by and still count as equal in capture's
+    #: checks (float32 networks differ by ~1e-6 with the batch they run in); default otherwise
+    tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def tolerance_of(self, group: str) -> tuple[float, float]:
+        return getattr(self, "tolerances", {}).get(group, (ROWWISE_RTOL, ROWWISE_ATOL))
 
     @property
     def position(self) -> dict[str, int]:
@@ -133,6 +139,8 @@ def capture_graph(pipeline: Pipeline, sample: Any) -> Graph:
         widths={g: int(b.shape[1]) for g, b in blocks.items()},
         sparse={g: bool(sp.issparse(b)) for g, b in blocks.items()},
         sites=dict(run.sites),
+        tolerances={g: run.functions[g].tolerance for g in groups
+                    if getattr(run.functions.get(g), "tolerance", None) is not None},
     )
     pipeline.features_ = dict(run.functions)
     pipeline.code_modules = {
@@ -152,7 +160,8 @@ def capture_graph(pipeline: Pipeline, sample: Any) -> Graph:
     return graph
 
 
-def _close(a: Block, b: Block) -> bool:
+def _close(a: Block, b: Block, tolerance: tuple[float, float] = (ROWWISE_RTOL, ROWWISE_ATOL)) -> bool:
+    rtol, atol = tolerance
     if a.shape != b.shape:
         return False
     if sp.issparse(a) or sp.issparse(b):
@@ -160,15 +169,15 @@ def _close(a: Block, b: Block) -> bool:
         if diff.nnz == 0:
             return True
         scale = abs(sp.csr_matrix(b)).max() if sp.csr_matrix(b).nnz else 0.0
-        return bool(diff.max() <= ROWWISE_ATOL + ROWWISE_RTOL * scale)
-    return bool(np.allclose(a, b, rtol=ROWWISE_RTOL, atol=ROWWISE_ATOL, equal_nan=True))
+        return bool(diff.max() <= atol + rtol * scale)
+    return bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
 
 
 def _check_deterministic(pipeline, graph: Graph, sample, blocks) -> set[str]:
     again = pipeline.execute(sample)
     rows = n_rows(sample)
     pos = graph.position
-    same = {g for g in graph.groups if _close(to_block(again.outputs[pos[g]], rows, g), blocks[g])}
+    same = {g for g in graph.groups if _close(to_block(again.outputs[pos[g]], rows, g), blocks[g], graph.tolerance_of(g))}
     graph.nondeterministic = [g for g in graph.groups if g not in same]
     for g in graph.nondeterministic:
         msg = (
@@ -196,7 +205,7 @@ def _check_skipping(pipeline, graph: Graph, sample, blocks, deterministic: set[s
             except SkippedUseError as exc:
                 failures.append(f"{g}: {exc}")
                 continue
-            if g in deterministic and not _close(value, blocks[g]):
+            if g in deterministic and not _close(value, blocks[g], graph.tolerance_of(g)):
                 failures.append(f"{g}: value differs when computed alone")
         if not failures:
             if graph.conservative:
@@ -220,7 +229,7 @@ def _check_rowwise(pipeline, graph: Graph, sample, blocks, deterministic: set[st
     bad = [
         g
         for g in graph.groups
-        if g in deterministic and not _close(subset_blocks[g], blocks[g][half])
+        if g in deterministic and not _close(subset_blocks[g], blocks[g][half], graph.tolerance_of(g))
     ]
     if bad:
         raise PipelineError(
@@ -244,7 +253,7 @@ def _check_concurrent(pipeline, graph: Graph, sample, blocks, deterministic: set
     rows = n_rows(sample)
     try:
         result = pipeline.execute(sample, workers=CHECK_WORKERS)
-        same = all(_close(to_block(result.outputs[graph.position[g]], rows, g), blocks[g])
+        same = all(_close(to_block(result.outputs[graph.position[g]], rows, g), blocks[g], graph.tolerance_of(g))
                    for g in graph.groups if g in deterministic)
     except ConcurrentUseError as exc:
         graph.notes.append(f"groups run one after another: {exc}")
@@ -276,7 +285,7 @@ def _check_cacheable(pipeline, graph: Graph, sample, blocks, deterministic: set[
     try:
         for part in (half, sample, sample):  # cold, partly warm, warm
             result, _ = pipeline.compute(part, ok, cache=True)
-        same = [g for g in ok if _close(result[g], blocks[g])]
+        same = [g for g in ok if _close(result[g], blocks[g], graph.tolerance_of(g))]
     finally:
         for g in ok:
             functions[g].cache.clear()
@@ -306,7 +315,7 @@ def _columns_read(pipeline, graph: Graph, sample, blocks, deterministic: set[str
             changed = [
                 g
                 for g in graph.groups
-                if not _close(to_block(res.outputs[graph.position[g]], rows, g), blocks[g])
+                if not _close(to_block(res.outputs[graph.position[g]], rows, g), blocks[g], graph.tolerance_of(g))
             ]
         except Exception:
             changed = list(graph.groups)
@@ -323,7 +332,7 @@ def _groups_failing_without(pipeline, graph: Graph, reduced: pd.DataFrame, block
     for g in graph.groups:
         try:
             res = pipeline.execute(reduced, needed=graph.needed_nodes([g]))
-            if not _close(to_block(res.outputs[graph.position[g]], rows, g), blocks[g]):
+            if not _close(to_block(res.outputs[graph.position[g]], rows, g), blocks[g], graph.tolerance_of(g)):
                 failing.append(g)
         except Exception:  # any failure means the group needs the column
             failing.append(g)
