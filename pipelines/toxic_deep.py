@@ -165,6 +165,58 @@ def fit_embedding_classifier(encoder: SentenceEncoder, embeddings: np.ndarray,
     return EmbeddingClassifier(encoder.model, lr.coef_, lr.intercept_).eval(), lr
 
 
+#: word ids per row the served full pipeline takes (tweets stay below it; longer rows are cut)
+WORD_WIDTH = 96
+
+
+def word_ids(word: TfidfVectorizer, texts: Any, width: int = WORD_WIDTH) -> tuple[torch.Tensor, int]:
+    """Vocabulary ids of each text's words as sklearn's analyzer finds them, padded with
+    ``len(vocabulary)`` to ``width``; also how many texts had more words than ``width``."""
+    analyze = word.build_analyzer()
+    vocab = word.vocabulary_
+    pad = len(vocab)
+    out = np.full((len(texts), width), pad, dtype=np.int64)
+    cut = 0
+    for i, t in enumerate(texts):
+        ids = [vocab[w] for w in analyze(str(t)) if w in vocab]
+        cut += len(ids) > width
+        out[i, :min(len(ids), width)] = ids[:width]
+    return torch.from_numpy(out), cut
+
+
+class FullPipelineModule(nn.Module):
+    """The full toxic_deep pipeline as one torch module: sublinear, l2-normalized word TF-IDF
+    (computed from word ids, as ``TfidfVectorizer`` does) and MiniLM embeddings, into the
+    logistic regression fitted on both. ``forward(input_ids, attention_mask, word_ids)``
+    -> class probabilities, equal to ``lr.predict_proba(hstack([tfidf, embeddings]))``."""
+
+    def __init__(self, encoder: MiniLM, word: TfidfVectorizer, coef: np.ndarray, intercept: np.ndarray):
+        super().__init__()
+        self.encoder = encoder
+        vocab = len(word.vocabulary_)
+        coef = np.atleast_2d(coef)
+        self.binary = coef.shape[0] == 1
+        self.vocab = vocab
+        self.register_buffer("idf", torch.as_tensor(word.idf_, dtype=torch.float32))
+        self.word_head = nn.Linear(vocab, coef.shape[0], bias=False)
+        self.emb_head = nn.Linear(coef.shape[1] - vocab, coef.shape[0])
+        with torch.no_grad():
+            self.word_head.weight.copy_(torch.as_tensor(coef[:, :vocab], dtype=torch.float32))
+            self.emb_head.weight.copy_(torch.as_tensor(coef[:, vocab:], dtype=torch.float32))
+            self.emb_head.bias.copy_(torch.as_tensor(np.ravel(intercept), dtype=torch.float32))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
+        counts = torch.zeros(word_ids.shape[0], self.vocab + 1, dtype=torch.float32, device=word_ids.device)
+        counts = counts.scatter_add(1, word_ids, torch.ones_like(word_ids, dtype=torch.float32))[:, :self.vocab]
+        tf = torch.where(counts > 0, 1.0 + torch.log(counts.clamp(min=1.0)), torch.zeros_like(counts)) * self.idf
+        tf = tf / tf.norm(dim=1, keepdim=True).clamp(min=1e-12)
+        z = self.word_head(tf) + self.emb_head(self.encoder(input_ids, attention_mask))
+        if self.binary:
+            p = torch.sigmoid(z)
+            return torch.cat([1.0 - p, p], dim=1)
+        return torch.softmax(z, dim=1)
+
+
 def make_pipeline(word: TfidfVectorizer, encoder: SentenceEncoder, name: str = "toxic_deep") -> Any:
     """The decorated willump pipeline over a frame with a ``tweet`` column.
 

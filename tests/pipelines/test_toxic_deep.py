@@ -96,3 +96,24 @@ def test_embeddings_are_cached_outside_the_project(minilm, tokenizer, tmp_path, 
     assert len(files) == 1
     b = toxic_deep.cached_embeddings(TEXTS, enc)
     assert np.array_equal(a, b)
+
+
+def test_full_pipeline_module_equals_tfidf_plus_embeddings_lr(minilm, tokenizer):
+    from scipy import sparse
+
+    enc = toxic_deep.SentenceEncoder(minilm, tokenizer)
+    texts = [f"tweet {i} {'you idiot idiot' if i % 3 else 'lovely day today'} {'x ' * (i % 5)}" for i in range(48)]
+    y = np.array([1 if i % 3 else 0 for i in range(48)])
+    word = toxic_deep.fit_word_tfidf(texts)
+    emb = enc(texts)
+    lr = toxic_deep.model().fit(sparse.hstack([word.transform(texts), emb]).tocsr(), y)
+    module = toxic_deep.FullPipelineModule(minilm, word, lr.coef_, lr.intercept_).eval()
+    queries = [*texts[:5], "unknown words only zzz", ""]
+    ids, mask = tokenizer(queries)
+    words, cut = toxic_deep.word_ids(word, queries, width=8)
+    assert cut == 0 and words.shape == (7, 8)
+    with torch.inference_mode():
+        got = module(ids, mask, words).numpy()
+    want = lr.predict_proba(sparse.hstack([word.transform(queries), enc(queries)]).tocsr())
+    assert np.allclose(got, want, atol=1e-5)
+    assert toxic_deep.word_ids(word, ["idiot " * 20], width=8)[1] == 1  # rows longer than width are counted
