@@ -4,8 +4,10 @@ The planner's cost model charges every hop between stages ``fixed_ms + bytes /
 bytes_per_s`` (:class:`serving.partition.Transport`). Here both are measured for the
 transport a partitioned model really uses (Serve handle calls chained through the object
 store, numpy payloads): chains of one and of two identity stages are called with
-payloads of several sizes, and the second chain's extra time is one extra hop. A
-straight line through the per-size medians (least squares) gives the two numbers.
+payloads of several sizes, and the second chain's extra time is one extra hop. Sizes
+are measured round-robin (a load spike hits every size alike) and a Theil-Sen line
+through the per-size medians gives the two numbers: one disturbed size cannot tip the
+slope the way a least-squares fit lets it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from .partition import Transport
 
 #: payload sizes (bytes) the hop is measured at
-DEFAULT_SIZES = (1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
+DEFAULT_SIZES = (1024, 128 * 1024, 512 * 1024, 1024 * 1024, 2 * 1024 * 1024, 4 * 1024 * 1024)
 #: timed calls per size and chain (the median is kept)
 DEFAULT_REPEATS = 15
 
@@ -36,16 +38,21 @@ def _identity_cls():
 
 
 def fit_transport(points: list[tuple[float, float]], source: str) -> Transport:
-    """The line ``ms = fixed + bytes * slope`` through ``(bytes, ms)`` points; a slope at
-    or below zero (noise swamping the size effect) is an infinite bandwidth."""
-    if len(points) < 2:
+    """The line ``ms = fixed + bytes * slope`` through ``(bytes, ms)`` points (Theil-Sen:
+    the median of pairwise slopes); a slope at or below zero (noise swamping the size
+    effect) is an infinite bandwidth and the fixed cost is then the median time."""
+    from scipy.stats import theilslopes
+
+    if len({p[0] for p in points}) < 2:
         raise ValueError("a transport fit needs at least two payload sizes")
     x = np.array([p[0] for p in points], dtype=float)
     y = np.array([p[1] for p in points], dtype=float)
-    slope, fixed = np.polyfit(x, y, 1)
-    fixed = max(float(fixed), 0.0)
-    bps = float("inf") if slope <= 0 else 1000.0 / float(slope)
-    return Transport(fixed, bps, source, [[float(a), float(b)] for a, b in points])
+    slope, fixed, _, _ = theilslopes(y, x, method="joint")
+    if slope <= 0:
+        return Transport(max(float(np.median(y)), 0.0), float("inf"), source,
+                         [[float(a), float(b)] for a, b in points])
+    return Transport(max(float(fixed), 0.0), 1000.0 / float(slope), source,
+                     [[float(a), float(b)] for a, b in points])
 
 
 class HopProbe:
@@ -74,17 +81,18 @@ class HopProbe:
     def measure(self, sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int = DEFAULT_REPEATS) -> Transport:
         if repeats < 3 or not sizes:
             raise ValueError("repeats must be >= 3 and sizes non-empty")
-        points = []
-        for size in sizes:
-            payload = np.ones(max(size // 4, 1), dtype=np.float32)
-            for _ in range(3):
-                self._once(payload, 1)
-                self._once(payload, 2)
-            single, double = [], []
-            for _ in range(repeats):  # interleaved, so a load spike hits both chains alike
-                single.append(self._once(payload, 1))
-                double.append(self._once(payload, 2))
-            points.append((float(payload.nbytes), max(statistics.median(double) - statistics.median(single), 0.0)))
+        payloads = [np.ones(max(size // 4, 1), dtype=np.float32) for size in sizes]
+        for payload in payloads:  # warm-up
+            self._once(payload, 1)
+            self._once(payload, 2)
+        single: list[list[float]] = [[] for _ in sizes]
+        double: list[list[float]] = [[] for _ in sizes]
+        for _ in range(repeats):  # round-robin over sizes and chains: a load spike hits all alike
+            for k, payload in enumerate(payloads):
+                single[k].append(self._once(payload, 1))
+                double[k].append(self._once(payload, 2))
+        points = [(float(p.nbytes), max(statistics.median(d) - statistics.median(s), 0.0))
+                  for p, s, d in zip(payloads, single, double, strict=True)]
         return fit_transport(points, "serve-handle")
 
     def close(self) -> None:

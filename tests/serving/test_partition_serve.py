@@ -162,6 +162,11 @@ def test_fit_transport_recovers_a_line():
     tr = fit_transport(pts, "x")
     assert tr.fixed_ms == pytest.approx(2.0) and tr.bytes_per_s == pytest.approx(1e9)
     flat = fit_transport([(1e3, 3.0), (1e6, 2.9)], "x")
-    assert flat.bytes_per_s == float("inf")
+    assert flat.bytes_per_s == float("inf") and flat.fixed_ms == pytest.approx(2.95)
+    # one disturbed size (a load spike) does not tip the line, as it would a least-squares fit
+    noisy = [(b, 5.0 + b / 5e5) for b in (1e3, 1.3e5, 5e5, 1e6, 2e6, 4e6)]
+    noisy[1] = (1.3e5, 27.0)
+    robust = fit_transport(noisy, "x")
+    assert robust.bytes_per_s == pytest.approx(5e8, rel=0.01) and robust.fixed_ms == pytest.approx(5.0, rel=0.05)
     with pytest.raises(ValueError):
         fit_transport([(1.0, 1.0)], "x")
