@@ -34,6 +34,8 @@ from torch.utils import _pytree as pytree
 MAX_ROWS = 10_000
 #: largest accepted request body, in bytes
 MAX_BODY_BYTES = 16 * 1024 * 1024
+#: times a batch is sent through the stages again when a replica died under it
+STAGE_RETRIES = 1
 
 
 def to_wire(value: Any) -> Any:
@@ -268,10 +270,18 @@ class ModelIngress:
                                int(info["max_inflight"]))
 
     async def _chain(self, args: tuple[np.ndarray, ...]) -> Any:
-        response = self.stages[0].remote(args)
-        for handle in self.stages[1:]:  # chained, not awaited: Serve passes the result on
-            response = handle.remote(response)
-        return await response
+        import ray.exceptions as rex
+
+        for attempt in range(STAGE_RETRIES + 1):
+            response = self.stages[0].remote(args)
+            for handle in self.stages[1:]:  # chained, not awaited: Serve passes the result on
+                response = handle.remote(response)
+            try:
+                return await response
+            except (rex.RayActorError, rex.ActorUnavailableError):
+                if attempt == STAGE_RETRIES:  # a replica died mid-batch: inference is idempotent
+                    raise
+        raise AssertionError("unreachable")
 
     @app.post("/predict")
     async def predict(self, request: Request) -> JSONResponse:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -135,6 +136,51 @@ def test_auto_plan_replicates_a_model_that_fits(serve_port):
         r = requests.post(app.url + "/predict", data=b'{"inputs": [[NaN, 1, 1, 1, 1, 1]]}', timeout=30)
         assert r.status_code == 422 and "NaN" in r.json()["error"]
     finally:
+        app.shutdown()
+
+
+def test_a_stage_replica_killed_under_load_loses_no_request(serve_port):
+    import threading
+
+    import ray
+
+    # the second stage takes 40 ms a batch, so the killed replica is almost surely mid-batch
+    torch.manual_seed(5)
+    mlp = nn.Sequential(nn.Linear(8, 8), sp.EmulatedBlock(40.0, 2, 8)).eval()
+    g = sp.capture(mlp, torch.randn(2, 8))
+    prof = sp.profile(g, batch_sizes=(2,), repeats=1, warmup=0, transport=FIXED)
+    plan = sp.evaluate(prof, [(0, 1, 1), (1, 2, 2)], devices=3, batch_size=2)
+    app = serving.deploy_model(mlp, torch.randn(2, 8), name="mlpkill", plan=plan, graph=g, cpus_per_replica=0.25)
+    results: list[bool] = []
+    stop = threading.Event()
+
+    def client(seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        with requests.Session() as session:
+            while not stop.is_set() and len(results) < 2000:
+                x = torch.randn(2, 8, generator=gen)
+                r = session.post(app.url + "/predict", json={"inputs": x.tolist()}, timeout=60)
+                results.append(r.status_code == 200 and torch.allclose(torch.tensor(r.json()["outputs"]), mlp(x),
+                                                                        atol=1e-5))
+
+    try:
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(2.0)
+        names = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                 if a["name"].startswith("SERVE_REPLICA::mlpkill#mlpkill-stage1#")]
+        assert len(names) == 2
+        before = len(results)
+        ray.kill(ray.get_actor(names[0]["name"], namespace=names[0]["namespace"]), no_restart=True)
+        time.sleep(4.0)
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert len(results) > before > 0
+        assert all(results), f"{results.count(False)} of {len(results)} requests failed or differed"
+    finally:
+        stop.set()
         app.shutdown()
 
 
