@@ -83,7 +83,7 @@ def planted_latency(seed: int, panes: int) -> dict[str, Any]:
         clf = mon.classifiers["latency_ms"]
         window = pd.concat(frames)
         lat = window["latency_ms"].to_numpy()
-        outl = (lat < clf.lower_threshold_) | (lat > clf.upper_threshold_)
+        outl = clf.flags({"latency_ms": lat})  # the oracle: the same classifier, raw rows
         inside = stream.mask(window)
         o_g, n_g, big_o, big_n = outl[inside].sum(), inside.sum(), outl.sum(), len(window)
         support = o_g / big_o if big_o else 0.0
