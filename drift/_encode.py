@@ -289,7 +289,7 @@ class Encoder:
         values_in = series
         if isinstance(series.dtype, pd.StringDtype):
             # hashing the str objects directly is twice as fast as the string array's path
-            values_in = series.to_numpy(dtype=object, na_value=None)
+            values_in = series.to_numpy(dtype=object)  # a view; pd.NA factorizes as missing
         local, uniques = pd.factorize(values_in, use_na_sentinel=True)
         if len(uniques) + 1 >= self.max_codes // 2:
             return None  # the general path applies the admission rules
