@@ -142,7 +142,7 @@ def deploy_model(
     objective: str = "throughput",
     rate: float | None = None,
     slo_ms: float | None = None,
-    device: str = "cpu",
+    device: str | None = None,
     batch_sizes: tuple[int, ...] = AUTO_BATCH_SIZES,
     transport: sp.Transport | None = None,
     graph: sp.Graph | None = None,
@@ -166,7 +166,8 @@ def deploy_model(
     ``plan``: "auto" (capture, profile, calibrate, plan; see the module docstring), or a
     :class:`serving.partition.Plan` computed elsewhere (e.g. from a saved profile);
     ``graph``/``profile`` skip capture/profiling when already done. ``device`` "cpu" or
-    "cuda" (alias "gpu"). ``cpus_per_replica`` may be fractional (emulated devices).
+    "cuda" (alias "gpu"); by default the device a given plan was made for (a plan from
+    a GPU profile serves on GPUs, an emulated or CPU one on CPUs), else "cpu". ``cpus_per_replica`` may be fractional (emulated devices).
     Starts Ray (``cpus``/``gpus``) and Serve on ``host:port`` (a free port by default) when
     none is running; joins a running Serve otherwise.
     """
@@ -175,6 +176,9 @@ def deploy_model(
     _check_name(name)
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if device is None:  # a given plan says where it was planned for; "auto" plans on CPU
+        planned = plan.stages[0].device if isinstance(plan, sp.Plan) and plan.stages else "cpu"
+        device = "cuda" if planned in ("cuda", "gpu") else "cpu"
     device = {"gpu": "cuda"}.get(device, device)
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda' ('gpu'), got {device!r}")

@@ -63,7 +63,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, help="rows/s the plan must sustain (objective latency)")
     p.add_argument("--slo-ms", type=float, help="latency the plan must stay within")
     p.add_argument("--batch-sizes", type=_ints, default=(1, 4, 16, 32), help="batch sizes profiled (1,4,16,32)")
-    p.add_argument("--device", choices=("cpu", "cuda", "gpu"), default="cpu", help="device profiled and served on")
+    p.add_argument("--device", choices=("cpu", "cuda", "gpu"), help="device profiled and served on (default cpu; "
+                                                                     "serve --plan: the plan's)")
     p.add_argument("--profile", help="a profile JSON (serving.partition.save_profile) instead of profiling here")
     p.add_argument("--hop-ms", type=float, help="fixed cost of a hop between stages (ms)")
     p.add_argument("--hop-mb-per-s", type=float, help="bandwidth of a hop between stages (MB/s)")
@@ -106,7 +107,7 @@ def _profile(args: argparse.Namespace, graph: sp.Graph, transport: sp.Transport 
         if len(prof) != len(graph):
             raise ValueError(f"{args.profile} has {len(prof)} blocks but the model captures as {len(graph)}")
         return prof.with_transport(transport) if transport else prof
-    return sp.profile(graph, batch_sizes=args.batch_sizes, device=args.device, transport=transport)
+    return sp.profile(graph, batch_sizes=args.batch_sizes, device=args.device or "cpu", transport=transport)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
