@@ -244,18 +244,18 @@ def _fixed_width(tok: Any, texts: list[str], width: int) -> tuple[torch.Tensor, 
     return ids, mask
 
 
-def part_cpu(probe: Any, duration_s: float) -> dict[str, Any]:
+def part_cpu(probe: Any, duration_s: float, device: str = "cpu") -> dict[str, Any]:
     from pipelines._minilm import Tokenizer, load_minilm
 
     from .model_app import deploy_model
 
-    print("\n== real CPU: all-MiniLM-L6-v2 in 2 stages (1 thread each) ==")
+    print(f"\n== real {device}: all-MiniLM-L6-v2 in 2 stages (1 thread each) ==")
     tok = Tokenizer(max_length=64)
     model = load_minilm()
     texts = [f"example tweet number {i} with a few words, some of them rude" for i in range(64)]
     example = _fixed_width(tok, texts[:2], 64)
     graph = sp.capture(model, example)
-    prof = sp.profile(graph, batch_sizes=(8, 16), device="cpu", threads=1, repeats=5,
+    prof = sp.profile(graph, batch_sizes=(8, 16), device=device, threads=1, repeats=5,
                       transport=probe.measure(repeats=9), name="minilm")
     cap, _ = memory_cap(prof)
     p = sp.plan(prof, 2, cap)
@@ -267,7 +267,7 @@ def part_cpu(probe: Any, duration_s: float) -> dict[str, Any]:
         bodies.append(json.dumps({"inputs": [ids.tolist(), mask.tolist()]}).encode())
     inflight = 2 * p.devices_used + len(p.stages)
     app = deploy_model(model, example, name="cpu-minilm", plan=p, graph=graph, cpus_per_replica=1.0,
-                       threads=1, batch_wait_ms=0.0, max_inflight=inflight)
+                       threads=1, batch_wait_ms=0.0, max_inflight=inflight, device=device)
     try:
         res = _measure(app, prof, probe, bodies, rows, duration_s=duration_s, inflight=inflight,
                        batch_wait_ms=0.0)
@@ -277,7 +277,7 @@ def part_cpu(probe: Any, duration_s: float) -> dict[str, Any]:
                                                          for b in prof.batch_sizes}, **res}
 
 
-def part_deep(data_dir: str | None, probe: Any, duration_s: float) -> dict[str, Any]:
+def part_deep(data_dir: str | None, probe: Any, duration_s: float, device: str = "cpu") -> dict[str, Any]:
     from scipy import sparse
 
     from pipelines import toxic_deep as td
@@ -318,7 +318,7 @@ def part_deep(data_dir: str | None, probe: Any, duration_s: float) -> dict[str, 
     bodies = [json.dumps({"inputs": [t.tolist() for t in inputs(texts[k * rows:(k + 1) * rows])]}).encode()
               for k in range(16)]
     app = deploy_model(module, example, name="toxic-deep-full", plan="auto", devices=2, cpus_per_replica=1.0,
-                       threads=1, batch_sizes=(8, 16, 32), transport=probe.measure(repeats=9))
+                       threads=1, batch_sizes=(8, 16, 32), transport=probe.measure(repeats=9), device=device)
     try:
         import requests
 
@@ -342,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="bench_partition.json", help="JSON file written at the end")
     ap.add_argument("--data-dir", help="the shared datasets folder (default ../shared/datasets)")
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of load per served measurement")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="device of the cpu and deep parts' real runs (cuda: one GPU per replica; the "
+                         "hop measured is still the Serve object-store hop, CUDA copies fall in the stages)")
     ap.add_argument("--emulated-models", default="vgg16,resnet50", help="PipeDream profiles to emulate")
     ap.add_argument("--emulated-devices", default="4,8", help="device counts of the emulated runs")
     ap.add_argument("--emulated-plans", default="dp+replication,even by layers", help="plans to serve")
@@ -362,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
                               "cpus": os.cpu_count(), "torch": torch.__version__,
                               "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                               "command": " ".join(["python -m serving.bench_partition", *(argv or sys.argv[1:])])}
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no GPU here")
     ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
     probe = None
@@ -378,9 +383,9 @@ def main(argv: list[str] | None = None) -> int:
                 args.data_dir, probe, args.duration, tuple(args.emulated_models.split(",")),
                 tuple(int(m) for m in args.emulated_devices.split(",")), tuple(args.emulated_plans.split(",")))
         if "cpu" in parts:
-            result["cpu"] = part_cpu(probe, args.duration)
+            result["cpu"] = part_cpu(probe, args.duration, args.device)
         if "deep" in parts:
-            result["deep"] = part_deep(args.data_dir, probe, args.duration)
+            result["deep"] = part_deep(args.data_dir, probe, args.duration, args.device)
     finally:
         if probe is not None:
             probe.close()
