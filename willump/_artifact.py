@@ -202,6 +202,7 @@ def save(opt: Any, path: Any) -> Path:
         },
         "seed": opt.seed,
         "workers": opt.workers,
+        "use_cache": opt.use_cache,
         "gears": [{"max_loss": g.max_loss, "loss_bound": g.loss_bound} for g in opt.gears_[1:]],
         "sample": "sample.pkl" if opt.sample_rows_ is not None else None,
         "stored_by_value": [m.__name__ for m in by_value],
@@ -311,6 +312,7 @@ def load(path: Any, *, check_versions: bool = True) -> Any:
     opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk, report, manifest.get("seed", 0))
     opt.sample_rows_ = unpickle(manifest["sample"]) if manifest.get("sample") else None
     opt.workers = int(manifest.get("workers", 1))
+    opt.use_cache = bool(manifest.get("use_cache", True))
     if "gears.pkl" in manifest["files"]:
         opt.gears_ = [opt.gears_[0], *unpickle("gears.pkl")]
     rep = opt.report_

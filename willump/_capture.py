@@ -223,6 +223,7 @@ class FeatureGroup:
         keys = row_keys(rows, graph.columns[key])
         hit, hit_rows = self.cache.lookup(keys)
         if hit.all():
+            self.cache.record(len(keys), 0)
             return hit_rows if hit_rows is not None else np.zeros((0, graph.widths[key]))
         first: dict[Any, int] = {}  # each missing key is computed once, on its first row
         missing = np.flatnonzero(~hit)
@@ -233,6 +234,7 @@ class FeatureGroup:
         if not isinstance(computed, np.ndarray):  # capture saw dense output; be safe anyway
             return self.fn(*args, **kwargs)
         self.cache.store(list(first), computed)
+        self.cache.record(len(keys), len(distinct))
         if len(distinct) == len(keys):
             return computed
         slot = {k: j for j, k in enumerate(first)}

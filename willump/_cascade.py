@@ -204,8 +204,10 @@ class OptimizedPipeline(_Scoring):
         self.report_ = report
         self.seed = seed
         self.sample_rows_: Any = None  # a few held-out input rows, for serving (see optimize)
-        #: threads for independent feature groups (optimize measures whether they pay)
+        #: threads for independent feature groups, and whether declared row caches serve
+        #: (optimize measures whether each pays)
         self.workers = 1
+        self.use_cache = True
         #: the certified ladder (see willump._gears); gears_[0] is this plan
         self.gears_: list[Gear] = [Gear(float("nan"), levels, None)]
 
@@ -236,7 +238,7 @@ class OptimizedPipeline(_Scoring):
             level = self.levels[index]
             missing = [g for g in level.groups if g not in blocks]
             if missing:
-                new, _ = self.pipeline.compute(subset, missing, workers=self.workers, cache=True)
+                new, _ = self.pipeline.compute(subset, missing, workers=self.workers, cache=self.use_cache)
                 blocks.update(new)
             p = predict_proba(level.model, hstack([blocks[g] for g in level.groups]))
             done = is_confident(p, level.threshold)
@@ -292,7 +294,7 @@ class OptimizedPipeline(_Scoring):
         ratio = None if f is None else f.ratio_for(k, n, label_index)
         if ratio is None or math.ceil(ratio * k) >= n:
             return None
-        cheap_blocks, _ = self.pipeline.compute(rows, f.groups, workers=self.workers, cache=True)
+        cheap_blocks, _ = self.pipeline.compute(rows, f.groups, workers=self.workers, cache=self.use_cache)
         cheap = predict_proba(f.model, hstack([cheap_blocks[g] for g in f.groups]))[:, label_index]
         kept = np.sort(_ranked(cheap, np.arange(n))[: math.ceil(ratio * k)])
         blocks = {g: take_rows(b, kept) for g, b in cheap_blocks.items()}
@@ -303,7 +305,7 @@ class OptimizedPipeline(_Scoring):
         blocks = dict(kept_blocks)
         rest = [g for g in self.pipeline.graph.groups if g not in blocks]
         if rest:
-            new, _ = self.pipeline.compute(kept_rows, rest, workers=self.workers, cache=True)
+            new, _ = self.pipeline.compute(kept_rows, rest, workers=self.workers, cache=self.use_cache)
             blocks.update(new)
         X = hstack([blocks[g] for g in self.pipeline.graph.groups])
         return predict_proba(self.baseline.model, X)[:, label_index]
@@ -318,7 +320,8 @@ class OptimizedPipeline(_Scoring):
             return self
         other = OptimizedPipeline(self.pipeline, self.gears_[index].levels, self.classes_, self.baseline,
                                   self.topk_filter, self.report_, self.seed)
-        other.workers, other.sample_rows_, other.gears_ = self.workers, self.sample_rows_, self.gears_
+        other.workers, other.use_cache = self.workers, self.use_cache
+        other.sample_rows_, other.gears_ = self.sample_rows_, self.gears_
         return other
 
     # --- results ---------------------------------------------------------------------

@@ -50,7 +50,7 @@ from ._profile import (
     permutation_importance,
 )
 from ._rows import n_rows, take
-from ._speed import choose_workers, measure_speedup
+from ._speed import choose_serving, measure_speedup
 from ._split import SPLITS, make_splits
 from ._summarize import Decision, build_report, plan_reason
 from ._topk import plan_topk
@@ -159,10 +159,11 @@ def optimize(
     sequence, so their certificates hold jointly at ``confidence`` (see ``willump._gears``).
 
     **Independent groups and lookups.** ``workers`` threads run the body's top-level feature
-    calls at once (groups waiting on a remote lookup overlap); ``"auto"`` times one thread
-    against one per group on held-out rows and keeps the faster (1 with ``fixed_costs``).
-    Groups declared ``@willump.feature(cache=N)`` keep their last N rows when the optimized
-    pipeline serves (never while profiling, and never in ``opt.baseline``).
+    calls at once (groups waiting on a remote lookup overlap), and groups declared
+    ``@willump.feature(cache=N)`` keep their last N rows when the optimized pipeline serves
+    (never while profiling, and never in ``opt.baseline``). With ``workers="auto"`` one thread
+    and one per group, each with and without the caches, are timed on held-out rows and the
+    fastest is kept only if it measures faster (one thread with caches when ``fixed_costs``).
     ``small_model`` is the model of the cheap levels: None (the user's model class and
     settings), an estimator (cloned per level), or a callable ``groups -> estimator``.
     ``keep_sample`` keeps up to SAMPLE_ROWS held-out input rows with the result (and its
@@ -306,11 +307,23 @@ def optimize(
     baseline = BaselinePipeline(pipeline, full_model, classes)
     levels = _levels(decision.accepted, small, full_model, group_names)
     reason = slow_reason or plan_reason(decision, max_loss, cost_mode, full_cost_mode, min_speedup)
+    timing = fixed_costs is None and verify_speedup
+
+    def serving_pipeline(levels_: list[Level]) -> tuple[OptimizedPipeline, float | None]:
+        """The optimized pipeline for these levels, with its serving options chosen."""
+        made = OptimizedPipeline(pipeline, levels_, classes, baseline, topk_filter, None, seed)
+        if workers == "auto" and timing:
+            with _step(timings, "serving options", verbose):
+                return made, choose_serving(made, rows["select"], cost_mode, rng)[2]
+        made.workers = 1 if workers == "auto" else workers
+        made.use_cache = bool(graph.cacheable)
+        return made, None
+
+    opt, gain = serving_pipeline(levels)
     measured = None
     if decision.accepted is not None and verify_speedup:
         with _step(timings, "verify", verbose):
-            trial = OptimizedPipeline(pipeline, levels, classes, baseline, None, None, seed)
-            measured = measure_speedup(trial, rows["select"], cost_mode, rng)
+            measured = measure_speedup(opt, rows["select"], cost_mode, rng)  # as it will serve
         if measured < min_speedup:
             reason = (
                 f"full pipeline: the certified cascade {describe(decision.accepted.chain)} (threshold "
@@ -321,7 +334,9 @@ def optimize(
             notes.append(reason)
             decision.accepted = None
             levels = _levels(None, small, full_model, group_names)
-    opt = OptimizedPipeline(pipeline, levels, classes, baseline, topk_filter, None, seed)
+            opt, gain = serving_pipeline(levels)
+    if opt.workers > 1 and not graph.concurrent:
+        notes.append(f"workers={opt.workers} asked, but the groups run one after another (see notes above)")
     if decision.accepted is not None:
         opt.gears_ = [Gear(max_loss, levels, decision.accepted.bound.upper, decision.accepted.bound.method)] + [
             Gear(g.max_loss, _levels(g.accepted, small, full_model, group_names), g.accepted.bound.upper,
@@ -329,14 +344,6 @@ def optimize(
             for g in gear_results[1:] if g.accepted is not None]
     else:
         opt.gears_ = [Gear(max_loss, levels, None, "")]
-    gain = None
-    if workers == "auto" and fixed_costs is None and verify_speedup:
-        with _step(timings, "workers", verbose):
-            _, gain = choose_workers(opt, rows["select"], cost_mode, rng)
-    else:
-        opt.workers = 1 if workers == "auto" else workers
-        if opt.workers > 1 and not graph.concurrent:
-            notes.append(f"workers={opt.workers} asked, but the groups run one after another (see notes above)")
     report = build_report(
         pipeline=pipeline, graph=graph, costs=costs, importance=importance, levels=levels,
         decision=decision, reason=reason, metric=metric_obj, max_loss=max_loss,
@@ -354,7 +361,7 @@ def optimize(
                      "or a gear had no plan within its max_loss)")
     report.routing_tolerance = routing_tolerance
     report.workers_gain = gain
-    report.cached_groups = list(graph.cacheable)
+    report.cached_groups = list(graph.cacheable) if opt.use_cache else []
     timings["total"] = time.perf_counter() - started
     opt.report_ = report
     opt.sample_rows_ = take(rows["select"], np.arange(min(SAMPLE_ROWS, len(splits.select)))) \

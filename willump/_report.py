@@ -96,7 +96,7 @@ class Report:
     greater_is_better: bool = True  # the metric's direction (loss = full - optimized, in its favour)
     routing_tolerance: float = 0.0  # probability differences of a served runtime the bound covers
     workers: int = 1  # threads for independent groups when the optimized pipeline serves
-    workers_gain: float | None = None  # measured: one thread's time over the threaded time
+    workers_gain: float | None = None  # measured: plain serving's time over the chosen option's
     cached_groups: list[str] = field(default_factory=list)  # groups serving from a row cache
     gears: list[dict[str, Any]] = field(default_factory=list)  # cheaper plans certified jointly
 
@@ -154,7 +154,7 @@ class Report:
         if self.workers > 1 or self.cached_groups or self.workers_gain is not None:
             lines.append(
                 f"  serving: {self.workers} thread(s) for independent groups"
-                + ("" if self.workers_gain is None else f" (threads measured {self.workers_gain:.2f}x)")
+                + ("" if self.workers_gain is None else f" (chosen option measured {self.workers_gain:.2f}x)")
                 + (f"; row caches: {', '.join(self.cached_groups)}" if self.cached_groups else "")
             )
         lines.append("")

@@ -54,13 +54,18 @@ class RowCache:
             if self.ttl is not None and hit.any():
                 hit[hit] = time.monotonic() - self._born[slots[hit]] <= self.ttl
             found = int(hit.sum())
-            self.hits += found
-            self.misses += len(keys) - found
             if not found:
                 return hit, None
             self._tick += 1
             self._used[slots[hit]] = self._tick
             return hit, self._values[slots[hit]]
+
+    def record(self, served: int, computed: int) -> None:
+        """Count a call: ``served`` rows answered, ``computed`` of them by the group itself
+        (the rest came from the cache or from an earlier row of the same batch)."""
+        with self._lock:
+            self.hits += served - computed
+            self.misses += computed
 
     def store(self, keys: Sequence[Hashable], rows: np.ndarray) -> None:
         """Keep ``rows`` (one per distinct key), evicting the least recently used."""

@@ -48,29 +48,39 @@ MAX_AUTO_WORKERS = 8
 MIN_WORKERS_GAIN = 1.05
 
 
-def choose_workers(opt: Any, rows: Any, cost_mode: str, rng: np.random.Generator,
-                   repeats: int = VERIFY_REPEATS) -> tuple[int, float]:
-    """Threads for the independent groups: the pipeline timed with one thread and with one
-    per top-level group (at most MAX_AUTO_WORKERS), interleaved, on held-out rows; the threaded
-    run is kept when it measures MIN_WORKERS_GAIN faster. Returns (workers, measured gain)."""
+def choose_serving(opt: Any, rows: Any, cost_mode: str, rng: np.random.Generator,
+                   repeats: int = VERIFY_REPEATS) -> tuple[int, bool, float]:
+    """How the optimized pipeline serves: one thread or one per top-level group (at most
+    MAX_AUTO_WORKERS), with or without the declared row caches. Each option is timed on
+    held-out rows, interleaved, every round starting with cold caches; the fastest is kept
+    when it measures MIN_WORKERS_GAIN faster than one thread without caches. Sets
+    ``opt.workers`` and ``opt.use_cache``; returns (workers, use_cache, measured gain)."""
     graph = opt.pipeline.graph
     threads = min(MAX_AUTO_WORKERS, len(graph.depth0))
-    if not graph.concurrent or threads < 2:
-        return 1, 1.0
+    options = [(1, False)]
+    if graph.cacheable:
+        options.append((1, True))
+    if graph.concurrent and threads >= 2:
+        options += [(threads, False)] + ([(threads, True)] if graph.cacheable else [])
+    if len(options) == 1:
+        opt.workers, opt.use_cache = 1, False
+        return 1, False, 1.0
     n = n_rows(rows)
     if cost_mode == "batch":
         calls = [take(rows, np.sort(rng.choice(n, min(VERIFY_ROWS, n), replace=False)))]
     else:
         calls = [take(rows, np.array([i])) for i in rng.choice(n, min(VERIFY_SINGLE_ROWS, n), replace=False)]
-    times: dict[int, list[float]] = {1: [], threads: []}
-    for _ in range(repeats + 1):  # the first round warms the pool and caches
-        for workers in (1, threads):
-            opt.workers = workers
+    times: dict[tuple[int, bool], list[float]] = {o: [] for o in options}
+    for _ in range(repeats + 1):  # the first round warms the pool and lazy imports
+        for workers, cache in options:
+            opt.workers, opt.use_cache = workers, cache
             clear_row_caches()
             start = time.perf_counter()
             for call in calls:
                 opt.predict_proba(call)
-            times[workers].append(time.perf_counter() - start)
-    gain = float(np.median(times[1][1:]) / np.median(times[threads][1:]))
-    opt.workers = threads if gain >= MIN_WORKERS_GAIN else 1
-    return opt.workers, gain
+            times[(workers, cache)].append(time.perf_counter() - start)
+    median = {o: float(np.median(t[1:])) for o, t in times.items()}
+    best = min(median, key=median.get)
+    gain = median[(1, False)] / median[best]
+    opt.workers, opt.use_cache = best if gain >= MIN_WORKERS_GAIN else (1, False)
+    return opt.workers, opt.use_cache, gain
