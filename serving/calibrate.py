@@ -1,22 +1,26 @@
 """Measure what HTTP, hops and Ray's own processes cost on this cluster (serving.costs).
 
-Deploys two probe deployments built like the app (a FastAPI ingress answering HTTP itself,
-a stage it calls over the same transport), drives them from this process with closed-loop
-HTTP clients, and reads every process's CPU from /proc before and after each phase:
+Deploys the app's own code around a stand-in model: the real :class:`serving.app.Ingress`
+(routing, request ids, metrics, batching, answers) in front of a real
+:class:`serving.replicas.ModelStage` whose runner echoes probabilities without computing
+anything; drives it from this process with closed-loop HTTP clients; and reads every
+process's CPU from /proc before and after each phase:
 
-1. idle: Ray's own processes at rest (``background_cores``);
-2. ``/echo`` with a small and a large body: the ingress's HTTP handling and the front,
-   fixed and per KB;
-3. ``/hop`` with 1 and 256 rows: one stage call per request, each side, fixed and per KB;
-4. everything else that ran (raylet, GCS, controller, metrics) per request: ``other_ms``,
-   and this process's own client CPU per request: ``client_ms``.
+1. idle: this Ray's processes at rest (``background_cores``);
+2. ``GET /healthz``: the ingress's HTTP handling and the front per request;
+3. ``POST /predict`` with 1 and with 256 rows (8 numeric columns), one stage call each
+   (the ingress's batching off): the caller's and the callee's side of a hop, fixed and per
+   KB, once the route's own parsing and answer (timed here, in-process) are taken out;
+4. the rest of this Ray's processes (raylet, GCS, controller, metrics agents) per request,
+   ``other_ms``, and this process's own client CPU per request, ``client_ms``.
 
-The probes are pinned to this node, whose /proc this process can read. About 15 s.
-
-No ``from __future__ import annotations``: FastAPI reads the route annotations.
+The probes are pinned to this node, whose /proc this process reads. About 15 s.
 """
 
+from __future__ import annotations
+
 import asyncio
+import json
 import os
 import pickle
 import secrets
@@ -26,9 +30,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
-from ray import serve
 
 from .costs import HostCosts
 from .procstat import group_cpu, process_cpu, session_dir, session_processes
@@ -37,57 +38,75 @@ from .procstat import group_cpu, process_cpu, session_dir, session_processes
 PHASE_S = 2.0
 #: closed-loop clients per phase
 CLIENTS = 8
-#: the large body of the per-KB HTTP phase (bytes)
-LARGE_BODY = 64 * 1024
-#: rows of the large stage call (8 float columns)
+#: rows of the large request (8 float columns)
 LARGE_ROWS = 256
 #: seconds to let the processes settle before measuring the idle background
 SETTLE_S = 1.0
+COLUMNS = [f"x{i}" for i in range(8)]
 
-probe_app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+
+class EchoRunner:
+    """Stands in for a stage's models: answers every row at level 0, computes nothing."""
+
+    def run(self, rows: pd.DataFrame, blocks: Any = None) -> dict[str, Any]:
+        n = len(rows)
+        return {"proba": np.full((n, 2), 0.5), "level": np.zeros(n, dtype=np.int64),
+                "unsure": np.zeros(0, dtype=np.int64), "blocks": None, "seconds": 0.0}
+
+    def run_many(self, items: list) -> list[dict[str, Any]]:
+        return [self.run(rows, blocks) for rows, blocks in items]
 
 
-def _frame(rows: int) -> pd.DataFrame:
+def _schema() -> Any:
+    from .schema import ColumnSpec, RowSchema
+
+    return RowSchema([ColumnSpec(c, "number", False, "float64") for c in COLUMNS])
+
+
+def _body(rows: int) -> bytes:
     rng = np.random.default_rng(rows)
-    return pd.DataFrame(rng.normal(size=(rows, 8)), columns=[f"x{i}" for i in range(8)])
+    frame = pd.DataFrame(rng.normal(size=(rows, len(COLUMNS))), columns=COLUMNS)
+    return json.dumps({"rows": frame.to_dict("records")}).encode()
 
 
-def _result(rows: int) -> dict[str, Any]:
-    return {"proba": np.full((rows, 2), 0.5), "level": np.zeros(rows, dtype=np.int64),
-            "unsure": np.zeros(0, dtype=np.int64), "blocks": None, "seconds": 0.0}
+def _route_ms(rows: int, repeats: int = 30) -> float:
+    """The /predict route's own work for ``rows`` probe rows (parse, answer), in-process."""
+    from .schema import PredictRequest, parse_request, predict_answer
+
+    body, schema = _body(rows), _schema()
+    proba, level = np.full((rows, 2), 0.5), np.zeros(rows, dtype=np.int64)
+    classes, degraded = np.asarray([0, 1], dtype=object), np.zeros(rows, dtype=bool)
+
+    def once() -> None:
+        parse_request(body, PredictRequest, schema, 10_000)
+        predict_answer(classes, proba, level, degraded, "v")
+
+    once()
+    times = []
+    for _ in range(repeats):
+        t0 = time.process_time()
+        once()
+        times.append(time.process_time() - t0)
+    return 1000.0 * float(np.median(times))
 
 
-@serve.deployment
-class ProbeSink:
-    async def run(self, rows: pd.DataFrame, blocks: Any = None) -> dict[str, Any]:
-        return _result(len(rows))
+def _call_kb(rows: int) -> float:
+    """KB a stage call moves for ``rows`` probe rows: the frame the ingress sends and the answer."""
+    frame = _schema().to_frame(json.loads(_body(rows))["rows"])
+    return (len(pickle.dumps(frame, protocol=5)) + len(pickle.dumps(EchoRunner().run(frame), protocol=5))) / 1024
 
 
-@serve.deployment
-@serve.ingress(probe_app)
-class ProbeIngress:
-    def __init__(self, sink: Any):
-        self.sink = sink
-        self.frames = {1: _frame(1), LARGE_ROWS: _frame(LARGE_ROWS)}
+def _info(name: str) -> dict[str, Any]:
+    from .planner import MIN_IN_FLIGHT
 
-    @probe_app.post("/echo")
-    async def echo(self, request: Request) -> Response:
-        await request.body()
-        return Response(b'{"ok":true}', media_type="application/json")
-
-    @probe_app.post("/hop")
-    async def hop(self, request: Request) -> Response:
-        await request.body()
-        rows = int(request.query_params.get("rows", "1"))
-        await self.sink.run.remote(self.frames[rows], None)
-        return Response(b'{"ok":true}', media_type="application/json")
+    return {"name": name, "model_version": "calibration", "classes": [0, 1], "levels": [["x"]],
+            "stages": ["model"], "first_stage_last_level": 0, "schema": _schema().to_dict(), "report": {},
+            "plan": {}, "layout": "staged", "monitor": None, "max_body_bytes": 4 << 20, "max_rows": 10_000,
+            "batching": False, "deadline_s": 30.0, "degrade": False, "api_key_sha256": None,
+            "max_in_flight": MIN_IN_FLIGHT * 8}
 
 
-def _kb_of_call(rows: int) -> float:
-    return (len(pickle.dumps(_frame(rows), protocol=5)) + len(pickle.dumps(_result(rows), protocol=5))) / 1024
-
-
-async def _load(url: str, body: bytes, seconds: float, clients: int) -> int:
+async def _load(url: str, body: bytes | None, seconds: float, clients: int) -> int:
     import aiohttp
 
     done = 0
@@ -96,7 +115,9 @@ async def _load(url: str, body: bytes, seconds: float, clients: int) -> int:
         async def worker() -> None:
             nonlocal done
             while time.perf_counter() < stop:
-                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                call = session.get(url) if body is None else session.post(
+                    url, data=body, headers={"Content-Type": "application/json"})
+                async with call as r:
                     await r.read()
                     if r.status != 200:
                         raise RuntimeError(f"calibration probe answered {r.status}: {await r.text()}")
@@ -106,30 +127,28 @@ async def _load(url: str, body: bytes, seconds: float, clients: int) -> int:
     return done
 
 
-def _phase(url: str, body: bytes, seconds: float, groups: dict[str, Any], ours) -> tuple[int, dict[str, float]]:
-    before = process_cpu()
-    n = asyncio.run(_load(url, body, seconds, CLIENTS))
-    after = process_cpu()
-    return n, group_cpu(before, after, groups, rest=ours())
-
-
 def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores: dict[str, float],
               host: str, phase_s: float = PHASE_S) -> HostCosts:
     """Run the probes on the Serve instance answering at ``base_url`` (its root URL) and
     return what they measured; the probe app is deleted afterwards."""
     import ray
+    from ray import serve
 
-    node = f"node:{ray.util.get_node_ip_address()}"
-    pin = {"num_cpus": 0, "resources": {node: 0.001}}
-    sink = ProbeSink.options(name=f"{app_name}-sink", ray_actor_options=pin).bind()
-    ingress = ProbeIngress.options(name=f"{app_name}-ingress", ray_actor_options=pin).bind(sink)
+    from .app import Ingress
+    from .replicas import ModelStage
+
+    pin = {"num_cpus": 0, "resources": {f"node:{ray.util.get_node_ip_address()}": 0.001}}
+    stage = ModelStage.options(name=f"{app_name}-model", ray_actor_options=pin, max_ongoing_requests=64).bind(
+        None, None, max_batch_size=LARGE_ROWS, batch_wait_timeout_s=0.0, runner=EchoRunner())
+    ingress = Ingress.options(name=f"{app_name}-ingress", ray_actor_options=pin, max_ongoing_requests=1024).bind(
+        stage, None, _info(app_name))
     route = f"/{app_name}"
-    serve.run(ingress, name=app_name, route_prefix=route, logging_config={"enable_access_log": False,
-                                                                          "log_level": "WARNING"})
+    serve.run(ingress, name=app_name, route_prefix=route,
+              logging_config={"enable_access_log": False, "log_level": "WARNING"})
     url = base_url.rstrip("/") + route
     me = os.getpid()
     session = session_dir(ray.get_runtime_context().gcs_address)
-    state = {"ours": set()}
+    state: dict[str, set[int]] = {"ours": set()}
 
     def ours() -> set[int]:  # this Ray's processes: other users' work on the machine is not ours
         state["ours"] = session_processes(session) if session else set()
@@ -138,46 +157,42 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
     ours()
     groups = {
         "ingress": lambda pid, title: f"ServeReplica:{app_name}:{app_name}-ingress" in title,
-        "sink": lambda pid, title: f"ServeReplica:{app_name}:{app_name}-sink" in title,
+        "stage": lambda pid, title: f"ServeReplica:{app_name}:{app_name}-model" in title,
         "front": lambda pid, title: pid in state["ours"] and ("haproxy" in title or "ProxyActor" in title),
         "client": lambda pid, title: pid == me,
     }
+    small, large = _body(1), _body(LARGE_ROWS)
     try:
-        asyncio.run(_load(url + "/echo", b"{}", 0.5, CLIENTS))  # warm-up
+        asyncio.run(_load(url + "/predict", small, 0.5, CLIENTS))  # warm-up
         time.sleep(SETTLE_S)
-        before = process_cpu()
-        t0 = time.perf_counter()
+        before, t0 = process_cpu(), time.perf_counter()
         time.sleep(phase_s / 2)
-        idle = group_cpu(before, process_cpu(), groups, rest=ours())
-        background = idle["rest"] / (time.perf_counter() - t0)
-        small = b'{"rows": []}'
-        large = b'{"pad": "' + b"x" * LARGE_BODY + b'"}'
+        background = group_cpu(before, process_cpu(), groups, rest=ours())["rest"] / (time.perf_counter() - t0)
         phases = {}
-        for key, path, body in (("echo_small", "/echo", small), ("echo_large", "/echo", large),
-                                ("hop_small", "/hop?rows=1", small),
-                                ("hop_large", f"/hop?rows={LARGE_ROWS}", small)):
-            t0 = time.perf_counter()
-            n, cpu = _phase(url + path, body, phase_s, groups, ours)
-            elapsed = time.perf_counter() - t0
-            cpu["rest"] = max(0.0, cpu["rest"] - background * elapsed)
+        for key, path, body in (("health", "/healthz", None), ("small", "/predict", small),
+                                ("large", "/predict", large)):
+            before, t0 = process_cpu(), time.perf_counter()
+            n = asyncio.run(_load(url + path, body, phase_s, CLIENTS))
+            cpu = group_cpu(before, process_cpu(), groups, rest=ours())
+            cpu["rest"] = max(0.0, cpu["rest"] - background * (time.perf_counter() - t0))
             phases[key] = {k: 1000.0 * v / max(n, 1) for k, v in cpu.items()}
     finally:
         serve.delete(app_name)
-    e_s, e_l, h_s, h_l = (phases[k] for k in ("echo_small", "echo_large", "hop_small", "hop_large"))
-    kb_large = (len(large) - len(small)) / 1024
-    kb_small_call, kb_large_call = _kb_of_call(1), _kb_of_call(LARGE_ROWS)
-    d_kb = kb_large_call - kb_small_call
-    caller = max(0.0, h_s["ingress"] - e_s["ingress"])
-    caller_l = max(0.0, h_l["ingress"] - e_s["ingress"])
+    h, s, lg = phases["health"], phases["small"], phases["large"]
+    kb_small, kb_large = _call_kb(1), _call_kb(LARGE_ROWS)
+    body_kb = (len(large) - len(small)) / 1024
+    caller_small = max(0.0, s["ingress"] - h["ingress"] - _route_ms(1))
+    caller_large = max(0.0, lg["ingress"] - h["ingress"] - _route_ms(LARGE_ROWS))
     return HostCosts(
-        http_ms=e_s["ingress"],
-        http_ms_per_kb=max(0.0, (e_l["ingress"] - e_s["ingress"]) / kb_large),
-        front_ms=e_s["front"],
-        front_ms_per_kb=max(0.0, (e_l["front"] - e_s["front"]) / kb_large),
-        hop_caller_ms=caller,
-        hop_caller_ms_per_kb=max(0.0, (caller_l - caller) / d_kb),
-        hop_callee_ms=h_s["sink"],
-        hop_callee_ms_per_kb=max(0.0, (h_l["sink"] - h_s["sink"]) / d_kb),
+        http_ms=h["ingress"],
+        # the body's HTTP handling and the call's bytes grow together here: both go to the hop
+        http_ms_per_kb=0.0,
+        front_ms=h["front"],
+        front_ms_per_kb=max(0.0, (lg["front"] - s["front"]) / body_kb),
+        hop_caller_ms=caller_small,
+        hop_caller_ms_per_kb=max(0.0, (caller_large - caller_small) / (kb_large - kb_small)),
+        hop_callee_ms=s["stage"],
+        hop_callee_ms_per_kb=max(0.0, (lg["stage"] - s["stage"]) / (kb_large - kb_small)),
         other_ms=float(np.median([p["rest"] for p in phases.values()])),
         background_cores={host: background},
         cores=dict(cores),

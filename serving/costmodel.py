@@ -25,6 +25,10 @@ from typing import Any
 from .costs import HostCosts
 from .profiles import IngressProfile, NodeSpec, StageProfile
 
+#: batches a stage process runs at once (the same figure as serving.planner.CONCURRENT_BATCHES,
+#: which re-exports it: ``@serve.batch(max_concurrent_batches=...)``)
+CONCURRENT_BATCHES = 4
+
 #: least logical CPUs a replica reserves (Ray needs a positive figure to place it)
 MIN_REPLICA_CPUS = 0.05
 #: most logical CPUs a replica reserves: one Python process does about one core of work
@@ -38,6 +42,7 @@ class Demand:
     """CPU (and GPU) milliseconds one request costs each deployment, and what it moves."""
 
     cpu_ms: dict[str, float]  # deployment -> CPU ms per request (all its replicas together)
+    wait_ms: dict[str, float]  # deployment -> ms per request its batches spend waiting (lookups)
     gpu_ms: dict[str, float]  # GPU stage -> model ms per request on one GPU process
     front_ms: float
     other_ms: float
@@ -73,15 +78,20 @@ def demand(profiles: list[StageProfile], batches: dict[str, int], ingress: Ingre
     kb_http = ingress.body_kb + ingress.response_kb
     ingress_ms = costs.http_ms + costs.http_ms_per_kb * kb_http + ingress.per_request_ms()
     cpu = {"ingress": 0.0}
+    wait = {"ingress": 0.0}
     gpu: dict[str, float] = {}
     calls: dict[str, float] = {}
     kbs: dict[str, float] = {}
     for i, p in enumerate(profiles):
         rows = r * p.scale
-        model_ms = 1000.0 * rows * p.service_time(batches[p.name]) / batches[p.name]
+        b = batches[p.name]
+        model_ms = 1000.0 * rows * p.cpu_time(b) / b
+        wait_ms = 1000.0 * rows * (p.service_time(b) - p.cpu_time(b)) / b
         if layout == "fused" and i == 0:
             ingress_ms += model_ms
+            wait["ingress"] += wait_ms
             continue
+        wait[p.name] = wait_ms
         n_calls = reach(p, r) / max(requests_per_call, 1.0)
         kb = call_kb(profiles, i, rows / max(reach(p, r), 1e-12), ingress) * max(requests_per_call, 1.0)
         caller, callee = costs.hop_ms(kb)
@@ -93,7 +103,7 @@ def demand(profiles: list[StageProfile], batches: dict[str, int], ingress: Ingre
         else:
             cpu[p.name] = n_calls * callee + model_ms
     cpu["ingress"] = ingress_ms
-    return Demand(cpu, gpu, costs.front_ms + costs.front_ms_per_kb * kb_http, costs.other_ms, calls, kbs)
+    return Demand(cpu, wait, gpu, costs.front_ms + costs.front_ms_per_kb * kb_http, costs.other_ms, calls, kbs)
 
 
 def replica_cpus(d: Demand, replicas: dict[str, int], rate: float) -> dict[str, float]:
@@ -160,6 +170,10 @@ def bound(d: Demand, replicas: dict[str, int], placement: dict[str, dict[str, in
     for name, ms in d.cpu_ms.items():
         if ms > 0:
             limits[f"processes of {name}"] = 1000.0 * replicas[name] / ms
+    for name, ms in d.wait_ms.items():  # batches that wait overlap, CONCURRENT_BATCHES per process
+        busy = ms + d.cpu_ms.get(name, 0.0)
+        if ms > 0 and busy > 0:
+            limits[f"batches of {name}"] = 1000.0 * replicas[name] * CONCURRENT_BATCHES / busy
     for name, ms in d.gpu_ms.items():
         if ms > 0:
             per_gpu = _replicas_per_gpu(placement.get(name, {}), replicas[name])

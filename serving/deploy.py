@@ -39,14 +39,7 @@ from .proxy import (
     use_proxy,
 )
 from .schema import MAX_BODY_BYTES, MAX_ROWS
-from .stages import (
-    gpu_capable,
-    profile_baseline,
-    profile_gpu_stage,
-    profile_ingress,
-    profile_stages,
-    unsure_share,
-)
+from .stages import gpu_capable, profile_gpu_stage, profile_on_cluster, unsure_share
 
 #: rows per request the plan assumes when none is given
 DEFAULT_ROWS_PER_REQUEST = 32
@@ -326,16 +319,14 @@ def _use_gpu(opt: OptimizedPipeline, specs: list, device: str, runtime: str, fre
 def make_plan(opt: OptimizedPipeline, source: ArtifactSource, specs: list, nodes: list, costs: HostCosts, *,
               cpus: float | None, use_gpu: bool, baseline: bool, runtime: str, rps: float | None,
               p99_ms: float | None, rows_per_request: int, monitor: dict[str, Any] | None, layout: str) -> Plan:
-    """Profile the stages (GPU stages inside GPU actors) and the ingress here; plan on the nodes."""
-    if baseline:
-        profiles = [profile_baseline(opt)]
-    else:
-        profiles = profile_stages(opt, device="gpu" if use_gpu else "cpu")
-        if use_gpu:
-            profiles[1:] = [profile_gpu_stage(source, s, unsure_share(opt), runtime=runtime) for s in specs[1:]]
+    """Profile the stages and the ingress's work in a Ray worker here (GPU stages inside GPU
+    actors); plan on the nodes."""
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
-    ingress = profile_ingress(opt, rows_per_request, schema=row_schema(opt, record_config),
-                              record_config=record_config if monitor is not None else None)
+    profiles, ingress = profile_on_cluster(source, baseline=baseline, rows_per_request=rows_per_request,
+                                           schema=row_schema(opt, record_config),
+                                           record_config=record_config if monitor is not None else None)
+    if use_gpu and not baseline:
+        profiles[1:] = [profile_gpu_stage(source, s, unsure_share(opt), runtime=runtime) for s in specs[1:]]
     free_cpus = sum(n.cpus for n in nodes)
     budget = min(cpus, free_cpus) if cpus is not None else free_cpus
     return plan_stages(profiles, Resources(cpus=max(budget, 0.01), gpus=sum(n.gpus for n in nodes), nodes=nodes),

@@ -51,7 +51,7 @@ MAX_REPLICAS = 64
 #: batches a stage replica runs at once (``@serve.batch(max_concurrent_batches=...)``,
 #: in threads, so remote feature lookups overlap); the ingress keeps this many calls in
 #: flight per running replica of a stage
-CONCURRENT_BATCHES = 4
+CONCURRENT_BATCHES = costmodel.CONCURRENT_BATCHES
 #: most rows the ingress merges into one stage call
 INGRESS_BATCH_ROWS = 256
 #: longest a batch waits for more rows (seconds) when no rate is given: none, so a lone
@@ -351,7 +351,7 @@ def _grow(ctx: dict[str, Any], deployments: list[str]) -> _Sizing:
     bound rises by MIN_GAIN and the replica places."""
     replicas = dict.fromkeys(deployments, 1)
     best = _Sizing(ctx, replicas, None)
-    while best.binding.startswith(("processes of ", "GPU of ")):
+    while best.binding.startswith(("processes of ", "GPU of ", "batches of ")):
         name = best.binding.split(" of ", 1)[1]
         if best.replicas[name] >= MAX_REPLICAS:
             break

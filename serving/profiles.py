@@ -17,7 +17,9 @@ class StageProfile:
     """Measured cost of one stage: seconds per batch at each batch size (rows).
 
     ``scale`` is the share of a request's rows that reach the stage (1 for the first stage,
-    the unsure share for later ones). For a GPU stage, ``speedup`` maps k concurrent
+    the unsure share for later ones); ``cpu_seconds`` the part of each batch's time that the
+    process computes (measured with its thread's CPU clock), the rest being waits that
+    overlap with other work. For a GPU stage, ``speedup`` maps k concurrent
     processes sharing one GPU to the throughput they reach together relative to one
     (measured; ``{1: 1.0}`` means not measured beyond one), and ``measured_on`` says what
     the timings were taken on.
@@ -29,6 +31,9 @@ class StageProfile:
     device: str = "cpu"
     speedup: dict[int, float] = field(default_factory=lambda: {1: 1.0})
     measured_on: str = "cpu"
+    #: CPU seconds of the process per batch (the rest of ``batch_seconds`` is waiting: remote
+    #: lookups, sleeps, a device); None: all of it is CPU
+    cpu_seconds: dict[int, float] | None = None
 
     def __post_init__(self) -> None:
         if not self.batch_seconds:
@@ -46,17 +51,15 @@ class StageProfile:
 
     def service_time(self, rows: float) -> float:
         """Seconds for a batch of ``rows`` rows: piecewise linear between measured sizes."""
-        sizes = self.sizes
-        rows = max(rows, 1.0)
-        if rows <= sizes[0]:
-            return self.batch_seconds[sizes[0]]
-        for lo, hi in itertools.pairwise(sizes):
-            if rows <= hi:
-                w = (rows - lo) / (hi - lo)
-                return (1 - w) * self.batch_seconds[lo] + w * self.batch_seconds[hi]
-        last = sizes[-1]
-        per_row = self.batch_seconds[last] / last
-        return self.batch_seconds[last] + (rows - last) * per_row
+        return _interpolate(self.batch_seconds, rows)
+
+    def cpu_time(self, rows: float) -> float:
+        """CPU seconds of a batch of ``rows`` rows (at most its service time)."""
+        wall = self.service_time(rows)
+        if not self.cpu_seconds:
+            return wall
+        share = _interpolate(self.cpu_seconds, rows) / max(_interpolate(self.batch_seconds, rows), 1e-12)
+        return wall * min(1.0, max(0.0, share))
 
     def capacity(self, rows: int) -> float:
         """Rows per second one replica (one process, or a whole GPU) sustains at batch ``rows``."""
@@ -74,8 +77,9 @@ class StageProfile:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["batch_seconds"] = {str(k): v for k, v in self.batch_seconds.items()}
-        data["speedup"] = {str(k): v for k, v in self.speedup.items()}
+        for key in ("batch_seconds", "speedup", "cpu_seconds"):
+            if data[key] is not None:
+                data[key] = {str(k): v for k, v in data[key].items()}
         return data
 
     @classmethod
@@ -83,7 +87,23 @@ class StageProfile:
         data = dict(data)
         data["batch_seconds"] = {int(k): float(v) for k, v in data["batch_seconds"].items()}
         data["speedup"] = {int(k): float(v) for k, v in data.get("speedup", {1: 1.0}).items()}
+        if data.get("cpu_seconds") is not None:
+            data["cpu_seconds"] = {int(k): float(v) for k, v in data["cpu_seconds"].items()}
         return cls(**data)
+
+
+def _interpolate(table: dict[int, float], rows: float) -> float:
+    """Piecewise linear between measured batch sizes; per-row beyond the largest."""
+    sizes = sorted(table)
+    rows = max(rows, 1.0)
+    if rows <= sizes[0]:
+        return table[sizes[0]]
+    for lo, hi in itertools.pairwise(sizes):
+        if rows <= hi:
+            w = (rows - lo) / (hi - lo)
+            return (1 - w) * table[lo] + w * table[hi]
+    last = sizes[-1]
+    return table[last] + (rows - last) * table[last] / last
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -56,10 +56,13 @@ class SimulationResult:
     p99_ms: float
     mean_ms: float
     utilization: dict[str, float]
+    #: CPU (GPU) milliseconds each group of processes spent per completed request
+    cpu_ms: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("utilization")
+        data.pop("cpu_ms")
         data.update({f"utilization_{k}": v for k, v in self.utilization.items()})
         return data
 
@@ -299,7 +302,8 @@ class _Simulation:
             self._dispatch(ing, k)
 
         if self.fused and k == 0:
-            self.eng.work(ing, profile.service_time(rows), back)
+            wall, cpu = profile.service_time(rows), profile.cpu_time(rows)
+            self.eng.work(ing, cpu, lambda: self._wait(wall - cpu, back))
             return
         caller, callee = self.costs.hop_ms(costmodel.call_kb(self.profiles, k, rows, self.ingress))
         replicas = self.replicas[k]
@@ -352,7 +356,17 @@ class _Simulation:
                 self._batch(rep, k)
 
             worker = getattr(rep, "gpu", rep)
-            self.eng.work(worker, profile.service_time(taken), finished)
+            if worker is not rep:  # a GPU: the device's time
+                self.eng.work(worker, profile.service_time(taken), finished)
+            else:  # CPU on the replica's process, then what the batch waits for (lookups)
+                wall, cpu = profile.service_time(taken), profile.cpu_time(taken)
+                self.eng.work(rep, cpu, lambda f=finished, w=wall - cpu: self._wait(w, f))
+
+    def _wait(self, seconds: float, then) -> None:
+        if seconds <= 1e-9:
+            then()
+        else:
+            self.eng.at(self.eng.t + seconds, then)
 
     def _wake(self, rep: _Proc, k: int) -> None:
         rep.wake_at = None
@@ -417,9 +431,10 @@ class _Simulation:
                 groups.setdefault(p.group, []).append(p)
         total = max(self.eng.t, 1e-9)
         util = {g: sum(p.busy for p in ps) / (total * len(ps)) for g, ps in groups.items()}
+        cpu = {g: 1000.0 * sum(p.busy for p in ps) / max(n, 1) for g, ps in groups.items()}
         return SimulationResult(
             rate_rps=float(rate_rps if rate_rps is not None else rps), completed=n,
             throughput_rows_s=float(rps * self.R), throughput_rps=float(rps),
             p50_ms=float(np.percentile(lat, 50)), p99_ms=float(np.percentile(lat, 99)),
-            mean_ms=float(lat.mean()), utilization=util,
+            mean_ms=float(lat.mean()), utilization=util, cpu_ms=cpu,
         )

@@ -90,31 +90,41 @@ def _batch(rows: Any, size: int) -> Any:
     return rows.iloc[np.arange(size) % len(rows)].reset_index(drop=True)
 
 
-def _median_seconds(fn, repeats: int) -> float:
+def _timed(fn, repeats: int) -> tuple[float, float]:
+    """Median wall seconds and median CPU seconds of this thread over ``repeats`` calls (the
+    CPU clock does not count waits, nor other processes' use of the machine)."""
     fn()  # warm-up
-    times = []
+    walls, cpus = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        w0, c0 = time.perf_counter(), time.thread_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+        cpus.append(time.thread_time() - c0)
+        walls.append(time.perf_counter() - w0)
+    return float(np.median(walls)), float(np.median(cpus))
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    return _timed(fn, repeats)[1]
 
 
 def time_stage(opt: OptimizedPipeline, spec: StageSpec, rows: Any, batch_sizes: Sequence[int],
-               repeats: int) -> dict[int, float]:
-    """Seconds per batch of the stage at each batch size (median of ``repeats``)."""
-    seconds = {}
+               repeats: int) -> tuple[dict[int, float], dict[int, float]]:
+    """Seconds per batch of the stage at each batch size: the time it takes when the stage
+    has the machine to itself (its CPU time plus what it waits for), and its CPU time."""
+    wall, cpu = {}, {}
     for b in batch_sizes:
         batch = _batch(rows, b)
         if spec.name == "baseline":
-            seconds[b] = _median_seconds(lambda batch=batch: opt.baseline.predict_proba(batch), repeats)
+            fn = lambda batch=batch: opt.baseline.predict_proba(batch)  # noqa: E731
         elif spec.first == 0:
-            seconds[b] = _median_seconds(lambda batch=batch: opt.run_levels(batch, spec.first, spec.last), repeats)
+            fn = lambda batch=batch: opt.run_levels(batch, spec.first, spec.last)  # noqa: E731
         else:
             blocks, _ = opt.pipeline.compute(batch, opt.levels[0].groups)
-            seconds[b] = _median_seconds(
-                lambda batch=batch, blocks=blocks: opt.run_levels(batch, spec.first, spec.last, blocks), repeats)
-    return seconds
+            fn = lambda batch=batch, blocks=blocks: opt.run_levels(batch, spec.first, spec.last, blocks)  # noqa: E731
+        w, c = _timed(fn, repeats)
+        cpu[b] = max(c, 1e-7)
+        wall[b] = max(cpu[b], w)  # on a busy machine the wall clock also counts others' turns
+    return wall, cpu
 
 
 def profile_stages(
@@ -136,8 +146,9 @@ def profile_stages(
     for spec in stage_specs(opt):
         scale = 1.0 if spec.first == 0 else unsure_share(opt)
         on_gpu = device == "gpu" and spec.first > 0
-        out.append(StageProfile(spec.name, time_stage(opt, spec, rows, batch_sizes, repeats), scale,
-                                "gpu" if on_gpu else "cpu", measured_on="cpu"))
+        wall, cpu = time_stage(opt, spec, rows, batch_sizes, repeats)
+        out.append(StageProfile(spec.name, wall, scale, "gpu" if on_gpu else "cpu", measured_on="cpu",
+                                cpu_seconds=cpu))
     return out
 
 
@@ -148,7 +159,8 @@ def profile_baseline(
     """The unoptimized pipeline as one stage (for the baseline deployment)."""
     rows = profile_rows(opt, rows)
     spec = StageSpec("baseline", 0, len(opt.levels) - 1)
-    return StageProfile("baseline", time_stage(opt, spec, rows, batch_sizes, repeats), 1.0)
+    wall, cpu = time_stage(opt, spec, rows, batch_sizes, repeats)
+    return StageProfile("baseline", wall, 1.0, cpu_seconds=cpu)
 
 
 def profile_ingress(
@@ -233,7 +245,7 @@ class _GpuTimer:
             return "cpu (torch not installed in the actor)"
 
     def batch_seconds(self, batch_sizes: Sequence[int], repeats: int) -> dict[int, float]:
-        return time_stage(self.opt, self.spec, self.rows, batch_sizes, repeats)
+        return time_stage(self.opt, self.spec, self.rows, batch_sizes, repeats)[0]
 
     def rows_per_second(self, batch: int, batches: int, start_at: float) -> float:
         """Run ``batches`` batches back to back from wall-clock ``start_at`` (so that the
@@ -287,3 +299,43 @@ def profile_gpu_stage(
         base = total if k == 1 else base
         speedup[k] = total / base
     return StageProfile(spec.name, seconds, scale, "gpu", speedup=speedup, measured_on=measured_on)
+
+
+# --- profiling where the replicas run -----------------------------------------------------
+class _Profiler:
+    """A Ray worker process like the replicas' (same interpreter settings, one thread for
+    numerical libraries), which times the stages and the ingress's work there."""
+
+    def __init__(self, source: Any):
+        self.opt = source.load()
+
+    def profile(self, baseline: bool, rows_per_request: int, schema: dict[str, Any],
+                record_config: dict[str, Any] | None, batch_sizes: Sequence[int], repeats: int) -> dict:
+        from .schema import RowSchema
+
+        if baseline:
+            stages = [profile_baseline(self.opt, batch_sizes=batch_sizes, repeats=repeats)]
+        else:
+            stages = profile_stages(self.opt, batch_sizes=batch_sizes, repeats=repeats)
+        ingress = profile_ingress(self.opt, rows_per_request, schema=RowSchema.from_dict(schema),
+                                  record_config=record_config)
+        return {"stages": [p.to_dict() for p in stages], "ingress": ingress.to_dict()}
+
+
+def profile_on_cluster(source: Any, *, baseline: bool, rows_per_request: int, schema: Any,
+                       record_config: dict[str, Any] | None, batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES,
+                       repeats: int = PROFILE_REPEATS) -> tuple[list[StageProfile], IngressProfile]:
+    """Stage and ingress profiles measured in a Ray worker on this node (Ray must be running):
+    a replica's process, not the driver's, whose numerical libraries may use several threads."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    actor = ray.remote(_Profiler).options(
+        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote(source)
+    try:
+        out = ray.get(actor.profile.remote(baseline, rows_per_request, schema.to_dict(), record_config,
+                                           list(batch_sizes), repeats))
+    finally:
+        ray.kill(actor)
+    return [StageProfile.from_dict(p) for p in out["stages"]], IngressProfile.from_dict(out["ingress"])

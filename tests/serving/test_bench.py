@@ -1,4 +1,4 @@
-"""serving.bench's per-process CPU accounting (pure functions; the benchmark itself is not run here)."""
+"""serving.bench's accounting and comparison (pure functions; the benchmark itself is not run here)."""
 
 from __future__ import annotations
 
@@ -6,21 +6,25 @@ import os
 
 import pytest
 
-from serving.bench import cpu_per_request, process_cpu
+from serving.bench import compare, cpu_per_request, predict
+from serving.procstat import process_cpu
+
+from .test_planner import costs, ingress, linear
 
 
-def test_cpu_is_split_by_deployment_load_generator_and_the_rest():
+def test_cpu_is_split_by_deployment_front_load_generator_and_the_rest():
     before = {1: ("ray::ServeReplica:app:app-ingress", 1.0), 2: ("ray::ServeReplica:app:app-expensive", 2.0),
               3: ("haproxy -f cfg", 0.5), os.getpid(): ("python -m serving.bench", 4.0),
-              5: ("ray::ServeReplica:app:app-ingress", 0.0)}
+              5: ("ray::ServeReplica:app:app-ingress", 0.0), 7: ("raylet", 1.0), 8: ("someone else's job", 1.0)}
     after = {1: (before[1][0], 1.2), 2: (before[2][0], 2.05), 3: (before[3][0], 0.51),
-             os.getpid(): (before[os.getpid()][0], 4.02), 5: (before[5][0], 0.1),
-             6: ("started during the phase", 9.0)}
-    cpu = cpu_per_request(before, after, requests=100)
-    assert cpu["app-ingress"] == pytest.approx(3.0)  # two ingress processes: (0.2 + 0.1) s / 100
-    assert cpu["app-expensive"] == pytest.approx(0.5)
-    assert cpu["other"] == pytest.approx(0.1) and cpu["load generator"] == pytest.approx(0.2)
-    assert cpu["total"] == pytest.approx(3.8)
+             os.getpid(): (before[os.getpid()][0], 4.02), 5: (before[5][0], 0.1), 7: ("raylet", 1.03),
+             8: ("someone else's job", 9.0), 6: ("started during the phase", 9.0)}
+    cpu = cpu_per_request(before, after, requests=100, app="app", ours={1, 2, 3, 5, 7})
+    assert cpu["ingress"] == pytest.approx(3.0)  # two ingress processes: (0.2 + 0.1) s / 100
+    assert cpu["expensive"] == pytest.approx(0.5)
+    assert cpu["front"] == pytest.approx(0.1) and cpu["load generator"] == pytest.approx(0.2)
+    assert cpu["other"] == pytest.approx(0.3)  # the raylet; not another user's process
+    assert cpu["total"] == pytest.approx(4.1)
     assert cpu_per_request(before, after, requests=0) == {"total": 0.0}
 
 
@@ -31,3 +35,19 @@ def test_process_cpu_sees_this_process_spend_cpu():
     sum(i * i for i in range(2_000_000))
     after = process_cpu()
     assert after[os.getpid()][1] > before[os.getpid()][1]
+
+
+def test_prediction_and_comparison_fields():
+    from serving.planner import Resources, plan_stages
+
+    plan = plan_stages([linear("cheap", 0.0003, 0.00003), linear("expensive", 0.001, 0.0005, scale=0.1)],
+                       Resources(cpus=2), rows_per_request=32, layout="fused", ingress=ingress(), costs=costs())
+    p = predict(plan, clients=16, client_ms=0.4)
+    assert p["predicted_rows_per_s"] <= p["bound_rows_per_s"] * 1.05
+    assert p["predicted_p99_ms"] > p["predicted_p50_ms"] > 0
+    assert p["predicted_cpu_ms_per_request"]["load generator"] == pytest.approx(0.4, rel=0.05)
+    phase = {**p, "measured_rows_per_s": 1.2 * p["predicted_rows_per_s"],
+             "measured_p99_ms": 2.5 * p["predicted_p99_ms"]}
+    c = compare(phase)
+    assert c["rows_per_s_ratio"] == pytest.approx(1.2) and c["rows_per_s_within_target"]
+    assert c["p99_ratio"] == pytest.approx(2.5) and not c["p99_within_target"]

@@ -1,0 +1,157 @@
+"""HTTP load for serving benchmarks: closed-loop and open-loop aiohttp clients, the HTTP
+floor (a route that touches no stage), and the optimized pipeline called in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def _summary(latencies: Sequence[float], rows: int, seconds: float, errors: int) -> dict[str, Any]:
+    lat = np.asarray(latencies) * 1000.0
+    return {
+        "requests": len(latencies),
+        "errors": errors,
+        "rows_per_s": rows / seconds if seconds > 0 else 0.0,
+        "requests_per_s": len(latencies) / seconds if seconds > 0 else 0.0,
+        "p50_ms": float(np.percentile(lat, 50)) if lat.size else None,
+        "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
+        "seconds": seconds,
+    }
+
+
+async def closed_loop(url: str, payloads: Sequence[bytes], rows_each: int, *, clients: int,
+                      duration: float, max_requests: int) -> dict[str, Any]:
+    """``clients`` workers each send the next payload as soon as their last one answered."""
+    import aiohttp
+
+    latencies: list[float] = []
+    errors = 0
+    sent = 0
+    stop_at = time.perf_counter() + duration
+    headers = {"Content-Type": "application/json"}
+
+    async def worker(session: aiohttp.ClientSession, offset: int) -> None:
+        nonlocal errors, sent
+        i = offset
+        while time.perf_counter() < stop_at and sent < max_requests:
+            sent += 1
+            start = time.perf_counter()
+            async with session.post(url, data=payloads[i % len(payloads)], headers=headers) as r:
+                await r.read()
+                if r.status == 200:
+                    latencies.append(time.perf_counter() - start)
+                else:
+                    errors += 1
+            i += clients
+
+    connector = aiohttp.TCPConnector(limit=clients)
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(session, c) for c in range(clients)))
+        elapsed = time.perf_counter() - start
+    return _summary(latencies, len(latencies) * rows_each, elapsed, errors)
+
+
+async def open_loop(url: str, payloads: Sequence[bytes], *, rate: float, duration: float,
+                    seed: int = 0) -> dict[str, Any]:
+    """Poisson arrivals at ``rate`` requests/s, each answered on its own task."""
+    import aiohttp
+
+    rng = np.random.default_rng(seed)
+    latencies: list[float] = []
+    levels: list[int] = []
+    errors = 0
+    headers = {"Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=120)) as session:
+
+        async def one(payload: bytes) -> None:
+            nonlocal errors
+            start = time.perf_counter()
+            async with session.post(url, data=payload, headers=headers) as r:
+                body = await r.read()
+                if r.status == 200:
+                    latencies.append(time.perf_counter() - start)
+                    levels.append(max(json.loads(body)["level"]))
+                else:
+                    errors += 1
+
+        tasks = []
+        start = time.perf_counter()
+        t = start
+        i = 0
+        while t - start < duration:
+            t += rng.exponential(1.0 / rate)
+            delay = t - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(payloads[i % len(payloads)])))
+            i += 1
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - start
+    out = _summary(latencies, len(latencies), elapsed, errors)
+    out["offered_rps"] = rate
+    # the cascade's two paths: rows the cheap level answers vs rows that reach a later level
+    lat, lev = np.asarray(latencies) * 1000.0, np.asarray(levels)
+    out["by_level"] = {
+        int(k): {"share": float(np.mean(lev == k)), "p50_ms": float(np.percentile(lat[lev == k], 50)),
+                 "p99_ms": float(np.percentile(lat[lev == k], 99))}
+        for k in np.unique(lev)
+    }
+    return out
+
+
+async def http_floor(url: str, *, clients: int, duration: float) -> dict[str, Any]:
+    """Closed-loop GETs of a route that touches no stage: the proxy + ingress ceiling."""
+    import aiohttp
+
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + duration
+    async with aiohttp.ClientSession() as session:
+
+        async def worker() -> None:
+            while time.perf_counter() < stop_at:
+                start = time.perf_counter()
+                async with session.get(url) as r:
+                    await r.read()
+                latencies.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        elapsed = time.perf_counter() - start
+    return _summary(latencies, len(latencies), elapsed, 0)
+
+
+def in_process(opt: Any, frames: Sequence[Any], rows_each: int, *, duration: float,
+               max_requests: int) -> dict[str, Any]:
+    """The optimized pipeline called directly on the same requests, one after another."""
+    latencies = []
+    stop_at = time.perf_counter() + duration
+    start = time.perf_counter()
+    i = 0
+    while time.perf_counter() < stop_at and i < max_requests:
+        t0 = time.perf_counter()
+        opt.predict_proba(frames[i % len(frames)])
+        latencies.append(time.perf_counter() - t0)
+        i += 1
+    return _summary(latencies, len(latencies) * rows_each, time.perf_counter() - start, 0)
+
+
+def payloads(X: Any, rows_each: int, limit: int = 400) -> tuple[list[bytes], list[Any]]:
+    """JSON bodies of ``rows_each`` consecutive rows of X, and the same rows as frames."""
+    out, frames = [], []
+    for start in range(0, min(len(X), rows_each * limit), rows_each):
+        frame = X.iloc[start:start + rows_each]
+        if len(frame) < rows_each:
+            break
+        out.append(json.dumps({"rows": frame.to_dict("records")}).encode())
+        frames.append(frame.reset_index(drop=True))
+    return out, frames
