@@ -117,3 +117,12 @@ def test_full_pipeline_module_equals_tfidf_plus_embeddings_lr(minilm, tokenizer)
     want = lr.predict_proba(sparse.hstack([word.transform(queries), enc(queries)]).tocsr())
     assert np.allclose(got, want, atol=1e-5)
     assert toxic_deep.word_ids(word, ["idiot " * 20], width=8)[1] == 1  # rows longer than width are counted
+
+
+@pytest.mark.datasets
+def test_build_declares_the_two_groups(shared_datasets, minilm, tokenizer):
+    w = toxic_deep.build(shared_datasets, seed=0, n_rows=400,
+                         encoder=toxic_deep.SentenceEncoder(minilm, tokenizer))
+    assert w.name == "toxic_deep" and set(w.groups) == {"word_tfidf", "minilm"}
+    assert len(w.X_train) == 300 and len(w.X_test) == 100 and w.max_loss == toxic_deep.MAX_LOSS
+    assert w.metric == "accuracy" and w.pipeline is not None
