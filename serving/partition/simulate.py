@@ -44,6 +44,16 @@ class SimResult:
     arrivals: str
     rate: float
 
+    @property
+    def p50(self) -> float:
+        """Median latency (ms); the same as ``p50_ms``."""
+        return self.p50_ms
+
+    @property
+    def p99(self) -> float:
+        """99th percentile latency (ms); the same as ``p99_ms``."""
+        return self.p99_ms
+
     def to_dict(self) -> dict:
         return dict(vars(self))
 

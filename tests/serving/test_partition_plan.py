@@ -162,6 +162,7 @@ def test_simulation_agrees_with_the_cost_model_at_saturation():
     light = sp.simulate(p, prof, rate=p.throughput / 8 * 0.05, rows_per_request=8, requests=2000)
     assert light.p50_ms == pytest.approx(p.latency_ms, rel=0.02)  # an idle pipeline: no queueing
     assert light.p99_ms >= light.p50_ms
+    assert (light.p50, light.p99) == (light.p50_ms, light.p99_ms)
 
 
 def test_bursty_arrivals_have_a_longer_tail_than_poisson():
