@@ -37,7 +37,7 @@ from .calls import (
     wait_or_cancel,
 )
 from .coalesce import Coalescer, Item
-from .metrics import ServingMetrics, exact_totals, extra_metrics
+from .metrics import ServingMetrics, exact_totals
 from .planner import CONCURRENT_BATCHES, INGRESS_BATCH_ROWS
 from .records import RecordBuffer, record_columns
 from .replicas import LocalStage, coerce
@@ -432,7 +432,14 @@ class Ingress:
     @app.get("/metrics")
     async def metrics_route(self, request: Request) -> Response:
         async def work() -> Response:
-            text = await exact_totals(self.name) + await extra_metrics(self.name)
+            text = await exact_totals(self.name)
+            if self.monitor is not None:  # the monitor's verdicts: drift_* families
+                try:
+                    text += await call_stage(self.monitor, "prometheus", (), Deadline.after(MONITOR_QUERY_S),
+                                             "monitor")
+                except Exception as exc:
+                    log.warning("monitor metrics unavailable: %s", exc)
+                    text += "# the monitor's metrics are unavailable right now\n"
             return Response(text, media_type="text/plain; version=0.0.4")
 
         return await self._guarded("metrics", request, work)

@@ -142,9 +142,3 @@ async def exact_totals(app: str) -> str:
     endpoints = await asyncio.to_thread(metric_endpoints)
     texts = await asyncio.gather(*(asyncio.to_thread(_read, e) for e in endpoints))
     return aggregate(list(texts), app)
-
-
-async def extra_metrics(app: str) -> str:
-    """Metrics other packages render for this app (the monitor's verdicts, when drift
-    provides them); empty otherwise."""
-    return ""

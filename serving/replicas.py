@@ -140,6 +140,16 @@ class MonitorStage:
             self.reference_rows = len(reference)
         self.ingested = 0
         self.lock = asyncio.Lock()  # the monitor is not thread-safe: one call at a time
+        self.registry = None
+        try:  # the monitor's verdicts in Prometheus form, for the app's GET /metrics
+            from prometheus_client import CollectorRegistry
+
+            from drift import MonitorCollector
+
+            self.registry = CollectorRegistry(auto_describe=False)
+            self.registry.register(MonitorCollector(self.monitor))
+        except ImportError:  # a drift without its Prometheus collector
+            pass
 
     async def ingest(self, records: Any) -> int:
         async with self.lock:
@@ -160,6 +170,15 @@ class MonitorStage:
                 monitor.close()
             except Exception:  # shutting down: nothing left to report to
                 pass
+
+    async def prometheus(self) -> str:
+        """The monitor's counters and verdicts (drift_*) in Prometheus text format."""
+        if self.registry is None:
+            return ""
+        from prometheus_client import generate_latest
+
+        async with self.lock:
+            return (await asyncio.to_thread(generate_latest, self.registry)).decode()
 
     async def query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
         async with self.lock:

@@ -85,7 +85,12 @@ def test_metrics_count_requests_and_levels(app, request_rows):
                   'willump_stage_latency_seconds_bucket{app="api",le="0.005",stage="cheap"}']
         return text if all(w in text for w in wanted) else None
 
-    wait_for(scraped, timeout=30, message="the app's metrics in /metrics")
+    text = wait_for(scraped, timeout=30, message="the app's metrics in /metrics")
+    # the monitor's verdicts ride along (drift's Prometheus collector), and the records it got
+    assert "drift_rows_ingested_total" in text
+    wait_for(lambda: 'willump_monitor_records_sent_total{app="api"}' in requests.get(app.url + "/metrics",
+                                                                                      timeout=30).text,
+             timeout=30, message="records sent to the monitor, counted")
 
 
 def test_monitor_routes_answer(app, request_rows):
