@@ -1,8 +1,10 @@
 """Exception and warning types of the monitor, so callers can catch them precisely.
 
 Errors a server turns into HTTP answers carry what it needs: `http_status`, a machine-readable
-`reason`, an `http_message` that says what to do over HTTP (never "call set_reference"), and,
-when waiting helps, `retry_after_s`. `to_http()` returns them as a JSON-ready dict.
+`reason`, a message that says what to do in terms an HTTP client has (query parameters such as
+`reference=-1h`; never "call set_reference") — that is also `str(exc)` — and, when waiting
+helps, `retry_after_s`. `to_http()` returns them as a JSON-ready dict; `hint` adds what a Python
+caller can do besides.
 """
 
 from __future__ import annotations
@@ -17,11 +19,15 @@ class DriftError(Exception):
     default_reason = "bad_request"
 
     def __init__(self, message: str, *, reason: str | None = None,
-                 http_message: str | None = None, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
+                 http_message: str | None = None, retry_after_s: float | None = None,
+                 hint: str | None = None) -> None:
+        # str(exc) is the text an HTTP client can act on (servers that format the exception
+        # must not tell a client to call Python); `hint` adds what a Python caller can do
+        super().__init__(http_message or message)
         self.reason = reason or self.default_reason
         self.http_message = http_message or message
         self.retry_after_s = retry_after_s
+        self.hint = hint
 
     def to_http(self) -> dict[str, Any]:
         """{'status', 'reason', 'error', 'retry_after_s'}: the body of an HTTP error answer."""

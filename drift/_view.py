@@ -345,23 +345,23 @@ def no_data() -> NoReferenceError:
 
 def no_reference(name: str, have: Sequence[str], pending: Mapping[str, Any]
                  ) -> NoReferenceError:
-    """The error for a missing reference, with what to do in Python and over HTTP."""
+    """The error for a missing reference: what to do with query parameters (HTTP and Python
+    alike), and in `hint` what a Python caller can do besides."""
+    hint = (f"set_reference(batch, name={name!r}), or construct the Monitor with "
+            "auto_reference_panes=N")
     if pending:
         wait = pending.get("retry_after_s")
         text = (f"the reference {name!r} is still being collected from the first "
                 f"{pending.get('panes_needed')} panes of traffic "
                 f"({pending.get('panes_done')} closed so far)")
         return NoReferenceError(
-            f"{text}; ready in about {wait:.0f} s (or call set_reference(batch))",
-            reason="reference_pending", retry_after_s=wait,
-            http_message=f"{text}; retry in about {wait:.0f} s, or compare against a time "
-                         "range now with reference=-1h or reference=<start>/<end>",
+            text, reason="reference_pending", retry_after_s=wait, hint=hint,
+            http_message=(f"{text}; retry in about {wait:.0f} s, or compare against a time "
+                          "range now with reference=-1h or reference=<start>/<end>")
+            if wait is not None else f"{text}; retry once traffic has flowed",
         )
     return NoReferenceError(
-        f"no reference named {name!r} (have {list(have)}); call set_reference(batch, "
-        f"name={name!r}), construct the Monitor with auto_reference_panes=N, or pass a time "
-        "range: reference=(start, end) or reference='-1d'",
-        reason="no_reference",
+        f"no reference named {name!r} (have {list(have)})", reason="no_reference", hint=hint,
         http_message=f"no reference named {name!r} (have {list(have)}): compare against a "
                      "time range instead, e.g. reference=-1h (the same window an hour earlier) "
                      "or reference=<start>/<end> in ISO 8601",

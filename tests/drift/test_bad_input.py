@@ -167,11 +167,16 @@ def test_query_validation(mon: Monitor) -> None:
 
 
 def test_percentile_explain_without_reference_says_what_to_do() -> None:
+    """Too few rows for the window to judge itself: the error says what to do, in query
+    parameters (which also work over HTTP), with the Python calls in `hint`."""
     m = Monitor(**MONITOR_ARGS)
     m.ingest(records(100, 1))
-    with pytest.raises(NoReferenceError, match="set_reference"):
+    with pytest.raises(NoReferenceError, match="reference=-1h") as info:
         m.explain(metric="latency_ms")
+    assert "set_reference" not in str(info.value) and "set_reference" in info.value.hint
     assert len(m.explain(classifier="latency_ms > 1000")) == 0  # predicates need no reference
+    m.ingest(records(400, 2))  # enough rows: the window judges itself
+    assert m.explain(metric="latency_ms").info["classifier"]["fitted_on"] == "window"
 
 
 def test_explain_table_validation() -> None:
