@@ -75,6 +75,33 @@ def ingest_speed(batches: list[pd.DataFrame], reference: pd.DataFrame, repeats: 
             "rows_per_run": sum(len(b) for b in batches)}
 
 
+def saturated_ingest_speed(batches: list[pd.DataFrame], reference: pd.DataFrame,
+                           repeats: int) -> dict[str, Any]:
+    """Ingest + classify when one more attribute holds a unique id per row (request ids) and
+    its encoder is saturated (max_codes=2,000): every row's value is unknown and maps to
+    <other>, which must stay vectorized."""
+    with_ids = []
+    for i, b in enumerate(batches):
+        frame = b.copy(deep=False)
+        frame["request"] = np.char.add(f"r{i}_", np.arange(len(b)).astype(str)).astype(object)
+        with_ids.append(frame)
+    ref = reference.assign(request="r")
+    rates = []
+    for _ in range(repeats):
+        mon = Monitor([*(f"a{j}" for j in range(8)), "request"],
+                      ["latency_ms", "confidence", "score"], error_column="error",
+                      classifiers={"slow": "latency_ms > 50"}, max_codes=2000)
+        mon.set_reference(ref)
+        mon.ingest(with_ids[0])  # fills the codes
+        start = time.perf_counter()
+        for b in with_ids[1:]:
+            mon.ingest(b)
+        rates.append(sum(len(b) for b in with_ids[1:]) / (time.perf_counter() - start))
+        overflow = mon.stats()["overflowed_values"]["request"]
+    return {"rows_per_s_median": statistics.median(rates), "rows_per_s_runs": rates,
+            "rows_mapped_to_other": overflow}
+
+
 def explain_speed(repeats: int) -> dict[str, Any]:
     rng = np.random.default_rng(5)
     n = 1_000_000
@@ -149,6 +176,7 @@ def speed(quick: bool) -> dict[str, Any]:
     reference = pd.concat(reference).assign(timestamp=1_690_000_000.0)
     out: dict[str, Any] = {}
     out["ingest_classify_in_memory"] = ingest_speed(batches, reference, repeats)
+    out["ingest_saturated_encoder"] = saturated_ingest_speed(batches[:30], reference, repeats)
     out["ingest_classify_persist_pane"] = ingest_speed(batches, reference, max(repeats - 2, 1),
                                                        persist=True, durability="pane")
     out["ingest_classify_persist_batch"] = ingest_speed(batches, reference,
