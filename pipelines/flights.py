@@ -257,23 +257,23 @@ def make_pipeline(store: FeatureStore, tables: dict[str, pd.DataFrame],
     def schedule(df):
         return schedule_features(df, codes["carriers"], codes["origins"])
 
-    @willump.feature(cache=CACHE_ROWS["plane"])
+    @willump.feature(cache=CACHE_ROWS["plane"], cache_key=["tailnum"])
     def plane(df):
         return store.lookup("plane", df["tailnum"])
 
-    @willump.feature(cache=CACHE_ROWS["weather"])
+    @willump.feature(cache=CACHE_ROWS["weather"], cache_key=["origin", "time_hour"])
     def weather(df):
         return store.lookup("weather", df["origin"] + "|" + df["time_hour"])
 
-    @willump.feature(cache=CACHE_ROWS["dest_airport"])
+    @willump.feature(cache=CACHE_ROWS["dest_airport"], cache_key=["dest"])
     def dest_airport(df):
         return store.lookup("dest_airport", df["dest"])
 
-    @willump.feature(cache=CACHE_ROWS["carrier_history"])
+    @willump.feature(cache=CACHE_ROWS["carrier_history"], cache_key=["carrier", "year", "month", "day"])
     def carrier_history(df):
         return store.lookup("carrier_history", df["carrier"] + "|" + date_keys(df))
 
-    @willump.feature(cache=CACHE_ROWS["route_stats"])
+    @willump.feature(cache=CACHE_ROWS["route_stats"], cache_key=["origin", "dest"])
     def route_stats(df):
         return store.lookup("route_stats", df["origin"] + "|" + df["dest"])
 

@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -134,14 +134,18 @@ class FeatureGroup:
     """
 
     def __init__(self, fn: Callable[..., Any], name: str | None = None, cache: int | None = None,
-                 cache_ttl: float | None = None, tolerance: tuple[float, float] | None = None):
+                 cache_ttl: float | None = None, tolerance: tuple[float, float] | None = None,
+                 cache_key: Sequence[Any] | None = None):
         if not callable(fn):
             raise TypeError(f"@willump.feature needs a function, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = name or getattr(fn, "__name__", type(fn).__name__)
-        if cache is None and cache_ttl is not None:
-            raise ValueError("cache_ttl needs cache= (the number of rows to keep)")
+        if cache is None and (cache_ttl is not None or cache_key is not None):
+            raise ValueError("cache_ttl and cache_key need cache= (the number of rows to keep)")
+        if cache_key is not None and (isinstance(cache_key, (str, bytes)) or not len(cache_key)):
+            raise ValueError(f"cache_key must be a non-empty list of input columns, got {cache_key!r}")
+        self.cache_key = None if cache_key is None else list(cache_key)
         self.cache = None if cache is None else RowCache(cache, cache_ttl)
         if tolerance is not None and not (len(tolerance) == 2 and all(t >= 0 for t in tolerance)):
             raise ValueError(f"tolerance must be (rtol, atol), both >= 0; got {tolerance!r}")
@@ -165,6 +169,8 @@ class FeatureGroup:
         if hit is not None and not (run.stack and isinstance(hit[1], Skipped)):
             key, out = hit
             run.note_dependency(key)
+            if run.stack and isinstance(out, Pending):  # inside a group: wait for the other thread
+                out = out.result()
             return out
         if hit is not None:  # skipped at the top level, but a computed group needs it now
             key = hit[0]
@@ -188,12 +194,15 @@ class FeatureGroup:
                 run.parents[key].add(owner)
         run.note_dependency(key)
         if dispatch:
-            context = contextvars.copy_context()
-            pending = Pending(key, pool(run.workers).submit(
-                context.run, self._compute, run, key, fingerprint, args, kwargs))
+            # the stand-in is in the memo before its work starts: a worker's result (stored by
+            # _compute) can never be overwritten by it, and a nested call that finds it waits
+            pending = Pending(key)
             run.pending.append(pending)
             run.memo[fingerprint] = (key, pending)
             run.output_owner[id(pending)] = key
+            context = contextvars.copy_context()
+            pool(run.workers).submit(context.run, pending.run, self._compute, run, key, fingerprint,
+                                     args, kwargs)
             return pending
         return self._compute(run, key, fingerprint, args, kwargs)
 
@@ -220,7 +229,9 @@ class FeatureGroup:
                 or args[0] is not run.rows or key not in getattr(graph, "cacheable", ())):
             return self.fn(*args, **kwargs)
         rows = args[0]
-        keys = row_keys(rows, graph.columns[key])
+        generation = self.cache.generation
+        columns = self.cache_key if self.cache_key is not None else list(rows.columns)
+        keys = row_keys(rows, columns)
         hit, hit_rows = self.cache.lookup(keys)
         if hit.all():
             self.cache.record(len(keys), 0)
@@ -233,7 +244,8 @@ class FeatureGroup:
         computed = to_block(self.fn(take(rows, distinct)), len(distinct), key)
         if not isinstance(computed, np.ndarray):  # capture saw dense output; be safe anyway
             return self.fn(*args, **kwargs)
-        self.cache.store(list(first), computed)
+        computed = computed.astype(np.float64, copy=False)  # one dtype whatever the batch gave
+        self.cache.store(list(first), computed, generation)
         self.cache.record(len(keys), len(distinct))
         if len(distinct) == len(keys):
             return computed
@@ -273,16 +285,19 @@ class FeatureGroup:
 
 def feature(fn: Callable[..., Any] | None = None, *, name: str | None = None,
             cache: int | None = None, cache_ttl: float | None = None,
+            cache_key: Sequence[Any] | None = None,
             tolerance: tuple[float, float] | None = None) -> Any:
     """Mark a function as a feature group: rows -> 2-D array, sparse matrix or DataFrame.
 
     Usable bare (``@willump.feature``) or with options (``@willump.feature(name="w")``).
-    ``cache=N`` keeps up to N output rows keyed by the input columns the group reads (for
-    lookup-style groups; see ``willump._rowcache``), ``cache_ttl`` seconds each at most.
+    ``cache=N`` keeps up to N output rows of a lookup-style group (see ``willump._rowcache``),
+    keyed by the row's values in ``cache_key`` (default: every input column; name the lookup's
+    key columns, which must hold everything the output depends on), ``cache_ttl`` seconds each
+    at most.
     ``tolerance=(rtol, atol)``: how much the group's values may differ between runs (or with
     the batch they run in) and still count as equal in capture's checks (float32 work).
     """
-    options = dict(name=name, cache=cache, cache_ttl=cache_ttl, tolerance=tolerance)
+    options = dict(name=name, cache=cache, cache_ttl=cache_ttl, cache_key=cache_key, tolerance=tolerance)
     if fn is None:
         return lambda f: FeatureGroup(f, **options)
     return FeatureGroup(fn, **options)
@@ -424,7 +439,7 @@ class Pipeline:
                 outputs = resolved(outputs)
         finally:
             for pending in run.pending:  # no work outlives the run, whatever the body did
-                pending.future.exception()
+                pending.wait()
             total = time.perf_counter() - start
             _ACTIVE_RUN.reset(token)
         for pending in run.pending:

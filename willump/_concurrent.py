@@ -44,12 +44,23 @@ class Pending:
 
     __slots__ = ("future", "node")
 
-    def __init__(self, node: str, future: Future):
+    def __init__(self, node: str):
         object.__setattr__(self, "node", node)
-        object.__setattr__(self, "future", future)
+        object.__setattr__(self, "future", Future())
+
+    def run(self, fn: Any, *args: Any) -> None:
+        """Compute in the worker thread and hand the outcome to whoever waits."""
+        try:
+            self.future.set_result(fn(*args))
+        except BaseException as exc:  # the run re-raises it where it waits
+            self.future.set_exception(exc)
 
     def result(self) -> Any:
         return self.future.result()
+
+    def wait(self) -> None:
+        """Block until the work finished, whatever its outcome."""
+        self.future.exception()
 
     def _fail(self, *_: Any, **__: Any) -> Any:
         raise ConcurrentUseError(self.node)

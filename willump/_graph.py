@@ -267,14 +267,21 @@ def _check_concurrent(pipeline, graph: Graph, sample, blocks, deterministic: set
 
 
 def _check_cacheable(pipeline, graph: Graph, sample, blocks, deterministic: set[str], functions) -> list[str]:
-    """Groups declared with a row cache that may use it, checked by serving the sample from
-    a cold and then a warm cache."""
+    """Groups declared with a row cache that may use it: dense, deterministic, with every input
+    column they were seen to read in their key, and serving the sample from a cold and then a
+    warm cache with the values computed without it."""
     declared = [g for g in graph.groups if getattr(functions.get(g), "cache", None) is not None]
     ok = []
     for g in declared:
         if g not in deterministic or graph.sparse[g] or list(graph.columns.get(g, [])) == ["<input>"]:
             graph.notes.append(f"group '{g}' declares a row cache but is not a dense, deterministic "
                                "group of input columns: it is not cached")
+            continue
+        key = functions[g].cache_key
+        unkeyed = sorted(set(graph.columns.get(g, [])) - {str(c) for c in key}) if key is not None else []
+        if unkeyed:
+            graph.notes.append(f"group '{g}' reads column(s) {unkeyed} that are not in its cache_key "
+                               f"{key}: it is not cached")
             continue
         ok.append(g)
     if not ok:
@@ -286,6 +293,9 @@ def _check_cacheable(pipeline, graph: Graph, sample, blocks, deterministic: set[
         for part in (half, sample, sample):  # cold, partly warm, warm
             result, _ = pipeline.compute(part, ok, cache=True)
         same = [g for g in ok if _close(result[g], blocks[g], graph.tolerance_of(g))]
+    except Exception as exc:  # e.g. a cache_key naming no column, unhashable cells
+        graph.notes.append(f"row caches are off: serving the sample through them failed ({exc})")
+        return []
     finally:
         for g in ok:
             functions[g].cache.clear()

@@ -1,8 +1,10 @@
 """A bounded cache of feature rows for lookup-style groups (Willump cached remote lookups).
 
 A group declared with ``@willump.feature(cache=N)`` whose output row depends on its input row
-alone (checked at capture: row-wise and deterministic) keeps up to N rows, keyed by the values
-of the input columns it reads, least recently used first out. A batch then pays the group's
+alone (checked at capture: row-wise and deterministic) keeps up to N rows, least recently used
+first out, keyed by the row's values in ``cache_key`` (the lookup's key columns, which the
+user names) or, by default, in every input column: a column missing from the key could make two
+rows share a cached value they should not (a value absent from every sample capture sees). A batch then pays the group's
 work only for the keys it has not seen (each distinct key once); a one-row call that hits pays
 nothing. ``cache_ttl`` bounds how long a row is trusted (a store that changes); refitting the
 pipeline's feature state clears every cache. Only the optimized pipeline's serving path uses
@@ -37,6 +39,8 @@ class RowCache:
 
     def clear(self) -> None:
         with self._lock:
+            #: bumped by every clear: rows computed before it are not stored after it
+            self.generation = getattr(self, "generation", 0) + 1
             self._slot: dict[Hashable, int] = {}
             self._keys: list[Hashable] = []
             self._values: np.ndarray | None = None
@@ -67,13 +71,16 @@ class RowCache:
             self.hits += served - computed
             self.misses += computed
 
-    def store(self, keys: Sequence[Hashable], rows: np.ndarray) -> None:
-        """Keep ``rows`` (one per distinct key), evicting the least recently used."""
+    def store(self, keys: Sequence[Hashable], rows: np.ndarray, generation: int | None = None) -> None:
+        """Keep ``rows`` (one per distinct key), evicting the least recently used; rows
+        computed under an older ``generation`` (the state was refitted since) are dropped."""
         rows = rows[-self.size:]
         keys = list(keys)[-self.size:]
         with self._lock:
+            if generation is not None and generation != self.generation:
+                return
             if self._values is None or self._values.shape[1] != rows.shape[1]:
-                self._values = np.empty((self.size, rows.shape[1]), dtype=rows.dtype)
+                self._values = np.empty((self.size, rows.shape[1]), dtype=np.float64)
                 self._used = np.zeros(self.size, dtype=np.int64)
                 self._born = np.zeros(self.size)
                 self._slot, self._keys = {}, []
@@ -107,8 +114,24 @@ class RowCache:
         self.__init__(state["size"], state.get("ttl"))
 
 
-def row_keys(frame: Any, columns: Sequence[str]) -> list[Hashable]:
-    """One hashable key per row: the values of ``columns`` (all rows alike when none)."""
-    if not columns:
+class _Missing:
+    """The key of a missing value (NaN, None): equal to itself, unlike NaN."""
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+MISSING = _Missing()
+
+
+def row_keys(frame: Any, columns: Sequence[Any]) -> list[Hashable]:
+    """One hashable key per row: the values of ``columns``, missing values as MISSING."""
+    if not len(columns):
         return [()] * len(frame)
-    return list(zip(*(frame[c].tolist() for c in columns), strict=True))
+    values = []
+    for c in columns:
+        column = frame[c]
+        if column.isna().any():
+            column = column.astype(object).where(column.notna(), MISSING)
+        values.append(column.tolist())
+    return list(zip(*values, strict=True))

@@ -96,7 +96,7 @@ def test_capture_finds_whether_the_body_allows_concurrency():
 def _counting_pipeline(cache: int = 1000, ttl: float | None = None):
     seen = {"rows": 0, "calls": 0}
 
-    @willump.feature(cache=cache, cache_ttl=ttl)
+    @willump.feature(cache=cache, cache_ttl=ttl, cache_key=["key"])
     def lookup(df):
         seen["rows"] += len(df)
         seen["calls"] += 1
@@ -145,6 +145,10 @@ def test_row_cache_is_bounded_expires_and_clears_on_refit():
     hit, rows = cache.lookup([(1,), (2,), (3,)])
     assert len(cache) == 2 and hit.tolist() == [True, False, True]
     np.testing.assert_array_equal(rows, [[1, 0], [1, 1]])
+    before = cache.generation
+    cache.clear()  # a refit while a row was being computed from the old state
+    cache.store([(9,)], np.ones((1, 2)), generation=before)
+    assert len(cache) == 0  # the stale row is not kept
     keyed, seen = _counting_pipeline(ttl=1e-9)  # every row expires at once
     keyed.capture(_keyed_rows(np.arange(40)))
     keyed.compute(_keyed_rows([1, 2]), ["lookup"], cache=True)
@@ -160,7 +164,7 @@ def test_row_cache_is_bounded_expires_and_clears_on_refit():
     assert seen["rows"] == 2
     with pytest.raises(ValueError, match="cache must be a positive"):
         willump.feature(cache=0)(lambda df: df)
-    with pytest.raises(ValueError, match="cache_ttl needs cache="):
+    with pytest.raises(ValueError, match="cache_ttl and cache_key need cache="):
         willump.feature(cache_ttl=5.0)(lambda df: df)
 
 
@@ -197,7 +201,7 @@ def test_optimize_keeps_the_cache_only_when_it_measures_faster():
 
     calls = {"n": 0}
 
-    @willump.feature(cache=1000)
+    @willump.feature(cache=1000, cache_key=["key"])
     def remote(df):
         calls["n"] += 1
         time.sleep(0.005)
@@ -220,3 +224,91 @@ def test_optimize_keeps_the_cache_only_when_it_measures_faster():
     report = opt.report()
     assert opt.use_cache and report.cached_groups == ["remote"]
     assert report.workers_gain is not None and report.workers_gain > 2
+
+
+def test_a_helper_shared_by_the_body_and_a_group_is_safe_with_threads():
+    """The body calls clean(df) and so does a group, in another thread: the group must get the
+    value (waiting for it), never the stand-in; 30 runs, each would fail on the old race."""
+    import time
+
+    @willump.feature
+    def clean(df):
+        time.sleep(0.002)
+        return df[["a"]].to_numpy() * 2
+
+    @willump.feature
+    def uses_clean(df):
+        return clean(df) + 1
+
+    @willump.feature
+    def scaled(c):
+        return c * 3
+
+    @willump.pipeline
+    def shared_helper(df):
+        c = clean(df)
+        return [uses_clean(df), scaled(c)]
+
+    rows = make_rows(60, seed=9)[0]
+    assert shared_helper.capture(rows).concurrent
+    for _ in range(30):
+        out = shared_helper.execute(rows, workers=4).outputs
+        np.testing.assert_array_equal(out[0], rows[["a"]].to_numpy() * 2 + 1)
+        np.testing.assert_array_equal(out[1], rows[["a"]].to_numpy() * 6)
+
+
+def test_cache_keys_hold_every_column_the_output_may_depend_on():
+    """Found by review: a column read only for values absent from capture's sample (a route
+    to HNL) was left out of the key, and JFK->HNL was served JFK->BOS's cached value."""
+    @willump.feature(cache=100)
+    def route(df):
+        base = df["origin"].map({"JFK": 1.0, "LGA": 2.0}).to_numpy()
+        return (base + 10.0 * (df["dest"] == "HNL").to_numpy())[:, None]
+
+    @willump.feature(cache=100, cache_key=["origin"])  # a key the group outgrows: refused
+    def route_narrow(df):
+        return (df["origin"].map({"JFK": 1.0, "LGA": 2.0}).to_numpy() + (df["dest"] == "ORD").to_numpy())[:, None]
+
+    @willump.feature
+    def other(df):
+        return df[["x"]].to_numpy()
+
+    @willump.pipeline
+    def routes(df):
+        return [route(df), route_narrow(df), other(df)]
+
+    rng = np.random.default_rng(0)
+    sample = pd.DataFrame({"origin": rng.choice(["JFK", "LGA"], 200), "dest": rng.choice(["BOS", "ORD"], 200),
+                           "x": rng.normal(size=200)})
+    graph = routes.capture(sample)
+    assert graph.cacheable == ["route"]
+    assert any("not in its cache_key" in note for note in graph.notes)
+    routes.compute(pd.DataFrame({"origin": ["JFK"], "dest": ["BOS"], "x": [0.0]}), ["route"], cache=True)
+    hnl, _ = routes.compute(pd.DataFrame({"origin": ["JFK"], "dest": ["HNL"], "x": [0.0]}), ["route"], cache=True)
+    assert hnl["route"].ravel().tolist() == [11.0]
+
+
+def test_cache_keys_with_missing_values_and_integer_column_labels():
+    calls = {"rows": 0}
+
+    @willump.feature(cache=100)
+    def doubled(df):
+        calls["rows"] += len(df)
+        return df[[0]].fillna(-1).to_numpy() * 2
+
+    @willump.feature
+    def plain(df):
+        return df[[1]].to_numpy()
+
+    @willump.pipeline
+    def numbered(df):
+        return [doubled(df), plain(df)]
+
+    frame = pd.DataFrame({0: [1.0, np.nan, 3.0, np.nan], 1: [0.0, 1.0, 2.0, 3.0]})
+    assert numbered.capture(frame).cacheable == ["doubled"]
+    calls["rows"] = 0
+    blocks, _ = numbered.compute(frame, ["doubled"], cache=True)
+    assert calls["rows"] == 4  # keys are whole rows here: (NaN, 1.0) and (NaN, 3.0) differ
+    numbered.compute(frame, ["doubled"], cache=True)
+    assert calls["rows"] == 4  # NaN keys hit like any other value
+    np.testing.assert_array_equal(blocks["doubled"].ravel(), [2.0, -2.0, 6.0, -2.0])
