@@ -49,7 +49,7 @@ MIN_WORKERS_GAIN = 1.05
 
 
 def choose_serving(opt: Any, rows: Any, cost_mode: str, rng: np.random.Generator,
-                   repeats: int = VERIFY_REPEATS) -> tuple[int, bool, float]:
+                   repeats: int = VERIFY_REPEATS, timer: Any = time.perf_counter) -> tuple[int, bool, float]:
     """How the optimized pipeline serves: one thread or one per top-level group (at most
     MAX_AUTO_WORKERS), with or without the declared row caches. Each option is timed on
     held-out rows, interleaved, every round starting with cold caches; the fastest is kept
@@ -75,10 +75,10 @@ def choose_serving(opt: Any, rows: Any, cost_mode: str, rng: np.random.Generator
         for workers, cache in options:
             opt.workers, opt.use_cache = workers, cache
             clear_row_caches()
-            start = time.perf_counter()
+            start = timer()
             for call in calls:
                 opt.predict_proba(call)
-            times[(workers, cache)].append(time.perf_counter() - start)
+            times[(workers, cache)].append(timer() - start)
     median = {o: float(np.median(t[1:])) for o, t in times.items()}
     best = min(median, key=median.get)
     gain = median[(1, False)] / median[best]

@@ -16,7 +16,8 @@ precision)) >= quantile``. Because the cheap score rises with the full score, a 
 ``q' > q`` (up to ``f``) loses rows at least as often, so its (better-supported) count may stand
 in for the thin tail's. No ratio qualifies (every row is scored exactly) when even that cannot
 support the target: k=10 of a 100,000-row pool asks about the top 0.01%, which a few thousand
-held-out rows cannot show, so such queries are exact.
+held-out rows cannot show, so such queries are exact. A ratio is never approved where the
+held-out rows of the query's own tail already miss the precision target.
 
 The held-out ranks are stored at optimize time; a query counts and evaluates the beta-binomial
 (about a millisecond), so no request pays calibration and nothing is written.
@@ -40,6 +41,15 @@ WIDER_TAILS = 8
 MAX_TAIL_SHARE = 0.5
 #: Jeffreys' prior on a tail's loss rate
 PRIOR = 0.5
+#: a wider tail stands in for the query's thin tail only when its loss rate reaches the thin
+#: tail's upper limit at this confidence (a thin tail that lost nothing by chance cannot vouch
+#: for wider ones that lose little)
+STANDIN_CONFIDENCE = 0.5
+
+
+def _upper(k: int, n: int, confidence: float) -> float:
+    """Exact (Clopper-Pearson) upper limit of a binomial rate k / n."""
+    return 1.0 if k >= n else float(stats.beta.ppf(confidence, k + 1, n - k))
 
 
 @dataclass
@@ -70,13 +80,19 @@ class RatioTable:
         allowed = math.floor(k * (1.0 - precision) + 1e-9)
         n_tail = max(1, math.floor(q * held + 1e-9))
         kept = math.ceil(ratio * q * held - 1e-9)
-        # the tail itself and wider ones up to the kept share: each loses rows at least as
-        # often as the tail, so each one's prediction is a conservative stand-in
         widest = min(max(n_tail, kept), held)
         n = np.unique(np.geomspace(n_tail, widest, WIDER_TAILS).astype(np.int64))
         lost = np.cumsum(self.by_full[:widest] >= kept)[n - 1]
-        predicted = float(np.max(stats.betabinom.cdf(allowed, k, lost + PRIOR, n - lost + PRIOR)))
-        return predicted, float(1.0 - lost[0] / n[0])
+        own_precision = float(1.0 - lost[0] / n[0])
+        if own_precision < precision:
+            return 0.0, own_precision  # the held-out rows of the tail itself miss the target
+        # a wider tail stands in for the thin one only where it loses rows at least as often
+        # (the monotone case, checked rather than assumed: a filter that misranks the very top
+        # rows makes the thin tail worse than any wider one, and then only its own count speaks)
+        usable = lost / n >= _upper(int(lost[0]), int(n[0]), STANDIN_CONFIDENCE)
+        usable[0] = True  # the tail itself always speaks
+        chances = stats.betabinom.cdf(allowed, k, lost[usable] + PRIOR, n[usable] - lost[usable] + PRIOR)
+        return float(np.max(chances)), own_precision
 
 
 def build_ratio_table(cheap: np.ndarray, full: np.ndarray, *,
