@@ -83,6 +83,22 @@ def cpu_per_request(before: dict, after: dict, requests: int, app: str = "",
     return roles
 
 
+def other_processes(before: dict, after: dict, requests: int, ours: set[int] | None, top: int = 8) -> dict[str, float]:
+    """CPU ms per request of this Ray's own processes (not replicas, front or load generator),
+    by process title: where ``other`` goes."""
+    out: dict[str, float] = {}
+    for pid, (title, seconds) in after.items():
+        if pid not in before or requests <= 0 or pid == os.getpid() or (ours is not None and pid not in ours):
+            continue
+        if "ServeReplica:" in title or "haproxy" in title or "ProxyActor" in title:
+            continue
+        used = seconds - before[pid][1]
+        if used > 0:
+            name = title.split()[0].rsplit("/", 1)[-1][:40]
+            out[name] = out.get(name, 0.0) + 1000.0 * used / requests
+    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:top])
+
+
 def predict(plan: Any, *, clients: int, client_ms: float, seed: int = 0) -> dict[str, Any]:
     """What the plan's simulation says the closed loop will measure."""
     from serving.simulate import simulate
@@ -157,7 +173,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             phase = asyncio.run(closed_loop(url, bodies, args.rows_per_request, clients=args.clients,
                                             duration=args.duration, max_requests=args.max_requests))
             ours = session_processes(session) if session else None
-            phase["cpu_ms_per_request"] = cpu_per_request(before, process_cpu(), phase["requests"], name, ours)
+            after = process_cpu()
+            phase["cpu_ms_per_request"] = cpu_per_request(before, after, phase["requests"], name, ours)
+            phase["other_cpu_ms_per_request"] = other_processes(before, after, phase["requests"], ours)
             phase["measured_rows_per_s"], phase["measured_p99_ms"] = phase["rows_per_s"], phase["p99_ms"]
             phase.update(predict(app.plan, clients=args.clients, client_ms=app.plan.costs.client_ms,
                                  seed=args.seed))

@@ -8,9 +8,11 @@ process's CPU from /proc before and after each phase:
 
 1. idle: this Ray's processes at rest (``background_cores``);
 2. ``GET /healthz``: the ingress's HTTP handling and the front per request;
-3. ``POST /predict`` with 1 and with 256 rows (8 numeric columns), one stage call each
-   (the ingress's batching off): the caller's and the callee's side of a hop, fixed and per
-   KB, once the route's own parsing and answer (timed here, in-process) are taken out;
+3. ``POST /predict`` with 1 row from one client (one request per stage call), with 1 row
+   and with 256 rows (8 numeric columns) from several clients (the ingress merges waiting
+   requests into calls; the stand-in counts the calls): the caller's and the callee's side
+   of a hop per call, per request it carries and per KB, once the route's own parsing and
+   answer (timed here, in-process) are taken out;
 4. the rest of this Ray's processes (raylet, GCS, controller, metrics agents) per request,
    ``other_ms``, and this process's own client CPU per request, ``client_ms``.
 
@@ -46,7 +48,11 @@ COLUMNS = [f"x{i}" for i in range(8)]
 
 
 class EchoRunner:
-    """Stands in for a stage's models: answers every row at level 0, computes nothing."""
+    """Stands in for a stage's models: answers every row at level 0, computes nothing, and
+    counts the calls it got (the ingress merges requests into calls)."""
+
+    def __init__(self):
+        self.calls = 0
 
     def run(self, rows: pd.DataFrame, blocks: Any = None) -> dict[str, Any]:
         n = len(rows)
@@ -54,6 +60,7 @@ class EchoRunner:
                 "unsure": np.zeros(0, dtype=np.int64), "blocks": None, "seconds": 0.0}
 
     def run_many(self, items: list) -> list[dict[str, Any]]:
+        self.calls += len(items)
         return [self.run(rows, blocks) for rows, blocks in items]
 
 
@@ -102,7 +109,7 @@ def _info(name: str) -> dict[str, Any]:
     return {"name": name, "model_version": "calibration", "classes": [0, 1], "levels": [["x"]],
             "stages": ["model"], "first_stage_last_level": 0, "schema": _schema().to_dict(), "report": {},
             "plan": {}, "layout": "staged", "monitor": None, "max_body_bytes": 4 << 20, "max_rows": 10_000,
-            "batching": False, "deadline_s": 30.0, "degrade": False, "api_key_sha256": None,
+            "batching": True, "deadline_s": 30.0, "degrade": False, "api_key_sha256": None,
             "max_in_flight": MIN_IN_FLIGHT * 8}
 
 
@@ -162,6 +169,7 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         "client": lambda pid, title: pid == me,
     }
     small, large = _body(1), _body(LARGE_ROWS)
+    handle = serve.get_deployment_handle(f"{app_name}-model", app_name)
     try:
         asyncio.run(_load(url + "/predict", small, 0.5, CLIENTS))  # warm-up
         time.sleep(SETTLE_S)
@@ -169,38 +177,58 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         time.sleep(phase_s / 2)
         background = group_cpu(before, process_cpu(), groups, rest=ours())["rest"] / (time.perf_counter() - t0)
         phases = {}
-        for key, path, body in (("health", "/healthz", None), ("small", "/predict", small),
-                                ("large", "/predict", large)):
+        for key, path, body, clients in (("health", "/healthz", None, CLIENTS), ("one", "/predict", small, 1),
+                                         ("small", "/predict", small, CLIENTS),
+                                         ("large", "/predict", large, CLIENTS)):
+            calls0 = handle.info.remote().result()["calls"]
             before, t0 = process_cpu(), time.perf_counter()
-            n = asyncio.run(_load(url + path, body, phase_s, CLIENTS))
+            n = asyncio.run(_load(url + path, body, phase_s, clients))
             cpu = group_cpu(before, process_cpu(), groups, rest=ours())
             cpu["rest"] = max(0.0, cpu["rest"] - background * (time.perf_counter() - t0))
             phases[key] = {k: 1000.0 * v / max(n, 1) for k, v in cpu.items()}
+            phases[key]["per_call"] = max(n, 1) / max(handle.info.remote().result()["calls"] - calls0, 1)
     finally:
         serve.delete(app_name)
-    h, s, lg = phases["health"], phases["small"], phases["large"]
-    kb_small, kb_large = _call_kb(1), _call_kb(LARGE_ROWS)
+    h = phases["health"]
+    kb = {"one": _call_kb(1), "small": _call_kb(1), "large": _call_kb(LARGE_ROWS)}
+    rows = {"one": 1, "small": 1, "large": LARGE_ROWS}
+    keys = ("one", "small", "large")
+    # per request: fixed + per_call / (requests per call) + per_kb * (KB per request)
+    design = np.array([[1.0, 1.0 / phases[k]["per_call"], kb[k]] for k in keys])
+    caller = _solve(design, [phases[k]["ingress"] - h["ingress"] - _route_ms(rows[k]) for k in keys])
+    callee = _solve(design, [phases[k]["stage"] for k in keys])
     body_kb = (len(large) - len(small)) / 1024
-    caller_small = max(0.0, s["ingress"] - h["ingress"] - _route_ms(1))
-    caller_large = max(0.0, lg["ingress"] - h["ingress"] - _route_ms(LARGE_ROWS))
     return HostCosts(
         http_ms=h["ingress"],
         # the body's HTTP handling and the call's bytes grow together here: both go to the hop
         http_ms_per_kb=0.0,
         front_ms=h["front"],
-        front_ms_per_kb=max(0.0, (lg["front"] - s["front"]) / body_kb),
-        hop_caller_ms=caller_small,
-        hop_caller_ms_per_kb=max(0.0, (caller_large - caller_small) / (kb_large - kb_small)),
-        hop_callee_ms=s["stage"],
-        hop_callee_ms_per_kb=max(0.0, (lg["stage"] - s["stage"]) / (kb_large - kb_small)),
+        front_ms_per_kb=max(0.0, (phases["large"]["front"] - phases["small"]["front"]) / body_kb),
+        hop_caller_request_ms=caller[0], hop_caller_ms=caller[1], hop_caller_ms_per_kb=caller[2],
+        hop_callee_request_ms=callee[0], hop_callee_ms=callee[1], hop_callee_ms_per_kb=callee[2],
         other_ms=float(np.median([p["rest"] for p in phases.values()])),
         background_cores={host: background},
         cores=dict(cores),
         client_ms=float(np.median([p["client"] for p in phases.values()])),
         front=front, transport=transport, measured=True,
         measured_at=time.strftime("%Y-%m-%d %H:%M:%S"),
-        notes=[],
+        notes=[f"calibration: requests per stage call {phases['small']['per_call']:.2f} (1-row, "
+               f"{CLIENTS} clients), {phases['large']['per_call']:.2f} (256 rows)"],
     )
+
+
+def _solve(design: np.ndarray, observed: list[float]) -> list[float]:
+    """Non-negative (per request, per call, per KB) costs fitting the phases; when the phases
+    cannot tell per-call from per-request costs apart (no merging happened), all of the fixed
+    cost is counted per request (never undercounted when requests are merged)."""
+    from scipy.optimize import nnls
+
+    y = np.asarray(observed, dtype=float)
+    if np.ptp(design[:, 1]) < 0.15:  # requests per call hardly varied
+        solution, _ = nnls(design[:, [0, 2]], y)
+        return [float(solution[0]), 0.0, float(solution[1])]
+    solution, _ = nnls(design, y)
+    return [float(v) for v in solution]
 
 
 def probe_name() -> str:

@@ -95,6 +95,8 @@ def demand(profiles: list[StageProfile], batches: dict[str, int], ingress: Ingre
         n_calls = reach(p, r) / max(requests_per_call, 1.0)
         kb = call_kb(profiles, i, rows / max(reach(p, r), 1e-12), ingress) * max(requests_per_call, 1.0)
         caller, callee = costs.hop_ms(kb)
+        caller += costs.hop_caller_request_ms * max(requests_per_call, 1.0)
+        callee += costs.hop_callee_request_ms * max(requests_per_call, 1.0)
         ingress_ms += n_calls * caller
         calls[p.name], kbs[p.name] = n_calls, kb
         if p.device == "gpu":

@@ -36,8 +36,8 @@ class HostCosts:
     #: the HTTP front (HAProxy or Serve's proxy actor) per request, and per KB of body+answer
     front_ms: float
     front_ms_per_kb: float
-    #: one stage call (a hop): the caller's side and the callee's side, fixed and per KB of
-    #: arguments plus results
+    #: one stage call (a hop): the caller's side and the callee's side, per call, per KB of
+    #: arguments plus results, and per request the call carries (the ingress merges requests)
     hop_caller_ms: float
     hop_caller_ms_per_kb: float
     hop_callee_ms: float
@@ -50,6 +50,8 @@ class HostCosts:
     cores: dict[str, float] = field(default_factory=dict)
     #: an aiohttp load generator's CPU per request (serving.bench charges it to its host)
     client_ms: float = 0.0
+    hop_caller_request_ms: float = 0.0
+    hop_callee_request_ms: float = 0.0
     front: str = "haproxy"
     transport: str = "grpc"
     measured: bool = False

@@ -121,7 +121,7 @@ def build_app(spec: dict[str, Any], opt: OptimizedPipeline | None = None) -> Any
                 "max_replicas": max(int(spec.get("max_replicas") or sp.replicas), sp.replicas, 1),
                 "target_ongoing_requests": AUTOSCALE_TARGET_ONGOING,
                 "upscale_delay_s": 0.0, "downscale_delay_s": idle, "downscale_to_zero_delay_s": idle,
-                "metrics_interval_s": 0.5, "look_back_period_s": 2.0,
+                "look_back_period_s": 2.0,  # how often load is reported: serving.proxy.AUTOSCALING_PUSH_S
             }
         else:
             options["num_replicas"] = sp.replicas

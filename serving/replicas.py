@@ -106,7 +106,7 @@ class ModelStage:
 
         return {"replica": self.replica, "notes": self.notes, "batching": self.batching,
                 "max_batch_size": self.max_batch_size, "node_id": ray.get_runtime_context().get_node_id(),
-                "code": _code_location()}
+                "code": _code_location(), "calls": getattr(self.runner, "calls", None)}
 
 
 def coerce(value: str) -> Any:

@@ -306,6 +306,8 @@ class _Simulation:
             self.eng.work(ing, cpu, lambda: self._wait(wall - cpu, back))
             return
         caller, callee = self.costs.hop_ms(costmodel.call_kb(self.profiles, k, rows, self.ingress))
+        caller += self.costs.hop_caller_request_ms * len(items)
+        callee += self.costs.hop_callee_request_ms * len(items)
         replicas = self.replicas[k]
         if len(replicas) > 2:
             a, b = self.rng.choice(len(replicas), 2, replace=False)

@@ -41,13 +41,14 @@ def _load(app, batches, expected, stop, results):
             r = session.post(app.url + "/predict", json={"rows": batches[j]}, timeout=60)
             ok = r.status_code == 200
             correct = ok and np.allclose(np.array(r.json()["probabilities"]), expected[j], atol=1e-9)
-            results.append((time.perf_counter(), r.status_code, correct, time.perf_counter() - start))
-        except requests.RequestException:
-            results.append((time.perf_counter(), -1, False, time.perf_counter() - start))
+            results.append((time.perf_counter(), r.status_code, correct, time.perf_counter() - start,
+                            "" if ok else r.text[:120]))
+        except requests.RequestException as exc:
+            results.append((time.perf_counter(), -1, False, time.perf_counter() - start, type(exc).__name__))
 
 
 def _rate(results, t0, t1):
-    return sum(1 for t, status, _, _ in results if t0 <= t < t1 and status == 200) / (t1 - t0)
+    return sum(1 for t, status, *_ in results if t0 <= t < t1 and status == 200) / (t1 - t0)
 
 
 def _replica_actors(app_name: str, deployment: str):
@@ -109,8 +110,11 @@ def test_killed_replica_loses_no_successful_request(app, synth_opt, request_rows
     starts = np.arange(t_healthy, t_healthy + OBSERVE_AFTER_S - WINDOW_S + 1e-9, 1.0)
     after = max(_rate(results, s, s + WINDOW_S) for s in starts)
     assert after >= RECOVERED_SHARE * before, (before, after)
+    text = requests.get(app.url + "/metrics", timeout=30).text
+    retries = sum(float(line.split()[-1]) for line in text.splitlines()
+                  if line.startswith("willump_stage_retries_total"))
     print(f"kill test: {len(successes)} ok, {len(failures)} failed (in flight on the killed ingress replica; "
-          f"statuses {sorted({r[1] for r in failures})}), "
+          f"{sorted({(r[1], r[4]) for r in failures})}), {retries:.0f} stage calls retried, "
           f"{before:.1f} req/s before, best {WINDOW_S:.0f}s window {after:.1f} req/s after recovery, "
           f"recovered in {t_healthy - t_kill:.1f}s")
 

@@ -40,7 +40,7 @@ def test_haproxy_environment_is_private_to_one_ray():
             os.environ["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"] = env["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"]
             release_proxy_files()
             assert not os.path.exists(env["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"])
-        del os.environ["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"]
+            assert "RAY_SERVE_HAPROXY_SERVER_STATE_BASE" not in os.environ  # nothing points at them
 
 
 def test_serve_proxy_environment_turns_haproxy_off():
