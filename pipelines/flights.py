@@ -328,6 +328,11 @@ def build(
     requests, labels, outcomes = requests_and_labels(tables["flights"])
     requests = pd.concat([requests, outcomes.add_prefix("outcome_")], axis=1)
     X, y = subsample(requests, labels, n_rows, seed=seed)
+    # A random split, although flights are time-ordered: the carrier-history lookup summarises
+    # outcomes of the previous days, which a live store is fed as they arrive; this static store
+    # holds training outcomes only, so the newest rows of an ordered split would see no history
+    # at all. split="ordered" (willump.optimize) is the right choice where features do not
+    # depend on a stream of outcomes.
     X_train, y_train, X_test, y_test = split(X, y, seed=seed)
     outcome_cols = [c for c in X.columns if c.startswith("outcome_")]
     outcomes_train = X_train[outcome_cols].rename(columns=lambda c: c.removeprefix("outcome_"))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -39,6 +40,8 @@ N_BOOTSTRAP_SELECT = 200
 MIN_DISAGREEMENTS = 50
 #: largest resamples x rows float64 block materialized at once
 BOOTSTRAP_CHUNK_ELEMENTS = 1 << 22
+#: resample counts kept in memory (uint8) up to this many bytes; beyond, chunks are redrawn
+RESAMPLES_STORED_BYTES = 1 << 28
 #: bound methods a caller may ask for
 BOUNDS = ("auto", "exact", "bootstrap")
 
@@ -56,25 +59,36 @@ class LossBound:
 
 # --- resamples ----------------------------------------------------------------------------
 class Resamples:
-    """Paired bootstrap resample counts, drawn once (seeded) and stored as uint8, handed out
-    as float64 chunks of at most ``chunk_elements``: no resamples x rows float64 matrix is
-    ever built, and every evaluation sees the same resamples (paired across plans)."""
+    """Paired bootstrap resample counts, seeded, handed out as float64 chunks of at most
+    ``chunk_elements``: no resamples x rows float64 matrix is ever built, and every evaluation
+    sees the same resamples (paired across plans). Counts are kept (as uint8) when they fit in
+    ``stored_bytes``; beyond that each chunk is drawn again from its own seed when asked for,
+    so memory stays bounded whatever the number of rows."""
 
     def __init__(self, n: int, count: int, rng: np.random.Generator,
-                 chunk_elements: int = BOOTSTRAP_CHUNK_ELEMENTS):
+                 chunk_elements: int = BOOTSTRAP_CHUNK_ELEMENTS, stored_bytes: int = RESAMPLES_STORED_BYTES):
         self.n = n
         self.count = count
         self.chunk = max(1, chunk_elements // max(n, 1))
-        self.counts = np.empty((count, n), dtype=np.uint8)
-        for start in range(0, count, self.chunk):
-            rows = min(self.chunk, count - start)
-            draws = rng.integers(0, n, size=(rows, n)) + (np.arange(rows) * n)[:, None]
-            counts = np.bincount(draws.ravel(), minlength=rows * n).reshape(rows, n)
-            self.counts[start:start + rows] = np.minimum(counts, 255)
+        starts = range(0, count, self.chunk)
+        self._seeds = [int(x) for x in rng.integers(0, 2**63 - 1, size=len(starts))]
+        self.counts = None
+        if count * n <= stored_bytes:
+            self.counts = np.vstack([self._draw(i) for i in range(len(self._seeds))]) if count else \
+                np.zeros((0, n), dtype=np.uint8)
+
+    def _draw(self, index: int) -> np.ndarray:
+        rows = min(self.chunk, self.count - index * self.chunk)
+        rng = np.random.default_rng(self._seeds[index])
+        draws = rng.integers(0, self.n, size=(rows, self.n)) + (np.arange(rows) * self.n)[:, None]
+        counts = np.bincount(draws.ravel(), minlength=rows * self.n).reshape(rows, self.n)
+        return np.minimum(counts, 255).astype(np.uint8)
 
     def chunks(self) -> Iterator[np.ndarray]:
-        for start in range(0, self.count, self.chunk):
-            yield self.counts[start:start + self.chunk].astype(np.float64)
+        for index in range(len(self._seeds)):
+            start = index * self.chunk
+            block = self.counts[start:start + self.chunk] if self.counts is not None else self._draw(index)
+            yield block.astype(np.float64)
 
 
 # --- exact bounds -------------------------------------------------------------------------
@@ -92,13 +106,19 @@ def cp_lower(k: int, n: int, alpha: float) -> float:
     return float(stats.beta.ppf(alpha, k, n - k + 1))
 
 
-def exact_paired_upper(worse: int, better: int, n: int, confidence: float) -> float:
-    """``d_hi * max(2 q_hi - 1, 0)``: exact, conservative bound on p+ - p-."""
+def exact_paired_upper(worse: Any, better: Any, n: int, confidence: float) -> Any:
+    """``d_hi * max(2 q_hi - 1, 0)``: exact, conservative bound on p+ - p- (elementwise over
+    arrays of counts)."""
     alpha = (1.0 - confidence) / 2.0
+    worse, better = np.asarray(worse, dtype=np.int64), np.asarray(better, dtype=np.int64)
     disagree = worse + better
-    d_hi = cp_upper(disagree, n, alpha)
-    q_hi = 1.0 if disagree == 0 else cp_upper(worse, disagree, alpha)
-    return d_hi * max(2.0 * q_hi - 1.0, 0.0)
+    inner = np.minimum(disagree, n - 1)
+    d_hi = np.where(disagree >= n, 1.0, stats.beta.ppf(1 - alpha, inner + 1, np.maximum(n - inner, 1)))
+    w = np.minimum(worse, np.maximum(disagree - 1, 0))
+    q_hi = np.where((disagree == 0) | (worse >= disagree), 1.0,
+                    stats.beta.ppf(1 - alpha, w + 1, np.maximum(disagree - w, 1)))
+    out = d_hi * np.maximum(2.0 * q_hi - 1.0, 0.0)
+    return float(out) if out.ndim == 0 else out
 
 
 def certifiable_floor(n: int, confidence: float) -> float:
@@ -120,25 +140,19 @@ def rowwise_bound(worse_max: int, better_min: int, ambiguous: int, n: int, point
     worse / better under the least favourable routing of the ``ambiguous`` rows (rows a
     served runtime may route either way); the bound is the largest over the outcomes
     those rows allow, so it holds for whichever routing serves."""
-    upper = max(exact_paired_upper(worse_max, better_min + extra, n, confidence)
-                for extra in _ambiguous_range(ambiguous))
+    upper = float(np.max(exact_paired_upper(worse_max, better_min + np.arange(ambiguous + 1), n, confidence)))
     detail = f"{worse_max} worse, {better_min} better of {n} rows"
     if ambiguous:
         detail += f" ({ambiguous} within the routing tolerance counted at their worst)"
     return LossBound(point, upper, "exact paired (Clopper-Pearson)", detail)
 
 
-def _ambiguous_range(ambiguous: int, limit: int = 200) -> list[int]:
-    if ambiguous <= limit:
-        return list(range(ambiguous + 1))
-    return sorted(set(np.linspace(0, ambiguous, limit).round().astype(int).tolist()))
-
-
 # --- sensitivity bounds (the bootstrap guard's exact fallback) -----------------------------
 def auc_sensitivity_bound(changed: int, labels: Labels, n_classes: int, confidence: float) -> float:
     """|AUC(full) - AUC(approx)| <= d / min class share, where d is the share of rows whose
     score changed: a changed positive moves at most 1/P of the pairs, a negative 1/N.
-    d's upper limit at alpha/2, each class share's lower limit at alpha/(2 * classes)."""
+    d's upper limit at alpha/2; the two lower limits of each class (its share and the rest's)
+    at alpha/(4 * classes) each, so the whole spends alpha = 1 - confidence."""
     alpha = (1.0 - confidence) / 2.0
     n = len(labels)
     d_hi = cp_upper(changed, n, alpha)
@@ -146,7 +160,7 @@ def auc_sensitivity_bound(changed: int, labels: Labels, n_classes: int, confiden
     shares = []
     for c in targets:
         k = int(np.sum(labels.index == c))
-        a = alpha / len(targets)
+        a = alpha / (2 * len(targets))
         shares.append(min(cp_lower(k, n, a), cp_lower(n - k, n, a)))
     share = min(shares)
     return math.inf if share <= 0 else min(1.0, d_hi / share)

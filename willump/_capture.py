@@ -375,6 +375,9 @@ class Pipeline:
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "pipeline")
         self.fit_fn = fit
+        #: bumped when feature state is refitted or the graph recaptured: an optimized pipeline
+        #: built on one version refuses to serve another (its certificate was for that one)
+        self.state_version = 0
         self.graph_: Graph | None = None
         self.code_modules: set[str] = set()  # modules defining its feature code (for artifacts)
 
@@ -410,6 +413,7 @@ class Pipeline:
         cleared: rows computed from the old state must not be served."""
         clear_row_caches()
         if self.fit_fn is not None:
+            self.state_version = getattr(self, "state_version", 0) + 1
             self.fit_fn(X, y)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -462,7 +466,10 @@ class Pipeline:
         """Learn the graph from a sample of rows; validates every group's output."""
         from ._graph import capture_graph
 
+        previous = self.graph_
         self.graph_ = capture_graph(self, sample)
+        if previous is not None and _shape(previous) != _shape(self.graph_):
+            self.state_version = getattr(self, "state_version", 0) + 1  # nodes mean other things now
         return self.graph_
 
     def graph_features(self) -> dict[str, FeatureGroup]:
@@ -493,6 +500,12 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"<willump.pipeline {self.name}>"
+
+
+def _shape(graph: Graph) -> tuple:
+    """What a graph's node keys mean: a recapture that changes it changes what runs."""
+    return (tuple(graph.groups), tuple(graph.nodes), tuple(sorted(getattr(graph, "sites", {}).items())),
+            tuple(sorted((k, tuple(sorted(v))) for k, v in graph.upstream.items())), graph.conservative)
 
 
 def clear_row_caches() -> None:

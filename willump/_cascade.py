@@ -14,6 +14,7 @@ from ._models import predict_proba
 from ._routing import is_confident
 from ._rows import n_rows, take
 from ._topk import TopKFilter
+from .errors import PipelineError
 
 
 @dataclass
@@ -98,6 +99,20 @@ class _Scoring:
     classes_: np.ndarray
 
     def _check_rows(self, rows: Any) -> int:
+        self._check_state()
+        return self._check_columns(rows)
+
+    def _check_state(self) -> None:
+        version = getattr(self, "state_version_", None)
+        if version is not None and getattr(self.pipeline, "state_version", version) != version:
+            raise PipelineError(
+                f"pipeline '{self.pipeline.name}' was refitted or recaptured after this optimized "
+                "pipeline was built (a later willump.optimize or capture on the same pipeline object): "
+                "its certificate was for the earlier feature state; save optimized pipelines before "
+                "optimizing the same pipeline again, or re-run optimize"
+            )
+
+    def _check_columns(self, rows: Any) -> int:
         n = n_rows(rows)
         graph = self.pipeline.graph
         needed = sorted({c for cols in graph.columns.values() for c in cols} - {"<input>"})
@@ -139,6 +154,7 @@ class BaselinePipeline(_Scoring):
         self.pipeline = pipeline
         self.model = model
         self.classes_ = classes
+        self.state_version_ = getattr(pipeline, "state_version", None)
 
     def features(self, rows: Any) -> Block:
         blocks, _ = self.pipeline.compute(rows, self.pipeline.graph.groups)
@@ -197,6 +213,7 @@ class OptimizedPipeline(_Scoring):
         seed: int = 0,
     ):
         self.pipeline = pipeline
+        self.state_version_ = getattr(pipeline, "state_version", None)
         self.levels = levels
         self.classes_ = classes
         self.baseline = baseline
@@ -225,6 +242,7 @@ class OptimizedPipeline(_Scoring):
         levels (they are reused, not recomputed). Serving runs the cheap levels in
         one stage and hands the unsure rows and their blocks to the next stage.
         """
+        self._check_state()
         last = len(self.levels) - 1 if last is None else last
         n = n_rows(rows)
         proba = np.full((n, len(self.classes_)), np.nan)

@@ -227,11 +227,12 @@ BUILTIN_METRICS = {
     "neg_log_loss": Metric("neg_log_loss", response="proba", builtin="neg_log_loss"),
     "balanced_accuracy": Metric("balanced_accuracy", builtin="balanced_accuracy"),
 }
-#: scikit-learn score functions (called with default arguments) computed by a built-in
+#: scikit-learn score functions (called with default arguments) computed by a built-in; only
+#: those whose result does not depend on which label value is "positive" (f1_score's pos_label=1
+#: is a label value, the built-in f1 scores the second class index)
 SAME_AS_BUILTIN = {
     ("accuracy_score", "predict"): "accuracy",
     ("balanced_accuracy_score", "predict"): "balanced_accuracy",
-    ("f1_score", "predict"): "f1",
     ("log_loss", "predict_proba"): "neg_log_loss",
 }
 

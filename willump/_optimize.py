@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 import warnings
 from collections.abc import Mapping
@@ -152,7 +154,10 @@ def optimize(
     fast the machine is.
 
     ``routing_tolerance``: how far a served runtime's probabilities may differ from the
-    certified ones (ONNX, a GPU); the bound then covers every routing within it.
+    certified ones (ONNX, a GPU). For rowwise metrics the bound then covers every routing and
+    label the runtime could give within it (each affected row counted at its worst); for other
+    metrics it covers the two extreme routings (every row within the tolerance of the
+    threshold answered early, or none of them), not every mixture.
 
     **Gears.** ``gears=(0.01, 0.02)`` also certifies cheaper plans at those looser losses, for
     serving to switch to under load (``opt.gear(i)``). All gears are tested in one fixed
@@ -224,7 +229,7 @@ def optimize(
 
     with _step(timings, "profile", verbose):
         if fixed_costs is not None:
-            costs = fixed_node_costs(graph.nodes, fixed_costs)
+            costs = fixed_node_costs(graph.nodes, fixed_costs, graph.groups)
         else:
             bar = tqdm(total=profile_repeats + 1, desc="willump: profile", disable=not verbose, leave=False)
             costs = measure_node_costs(
@@ -479,24 +484,32 @@ def _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, m
     if X is None or y is None:
         raise TypeError("X and y are required")
     n = n_rows(X, "X")
-    if len(np.asarray(y)) != n:
-        raise ValueError(f"X has {n} rows but y has {len(np.asarray(y))}")
-    if len(np.unique(np.asarray(y))) < 2:
+    labels = _labels_1d(y, "y")
+    if len(labels) != n:
+        raise ValueError(f"X has {n} rows but y has {len(labels)}")
+    if len(np.unique(labels)) < 2:
         raise ValueError("y must contain at least two classes")
     if cert is not None:
         if not isinstance(cert, (tuple, list)) or len(cert) != 2:
             raise TypeError("cert must be a pair (X_cert, y_cert)")
         n_cert = n_rows(cert[0], "cert[0]")
-        if len(np.asarray(cert[1])) != n_cert:
-            raise ValueError(f"cert[0] has {n_cert} rows but cert[1] has {len(np.asarray(cert[1]))}")
+        cert_labels = _labels_1d(cert[1], "cert[1]")
+        if len(cert_labels) != n_cert:
+            raise ValueError(f"cert[0] has {n_cert} rows but cert[1] has {len(cert_labels)}")
+        if _label_kind(cert_labels) != _label_kind(labels):
+            raise ValueError(
+                f"cert[1] holds {_label_kind(cert_labels)} labels but y holds {_label_kind(labels)} labels: "
+                "every certification label would count as one the model never saw (read both the "
+                "same way)")
+        missing = sorted(set(map(str, getattr(X, "columns", []))) - set(map(str, getattr(cert[0], "columns", []))))
+        if hasattr(X, "columns") and missing:
+            raise ValueError(f"cert[0] lacks column(s) {missing[:10]} that X has")
     if not refit and cert is None:
         raise ValueError(
             "refit=False serves the model and feature state as given, so willump cannot know which "
             "rows they were fitted on: pass cert=(X_cert, y_cert) with rows they never saw")
-    if not isinstance(max_loss, (int, float)) or not 0 <= max_loss < 1:
-        raise ValueError(f"max_loss must be in [0, 1), got {max_loss!r}")
-    if not 0.5 <= confidence < 1:
-        raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
+    _number(max_loss, "max_loss", 0, 1, high_open=True)
+    _number(confidence, "confidence", 0.5, 1, high_open=True)
     if bound not in BOUNDS:
         raise ValueError(f"bound must be one of {BOUNDS}, got {bound!r}")
     if split not in SPLITS:
@@ -506,31 +519,64 @@ def _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, m
     if not min_speedup > 0:
         raise ValueError(f"min_speedup must be positive, got {min_speedup}")
     resolve_metric(metric)
-    if not 0 < holdout < 1:
-        raise ValueError(f"holdout must be in (0, 1), got {holdout}")
-    if not 0 < certify_share < 1:
-        raise ValueError(f"certify_share must be in (0, 1), got {certify_share}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
-    if not 0 < topk_precision <= 1:
-        raise ValueError(f"topk_precision must be in (0, 1], got {topk_precision}")
-    if not 0 < topk_quantile < 1:
-        raise ValueError(f"topk_quantile must be in (0, 1), got {topk_quantile}")
-    if max_levels < 2:
-        raise ValueError(f"max_levels must be at least 2, got {max_levels}")
-    if n_bootstrap < 100:
-        raise ValueError(f"n_bootstrap must be at least 100, got {n_bootstrap}")
-    if not isinstance(min_disagreements, int) or min_disagreements < 1:
-        raise ValueError(f"min_disagreements must be a positive integer, got {min_disagreements!r}")
-    if not 0 <= routing_tolerance < 0.5:
-        raise ValueError(f"routing_tolerance must be in [0, 0.5), got {routing_tolerance}")
+    _number(holdout, "holdout", 0, 1, low_open=True, high_open=True)
+    _number(certify_share, "certify_share", 0, 1, low_open=True, high_open=True)
+    if top_k is not None:
+        _integer(top_k, "top_k", 1)
+    _number(topk_precision, "topk_precision", 0, 1, low_open=True)
+    _number(topk_quantile, "topk_quantile", 0, 1, low_open=True, high_open=True)
+    _integer(max_levels, "max_levels", 2)
+    _integer(n_bootstrap, "n_bootstrap", 100)
+    _integer(min_disagreements, "min_disagreements", 1)
+    _number(routing_tolerance, "routing_tolerance", 0, 0.5, high_open=True)
     ladder = [max_loss, *gears] if isinstance(gears, (tuple, list)) else None
     if ladder is None or not all(isinstance(m, (int, float)) and 0 < m < 1 for m in gears) \
             or any(b <= a for a, b in pairwise(ladder)):
         raise ValueError(f"gears must be looser max_loss values in increasing order, each above max_loss "
                          f"{max_loss}; got {gears!r}")
-    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"workers must be 'auto' or a positive integer, got {workers!r}")
+    if workers != "auto":
+        _integer(workers, "workers", 1, extra="'auto' or ")
+
+
+def _number(value: Any, name: str, low: float, high: float, *, low_open: bool = False,
+            high_open: bool = False) -> None:
+    """A real number in the interval, or a ValueError naming the argument."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+
+
+def _integer(value: Any, name: str, low: int, extra: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"{name} must be {extra}an integer >= {low}, got {value!r}")
+
+
+def _labels_1d(values: Any, name: str) -> np.ndarray:
+    try:
+        array = np.asarray(values)
+    except Exception as exc:
+        raise ValueError(f"{name} must be a 1-D sequence of labels") from exc
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of labels, got shape {array.shape}")
+    return array
+
+
+def _label_kind(labels: np.ndarray) -> str:
+    """'numeric', 'text' or 'other': labels of different kinds never compare equal."""
+    kind = labels.dtype.kind
+    if kind in "biuf":
+        return "numeric"
+    if kind in "US":
+        return "text"
+    sample = [v for v in labels[:100].tolist() if v is not None]
+    if sample and all(isinstance(v, numbers.Number) for v in sample):
+        return "numeric"
+    if sample and all(isinstance(v, str) for v in sample):
+        return "text"
+    return "other"
 
 
 def _check_split_sizes(sizes: dict[str, int]) -> None:

@@ -79,7 +79,7 @@ def measure_node_costs(
 MODEL_COST_KEY = "<model>"
 
 
-def fixed_node_costs(nodes: Sequence[str], fixed: Mapping[str, float]) -> Costs:
+def fixed_node_costs(nodes: Sequence[str], fixed: Mapping[str, float], groups: Sequence[str] = ()) -> Costs:
     """Costs given by the caller instead of measured: seconds per row for each feature node
     (a node not named costs 0) and, under ``"<model>"``, for every model. The same at batch
     size and for one row. For tests and studies whose outcome must not depend on how fast
@@ -87,6 +87,10 @@ def fixed_node_costs(nodes: Sequence[str], fixed: Mapping[str, float]) -> Costs:
     unknown = sorted(set(fixed) - set(nodes) - {MODEL_COST_KEY, BODY})
     if unknown:
         raise ValueError(f"fixed_costs names unknown feature node(s) {unknown}; nodes: {list(nodes)}")
+    unpriced = [g for g in groups if g not in fixed]
+    if unpriced:
+        raise ValueError(f"fixed_costs gives no cost for feature group(s) {unpriced} (helper nodes may "
+                         "be left out: they cost 0)")
     bad = {k: v for k, v in fixed.items() if not (isinstance(v, (int, float)) and v >= 0)}
     if bad:
         raise ValueError(f"fixed_costs must be non-negative seconds per row; got {bad}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from sklearn.model_selection import GroupShuffleSplit, train_test_split
 
 #: ways of dividing the rows
@@ -83,12 +84,19 @@ def make_splits(
               else [1 - holdout, holdout * (1 - certify_share), holdout * certify_share])
     if split == "ordered":
         key = np.arange(n) if order_by is None else _column_or_array(X, order_by, "order_by", n)
+        if pd.isna(pd.Series(key)).any():
+            raise ValueError("order_by has missing values: rows without a time cannot be ordered "
+                             "(they would all sort last and certify)")
         order = np.argsort(key, kind="stable")
         bounds = np.round(np.cumsum(shares)[:-1] * n).astype(int)
         pieces = np.split(order, bounds)
         how = "ordered" + ("" if order_by is None else f" by {order_by if isinstance(order_by, str) else 'order_by'}")
     elif split == "group":
         keys = _column_or_array(X, groups, "groups", n)
+        distinct = len(pd.unique(pd.Series(keys)))
+        if distinct < len(shares):
+            raise ValueError(f"groups has {distinct} distinct value(s); split='group' needs at least "
+                             f"{len(shares)} (one per part)")
         pieces = _group_pieces(keys, shares, seed)
         how = f"by group ({len(np.unique(keys))} groups)"
     else:

@@ -157,3 +157,24 @@ def test_guarded_bootstrap_rarely_certifies_a_loss_above_max_loss(n):
         bound = guarded_bootstrap_bound(metric, labels_b, full_b, approx, draws, CONFIDENCE, 50)
         certified += bound.upper <= 0.005
     assert certified / trials <= 1 - CONFIDENCE
+
+
+def test_resamples_redrawn_per_chunk_equal_the_stored_ones():
+    """Beyond RESAMPLES_STORED_BYTES the counts are not kept (1,000 x 1M rows is 1 GB): each
+    chunk is drawn again from its own seed, giving the very same resamples every time."""
+    stored = Resamples(500, 37, np.random.default_rng(4), chunk_elements=5000)
+    redrawn = Resamples(500, 37, np.random.default_rng(4), chunk_elements=5000, stored_bytes=0)
+    assert stored.counts is not None and redrawn.counts is None
+    first = np.vstack(list(redrawn.chunks()))
+    np.testing.assert_array_equal(first, np.vstack(list(stored.chunks())))
+    np.testing.assert_array_equal(first, np.vstack(list(redrawn.chunks())))
+    assert first.shape == (37, 500) and np.all(first.sum(axis=1) == 500)
+
+
+def test_exact_bound_over_arrays_equals_it_count_by_count():
+    worse = np.array([0, 1, 3, 10, 40])
+    better = np.array([0, 0, 2, 25, 1])
+    together = exact_paired_upper(worse, better, 960, CONFIDENCE)
+    one_by_one = [exact_paired_upper(int(w), int(b), 960, CONFIDENCE) for w, b in zip(worse, better, strict=True)]
+    np.testing.assert_allclose(together, one_by_one)
+    assert exact_paired_upper(960, 0, 960, CONFIDENCE) == 1.0

@@ -311,3 +311,26 @@ def test_cache_keys_with_missing_values_and_integer_column_labels():
     numbered.compute(frame, ["doubled"], cache=True)
     assert calls["rows"] == 4  # NaN keys hit like any other value
     np.testing.assert_array_equal(blocks["doubled"].ravel(), [2.0, -2.0, 6.0, -2.0])
+
+
+def test_what_serves_with_threads_and_caches_is_what_was_certified():
+    from willump._routing import route
+    from willump._split import make_splits
+
+    keyed, _ = _counting_pipeline(cache=10_000)
+    rng = np.random.default_rng(3)
+    X = _keyed_rows(rng.integers(0, 50, 4000), seed=4)
+    y = (X["x"] + 0.1 * X["key"] + rng.normal(0, 0.3, len(X)) > 2.5).astype(int).to_numpy()
+    opt = willump.optimize(keyed, LogisticRegression(), X, y, max_loss=0.05, verbose=False,
+                           fixed_costs={"local": 1e-6, "lookup": 1e-3}, top_k=None)
+    assert opt.is_cascade and keyed.graph.concurrent and opt.use_cache
+    opt.workers = 4
+    cert = X.iloc[make_splits(X, y, split="random", holdout=0.4, certify_share=0.6, seed=0).cert]
+    blocks, _ = keyed.compute(cert, keyed.graph.groups)  # one thread, no cache: as certified
+    probas = [lv.model.predict_proba(np.hstack([blocks[g] for g in lv.groups])) for lv in opt.levels]
+    levels, certified = route(probas, opt.levels[0].threshold)
+    clear_row_caches()
+    for _ in range(2):  # cold cache, then warm
+        served, served_levels = opt.predict_with_levels(cert)
+        np.testing.assert_array_equal(served_levels, levels)
+        np.testing.assert_allclose(served, certified, rtol=0, atol=1e-12)

@@ -311,7 +311,17 @@ def test_nondeterministic_groups_get_no_cascade(task):
         (dict(min_disagreements=0), ValueError, "min_disagreements"),
         (dict(routing_tolerance=0.7), ValueError, "routing_tolerance"),
         (dict(fixed_costs={"nope": 1.0}), ValueError, "fixed_costs names unknown"),
+        (dict(fixed_costs={"fast_a": 1e-6}), ValueError, r"no cost for feature group\(s\) \['fast_bc'\]"),
         (dict(cost_mode="fast"), ValueError, "cost_mode"),
+        (dict(confidence="0.95"), ValueError, "confidence must be a number"),
+        (dict(holdout=None), ValueError, "holdout must be a number"),
+        (dict(max_levels="3"), ValueError, "max_levels must be an integer"),
+        (dict(order_by=np.r_[np.nan, np.arange(5999.0)], split="ordered"), ValueError, "order_by has missing"),
+        (dict(split="group", groups=np.zeros(6000)), ValueError, "groups has 1 distinct"),
+        (dict(cert=(make_rows(100, seed=1)[0], np.array(["0", "1"] * 50))), ValueError,
+         "cert\\[1\\] holds text labels but y holds numeric"),
+        (dict(cert=(make_rows(100, seed=1)[0].drop(columns=["c"]), np.zeros(100))), ValueError,
+         r"cert\[0\] lacks column\(s\) \['c'\]"),
     ],
 )
 def test_bad_arguments_are_named(task, kwargs, error, message):
@@ -322,6 +332,8 @@ def test_bad_arguments_are_named(task, kwargs, error, message):
 
 def test_bad_inputs_are_named(task):
     X, y = task
+    with pytest.raises(ValueError, match=r"y must be a 1-D sequence of labels, got shape \(6000, 1\)"):
+        willump.optimize(no_sleep, LogisticRegression(), X, y.reshape(-1, 1), verbose=False)
     with pytest.raises(ValueError, match="X has 6000 rows but y has 10"):
         willump.optimize(no_sleep, LogisticRegression(), X, y[:10], verbose=False)
     with pytest.raises(ValueError, match="two classes"):
@@ -586,3 +598,24 @@ def test_a_gear_that_fails_ends_the_sequence_for_looser_gears():
     results = certify_ladder(selection, cert, ladder, None, None, {chain: grid})
     assert results[0].accepted.threshold == 0.8
     assert results[1].accepted is None and results[1].tested == []  # never tested
+
+
+def test_an_optimized_pipeline_refuses_to_serve_feature_state_refitted_after_it(task, tmp_path):
+    """Found by review: a second optimize on the same pipeline object refitted the feature
+    state under the first optimized pipeline (592 of 2,000 labels flipped, silently)."""
+    X, y = task
+    X = _with_row_ids(X)
+    first = willump.optimize(_hooked_pipeline(seen := {}), LogisticRegression(), X, y, max_loss=0.03,
+                             verbose=False, fixed_costs=HOOKED_COSTS)
+    first.save(tmp_path / "first")
+    pipeline = first.pipeline
+    X2 = X.assign(a=X["a"] * 3 + 1)
+    willump.optimize(pipeline, LogisticRegression(), X2, y, max_loss=0.03, verbose=False,
+                     fixed_costs=HOOKED_COSTS)
+    with pytest.raises(willump.PipelineError, match="refitted or recaptured after this optimized"):
+        first.predict_proba(X.iloc[:10])
+    with pytest.raises(willump.PipelineError, match="refitted or recaptured"):
+        first.baseline.predict_proba(X.iloc[:10])
+    saved = willump.load(tmp_path / "first")  # the artifact kept its own state
+    assert saved.predict_proba(X.iloc[:10]).shape == (10, 2)
+    assert seen  # the hook ran

@@ -99,3 +99,27 @@ def test_unsupported_shapes_are_explained(pipeline, message):
 def test_not_a_pipeline():
     with pytest.raises(TypeError, match="sklearn.pipeline.Pipeline"):
         willump.from_sklearn(LogisticRegression())
+
+
+def test_a_fitted_pipeline_is_refitted_on_willump_train_rows_only(frame):
+    """Found by review as untested: an already-fitted union may have seen the rows willump
+    certifies on; optimize fits fresh copies on its train split (the scaler's mean shows it)."""
+    from willump._split import make_splits
+
+    df, y = frame
+    sk = column_pipeline().fit(df, y)  # fitted on every row, certification rows included
+    wp = willump.from_sklearn(sk)
+    with pytest.warns(willump.WillumpWarning, match="already fitted"):
+        opt = willump.optimize(wp, X=df, y=y, max_loss=0.02, verbose=False,
+                               fixed_costs={"num": 1e-6, "cat": 1e-6, "txt": 1e-4})
+    train = make_splits(df, y, split="random", holdout=0.4, certify_share=0.6, seed=0).train
+    scaler, _, _ = wp.branch("num")
+    np.testing.assert_allclose(scaler.mean_, df[["a", "b"]].iloc[train].mean().to_numpy())
+    assert not np.allclose(scaler.mean_, sk.named_steps["features"].named_transformers_["num"].mean_)
+    assert "fitted by willump on its 1800 train rows" in opt.report().feature_state
+    X_cert, y_cert = df.iloc[:500], y[:500]
+    kept = willump.optimize(willump.from_sklearn(sk), X=df.iloc[500:], y=y[500:], max_loss=0.05,
+                            refit=False, cert=(X_cert, y_cert), verbose=False,
+                            fixed_costs={"num": 1e-6, "cat": 1e-6, "txt": 1e-4})
+    np.testing.assert_allclose(kept.pipeline.branch("num")[0].mean_,
+                               sk.named_steps["features"].named_transformers_["num"].mean_)
