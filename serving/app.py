@@ -129,7 +129,9 @@ class Ingress:
 
     def __init__(self, first: Any, second: Any | None, info: dict[str, Any],
                  local_first: dict[str, Any] | None = None):
-        if local_first is not None:  # layout="fused": the first stage runs in this process
+        if local_first is not None and "runner" in local_first:  # serving.calibrate's stand-in model
+            first = LocalStage(None, None, runner=local_first["runner"])
+        elif local_first is not None:  # layout="fused": the first stage runs in this process
             first = LocalStage(ArtifactSource(**local_first["artifact"]), StageSpec(**local_first["spec"]),
                                device="cpu", runtime=local_first["runtime"], fallback=local_first["fallback"])
         self.info = info

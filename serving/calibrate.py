@@ -13,7 +13,9 @@ process's CPU from /proc before and after each phase:
    requests into calls; the stand-in counts the calls): the caller's and the callee's side
    of a hop per call, per request it carries and per KB, once the route's own parsing and
    answer (timed here, in-process) are taken out;
-4. the rest of this Ray's processes (raylet, GCS, controller, metrics agents) per request,
+4. the same 1-row requests to a fused ingress running the stand-in in-process: the batching
+   and thread hand-off around a fused first stage, per request;
+5. the rest of this Ray's processes (raylet, GCS, controller, metrics agents) per request,
    ``other_ms``, and this process's own client CPU per request, ``client_ms``.
 
 The probes are pinned to this node, whose /proc this process reads. About 15 s.
@@ -149,9 +151,13 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         None, None, max_batch_size=LARGE_ROWS, batch_wait_timeout_s=0.0, runner=EchoRunner())
     ingress = Ingress.options(name=f"{app_name}-ingress", ray_actor_options=pin, max_ongoing_requests=1024).bind(
         stage, None, _info(app_name))
+    fused_name = f"{app_name}-fused"
+    fused = Ingress.options(name=f"{fused_name}-ingress", ray_actor_options=pin, max_ongoing_requests=1024).bind(
+        None, None, {**_info(fused_name), "layout": "fused"}, {"runner": EchoRunner()})
+    logging = {"enable_access_log": False, "log_level": "WARNING"}
     route = f"/{app_name}"
-    serve.run(ingress, name=app_name, route_prefix=route,
-              logging_config={"enable_access_log": False, "log_level": "WARNING"})
+    serve.run(ingress, name=app_name, route_prefix=route, logging_config=logging)
+    serve.run(fused, name=fused_name, route_prefix=f"/{fused_name}", logging_config=logging)
     url = base_url.rstrip("/") + route
     me = os.getpid()
     session = session_dir(ray.get_runtime_context().gcs_address)
@@ -164,6 +170,7 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
     ours()
     groups = {
         "ingress": lambda pid, title: f"ServeReplica:{app_name}:{app_name}-ingress" in title,
+        "fused": lambda pid, title: f"ServeReplica:{fused_name}:{fused_name}-ingress" in title,
         "stage": lambda pid, title: f"ServeReplica:{app_name}:{app_name}-model" in title,
         "front": lambda pid, title: pid in state["ours"] and ("haproxy" in title or "ProxyActor" in title),
         "client": lambda pid, title: pid == me,
@@ -179,7 +186,8 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         phases = {}
         for key, path, body, clients in (("health", "/healthz", None, CLIENTS), ("one", "/predict", small, 1),
                                          ("small", "/predict", small, CLIENTS),
-                                         ("large", "/predict", large, CLIENTS)):
+                                         ("large", "/predict", large, CLIENTS),
+                                         ("fused", "-fused/predict", small, CLIENTS)):
             calls0 = handle.info.remote().result()["calls"]
             before, t0 = process_cpu(), time.perf_counter()
             n = asyncio.run(_load(url + path, body, phase_s, clients))
@@ -189,6 +197,7 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
             phases[key]["per_call"] = max(n, 1) / max(handle.info.remote().result()["calls"] - calls0, 1)
     finally:
         serve.delete(app_name)
+        serve.delete(fused_name)
     h = phases["health"]
     kb = {"one": _call_kb(1), "small": _call_kb(1), "large": _call_kb(LARGE_ROWS)}
     rows = {"one": 1, "small": 1, "large": LARGE_ROWS}
@@ -206,6 +215,7 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         front_ms_per_kb=max(0.0, (phases["large"]["front"] - phases["small"]["front"]) / body_kb),
         hop_caller_request_ms=caller[0], hop_caller_ms=caller[1], hop_caller_ms_per_kb=caller[2],
         hop_callee_request_ms=callee[0], hop_callee_ms=callee[1], hop_callee_ms_per_kb=callee[2],
+        local_request_ms=max(0.0, phases["fused"]["fused"] - h["ingress"] - _route_ms(1)),
         other_ms=float(np.median([p["rest"] for p in phases.values()])),
         background_cores={host: background},
         cores=dict(cores),

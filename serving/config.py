@@ -33,7 +33,10 @@ def plan_offline(opt: Any, *, cpus: float, rows_per_request: int, rps: float | N
     """A plan made without a cluster: stage and ingress costs measured here, HTTP and hop
     costs unmeasured (placeholders, noted in the plan), one node of ``cpus`` logical CPUs."""
     specs = specs_of(opt, baseline)
-    profiles = [profile_baseline(opt)] if baseline else profile_stages(opt, device="gpu" if gpus > 0 else "cpu")
+    if baseline:
+        profiles = [profile_baseline(opt, rows_per_request=rows_per_request)]
+    else:
+        profiles = profile_stages(opt, device="gpu" if gpus > 0 else "cpu", rows_per_request=rows_per_request)
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
     ingress = profile_ingress(opt, rows_per_request, schema=row_schema(opt, record_config),
                               record_config=record_config if monitor is not None else None)

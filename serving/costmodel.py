@@ -85,10 +85,11 @@ def demand(profiles: list[StageProfile], batches: dict[str, int], ingress: Ingre
     for i, p in enumerate(profiles):
         rows = r * p.scale
         b = batches[p.name]
-        model_ms = 1000.0 * rows * p.cpu_time(b) / b
+        # at the bound every process is busy, running CONCURRENT_BATCHES batches at once
+        model_ms = 1000.0 * rows * p.cpu_time(b) / b * p.inflation(CONCURRENT_BATCHES)
         wait_ms = 1000.0 * rows * (p.service_time(b) - p.cpu_time(b)) / b
         if layout == "fused" and i == 0:
-            ingress_ms += model_ms
+            ingress_ms += model_ms + costs.local_request_ms
             wait["ingress"] += wait_ms
             continue
         wait[p.name] = wait_ms

@@ -52,6 +52,9 @@ class HostCosts:
     client_ms: float = 0.0
     hop_caller_request_ms: float = 0.0
     hop_callee_request_ms: float = 0.0
+    #: a fused ingress running its first stage in-process: the batching and thread hand-off
+    #: around it, per request (the stage's own work is in its profile)
+    local_request_ms: float = 0.0
     front: str = "haproxy"
     transport: str = "grpc"
     measured: bool = False

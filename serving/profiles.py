@@ -34,6 +34,18 @@ class StageProfile:
     #: CPU seconds of the process per batch (the rest of ``batch_seconds`` is waiting: remote
     #: lookups, sleeps, a device); None: all of it is CPU
     cpu_seconds: dict[int, float] | None = None
+    #: CPU per batch when CONCURRENT_BATCHES batches run at once in one process (threads
+    #: contending for the GIL and the caches), relative to one at a time: measured
+    thread_inflation: float = 1.0
+
+    def inflation(self, batches: float) -> float:
+        """CPU factor with ``batches`` batches running at once in the process (1 for one;
+        the measured ``thread_inflation`` from CONCURRENT_BATCHES on)."""
+        from .costmodel import CONCURRENT_BATCHES
+
+        if batches <= 1 or CONCURRENT_BATCHES <= 1:
+            return 1.0
+        return 1.0 + (self.thread_inflation - 1.0) * min(batches - 1, CONCURRENT_BATCHES - 1) / (CONCURRENT_BATCHES - 1)
 
     def __post_init__(self) -> None:
         if not self.batch_seconds:

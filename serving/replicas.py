@@ -216,11 +216,14 @@ class LocalStage:
     """A stage run inside the ingress process (layout="fused"): no hop for the cheap
     levels, which answer most rows; only unsure rows travel to the expensive stage."""
 
-    def __init__(self, artifact: ArtifactSource, spec: StageSpec, device: str = "cpu",
-                 runtime: str = "native", fallback: bool = False):
-        opt = artifact.load()
-        self.notes = place_models(opt, device, runtime)
-        self.runner = StageRunner(opt, spec, fallback=fallback)
+    def __init__(self, artifact: ArtifactSource | None, spec: StageSpec | None, device: str = "cpu",
+                 runtime: str = "native", fallback: bool = False, runner: Any = None):
+        if runner is not None:
+            self.notes, self.runner = [], runner
+        else:
+            opt = artifact.load()
+            self.notes = place_models(opt, device, runtime)
+            self.runner = StageRunner(opt, spec, fallback=fallback)
         self.replica = replica_id("ingress")  # records name the ingress replica that answered
 
     def run_many(self, items: list) -> list[dict[str, Any] | Exception]:

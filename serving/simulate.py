@@ -77,8 +77,10 @@ class _Pool:
 
 
 class _Proc:
-    def __init__(self, name: str, group: str, pool: _Pool, cap: float):
+    def __init__(self, name: str, group: str, pool: _Pool, cap: float, inflation=None):
         self.name, self.group, self.pool, self.cap = name, group, pool, cap
+        #: CPU factor with j pieces of work at once (threads contending for the GIL)
+        self.inflation = inflation or (lambda j: 1.0)
         self.jobs: list[list] = []
         self.busy = 0.0  # CPU-seconds used
         pool.procs.append(self)
@@ -106,7 +108,7 @@ class _Engine:
         if seconds <= 0:
             then()
             return
-        job = [seconds, 0.0, proc, then]
+        job = [seconds, 0.0, proc, then, 1.0]  # [CPU work left, cores, process, then, CPU factor]
         proc.jobs.append(job)
         self.jobs.append(job)
         self.dirty = True
@@ -125,20 +127,22 @@ class _Engine:
                 each = pool.speedup(n) / n
                 for p in active:
                     for job in p.jobs:
-                        job[1] = each
+                        job[1], job[4] = each, 1.0
                 continue
             demand = sum(min(p.cap, len(p.jobs)) for p in active)
             share = min(1.0, pool.capacity / demand)
             for p in active:
                 each = min(p.cap, len(p.jobs)) * share / len(p.jobs)
+                slow = p.inflation(len(p.jobs))
                 for job in p.jobs:
                     job[1] = each
+                    job[4] = slow
         self.dirty = False
 
     def step(self) -> bool:
         if self.dirty:
             self._rates()
-        t_job = min((self.t + j[0] / j[1] for j in self.jobs), default=math.inf)
+        t_job = min((self.t + j[0] * j[4] / j[1] for j in self.jobs), default=math.inf)
         t_evt = self.events[0][0] if self.events else math.inf
         t_new = min(t_job, t_evt)
         if t_new == math.inf:
@@ -147,11 +151,11 @@ class _Engine:
         if dt > 0:
             for j in self.jobs:
                 used = j[1] * dt
-                j[0] -= used
+                j[0] -= used / j[4]
                 j[2].busy += used
         self.t = t_new
         if t_job <= t_evt:
-            done = [j for j in self.jobs if j[0] <= 1e-12 or self.t + j[0] / j[1] <= t_new + 1e-12]
+            done = [j for j in self.jobs if j[0] <= 1e-12 or self.t + j[0] * j[4] / j[1] <= t_new + 1e-12]
             for j in done:
                 self.jobs.remove(j)
                 j[2].jobs.remove(j)
@@ -220,22 +224,25 @@ class _Simulation:
                             + self.ingress.records_ms) / 1000.0
         placement = plan.placement or {}
 
-        def procs_for(name: str, count: int, group: str) -> list[_Proc]:
+        def procs_for(name: str, count: int, group: str, inflation=None) -> list[_Proc]:
             where = placement.get(name) or {nodes[0].node_id: count}
             out = []
             for node, c in where.items():
                 for _ in range(c):
-                    out.append(_Proc(f"{name}-{len(out)}", group, pools[hosts.get(node, nodes[0].host)], 1.0))
+                    out.append(_Proc(f"{name}-{len(out)}", group, pools[hosts.get(node, nodes[0].host)], 1.0,
+                                     inflation))
             return out[:count] if len(out) >= count else out + [
-                _Proc(f"{name}-{i}", group, pools[nodes[0].host], 1.0) for i in range(len(out), count)]
+                _Proc(f"{name}-{i}", group, pools[nodes[0].host], 1.0, inflation) for i in range(len(out), count)]
 
-        self.ingresses = procs_for("ingress", plan.ingress_processes, "ingress")
+        # a fused ingress runs the first stage's batches in threads beside its event loop
+        self.ingresses = procs_for("ingress", plan.ingress_processes, "ingress",
+                                   self.profiles[0].inflation if self.fused else None)
         self.replicas: dict[int, list[_Proc]] = {}
         self.gpu: dict[int, dict[str, _Pool]] = {}
         for i, (stage, p) in enumerate(zip(plan.stages, self.profiles, strict=True)):
             if self.fused and i == 0:
                 continue
-            self.replicas[i] = procs_for(stage.name, stage.replicas, stage.name)
+            self.replicas[i] = procs_for(stage.name, stage.replicas, stage.name, p.inflation)
             if p.device == "gpu":
                 self.gpu[i] = {}
                 for proc in self.replicas[i]:
@@ -303,6 +310,7 @@ class _Simulation:
 
         if self.fused and k == 0:
             wall, cpu = profile.service_time(rows), profile.cpu_time(rows)
+            cpu += self.costs.local_request_ms / 1000.0 * len(items)
             self.eng.work(ing, cpu, lambda: self._wait(wall - cpu, back))
             return
         caller, callee = self.costs.hop_ms(costmodel.call_kb(self.profiles, k, rows, self.ingress))

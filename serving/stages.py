@@ -32,6 +32,11 @@ from .profiles import IngressProfile, StageProfile
 PROFILE_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 #: timed repeats per batch size (median)
 PROFILE_REPEATS = 5
+#: batch size (rows) at which the CPU cost of concurrent batches in one process is measured,
+#: and how many times (median)
+INFLATION_BATCH = 32
+INFLATION_ROUNDS = 3
+INFLATION_REPEATS = 12
 #: processes sharing one GPU at which its throughput is measured
 GPU_CONCURRENCY = (1, 2, 4)
 #: timed batches per process when measuring GPU sharing
@@ -108,23 +113,68 @@ def _median_seconds(fn, repeats: int) -> float:
 
 
 def time_stage(opt: OptimizedPipeline, spec: StageSpec, rows: Any, batch_sizes: Sequence[int],
-               repeats: int) -> tuple[dict[int, float], dict[int, float]]:
+               repeats: int, rows_per_call: float | None = None) -> tuple[dict[int, float], dict[int, float]]:
     """Seconds per batch of the stage at each batch size: the time it takes when the stage
-    has the machine to itself (its CPU time plus what it waits for), and its CPU time."""
+    has the machine to itself (its CPU time plus what it waits for), and its CPU time.
+
+    With ``rows_per_call`` the batch is timed the way a replica runs it: as several calls of
+    that many rows (what the ingress sends per request) merged into one pass and split back
+    (``StageRunner.run_many``), so the merging costs are in the figures too."""
+    from .runtime import StageRunner, slice_blocks
+
+    runner = StageRunner(opt, spec, baseline=spec.name == "baseline")
     wall, cpu = {}, {}
     for b in batch_sizes:
         batch = _batch(rows, b)
-        if spec.name == "baseline":
-            fn = lambda batch=batch: opt.baseline.predict_proba(batch)  # noqa: E731
-        elif spec.first == 0:
-            fn = lambda batch=batch: opt.run_levels(batch, spec.first, spec.last)  # noqa: E731
-        else:
+        blocks = None
+        if spec.first > 0 and spec.name != "baseline":
             blocks, _ = opt.pipeline.compute(batch, opt.levels[0].groups)
-            fn = lambda batch=batch, blocks=blocks: opt.run_levels(batch, spec.first, spec.last, blocks)  # noqa: E731
-        w, c = _timed(fn, repeats)
+        per = max(1, round(rows_per_call)) if rows_per_call else b
+        items = [(batch.iloc[i:i + per].reset_index(drop=True), slice_blocks(blocks, i, i + per))
+                 for i in range(0, b, per)]
+        w, c = _timed(lambda items=items: runner.run_many(items), repeats)
         cpu[b] = max(c, 1e-7)
         wall[b] = max(cpu[b], w)  # on a busy machine the wall clock also counts others' turns
     return wall, cpu
+
+
+def thread_inflation(opt: OptimizedPipeline, spec: StageSpec, rows: Any, batch: int, repeats: int,
+                     threads: int | None = None) -> float:
+    """CPU per batch with ``threads`` (CONCURRENT_BATCHES) batches running at once in this
+    process, as a replica runs them, over CPU per batch one at a time (each thread's own CPU
+    clock: GIL hand-offs and shared caches cost CPU; waiting for the GIL does not)."""
+    import threading
+
+    from .costmodel import CONCURRENT_BATCHES
+    from .runtime import StageRunner
+
+    threads = CONCURRENT_BATCHES if threads is None else threads
+    repeats = max(repeats, INFLATION_REPEATS)
+    runner = StageRunner(opt, spec, baseline=spec.name == "baseline")
+    data = _batch(rows, batch)
+    blocks = None
+    if spec.first > 0 and spec.name != "baseline":
+        blocks, _ = opt.pipeline.compute(data, opt.levels[0].groups)
+    def together() -> float:
+        cpus: list[float] = []
+
+        def loop() -> None:
+            for _ in range(repeats):
+                c0 = time.thread_time()
+                runner.run(data, blocks)
+                cpus.append(time.thread_time() - c0)
+
+        workers = [threading.Thread(target=loop) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return float(np.median(cpus))
+
+    # alternate the two conditions, so that a neighbour's burst of load hits both alike
+    ratios = [together() / max(_timed(lambda: runner.run(data, blocks), repeats)[1], 1e-9)
+              for _ in range(INFLATION_ROUNDS)]
+    return max(1.0, float(np.median(ratios)))
 
 
 def profile_stages(
@@ -134,33 +184,38 @@ def profile_stages(
     batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES,
     repeats: int = PROFILE_REPEATS,
     device: str = "cpu",
+    rows_per_request: int | None = None,
 ) -> list[StageProfile]:
     """Seconds per batch for each stage at each batch size, measured in this process.
 
     ``device="gpu"`` marks the later stages as GPU stages but keeps these CPU timings
     (``measured_on="cpu"``, which the plan notes); :func:`profile_gpu_stage` measures them
-    on a GPU.
+    on a GPU. ``rows_per_request``: batches are timed as merged calls of the rows a request
+    sends each stage (see :func:`time_stage`).
     """
     rows = profile_rows(opt, rows)
     out = []
     for spec in stage_specs(opt):
         scale = 1.0 if spec.first == 0 else unsure_share(opt)
         on_gpu = device == "gpu" and spec.first > 0
-        wall, cpu = time_stage(opt, spec, rows, batch_sizes, repeats)
+        per_call = None if rows_per_request is None else max(1.0, rows_per_request * scale)
+        wall, cpu = time_stage(opt, spec, rows, batch_sizes, repeats, per_call)
+        inflation = thread_inflation(opt, spec, rows, INFLATION_BATCH, repeats)
         out.append(StageProfile(spec.name, wall, scale, "gpu" if on_gpu else "cpu", measured_on="cpu",
-                                cpu_seconds=cpu))
+                                cpu_seconds=cpu, thread_inflation=inflation))
     return out
 
 
 def profile_baseline(
     opt: OptimizedPipeline, rows: Any = None, *, batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES,
-    repeats: int = PROFILE_REPEATS,
+    repeats: int = PROFILE_REPEATS, rows_per_request: int | None = None,
 ) -> StageProfile:
     """The unoptimized pipeline as one stage (for the baseline deployment)."""
     rows = profile_rows(opt, rows)
     spec = StageSpec("baseline", 0, len(opt.levels) - 1)
-    wall, cpu = time_stage(opt, spec, rows, batch_sizes, repeats)
-    return StageProfile("baseline", wall, 1.0, cpu_seconds=cpu)
+    wall, cpu = time_stage(opt, spec, rows, batch_sizes, repeats, rows_per_request)
+    return StageProfile("baseline", wall, 1.0, cpu_seconds=cpu,
+                        thread_inflation=thread_inflation(opt, spec, rows, INFLATION_BATCH, repeats))
 
 
 def profile_ingress(
@@ -314,9 +369,11 @@ class _Profiler:
         from .schema import RowSchema
 
         if baseline:
-            stages = [profile_baseline(self.opt, batch_sizes=batch_sizes, repeats=repeats)]
+            stages = [profile_baseline(self.opt, batch_sizes=batch_sizes, repeats=repeats,
+                                       rows_per_request=rows_per_request)]
         else:
-            stages = profile_stages(self.opt, batch_sizes=batch_sizes, repeats=repeats)
+            stages = profile_stages(self.opt, batch_sizes=batch_sizes, repeats=repeats,
+                                    rows_per_request=rows_per_request)
         ingress = profile_ingress(self.opt, rows_per_request, schema=RowSchema.from_dict(schema),
                                   record_config=record_config)
         return {"stages": [p.to_dict() for p in stages], "ingress": ingress.to_dict()}
