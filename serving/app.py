@@ -192,6 +192,9 @@ class Ingress:
     def _start_watch(self) -> None:
         if self._watch is None and not all(c is None for c in (self.first, self.second)):
             self._watch = asyncio.get_running_loop().create_task(self._watch_replicas())
+            from .dashboard import dashboard_of
+
+            dashboard_of(self).start()  # its sampler: the dashboard has history when first opened
 
     async def _watch_replicas(self) -> None:
         """Keep CONCURRENT_BATCHES calls in flight per running replica of each stage, so that
@@ -406,6 +409,23 @@ class Ingress:
 
         return work
 
+    @app.get("/", include_in_schema=False)
+    async def index(self, request: Request) -> Response:
+        async def work() -> Response:
+            from fastapi.responses import HTMLResponse
+
+            from .dashboard import index_page
+
+            return HTMLResponse(index_page(self.name, request.scope.get("root_path", ""), self.monitor is not None))
+
+        return await self._guarded("index", request, work)
+
+    @app.get("/ui", include_in_schema=False)
+    async def ui(self, request: Request) -> Response:
+        from .dashboard import serve_ui  # the live dashboard (serving/dashboard.py)
+
+        return await self._guarded("ui", request, lambda: serve_ui(self, request))
+
     @app.get("/healthz")
     async def healthz(self, request: Request) -> Response:
         async def work() -> dict[str, Any]:
@@ -435,6 +455,9 @@ class Ingress:
     async def metrics_route(self, request: Request) -> Response:
         async def work() -> Response:
             text = await exact_totals(self.name)
+            from .dashboard import plan_metrics  # the SLO and certification, for alert rules
+
+            text += plan_metrics(self.info)
             if self.monitor is not None:  # the monitor's verdicts: drift_* families
                 try:
                     text += await call_stage(self.monitor, "prometheus", (), Deadline.after(MONITOR_QUERY_S),
@@ -479,6 +502,8 @@ class Ingress:
         # Serve awaits this on a graceful shutdown: stop watching, send the buffered records.
         if self._watch is not None:
             self._watch.cancel()
+        if getattr(self, "_dashboard", None) is not None:
+            self._dashboard.stop()
         if self.records is not None:
             try:
                 await wait_or_cancel(self.records.close(), 10.0, "monitor", 10.0)

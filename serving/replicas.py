@@ -180,6 +180,14 @@ class MonitorStage:
         async with self.lock:
             return (await asyncio.to_thread(generate_latest, self.registry)).decode()
 
+    async def dashboard(self, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Everything the app's dashboard shows from the monitor, in one call
+        (:func:`serving.dashboard_data.monitor_snapshot`)."""
+        from .dashboard_data import monitor_snapshot
+
+        async with self.lock:
+            return await asyncio.to_thread(monitor_snapshot, self.monitor, options)
+
     async def query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
         async with self.lock:
             return await asyncio.to_thread(self._query, name, params)

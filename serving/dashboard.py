@@ -1,0 +1,308 @@
+"""The live dashboard at ``/{name}/ui``, run inside each ingress replica, off the request path.
+
+Three caches, each refreshed in the background:
+
+* a sampler reads the app's totals (what ``GET /metrics`` answers: every replica on every
+  node) every :data:`~serving.timeseries.SAMPLE_S` seconds, in a worker thread, into a bounded
+  ring (:class:`~serving.timeseries.MetricRing`); it measures its own cost, shown on the page;
+* the monitor's answers (:func:`serving.dashboard_data.monitor_snapshot`, one call to the
+  monitor replica) are fetched while someone watches the page, at most every
+  :data:`MONITOR_TTL_S` seconds, and shown with their age;
+* the rendered page is reused for :data:`RENDER_TTL_S` seconds, so any number of viewers
+  cost one render per period, drawn in a worker thread.
+
+A request for the page never waits on the monitor except for its very first answer (at most
+:data:`FIRST_WAIT_S`); a monitor that is off, slow or failing shows as such on the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from concurrent.futures import Executor
+from typing import Any
+
+from .timeseries import HISTORY_S, SAMPLE_S, MetricRing, Snapshot
+
+log = logging.getLogger("ray.serve")
+
+#: seconds between the page's own refreshes (meta refresh)
+REFRESH_S = 10.0
+#: seconds the monitor's answers are reused before the sampler fetches them again
+MONITOR_TTL_S = 15.0
+#: seconds after the last page view during which the monitor's answers are kept fresh
+WATCH_S = 120.0
+#: seconds the first page view waits for the monitor's first answer
+FIRST_WAIT_S = 8.0
+#: seconds one monitor snapshot may take before it counts as failed
+MONITOR_TIMEOUT_S = 30.0
+#: seconds a rendered page is served again to other viewers
+RENDER_TTL_S = 3.0
+#: draw the page in a child process: matplotlib holds the GIL for the whole drawing (a few
+#: hundred ms), which in the ingress's own process would stall every request meanwhile
+RENDER_IN_CHILD = True
+#: query parameters ``GET /ui`` accepts
+UI_PARAMETERS = ("format", "refresh")
+
+#: gauges the app adds to GET /metrics: name -> (description, labels); constant for a
+#: deployed app, so that Prometheus rules can compare live figures with the plan
+PLAN_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "willump_slo_p99_seconds": ("the plan's p99 latency target (SLO)", ("app",)),
+    "willump_certified_answered_share": ("share of certification rows each cascade level answered "
+                                         "(the optimizer's report)", ("app", "level")),
+    "willump_planned_rows_per_second": ("rows/s the plan's bound allows", ("app",)),
+}
+
+
+def read_totals(app: str) -> Snapshot:
+    """The app's totals across replicas and nodes as a snapshot (blocking: run in a thread)."""
+    from .metrics import _read, aggregate, metric_endpoints
+
+    started, cpu0 = time.perf_counter(), time.thread_time()
+    text = aggregate([_read(e) for e in metric_endpoints()], app)
+    snap = Snapshot.parse(text)
+    snap.cost_s, snap.cpu_s = time.perf_counter() - started, time.thread_time() - cpu0
+    return snap
+
+
+def plan_metrics(info: dict[str, Any]) -> str:
+    """The :data:`PLAN_FAMILIES` gauges as Prometheus text."""
+    from .dashboard_view import certified_shares, slo_ms
+
+    app = info.get("name", "")
+    lines: list[str] = []
+
+    def family(name: str, samples: list[tuple[dict[str, str], float]]) -> None:
+        if not samples:
+            return
+        lines.append(f"# HELP {name} {PLAN_FAMILIES[name][0]}")
+        lines.append(f"# TYPE {name} gauge")
+        for labels, value in samples:
+            text = ",".join(f'{k}="{v}"' for k, v in {"app": app, **labels}.items())
+            lines.append(f"{name}{{{text}}} {value:.6g}")
+
+    slo = slo_ms(info)
+    family("willump_slo_p99_seconds", [({}, slo / 1000.0)] if slo else [])
+    family("willump_certified_answered_share",
+           [({"level": lv}, share) for lv, share in certified_shares(info).items() if share is not None])
+    bound = (info.get("plan") or {}).get("max_rows_per_s")
+    family("willump_planned_rows_per_second", [({}, float(bound))] if bound and math.isfinite(bound) else [])
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def index_page(name: str, root: str, monitor: bool) -> str:
+    """``GET /{name}/``: what the app answers, with a link to the dashboard."""
+    routes = [("ui", "the live dashboard"), ("docs", "the HTTP API (OpenAPI)"), ("plan", "the stage plan (JSON)"),
+              ("report", "the optimizer's report (JSON)"), ("metrics", "Prometheus metrics"),
+              ("healthz", "health check")]
+    if monitor:
+        routes += [("explain", "why outliers happen (JSON)"), ("drift", "which columns drifted (JSON)")]
+    items = "".join(f'<li><a href="{root}/{r}">{root}/{r}</a>: {d}</li>' for r, d in routes)
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{name} - willump</title></head>'
+            f'<body style="font-family: sans-serif; max-width: 50rem; margin: 2rem auto">'
+            f"<h1>{name}</h1><p>A willump pipeline served on Ray Serve. "
+            f'<a href="{root}/ui"><b>Open the dashboard</b></a>.</p><ul>{items}</ul></body></html>')
+
+
+class Dashboard:
+    """The ingress replica's dashboard state: the metric ring, the monitor cache, the page."""
+
+    def __init__(self, info: dict[str, Any], monitor: Any | None, *, sample_s: float = SAMPLE_S,
+                 history_s: float = HISTORY_S, refresh_s: float = REFRESH_S):
+        self.info = info
+        self.name = info["name"]
+        self.monitor = monitor
+        self.refresh_s = float(refresh_s)
+        self.ring = MetricRing(history_s, sample_s)
+        self.monitor_snapshot: dict[str, Any] | None = None
+        self.monitor_at: float | None = None
+        self.monitor_error: str | None = None
+        self.last_view = -math.inf
+        self._sampler: asyncio.Task | None = None
+        self._monitor_task: asyncio.Task | None = None
+        self._page: tuple[float, bool, str] | None = None
+        self._render_lock: asyncio.Lock | None = None
+        self.render_ms: float | None = None
+        self.render_cpu_ms: float | None = None
+        self.render_where = "child process" if RENDER_IN_CHILD else "ingress thread"
+        self._pool: Executor | None = None
+        self._parts: dict[str, Any] = {}  # page parts drawn from the current monitor snapshot
+        with contextlib.suppress(RuntimeError):  # no loop yet: the first request starts it
+            asyncio.get_running_loop()
+            self.start()
+
+    # --- background work --------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the sampler (idempotent; cheap enough to call on every request)."""
+        if self._sampler is None:
+            self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
+
+    def stop(self) -> None:
+        for task in (self._sampler, self._monitor_task):
+            if task is not None:
+                task.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    async def _sample_forever(self) -> None:
+        while True:
+            try:
+                snap = await asyncio.to_thread(read_totals, self.name)
+                self.ring.add(snap)
+                if self._watched() and self._monitor_stale():
+                    self.refresh_monitor()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Ray's metrics agent restarting, a node leaving: try again
+                log.debug("dashboard sample failed: %s", exc)
+            await asyncio.sleep(self.ring.sample_s)
+
+    def _watched(self) -> bool:
+        return time.monotonic() - self.last_view < WATCH_S
+
+    def _monitor_stale(self) -> bool:
+        return self.monitor_at is None or time.time() - self.monitor_at >= MONITOR_TTL_S
+
+    def refresh_monitor(self) -> asyncio.Task | None:
+        """Fetch the monitor's answers in the background (one fetch at a time)."""
+        if self.monitor is None:
+            return None
+        if self._monitor_task is None or self._monitor_task.done():
+            self._monitor_task = asyncio.get_running_loop().create_task(self._fetch_monitor())
+        return self._monitor_task
+
+    def monitor_options(self) -> dict[str, Any]:
+        from .dashboard_view import slo_ms
+
+        return {"slo_ms": slo_ms(self.info)}
+
+    async def _fetch_monitor(self) -> None:
+        from .calls import wait_or_cancel
+
+        try:
+            snap = await wait_or_cancel(self.monitor.dashboard.remote(self.monitor_options()), MONITOR_TIMEOUT_S,
+                                        "monitor", MONITOR_TIMEOUT_S)
+        except Exception as exc:
+            self.monitor_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            log.warning("dashboard: monitor answers unavailable: %s", self.monitor_error)
+            return
+        self.monitor_snapshot, self.monitor_at, self.monitor_error = snap, time.time(), None
+
+    # --- the page ---------------------------------------------------------------------------
+    def view(self) -> dict[str, Any]:
+        from .dashboard_view import model
+
+        age = None if self.monitor_at is None else time.time() - self.monitor_at
+        view = model(self.info, self.ring, self.monitor_snapshot, monitor_age_s=age,
+                     monitor_error=self.monitor_error, refresh_s=self.refresh_s)
+        view["render"] = {"wall_ms": self.render_ms, "cpu_ms": self.render_cpu_ms, "where": self.render_where}
+        return view
+
+    async def _prepare(self) -> None:
+        self.start()
+        self.last_view = time.monotonic()
+        if self.monitor is not None and self._monitor_stale():
+            task = self.refresh_monitor()
+            if self.monitor_snapshot is None and task is not None:  # the first view waits a little
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(task), FIRST_WAIT_S)
+
+    async def page(self, root: str, refresh: bool = True) -> str:
+        """The rendered page (shared by viewers for RENDER_TTL_S seconds)."""
+        await self._prepare()
+        if self._render_lock is None:
+            self._render_lock = asyncio.Lock()
+        async with self._render_lock:
+            cached = self._page
+            if cached is not None and cached[1] == refresh and time.monotonic() - cached[0] < RENDER_TTL_S:
+                return cached[2]
+            view = self.view()
+            started = time.perf_counter()
+            text, cpu_s = await self._render(view, refresh, root)
+            self.render_ms, self.render_cpu_ms = 1e3 * (time.perf_counter() - started), 1e3 * cpu_s
+            self._page = (time.monotonic(), refresh, text)
+            return text
+
+    async def _render(self, view: dict[str, Any], refresh: bool, root: str) -> tuple[str, float]:
+        """(page, CPU seconds it took): in the child process when it can be used, else here."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        from .dashboard_page import render, render_shared
+
+        if RENDER_IN_CHILD and self.render_where == "child process":
+            try:
+                if self._pool is None:
+                    self._pool = _child_pool()
+                return await asyncio.get_running_loop().run_in_executor(
+                    self._pool, render_shared, view, refresh, root, self.name)
+            except (BrokenProcessPool, OSError, RuntimeError) as exc:  # no child: draw here
+                log.warning("dashboard: drawing in a child process failed (%s); drawing in the ingress", exc)
+                self.render_where = "ingress thread"
+                self._pool = None
+
+        def here() -> tuple[str, float]:
+            cpu0 = time.thread_time()
+            return render(view, refresh=refresh, root=root, cache=self._parts), time.thread_time() - cpu0
+
+        return await asyncio.to_thread(here)
+
+    async def data(self) -> dict[str, Any]:
+        """The page's content as JSON (``/ui?format=json``)."""
+        from .dashboard_view import to_json
+
+        await self._prepare()
+        return to_json(self.view())
+
+
+def _child_pool() -> Executor:
+    """One spawned worker process (not forked: the ingress runs threads and an event loop)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+
+
+def dashboard_of(ingress: Any) -> Dashboard:
+    """The ingress replica's dashboard, made on first use."""
+    dash = getattr(ingress, "_dashboard", None)
+    if dash is None:
+        dash = ingress._dashboard = Dashboard(ingress.info, ingress.monitor)
+    return dash
+
+
+def _flag(name: str, value: str) -> bool:
+    from .schema import RequestError
+
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise RequestError(422, f"{name} must be 1 or 0, got {value!r}", [{"field": name, "error": "1 or 0"}])
+
+
+async def serve_ui(ingress: Any, request: Any) -> Any:
+    """``GET /{name}/ui``: the page (``?refresh=0``: without self-refresh) or its content as
+    JSON (``?format=json``)."""
+    from fastapi.responses import HTMLResponse, JSONResponse
+
+    from .schema import RequestError
+
+    params = dict(request.query_params)
+    unknown = sorted(set(params) - set(UI_PARAMETERS))
+    if unknown:
+        raise RequestError(422, f"unknown query parameter(s) {unknown}; accepted: {list(UI_PARAMETERS)}",
+                           [{"field": p, "error": "unknown"} for p in unknown])
+    fmt = params.get("format", "html")
+    if fmt not in ("html", "json"):
+        raise RequestError(422, f"format must be 'html' or 'json', got {fmt!r}",
+                           [{"field": "format", "error": "html or json"}])
+    refresh = _flag("refresh", params.get("refresh", "1"))
+    dash = dashboard_of(ingress)
+    headers = {"Cache-Control": "no-store"}
+    if fmt == "json":
+        return JSONResponse(await dash.data(), headers=headers)
+    return HTMLResponse(await dash.page(request.scope.get("root_path", ""), refresh), headers=headers)
