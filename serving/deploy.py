@@ -303,7 +303,9 @@ def serve_start(host: str, port: int) -> None:
 def _use_gpu(opt: OptimizedPipeline, specs: list, device: str, runtime: str, free_gpus: float) -> tuple[bool, list[str]]:
     """Whether the later stages go on GPUs: asked for and possible, or 'auto' and useful."""
     later = specs[1:] if len(specs) > 1 else specs
-    capable = all(gpu_capable(opt, s, runtime) for s in later)
+    from .runtime import module_groups  # a stage computing torch module groups can use a GPU too
+
+    capable = all(gpu_capable(opt, s, runtime) or module_groups(opt, s) for s in later)
     if device == "gpu" and free_gpus <= 0:
         raise ValueError("device='gpu' but the Ray cluster has no free GPU")
     if device == "gpu" and not capable:

@@ -95,6 +95,49 @@ def place_models(opt: OptimizedPipeline, device: str, runtime: str) -> list[str]
                     continue
             level.model.to(torch_device)
             notes.append(f"level {list(level.groups)}: torch on {torch_device}")
+    notes += _place_module_groups(opt, torch_device)
+    return notes
+
+
+def module_groups(opt: OptimizedPipeline, spec: StageSpec) -> list[str]:
+    """The ``willump.module_feature`` groups (torch modules) a stage computes: those of its
+    levels that no earlier level computed (every one for the baseline stage)."""
+    from willump import ModuleFeature
+
+    features = _graph_features(opt)
+    done = set(opt.levels[spec.first - 1].groups) if spec.first > 0 and spec.name != "baseline" else set()
+    names = {g for i in range(spec.first, spec.last + 1) for g in opt.levels[i].groups} - done
+    return sorted(g for g in names if isinstance(features.get(g), ModuleFeature))
+
+
+def _graph_features(opt: OptimizedPipeline) -> dict[str, Any]:
+    """The feature group behind each node; empty for a pipeline that has none to show."""
+    graph_features = getattr(opt.pipeline, "graph_features", None)
+    if graph_features is None:
+        return {}
+    try:
+        return graph_features()
+    except willump.PipelineError:  # not captured: no groups to place
+        return {}
+
+
+def _place_module_groups(opt: OptimizedPipeline, torch_device: str) -> list[str]:
+    """Move the pipeline's module feature groups to the replica's device (their inputs follow
+    at call time; a replica computes only its stage's groups)."""
+    from willump import ModuleFeature
+
+    notes = []
+    for name, group in _graph_features(opt).items():
+        if not isinstance(group, ModuleFeature) or group.device == torch_device:
+            continue
+        if torch_device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                warnings.warn("CUDA requested but torch sees no GPU; module groups stay on CPU", stacklevel=2)
+                continue
+        group.to(torch_device)
+        notes.append(f"module group {name}: torch on {torch_device}")
     return notes
 
 
