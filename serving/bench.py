@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "workload": args.workload, "rows_per_request": args.rows_per_request, "clients": args.clients,
         "duration_s": args.duration, "cpus": args.cpus, "loadavg_1m_start": os.getloadavg()[0],
-        "date": time.strftime("%Y-%m-%d"),
+        "date": time.strftime("%Y-%m-%d"), "pipeline_workers": getattr(opt, "workers", 1),
     }
     result["in_process"] = in_process(opt, frames, args.rows_per_request, duration=args.duration,
                                       max_requests=args.max_requests)

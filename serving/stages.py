@@ -96,14 +96,15 @@ def _batch(rows: Any, size: int) -> Any:
 
 
 def _timed(fn, repeats: int) -> tuple[float, float]:
-    """Median wall seconds and median CPU seconds of this thread over ``repeats`` calls (the
-    CPU clock does not count waits, nor other processes' use of the machine)."""
+    """Median wall seconds and median CPU seconds of this process over ``repeats`` calls (the
+    CPU clock counts every thread the call uses, e.g. a pipeline computing feature groups in
+    a thread pool, but not waits, nor other processes' use of the machine)."""
     fn()  # warm-up
     walls, cpus = [], []
     for _ in range(repeats):
-        w0, c0 = time.perf_counter(), time.thread_time()
+        w0, c0 = time.perf_counter(), time.process_time()
         fn()
-        cpus.append(time.thread_time() - c0)
+        cpus.append(time.process_time() - c0)
         walls.append(time.perf_counter() - w0)
     return float(np.median(walls)), float(np.median(cpus))
 
@@ -141,8 +142,8 @@ def time_stage(opt: OptimizedPipeline, spec: StageSpec, rows: Any, batch_sizes: 
 def thread_inflation(opt: OptimizedPipeline, spec: StageSpec, rows: Any, batch: int, repeats: int,
                      threads: int | None = None) -> float:
     """CPU per batch with ``threads`` (CONCURRENT_BATCHES) batches running at once in this
-    process, as a replica runs them, over CPU per batch one at a time (each thread's own CPU
-    clock: GIL hand-offs and shared caches cost CPU; waiting for the GIL does not)."""
+    process, as a replica runs them, over CPU per batch one at a time (the process's CPU clock:
+    GIL hand-offs and shared caches cost CPU; waiting for the GIL does not)."""
     import threading
 
     from .costmodel import CONCURRENT_BATCHES
@@ -156,20 +157,17 @@ def thread_inflation(opt: OptimizedPipeline, spec: StageSpec, rows: Any, batch: 
     if spec.first > 0 and spec.name != "baseline":
         blocks, _ = opt.pipeline.compute(data, opt.levels[0].groups)
     def together() -> float:
-        cpus: list[float] = []
-
         def loop() -> None:
             for _ in range(repeats):
-                c0 = time.thread_time()
                 runner.run(data, blocks)
-                cpus.append(time.thread_time() - c0)
 
         workers = [threading.Thread(target=loop) for _ in range(threads)]
+        c0 = time.process_time()
         for w in workers:
             w.start()
         for w in workers:
             w.join()
-        return float(np.median(cpus))
+        return (time.process_time() - c0) / (threads * repeats)
 
     # alternate the two conditions, so that a neighbour's burst of load hits both alike
     ratios = [together() / max(_timed(lambda: runner.run(data, blocks), repeats)[1], 1e-9)
