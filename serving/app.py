@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import hmac
 import logging
+import math
 import re
 import time
 import uuid
@@ -114,6 +115,17 @@ class _LazyHandle:
 
 def _key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def monitor_error(answer: dict[str, Any]) -> RequestError:
+    """A monitor query's error answer (``MonitorStage.query``) as the client's HTTP error: its
+    status, message and fields, the monitor's ``reason`` and ``retry_after_s`` in the body,
+    and ``Retry-After`` (whole seconds, at least 1) when waiting helps."""
+    extra = {k: answer[k] for k in ("reason", "retry_after_s") if answer.get(k) is not None}
+    wait = answer.get("retry_after_s")
+    headers = {"Retry-After": str(max(1, math.ceil(float(wait))))} if wait is not None else None
+    return RequestError(int(answer["status"]), str(answer["error"]), answer.get("fields"), extra=extra,
+                        headers=headers)
 
 
 ROUTE_ERRORS = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
@@ -261,8 +273,9 @@ class Ingress:
         except RequestError as exc:
             status = exc.status
             self.metrics.count("willump_errors", route=route, kind="client")
+            headers = {**exc.headers, **({"WWW-Authenticate": "Bearer"} if status == 401 else {})}
             response = JSONResponse(status_code=status, content={**exc.body(), "request_id": rid},
-                                    headers={"WWW-Authenticate": "Bearer"} if status == 401 else None)
+                                    headers=headers or None)
         except StageOverloaded as exc:
             status = 503
             self.metrics.count("willump_errors", route=route, kind="overloaded")
@@ -493,9 +506,9 @@ class Ingress:
         if self.records is not None:
             await asyncio.wait_for(self.records.flush(), max(deadline.remaining(), 0.001))
         answer = await call_stage(self.monitor, "query", (names[kind], params), deadline, "monitor")
-        status = answer.pop("status")
-        if status != 200:
-            raise RequestError(status, answer["error"], answer.get("fields"))
+        if answer["status"] != 200:
+            raise monitor_error(answer)
+        answer.pop("status")
         return answer
 
     async def __del__(self) -> None:

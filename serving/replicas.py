@@ -193,7 +193,11 @@ class MonitorStage:
             return await asyncio.to_thread(self._query, name, params)
 
     def _query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Run a monitor query; client mistakes come back as {"status": 4xx, ...}, not raised."""
+        """Run a monitor query; client mistakes come back as {"status": 4xx, ...}, not raised.
+        The monitor's own errors (``drift.DriftError``) keep their status, ``reason`` and
+        ``retry_after_s`` (``exc.to_http()``), so a client can tell "wait" from "ask otherwise"."""
+        from drift import DriftError
+
         if name not in self.QUERIES:
             return {"status": 404, "error": f"unknown monitor query {name!r}", "fields": []}
         method = getattr(self.monitor, name)
@@ -210,12 +214,10 @@ class MonitorStage:
                     "fields": [{"field": p, "error": f"accepted: {accepted}"} for p in unknown]}
         try:
             result = method(**params)
+        except DriftError as exc:  # before ValueError: a SchemaError is both
+            return {**exc.to_http(), "fields": []}
         except (TypeError, ValueError, KeyError) as exc:
             return {"status": 422, "error": f"{name}: {exc}", "fields": []}
-        except Exception as exc:
-            if type(exc).__name__ in ("NoReferenceError", "StateError"):
-                return {"status": 409, "error": f"{name}: {exc}", "fields": []}
-            raise
         data = result.to_dict() if hasattr(result, "to_dict") else result
         return {"status": 200, "query": name, "ingested": self.ingested, "result": data}
 

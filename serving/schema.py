@@ -61,19 +61,25 @@ class ErrorResponse(BaseModel):
     error: str
     fields: list[dict[str, str]] = Field(default_factory=list)
     request_id: str | None = None
+    #: monitor queries (/explain, /drift): why, machine-readable, and when to retry
+    reason: str | None = None
+    retry_after_s: float | None = None
 
 
 class RequestError(Exception):
     """A client error with an HTTP status and the fields at fault."""
 
-    def __init__(self, status: int, message: str, fields: list[dict[str, str]] | None = None):
+    def __init__(self, status: int, message: str, fields: list[dict[str, str]] | None = None, *,
+                 extra: dict[str, Any] | None = None, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.fields = fields or []
+        self.extra = dict(extra or {})  # more JSON fields (e.g. a monitor error's reason)
+        self.headers = dict(headers or {})  # e.g. Retry-After
 
     def body(self) -> dict[str, Any]:
-        return {"error": self.message, "fields": self.fields[:MAX_REPORTED_ERRORS]}
+        return {"error": self.message, "fields": self.fields[:MAX_REPORTED_ERRORS], **self.extra}
 
 
 @dataclass

@@ -104,6 +104,11 @@ def test_monitor_routes_answer(app, request_rows):
     assert r.status_code == 422 and r.json()["fields"][0]["field"] == "kind"
     r = requests.get(app.url + "/explain", params={"bogus_param": 3}, timeout=30)
     assert r.status_code == 422 and "bogus_param" in r.json()["error"]
+    # the monitor's own errors keep their status and reason (drift.DriftError.to_http())
+    r = requests.get(app.url + "/drift", params={"reference": "nosuch"}, timeout=30)
+    assert r.status_code == 409 and r.json()["reason"] == "no_reference" and "reference=-1h" in r.json()["error"]
+    r = requests.get(app.url + "/explain", params={"metric": "nosuch"}, timeout=30)
+    assert r.status_code == 422 and r.json()["reason"] == "schema", r.text
 
 
 def good_row(frame):
@@ -207,7 +212,11 @@ def test_haproxy_front_and_staged_layout(ray_cluster, app, synth_opt, request_ro
         assert r.status_code == 200, r.text
         np.testing.assert_allclose(np.array(r.json()["probabilities"]), synth_opt.predict_proba(batch),
                                    atol=1e-9)
-        assert requests.get(served.url + "/explain", params={"metric": "latency_ms"}, timeout=30).status_code in (200, 409)
+        # the default monitor freezes its reference from the first 5 panes of traffic: until then
+        # a query says so, with how long to wait (in the body and as Retry-After)
+        r = requests.get(served.url + "/explain", params={"metric": "latency_ms"}, timeout=30)
+        assert r.status_code == 409 and r.json()["reason"] == "reference_pending", r.text
+        assert int(r.headers["Retry-After"]) >= 1 and r.json()["retry_after_s"] > 0
     finally:
         served.shutdown(stop_ray=False)
 
