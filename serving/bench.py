@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                       max_requests=args.max_requests)
     print(f"  (c) in-process: {result['in_process']['rows_per_s']:.0f} rows/s", flush=True)
     result["proxy"], result["transport"] = use_proxy(args.proxy, args.transport), args.transport
-    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
     calibrate: Any = args.calibrate
     try:
         session = session_dir(ray.get_runtime_context().gcs_address)

@@ -108,7 +108,9 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None, pro
         kwargs["num_cpus"] = int(cpus) if float(cpus).is_integer() else cpus
     if gpus is not None:
         kwargs["num_gpus"] = int(gpus) if float(gpus).is_integer() else gpus
-    ray.init(**kwargs)
+    # "local": a new Ray here even when another one on this machine was started with `ray start`
+    # (ray.init() would join that one, and refuse num_cpus)
+    ray.init(address="local", **kwargs)
     return True
 
 

@@ -53,7 +53,8 @@ def ray_cluster():
     from serving.proxy import release_proxy_files, use_proxy
 
     use_proxy("haproxy")
-    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    # a Ray of its own even when another on this machine was started with `ray start`
+    ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port
