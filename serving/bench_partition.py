@@ -16,7 +16,8 @@ Parts (all by default), each printed and written to the JSON file:
 - ``cpu``: all-MiniLM-L6-v2 really computed on CPU, planned into 2 stages, served.
 - ``deep``: the full toxic_deep pipeline (word TF-IDF + MiniLM -> logistic regression,
   one torch module) served alone on 2 CPUs: rows/s, p50/p99; test accuracy of it, of
-  the cheap level and of the embeddings alone. The cascade is not served (see docs).
+  the cheap level and of the embeddings alone. The certified cascade served against it:
+  ``python -m serving.bench_deep``.
 
 Run it under the shared lock (``flock /tmp/willump-heavy.lock ...``); figures depend on
 the machine's load, which is recorded.
