@@ -65,6 +65,10 @@ METRICS_REPORT_INTERVAL_MS = 1000
 #: how often replicas and handles report their load to Serve's autoscaler (seconds; Ray's
 #: default, 10 s, makes scaling up and down to zero lag that long)
 AUTOSCALING_PUSH_S = 0.5
+#: seconds Serve's controller gives a starting proxy actor before it kills and restarts it
+#: (Ray's default, 5 s, is less than a new worker process takes to start on a loaded machine:
+#: the first proxy was killed and ``serve.start`` failed waiting for it)
+PROXY_READY_TIMEOUT_S = 30.0
 
 _LAUNCHER = '''import ctypes, os, re, signal, sys
 real = {real!r}
@@ -127,7 +131,8 @@ def proxy_environment(proxy: str = DEFAULT_PROXY, transport: str = "grpc") -> di
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     env = {"RAY_metrics_report_interval_ms": str(METRICS_REPORT_INTERVAL_MS),
            "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": str(AUTOSCALING_PUSH_S),
-           "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": str(AUTOSCALING_PUSH_S)}
+           "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": str(AUTOSCALING_PUSH_S),
+           "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(PROXY_READY_TIMEOUT_S)}
     if transport == "grpc":
         env[THROUGHPUT_FLAG] = "1"
         if proxy == "serve":  # the throughput mode would also drop Serve's proxy actor
