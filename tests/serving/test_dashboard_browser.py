@@ -1,0 +1,162 @@
+"""The live dashboard in a real browser: an app with the monitor, traffic with a planted cause
+(every request from region "sa" carries a row only the stalled expensive stage can answer), the page
+loaded in headless Chromium, its plots drawn with data and the cause named; a screenshot is
+saved under the test's temporary directory.
+
+Nothing here depends on the machine's speed: every wait polls for a state (the monitor's
+reference frozen, the cause named) with a generous timeout, and the planted stall (1 s per
+expensive call) dwarfs what a loaded machine adds to the other requests.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+import requests
+
+from serving import deploy
+
+from .conftest import wait_for
+from .pipelines import set_delay
+
+PLANTED = "sa"
+OTHERS = ("eu", "us", "ap")
+STALL_S = 1.0
+BROWSER_TIMEOUT_S = 180
+#: loads retried when the front (HAProxy) answers its own error page
+FRONT_RETRIES = 2
+FRONT_ERROR = "Internal Server Error"
+
+
+def browser() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+pytestmark = pytest.mark.skipif(browser() is None, reason="no headless Chromium on this machine "
+                                                           "(.ci/run installs Debian's chromium with apt-get)")
+
+
+@pytest.fixture(scope="module")
+def app(ray_cluster, stallable_opt):
+    set_delay(0.0)
+    served = deploy(stallable_opt, name="dash", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
+                    p99_ms=250.0, monitor=dict(attributes=["region"], features=["a"], pane_seconds=1.0,
+                                               window_panes=90, auto_reference_panes=3))
+    yield served
+    set_delay(0.0)
+    served.shutdown(stop_ray=False)
+
+
+def chrome(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    command = [browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+               "--no-first-run", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S, check=False)
+
+
+def test_dashboard_in_a_browser_names_the_planted_cause(app, stallable_opt, request_rows, tmp_path):
+    _, level = stallable_opt.predict_with_levels(request_rows)
+    sure, unsure = request_rows[level == 0], request_rows[level > 0]
+    assert len(unsure) >= 2 and len(sure) >= 4
+    session = requests.Session()
+    rng = np.random.default_rng(7)
+
+    def send(frame, region: str) -> None:
+        r = session.post(app.url + "/predict", json={"rows": frame.to_dict("records"), "attributes": {"region": region}},
+                         headers={"X-Deadline-Ms": "60000"}, timeout=120)  # slow, not failed: above the SLO
+        assert r.status_code == 200, r.text
+
+    def normal_round() -> None:
+        for region in (*OTHERS, PLANTED):
+            send(request_rows.sample(4, random_state=int(rng.integers(1 << 30))), region)
+
+    def reference_frozen() -> bool:
+        normal_round()
+        return requests.get(app.url + "/explain", params={"metric": "latency_ms"}, timeout=120).status_code == 200
+
+    wait_for(reference_frozen, timeout=240, interval=0.2, message="the monitor's reference to freeze")
+
+    seen: list[str] = []
+
+    def cause_named() -> bool:
+        for region in OTHERS:  # rows the cheap stage answers: they never wait for the stall
+            send(sure.sample(4, random_state=int(rng.integers(1 << 30))), region)
+        # one row only the stalled stage answers makes the whole request slow: rows of every level
+        # and every replica, so region is the one attribute their slowness has in common
+        send(pd.concat([unsure.sample(1, random_state=int(rng.integers(1 << 30))),
+                        sure.sample(5, random_state=int(rng.integers(1 << 30)))]), PLANTED)
+        monitor = requests.get(app.url + "/ui", params={"format": "json"}, timeout=120).json().get("monitor") or {}
+        parts = [monitor.get(p) or {} for p in ("explain_slo", "explain_latency")]
+        seen[:] = [str(p.get("summary")) for p in parts] + [str(monitor.get("errors"))]
+        return any(row.get("region") == PLANTED for p in parts for row in p.get("rows") or [])
+
+    set_delay(STALL_S)
+    try:
+        try:
+            wait_for(cause_named, timeout=300, interval=0.5, message=f"the dashboard to name region={PLANTED}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the monitor said: {seen}") from None
+    finally:
+        set_delay(0.0)
+
+    url = app.url + "/ui?refresh=0"
+    for attempt in range(FRONT_RETRIES + 1):
+        dom = chrome(tmp_path, "--dump-dom", url)
+        if "<figure" in dom.stdout or FRONT_ERROR not in dom.stdout:
+            break
+        # HAProxy answers its own "Internal Server Error" page for a 502/504 from the
+        # ingress; seen intermittently here on a heavily loaded machine, never reproduced
+        # in isolation: say so and load again, as a browser's refresh would
+        print(f"attempt {attempt + 1}: the front answered its error page; loading again")
+    assert dom.returncode == 0 and "<figure" in dom.stdout, (dom.stdout[:500], dom.stderr[-2000:])
+    page = dom.stdout
+    points: dict[str, int] = {}
+    for name, n, svg in re.findall(r'<figure data-plot="([^"]+)" data-points="(\d+)">(.*?)</figure>', page, re.S):
+        assert "<svg" in svg and "<path" in svg, name
+        points[name] = points.get(name, 0) + int(n)
+    for name in ("traffic", "latency", "shares", "explanations", "level-latency", "series"):
+        assert points.get(name, 0) > 0, (name, points)
+    why = page[page.index('id="why"'):page.index('id="drift"')]
+    assert re.search(rf"<li>Rows with [^<]*region={PLANTED}", why), why[:3000]
+    assert "monitor answers computed" in page and "The monitor is off" not in page
+
+    from PIL import Image
+
+    shot = tmp_path / "dashboard.png"
+    for _ in range(FRONT_RETRIES + 1):
+        taken = chrome(tmp_path, "--window-size=1400,5200", f"--screenshot={shot}", url)
+        assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
+        inked = (np.asarray(Image.open(shot).convert("L")) < 200).mean()
+        if inked > 0.02:  # drawn, not a blank page (or the front's one-line error page)
+            break
+    assert inked > 0.02, inked
+    print(f"dashboard screenshot: {shot}")
+
+
+def test_index_links_to_the_dashboard_and_ui_refuses_bad_input(app):
+    index = requests.get(app.url + "/", timeout=60)
+    assert index.status_code == 200 and 'href="/dash/ui"' in index.text
+    r = requests.get(app.url + "/ui", params={"format": "pdf"}, timeout=60)
+    assert r.status_code == 422 and r.json()["fields"][0]["field"] == "format"
+    metrics = requests.get(app.url + "/metrics", timeout=60).text
+    assert 'willump_slo_p99_seconds{app="dash"} 0.25' in metrics
+    assert 'willump_certified_answered_share{app="dash",level="0"}' in metrics
+
+
+def test_the_sampler_fills_the_ring_off_the_request_path(app):
+    def sampled():
+        view = requests.get(app.url + "/ui", params={"format": "json"}, timeout=120).json()
+        return view["sampler"]["snapshots"] >= 2 and view["sampler"]
+
+    sampler = wait_for(sampled, timeout=120, interval=1.0, message="two metric snapshots")
+    assert sampler["cpu_ms"] >= 0 and sampler["every_s"] > 0
+    print(f"sampler: {sampler['cpu_ms']:.1f} ms CPU, {sampler['wall_ms']:.1f} ms wall per snapshot "
+          f"every {sampler['every_s']:g} s")
