@@ -135,7 +135,7 @@ def capacity_weights(matrix: ThroughputMatrix, replicas: Mapping[tuple[str, str]
     for i, s in enumerate(matrix.stages):
         caps = {d: replicas.get((s, d), 0) * matrix.rates[i, j] for j, d in enumerate(matrix.device_types)}
         total = sum(caps.values())
-        out[s] = {d: c / total for d, c in caps.items() if c > 0} if total > 0 else {}
+        out[s] = {d: float(c / total) for d, c in caps.items() if c > 0} if total > 0 else {}
     return out
 
 
@@ -145,7 +145,7 @@ def uniform_weights(matrix: ThroughputMatrix, replicas: Mapping[tuple[str, str],
     for s in matrix.stages:
         counts = {d: replicas.get((s, d), 0) for d in matrix.device_types}
         total = sum(counts.values())
-        out[s] = {d: n / total for d, n in counts.items() if n > 0} if total > 0 else {}
+        out[s] = {d: float(n / total) for d, n in counts.items() if n > 0} if total > 0 else {}
     return out
 
 
@@ -299,3 +299,38 @@ class WeightedRouter:
         best = max(candidates, key=lambda k: self._current[k])
         self._current[best] -= sum(self.weights[k] for k in candidates)
         return best
+
+
+def plan_agnostic(matrix: ThroughputMatrix, devices: Mapping[str, int]) -> HeteroPlan:
+    """What a heterogeneity-agnostic planner does with the same devices: it sees one rate
+    per stage (the device-count-weighted mean over device types), sizes replicas per stage
+    with the same LP over interchangeable devices, places each stage's replicas type-blind
+    (spread over device types in proportion to their counts, as a type-blind scheduler does
+    on average) and routes uniformly. Its ``predicted_rate`` is what that plan sustains on
+    the real (heterogeneous) matrix."""
+    counts = _check_devices(matrix, devices)
+    total = int(counts.sum())
+    usable = matrix.rates > 0
+    mean = np.array([(matrix.rates[i] * counts).sum() / max(1.0, (counts * usable[i]).sum())
+                     for i in range(len(matrix.stages))])
+    flat = ThroughputMatrix(matrix.stages, ("any",), mean[:, None], matrix.visits)
+    sizing = plan_max_rate(flat, {"any": total})
+    per_stage = {s: n for (s, _), n in sizing.replicas.items()}
+    # type-blind placement: the device sequence interleaves types by count, the stage
+    # sequence interleaves stages by replica count; slot k of one goes to pick k of the other
+    types = WeightedRouter({d: float(c) for d, c in zip(matrix.device_types, counts, strict=True) if c > 0})
+    left = {d: int(c) for d, c in zip(matrix.device_types, counts, strict=True)}
+    stages = WeightedRouter({s: float(n) for s, n in per_stage.items()})
+    replicas: Replicas = {}
+    for _ in range(sum(per_stage.values())):
+        stage = stages.pick()
+        i = matrix.stages.index(stage)
+        banned = [d for d in left if left[d] == 0 or matrix.rates[i, matrix.device_types.index(d)] <= 0]
+        if len(banned) == len(left):
+            continue
+        device = types.pick(exclude=banned)
+        left[device] -= 1
+        replicas[(stage, device)] = replicas.get((stage, device), 0) + 1
+    weights = uniform_weights(matrix, replicas)
+    return HeteroPlan(replicas, weights, sustained_rate(matrix, replicas, weights), objective="agnostic",
+                      notes=[f"sized on mean rates {dict(zip(matrix.stages, mean.round(3).tolist(), strict=True))}"])

@@ -1,0 +1,439 @@
+"""Stages on mixed device types: one Serve deployment per (stage, device type), pinned by a
+custom resource that names the device type, and an ingress that splits each stage's
+traffic over its device types by weight (:class:`serving.hetero.WeightedRouter`).
+
+This machine has no accelerators, so a device is *emulated*: a replica runs the stage's
+real code (the cascade levels, so answers are the pipeline's) and then holds its device, one
+batch at a time (an ``asyncio.Lock``), for ``fixed_ms + per_row_ms * rows`` times the
+device type's slowdown for that stage (:class:`DeviceEmulation`). The slowdowns stand in for
+hardware; the planner never reads them: it reads the throughput matrix that
+:func:`measure_matrix` measures by driving each (stage, device type) on the cluster.
+Jitter (a replica ``factor`` times slower on a share of its calls) is injected the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from ray import serve
+
+from .hedge import HEDGE_QUANTILE, LatencyWindow, SlowReplicas
+from .hetero import ThroughputMatrix, WeightedRouter, Weights
+from .stages import StageSpec
+
+#: measure_matrix: calls kept in flight against the replica being measured, and seconds of
+#: warm-up and of measurement per (stage, device type)
+PROFILE_CONCURRENCY = 6
+PROFILE_WARMUP_S = 1.0
+PROFILE_SECONDS = 4.0
+#: a stage replica's queue limit: above any offered concurrency, so that Serve never backs off
+#: (REFERENCES: callers of a replica at max_ongoing_requests retry with backoff up to 0.5 s)
+MAX_ONGOING = 1000
+
+
+@dataclass(frozen=True)
+class DeviceEmulation:
+    """Emulated device time per stage call: ``(fixed_ms + per_row_ms * rows) * slowdown``.
+
+    ``slowdown[device_type][stage]`` (missing: 1.0) is the emulated hardware's speed factor.
+    """
+
+    fixed_ms: Mapping[str, float]
+    per_row_ms: Mapping[str, float]
+    slowdown: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, table in (("fixed_ms", self.fixed_ms), ("per_row_ms", self.per_row_ms)):
+            bad = {k: v for k, v in table.items() if not np.isfinite(v) or v < 0}
+            if bad:
+                raise ValueError(f"DeviceEmulation.{name}: values must be finite and >= 0, got {bad}")
+        for device, per_stage in self.slowdown.items():
+            bad = {k: v for k, v in per_stage.items() if not np.isfinite(v) or v <= 0}
+            if bad:
+                raise ValueError(f"DeviceEmulation.slowdown[{device!r}]: factors must be > 0, got {bad}")
+
+    def seconds(self, stage: str, device_type: str, rows: int) -> float:
+        base = self.fixed_ms.get(stage, 0.0) + self.per_row_ms.get(stage, 0.0) * rows
+        return base * self.slowdown.get(device_type, {}).get(stage, 1.0) / 1000.0
+
+
+def deployment_name(app: str, stage: str, device_type: str, index: int) -> str:
+    """One deployment per replica, so the ingress knows which replica it calls (hedges go to
+    another one; a slow one is routed around)."""
+    return f"{app}-{stage}-{device_type}-{index}"
+
+
+def replica_key(device_type: str, index: int) -> str:
+    return f"{device_type}/{index}"
+
+
+def check_jitter(jitter: Mapping[str, tuple[float, float]]) -> None:
+    for key, value in jitter.items():
+        share, factor = value
+        if not 0 <= share <= 1 or factor < 1:
+            raise ValueError(f"jitter[{key!r}]: (share of calls in [0, 1], factor >= 1), got {value!r}")
+
+
+@serve.deployment(max_ongoing_requests=MAX_ONGOING)
+class DeviceStage:
+    """One replica of a stage on one (emulated) device."""
+
+    def __init__(self, artifact: Any, spec: StageSpec, device_type: str, emulation: DeviceEmulation,
+                 seed: int = 0, jitter: tuple[float, float] = (0.0, 1.0)):
+        from .replicas import replica_id
+        from .runtime import StageRunner
+
+        self.runner = StageRunner(artifact.load(), spec)
+        self.stage, self.device_type, self.emulation = spec.name, device_type, emulation
+        self.replica = replica_id(f"{spec.name}@{device_type}")
+        self.lock = asyncio.Lock()
+        self.rng = np.random.default_rng(seed)
+        self.jitter = jitter
+        self.calls = 0
+        self.cancelled = 0
+        self.device_seconds = 0.0
+
+    async def run(self, rows: pd.DataFrame, blocks: dict | None = None) -> dict[str, Any]:
+        out = await asyncio.to_thread(self.runner.run, rows, blocks)
+        hold = self.emulation.seconds(self.stage, self.device_type, len(rows))
+        share, factor = self.jitter
+        if share > 0 and self.rng.random() < share:
+            hold *= factor
+        held = 0.0
+        try:
+            async with self.lock:
+                t0 = time.perf_counter()
+                try:
+                    await asyncio.sleep(hold)
+                finally:
+                    held = time.perf_counter() - t0
+                    self.device_seconds += held
+        except asyncio.CancelledError:  # a hedged call whose twin answered first
+            self.cancelled += 1
+            raise
+        self.calls += 1
+        out["replica"], out["device"], out["device_s"] = self.replica, self.device_type, held
+        return out
+
+    def info(self) -> dict[str, Any]:
+        import ray
+
+        return {"replica": self.replica, "stage": self.stage, "device": self.device_type,
+                "node_id": ray.get_runtime_context().get_node_id(), "calls": self.calls,
+                "cancelled": self.cancelled, "device_seconds": self.device_seconds}
+
+
+@serve.deployment(max_ongoing_requests=MAX_ONGOING)
+class HeteroIngress:
+    """Runs the cascade stage by stage. Each stage call goes to a replica picked by weight
+    (a device type's weight shared equally by its replicas), skipping replicas on probation
+    for being far slower than their peers; with hedging on, a call still unanswered after
+    the stage's own latency quantile is sent to another replica, the first answer kept and
+    the other cancelled."""
+
+    def __init__(self, stages: Sequence[str], keys: Sequence[tuple[str, str]], handles: Sequence[Any],
+                 weights: Weights, hedging: bool = False, hedge_quantile: float = HEDGE_QUANTILE):
+        self.stages = list(stages)
+        self.handles: dict[str, dict[str, Any]] = {}
+        for (stage, replica), handle in zip(keys, handles, strict=True):
+            self.handles.setdefault(stage, {})[replica] = handle
+        self.hedge_quantile = hedge_quantile
+        self.hedging = hedging
+        self.set_weights(weights)
+
+    def set_weights(self, weights: Weights) -> dict[str, dict[str, float]]:
+        """Per device type weights (each stage's); resets the routing statistics."""
+        routers = {}
+        for stage in self.stages:
+            w = {d: float(x) for d, x in weights.get(stage, {}).items() if x > 0}
+            replicas = self.handles.get(stage, {})
+            unknown = sorted(d for d in w if not any(r.split("/")[0] == d for r in replicas))
+            if unknown:
+                raise ValueError(f"weights for stage {stage!r} name device types without a deployment: {unknown}")
+            per_replica = {}
+            for d, x in w.items():
+                mine = [r for r in replicas if r.split("/")[0] == d]
+                per_replica.update({r: x / len(mine) for r in mine})
+            routers[stage] = WeightedRouter(per_replica)
+        self.routers = routers
+        self.reset()
+        return {s: {d: sum(x for r, x in router.weights.items() if r.split("/")[0] == d)
+                    for d in {r.split("/")[0] for r in router.weights}} for s, router in routers.items()}
+
+    def set_hedging(self, enabled: bool) -> bool:
+        self.hedging = bool(enabled)
+        self.reset()
+        return self.hedging
+
+    def reset(self) -> None:
+        self.picks: dict[str, int] = {}
+        self.windows = {s: LatencyWindow(quantile=self.hedge_quantile) for s in self.stages}
+        self.slow = SlowReplicas()
+        self.counts = {"calls": 0, "hedges": 0, "hedge_wins": 0, "errors_retried": 0}
+        self.winner_device_s = 0.0
+
+    async def _send(self, stage: str, replica: str, rows: pd.DataFrame, blocks: dict | None):
+        self.picks[f"{stage}@{replica}"] = self.picks.get(f"{stage}@{replica}", 0) + 1
+        return self.handles[stage][replica].run.remote(rows, blocks)
+
+    def _done(self, stage: str, replica: str, seconds: float, out: dict | None) -> None:
+        self.windows[stage].add(seconds)
+        if out is not None:
+            self.slow.observe(f"{stage}@{replica}", f"{stage}@{replica.split('/')[0]}", seconds)
+            self.winner_device_s += float(out.get("device_s", 0.0))
+
+    async def _call(self, stage: str, rows: pd.DataFrame, blocks: dict | None) -> dict[str, Any]:
+        router = self.routers[stage]
+        slow = [r.split("@", 1)[1] for r in self.slow.slow(f"{stage}@{r}" for r in router.weights)]
+        first = router.pick(exclude=slow)
+        self.counts["calls"] += 1
+        t0 = time.perf_counter()
+        response = await self._send(stage, first, rows, blocks)
+        delay = self.windows[stage].delay() if self.hedging and len(router.weights) > 1 else None
+        if delay is None:
+            out = await response
+            self._done(stage, first, time.perf_counter() - t0, out)
+            return out
+        task = asyncio.ensure_future(_resolve(response))
+        done, _ = await asyncio.wait({task}, timeout=delay)
+        if done:
+            out = task.result()
+            self._done(stage, first, time.perf_counter() - t0, out)
+            return out
+        second = router.pick(exclude=[first, *slow])
+        if second == first:
+            second = next(r for r in router.weights if r != first)
+        self.counts["hedges"] += 1
+        t1 = time.perf_counter()
+        response2 = await self._send(stage, second, rows, blocks)
+        task2 = asyncio.ensure_future(_resolve(response2))
+        pending = {task, task2}
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            winner = next((t for t in done if t.exception() is None), None)
+            if winner is not None:
+                break
+        else:  # both failed: the first failure is the answer
+            return task.result()
+        loser, loser_response = (task2, response2) if winner is task else (task, response)
+        loser_response.cancel()
+        loser.cancel()
+        out = winner.result()
+        now = time.perf_counter()
+        if winner is task:
+            self._done(stage, first, now - t0, out)
+        else:
+            self.counts["hedge_wins"] += 1
+            self._done(stage, second, now - t1, out)
+            self.windows[stage].add(now - t0)  # the first call took at least this long
+        return out
+
+    async def predict(self, rows: pd.DataFrame) -> dict[str, Any]:
+        n = len(rows)
+        proba, level, devices = None, np.zeros(n, dtype=np.int64), np.empty(n, dtype=object)
+        todo = np.arange(n)
+        frame, blocks = rows, None
+        for stage in self.stages:
+            out = await self._call(stage, frame, blocks)
+            part = np.asarray(out["proba"])
+            if proba is None:
+                proba = np.zeros((n, *part.shape[1:]))
+            proba[todo], level[todo], devices[todo] = part, out["level"], out["device"]
+            unsure = np.asarray(out["unsure"], dtype=np.int64)
+            if not unsure.size:
+                break
+            todo = todo[unsure]
+            frame, blocks = frame.iloc[unsure].reset_index(drop=True), out["blocks"]
+        return {"proba": proba, "level": level, "device": devices}
+
+    def stats(self) -> dict[str, Any]:
+        return {"picks": dict(self.picks), **self.counts, "reassigned": self.slow.reassigned,
+                "winner_device_s": self.winner_device_s,
+                "hedge_delay_s": {s: w.delay() for s, w in self.windows.items()}}
+
+
+async def _resolve(response: Any) -> Any:
+    return await response
+
+
+def cluster_devices(device_types: Sequence[str]) -> dict[str, int]:
+    """How many devices of each type the cluster has (its custom resources)."""
+    import ray
+
+    total = ray.cluster_resources()
+    return {d: int(total.get(d, 0)) for d in device_types}
+
+
+def stage_inputs(opt: Any, specs: Sequence[StageSpec],
+                 requests: Sequence[pd.DataFrame]) -> tuple[dict[str, list[tuple[pd.DataFrame, Any]]], dict[str, float]]:
+    """Each stage's calls for ``requests`` run here through the cascade (what the stage will
+    see when serving), and the stage's visits per request."""
+    from .runtime import StageRunner
+
+    runners = {s.name: StageRunner(opt, s) for s in specs}
+    calls: dict[str, list] = {s.name: [] for s in specs}
+    for rows in requests:
+        frame, blocks = rows.reset_index(drop=True), None
+        for spec in specs:
+            calls[spec.name].append((frame, blocks))
+            out = runners[spec.name].run(frame, blocks)
+            if not out["unsure"].size:
+                break
+            frame, blocks = frame.iloc[out["unsure"]].reset_index(drop=True), out["blocks"]
+    visits = {s.name: len(calls[s.name]) / max(1, len(requests)) for s in specs}
+    return calls, visits
+
+
+@dataclass
+class HeteroApp:
+    """A deployed heterogeneous app: its ingress handle, deployments, and how to stop it."""
+
+    name: str
+    ingress: Any
+    deployments: dict[tuple[str, str], int]
+    stages: list[str]
+
+    def set_weights(self, weights: Weights) -> dict[str, dict[str, float]]:
+        return self.ingress.set_weights.remote(weights).result()
+
+    def set_hedging(self, enabled: bool) -> bool:
+        return self.ingress.set_hedging.remote(enabled).result()
+
+    def stats(self) -> dict[str, Any]:
+        return self.ingress.stats.remote().result()
+
+    def handle(self, stage: str, device_type: str, index: int = 0) -> Any:
+        return serve.get_deployment_handle(deployment_name(self.name, stage, device_type, index), self.name)
+
+    def replica_info(self) -> list[dict[str, Any]]:
+        return [self.handle(stage, device, k).info.remote().result()
+                for (stage, device), n in sorted(self.deployments.items()) for k in range(n)]
+
+    def shutdown(self) -> None:
+        serve.delete(self.name)
+
+
+def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tuple[str, str], int],
+                  weights: Weights, emulation: DeviceEmulation, *, name: str = "hetero", seed: int = 0,
+                  device_share: float = 1.0, jitter: Mapping[str, tuple[float, float]] | None = None,
+                  hedging: bool = False, hedge_quantile: float = HEDGE_QUANTILE) -> HeteroApp:
+    """Deploy ``replicas[(stage, device type)]`` replicas, each its own one-replica
+    deployment requesting ``device_share`` of one device of its type (custom resource), so
+    it lands on a node carrying that type; and the ingress (no CPU reserved).
+
+    ``device_share`` < 1 lets several apps hold the same devices while only one is driven
+    at a time (a benchmark's side-by-side plans); ``jitter["stage@device/k"]`` = (share of
+    calls, factor) slows that replica on that share of its calls."""
+    names = [s.name for s in specs]
+    unknown = sorted({s for s, _ in replicas} - set(names))
+    if unknown:
+        raise ValueError(f"replicas name stages {unknown} the pipeline does not have ({names})")
+    for stage in names:
+        if not any(n > 0 for (s, _), n in replicas.items() if s == stage):
+            raise ValueError(f"replicas: stage {stage!r} has no replica")
+    if not 0 < device_share <= 1:
+        raise ValueError(f"device_share must be in (0, 1], got {device_share!r}")
+    jitter = dict(jitter or {})
+    check_jitter(jitter)
+    _check_free_devices(replicas, device_share)
+    by_name = {s.name: s for s in specs}
+    keys, bound, known = [], [], set()
+    for (stage, device), n in sorted(replicas.items()):
+        for k in range(int(n)):
+            key = replica_key(device, k)
+            known.add(f"{stage}@{key}")
+            dep = DeviceStage.options(
+                name=deployment_name(name, stage, device, k), num_replicas=1,
+                ray_actor_options={"num_cpus": 0, "resources": {device: device_share}})
+            keys.append((stage, key))
+            bound.append(dep.bind(source, by_name[stage], device, emulation, seed * 1000 + len(keys),
+                                  jitter.get(f"{stage}@{key}", (0.0, 1.0))))
+    stray = sorted(set(jitter) - known)
+    if stray:
+        raise ValueError(f"jitter names replicas this plan does not have: {stray} (known: {sorted(known)})")
+    app = HeteroIngress.options(name=f"{name}-ingress", num_replicas=1, ray_actor_options={"num_cpus": 0}).bind(
+        names, keys, bound, weights, hedging, hedge_quantile)
+    handle = serve.run(app, name=name, route_prefix=None)
+    return HeteroApp(name, handle, {k: int(n) for k, n in replicas.items() if n > 0}, names)
+
+
+def _check_free_devices(replicas: Mapping[tuple[str, str], int], device_share: float) -> None:
+    """Refuse a plan the cluster's free devices cannot hold (Serve would wait for them forever)."""
+    import ray
+
+    need: dict[str, float] = {}
+    for (_, device), n in replicas.items():
+        need[device] = need.get(device, 0.0) + n * device_share
+    free = ray.available_resources()
+    short = {d: (n, float(free.get(d, 0.0))) for d, n in need.items() if n > free.get(d, 0.0) + 1e-9}
+    if short:
+        raise ValueError("the cluster's free devices cannot hold these replicas (device type: needed, free): "
+                         + ", ".join(f"{d}: {n:g}, {f:g}" for d, (n, f) in sorted(short.items())))
+
+
+async def _drive(call, inputs: Sequence[Any], concurrency: int, warmup_s: float, seconds: float) -> tuple[int, float]:
+    """Closed loop: ``concurrency`` callers cycling through ``inputs``; completed calls and
+    seconds in the measured window (after the warm-up)."""
+    state = {"i": 0, "done": 0}
+    t_start = time.perf_counter()
+    t_measure, t_end = t_start + warmup_s, t_start + warmup_s + seconds
+
+    async def caller():
+        while time.perf_counter() < t_end:
+            item = inputs[state["i"] % len(inputs)]
+            state["i"] += 1
+            await call(item)
+            if t_measure <= time.perf_counter() <= t_end:
+                state["done"] += 1
+
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return state["done"], seconds
+
+
+def measure_matrix(source: Any, opt: Any, specs: Sequence[StageSpec], device_types: Sequence[str],
+                   emulation: DeviceEmulation, requests: Sequence[pd.DataFrame], *, name: str = "hetero-profile",
+                   concurrency: int = PROFILE_CONCURRENCY, warmup_s: float = PROFILE_WARMUP_S,
+                   seconds: float = PROFILE_SECONDS) -> ThroughputMatrix:
+    """The throughput matrix measured on this cluster: one replica of each stage on each
+    device type, driven in a closed loop with the calls the stage sees when serving
+    ``requests``; rates are calls/s, visits are calls per request. The stages measured on one
+    device type share one device (``device_share``): they are driven one at a time."""
+    calls, visits = stage_inputs(opt, specs, requests)
+    rates = np.zeros((len(specs), len(device_types)))
+    for j, device in enumerate(device_types):
+        replicas = {(s.name, device): 1 for s in specs}
+        app = deploy_hetero(source, specs, replicas, {s.name: {device: 1.0} for s in specs}, emulation,
+                            name=f"{name}-{device}", device_share=1.0 / len(specs))
+        try:
+            for i, spec in enumerate(specs):
+                if not calls[spec.name]:
+                    continue
+                handle = app.handle(spec.name, device)
+
+                async def call(item, handle=handle):
+                    return await handle.run.remote(*item)
+
+                done, elapsed = asyncio.run(_drive(call, calls[spec.name], concurrency, warmup_s, seconds))
+                rates[i, j] = done / elapsed
+        finally:
+            app.shutdown()
+    names = tuple(s.name for s in specs)
+    return ThroughputMatrix(names, tuple(device_types), rates,
+                            tuple(max(visits[n], 0.0) for n in names))
+
+
+def measure_app(app: HeteroApp, requests: Sequence[pd.DataFrame], *, concurrency: int, warmup_s: float,
+                seconds: float) -> float:
+    """App requests/s the ingress sustains in a closed loop of ``concurrency`` callers."""
+
+    async def call(rows):
+        return await app.ingress.predict.remote(rows)
+
+    done, elapsed = asyncio.run(_drive(call, requests, concurrency, warmup_s, seconds))
+    return done / elapsed
