@@ -353,12 +353,13 @@ def explanations_plot(rows: Sequence[dict[str, Any]], attributes: Sequence[str],
         ratios = np.array([value(r.get("ratio")) for r in rows])
         lows = np.array([value(r.get("ci_low")) for r in rows])
         highs = np.array([value(r.get("ci_high")) for r in rows])
-        cap = np.nanmax(np.where(np.isfinite(highs), highs, np.where(np.isfinite(ratios), ratios, lows))) * 2
+        finite = np.concatenate([v[np.isfinite(v)] for v in (ratios, lows, highs)])
+        cap = 2.0 * float(finite.max()) if finite.size else 10.0  # where an infinite ratio is drawn
         shown = np.where(np.isfinite(ratios), ratios, cap)
         y = np.arange(len(rows))
         ax.barh(y, shown, color=PALETTE[1], alpha=0.8)
         hi = np.where(np.isfinite(highs), highs, cap)
-        ax.hlines(y, lows, hi, color="#222", lw=1.5)
+        ax.hlines(y, np.where(np.isfinite(lows), lows, shown), hi, color="#222", lw=1.5)
         ax.set_xscale("log")
         ax.axvline(1.0, color="#222", lw=0.8)
         ax.set_yticks(y, names)

@@ -215,3 +215,10 @@ def test_ui_refuses_bad_parameters(query, field):
     with pytest.raises(RequestError) as err:
         asyncio.run(serve_ui(ingress, request))
     assert err.value.status == 422 and err.value.fields[0]["field"] == field
+
+
+def test_an_unbounded_ratio_is_still_drawn():
+    from serving.dashboard_plots import explanations_plot
+
+    rows = [{"region": PLANTED, "ratio": "inf", "ci_low": None, "ci_high": "inf"}]
+    assert plots_of(explanations_plot(rows, ["region"], "why")) == {"explanations": 1}
