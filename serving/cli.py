@@ -157,9 +157,10 @@ SERVE_STEPS = (("measure_costs", "measuring HTTP and hop costs on this cluster")
 
 def _announce_steps() -> None:
     """Print each long step of deploy() as it starts and how long it took (the CLI only)."""
+    import importlib
     import time
 
-    from . import deploy as module
+    module = importlib.import_module(f"{__package__}.deploy")  # the module: serving.deploy is also a function
 
     def wrap(fn: Any, what: str) -> Any:
         def announced(*a: Any, **kw: Any) -> Any:
