@@ -99,6 +99,30 @@ def other_processes(before: dict, after: dict, requests: int, ours: set[int] | N
     return dict(sorted(out.items(), key=lambda kv: -kv[1])[:top])
 
 
+def foreign_cores(before: dict, after: dict, seconds: float, ours: set[int] | None) -> float | None:
+    """Cores that processes outside this benchmark (not this process, not this Ray's) used
+    over a phase of ``seconds``: other users' work on the same machine, which the plan,
+    measured on an idle Ray, does not know about. None where this Ray's processes are unknown."""
+    if ours is None or seconds <= 0:
+        return None
+    used = 0.0
+    for pid, (_, cpu) in after.items():
+        if pid == os.getpid() or pid in ours:
+            continue
+        used += max(0.0, cpu - before[pid][1]) if pid in before else cpu  # started during the phase
+    return used / seconds
+
+
+def under_load(plan: Any, cores: float) -> Any:
+    """The plan on a machine whose other users take ``cores`` of every host it runs on."""
+    from dataclasses import replace
+
+    costs = plan.costs
+    hosts = {n.host for n in (plan.nodes or [])} | set(costs.cores) | set(costs.background_cores)
+    busy = {h: costs.background_cores.get(h, 0.0) + cores for h in hosts}
+    return replace(plan, costs=replace(costs, background_cores=busy))
+
+
 def predict(plan: Any, *, clients: int, client_ms: float, seed: int = 0) -> dict[str, Any]:
     """What the plan's simulation says the closed loop will measure."""
     from serving.simulate import simulate
@@ -169,17 +193,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             url = app.url + "/predict"
             asyncio.run(closed_loop(url, bodies, args.rows_per_request, clients=args.clients, duration=WARMUP_S,
                                     max_requests=args.max_requests))
-            before = process_cpu()
+            before, t_before = process_cpu(), time.perf_counter()
             phase = asyncio.run(closed_loop(url, bodies, args.rows_per_request, clients=args.clients,
                                             duration=args.duration, max_requests=args.max_requests))
             ours = session_processes(session) if session else None
-            after = process_cpu()
+            after, phase_s = process_cpu(), time.perf_counter() - t_before
+            phase["foreign_cores"] = foreign_cores(before, after, phase_s, ours)
             phase["cpu_ms_per_request"] = cpu_per_request(before, after, phase["requests"], name, ours)
             phase["other_cpu_ms_per_request"] = other_processes(before, after, phase["requests"], ours)
             phase["measured_rows_per_s"], phase["measured_p99_ms"] = phase["rows_per_s"], phase["p99_ms"]
             phase.update(predict(app.plan, clients=args.clients, client_ms=app.plan.costs.client_ms,
                                  seed=args.seed))
             phase.update(compare(phase))
+            if phase["foreign_cores"] is not None and app.plan.costs is not None:
+                # the same prediction, told what other users' processes took during the phase
+                loaded = predict(under_load(app.plan, phase["foreign_cores"]), clients=args.clients,
+                                 client_ms=app.plan.costs.client_ms, seed=args.seed)
+                phase["predicted_rows_per_s_given_load"] = loaded["predicted_rows_per_s"]
+                phase["predicted_p99_ms_given_load"] = loaded["predicted_p99_ms"]
+                phase["rows_per_s_ratio_given_load"] = phase["measured_rows_per_s"] / loaded["predicted_rows_per_s"]
+                phase["p99_ratio_given_load"] = phase["measured_p99_ms"] / loaded["predicted_p99_ms"]
             phase["plan"] = app.plan.to_dict()
             result[key] = phase
             print(f"  {label} {key}: measured {phase['measured_rows_per_s']:.0f} rows/s, p99 "
@@ -187,6 +220,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   f"{phase['predicted_p99_ms']:.1f} ms (ratios {phase['rows_per_s_ratio']:.2f}, "
                   f"{phase['p99_ratio']:.2f}); CPU ms/request measured: {_cpu_line(phase['cpu_ms_per_request'])}; "
                   f"predicted: {_cpu_line(phase['predicted_cpu_ms_per_request'])}", flush=True)
+            if "predicted_rows_per_s_given_load" in phase:
+                print(f"      other users' processes took {phase['foreign_cores']:.2f} cores; told so, the plan "
+                      f"predicts {phase['predicted_rows_per_s_given_load']:.0f} rows/s, p99 "
+                      f"{phase['predicted_p99_ms_given_load']:.1f} ms (ratios {phase['rows_per_s_ratio_given_load']:.2f}, "
+                      f"{phase['p99_ratio_given_load']:.2f})", flush=True)
             if key == "optimized_served":
                 _single_row_phases(result, app, url, singles, args)
             app.shutdown(stop_ray=False)
@@ -273,6 +311,13 @@ def markdown(result: dict[str, Any]) -> str:
         f"(b)/(c) = {r['served_vs_in_process']:.0%} (target >= {TARGETS['served_vs_in_process']:.0%}); "
         f"(b')/(a) = {r['staged_vs_baseline']:.2f}x",
     ]
+    for key, label, *_ in PHASES:
+        p = result[key]
+        if "predicted_rows_per_s_given_load" in p:
+            lines.append(f"- {label} other users' processes took {p['foreign_cores']:.2f} cores during the phase; "
+                         f"told so, the plan predicts {p['predicted_rows_per_s_given_load']:.0f} rows/s (ratio "
+                         f"{p['rows_per_s_ratio_given_load']:.2f}), p99 {p['predicted_p99_ms_given_load']:.1f} ms "
+                         f"(ratio {p['p99_ratio_given_load']:.2f})")
     for key, label, *_ in PHASES:
         p = result[key]
         lines.append(f"- {label} CPU ms per request, measured: {_cpu_line(p['cpu_ms_per_request'])}; predicted: "

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from serving.bench import compare, cpu_per_request, predict
+from serving.bench import compare, cpu_per_request, foreign_cores, predict, under_load
 from serving.procstat import process_cpu
 
 from .test_planner import costs, ingress, linear
@@ -51,3 +51,21 @@ def test_prediction_and_comparison_fields():
     c = compare(phase)
     assert c["rows_per_s_ratio"] == pytest.approx(1.2) and c["rows_per_s_within_target"]
     assert c["p99_ratio"] == pytest.approx(2.5) and not c["p99_within_target"]
+
+
+def test_other_users_load_is_measured_and_slows_the_prediction():
+    before = {1: ("ray::ServeReplica:app:app-ingress", 1.0), os.getpid(): ("python -m serving.bench", 4.0),
+              8: ("someone else's job", 1.0)}
+    after = {1: (before[1][0], 3.0), os.getpid(): (before[os.getpid()][0], 5.0), 8: ("someone else's job", 9.0),
+             9: ("started during the phase", 2.0)}
+    assert foreign_cores(before, after, seconds=10.0, ours={1}) == pytest.approx(1.0)  # (8 + 2) s / 10 s
+    assert foreign_cores(before, after, seconds=10.0, ours=None) is None
+
+    from serving.planner import Resources, plan_stages
+
+    plan = plan_stages([linear("cheap", 0.0003, 0.00003), linear("expensive", 0.001, 0.0005, scale=0.1)],
+                       Resources(cpus=2), rows_per_request=32, layout="fused", ingress=ingress(), costs=costs())
+    quiet = predict(plan, clients=16, client_ms=0.4)
+    busy = predict(under_load(plan, 1.0), clients=16, client_ms=0.4)
+    assert busy["predicted_rows_per_s"] < 0.75 * quiet["predicted_rows_per_s"]
+    assert plan.costs.background_cores == costs().background_cores  # the plan itself is unchanged
