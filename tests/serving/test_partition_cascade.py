@@ -94,26 +94,39 @@ def test_stages_answer_like_the_cascade(optimized):
     assert np.array_equal(np.where(np.isin(np.arange(len(X)), unsure), 1, 0), want_level)
 
 
-@pytest.mark.parametrize("device", ["cpu", "gpu"])
-def test_served_cascade_answers_like_in_process(ray_cluster, optimized, device):
-    """Served through Ray Serve: the cheap level in the ingress, the module group in the
-    expensive stage, on a logical GPU too (the fixture's Ray has one; the module stays on the
-    CPU when torch sees no CUDA device, a device choice, not a fork)."""
+def _answers_like_in_process(app, opt) -> None:
     import requests
+
+    X, _ = _rows(64, 11)
+    r = requests.post(app.url + "/predict", json={"rows": X.to_dict("records")}, timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    want_proba, want_level = opt.predict_with_levels(X)
+    np.testing.assert_allclose(np.asarray(body["probabilities"]), want_proba, atol=1e-6)
+    assert body["level"] == want_level.tolist() and 0 < sum(body["level"]) < len(X)
+
+
+def test_served_cascade_answers_like_in_process(ray_cluster, optimized):
+    """Served through Ray Serve: the cheap level in the ingress, the module group in the
+    expensive stage; then the same plan with that stage on a (logical) GPU: its replicas ask
+    Ray for one and place the module there, which stays on the CPU when torch sees no CUDA
+    device (a device choice, not a fork). The second deploy reuses the plan: no profiling."""
+    from dataclasses import replace
 
     from serving import deploy
 
     opt, _ = optimized
-    X, _ = _rows(64, 11)
-    app = deploy(opt, name=f"module-cascade-{device}", port=ray_cluster, cpus=2, device=device, calibrate="never")
+    app = deploy(opt, name="module-cascade", port=ray_cluster, cpus=2, device="cpu", calibrate="never")
     try:
-        stages = {s.name: s for s in app.plan.stages}
-        assert stages["expensive"].device == device
-        r = requests.post(app.url + "/predict", json={"rows": X.to_dict("records")}, timeout=120)
-        assert r.status_code == 200, r.text
-        body = r.json()
-        want_proba, want_level = opt.predict_with_levels(X)
-        np.testing.assert_allclose(np.asarray(body["probabilities"]), want_proba, atol=1e-6)
-        assert body["level"] == want_level.tolist() and 0 < sum(body["level"]) < len(X)
+        assert {s.name: s.device for s in app.plan.stages}["expensive"] == "cpu"
+        _answers_like_in_process(app, opt)
+        plan = app.plan
+    finally:
+        app.shutdown(stop_ray=False)
+    plan = replace(plan, stages=[replace(s, device="gpu", num_gpus=1.0) if s.name == "expensive" else s
+                                 for s in plan.stages])
+    app = deploy(opt, name="module-cascade-gpu", port=ray_cluster, plan=plan, calibrate="never")
+    try:
+        _answers_like_in_process(app, opt)
     finally:
         app.shutdown(stop_ray=False)
