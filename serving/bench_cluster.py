@@ -60,7 +60,7 @@ HEDGE_DEVICE = "dev_slow"
 HEDGE_FIXED_MS = {"cheap": 8.0, "expensive": 12.0, "model": 10.0}
 HEDGE_PER_ROW_MS = {"cheap": 0.25, "expensive": 3.0, "model": 0.5}
 JITTER = (0.10, 10.0)
-HEDGE_RATE = 30.0
+HEDGE_RATE = 20.0
 HEDGE_SECONDS = 20.0
 
 

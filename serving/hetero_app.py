@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from ray import serve
 
-from .hedge import HEDGE_QUANTILE, LatencyWindow, SlowReplicas
+from .hedge import HEDGE_QUANTILE, PROBATION_S, LatencyWindow, SlowReplicas
 from .hetero import ThroughputMatrix, WeightedRouter, Weights
 from .stages import StageSpec
 
@@ -138,12 +138,13 @@ class HeteroIngress:
     the other cancelled."""
 
     def __init__(self, stages: Sequence[str], keys: Sequence[tuple[str, str]], handles: Sequence[Any],
-                 weights: Weights, hedging: bool = False, hedge_quantile: float = HEDGE_QUANTILE):
+                 weights: Weights, hedging: bool = False, hedge_quantile: float = HEDGE_QUANTILE,
+                 probation_s: float = PROBATION_S):
         self.stages = list(stages)
         self.handles: dict[str, dict[str, Any]] = {}
         for (stage, replica), handle in zip(keys, handles, strict=True):
             self.handles.setdefault(stage, {})[replica] = handle
-        self.hedge_quantile = hedge_quantile
+        self.hedge_quantile, self.probation_s = hedge_quantile, probation_s
         self.hedging = hedging
         self.set_weights(weights)
 
@@ -174,7 +175,7 @@ class HeteroIngress:
     def reset(self) -> None:
         self.picks: dict[str, int] = {}
         self.windows = {s: LatencyWindow(quantile=self.hedge_quantile) for s in self.stages}
-        self.slow = SlowReplicas()
+        self.slow = SlowReplicas(probation_s=self.probation_s)
         self.counts = {"calls": 0, "hedges": 0, "hedge_wins": 0, "errors_retried": 0}
         self.winner_device_s = 0.0
 
@@ -322,14 +323,16 @@ class HeteroApp:
 def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tuple[str, str], int],
                   weights: Weights, emulation: DeviceEmulation, *, name: str = "hetero", seed: int = 0,
                   device_share: float = 1.0, jitter: Mapping[str, tuple[float, float]] | None = None,
-                  hedging: bool = False, hedge_quantile: float = HEDGE_QUANTILE) -> HeteroApp:
+                  hedging: bool = False, hedge_quantile: float = HEDGE_QUANTILE,
+                  probation_s: float = PROBATION_S) -> HeteroApp:
     """Deploy ``replicas[(stage, device type)]`` replicas, each its own one-replica
     deployment requesting ``device_share`` of one device of its type (custom resource), so
     it lands on a node carrying that type; and the ingress (no CPU reserved).
 
     ``device_share`` < 1 lets several apps hold the same devices while only one is driven
     at a time (a benchmark's side-by-side plans); ``jitter["stage@device/k"]`` = (share of
-    calls, factor) slows that replica on that share of its calls."""
+    calls, factor) slows that replica on that share of its calls; ``hedging``,
+    ``hedge_quantile`` and ``probation_s`` steer straggler mitigation (:mod:`serving.hedge`)."""
     names = [s.name for s in specs]
     unknown = sorted({s for s, _ in replicas} - set(names))
     if unknown:
@@ -358,7 +361,7 @@ def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tup
     if stray:
         raise ValueError(f"jitter names replicas this plan does not have: {stray} (known: {sorted(known)})")
     app = HeteroIngress.options(name=f"{name}-ingress", num_replicas=1, ray_actor_options={"num_cpus": 0}).bind(
-        names, keys, bound, weights, hedging, hedge_quantile)
+        names, keys, bound, weights, hedging, hedge_quantile, probation_s)
     handle = serve.run(app, name=name, route_prefix=None)
     return HeteroApp(name, handle, {k: int(n) for k, n in replicas.items() if n > 0}, names)
 
