@@ -10,6 +10,7 @@ starts runs HAProxy in front of the ingress replicas (:mod:`serving.proxy`).
 
 from . import partition
 from .deploy import ServingApp, deploy
+from .hetero import HeteroPlan, ThroughputMatrix, plan_agnostic, plan_max_rate, plan_min_cost
 from .model_app import ModelApp, deploy_model
 from .model_transport import calibrate_transport
 from .planner import Plan, Resources, StageProfile, plan_stages
@@ -18,15 +19,20 @@ from .simulate import simulate
 from .stages import profile_baseline, profile_stages, stage_specs
 
 __all__ = [
+    "HeteroPlan",
     "ModelApp",
     "Plan",
     "Resources",
     "ServingApp",
     "StageProfile",
+    "ThroughputMatrix",
     "calibrate_transport",
     "deploy",
     "deploy_model",
     "partition",
+    "plan_agnostic",
+    "plan_max_rate",
+    "plan_min_cost",
     "plan_stages",
     "profile_baseline",
     "profile_stages",
