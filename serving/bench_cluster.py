@@ -50,6 +50,11 @@ ROWS_PER_REQUEST = 32
 CLIENTS = 24
 WARMUP_S = 2.0
 SECONDS = 8.0
+#: tiers (planner only): simulated prices per device-hour, transient pools (the two slow nodes)
+#: and the target as a share of the aware plan's predicted rate
+PRICE_RELIABLE = 1.0
+PRICE_TRANSIENT = 0.3
+TIER_TARGET_SHARE = 0.5
 TARGETS = {"aware_vs_agnostic": 1.3, "prediction_within": 0.25, "p99_jitter_over_no_jitter": 1.5,
            "extra_work": 0.10}
 #: hedging phases: replicas per stage (all of one device type, no slowdown), the emulated device
@@ -186,6 +191,24 @@ def _placement(app) -> dict[str, list[str]]:
     return out
 
 
+def tiers_plan(het: dict[str, Any]) -> dict[str, Any]:
+    """The tier planner on the measured rates of the slow device type (reliable and transient
+    devices alike), the two slow nodes as transient pools, the target half the aware plan's
+    prediction. Preemption under load (drain on notice, retry on loss) is not built: those
+    fields are None."""
+    from .tiers import plan_tiers
+
+    matrix = het["matrix_calls_per_s"]
+    rates = {s: r["dev_slow"] for s, r in matrix["rates"].items()}
+    target = TIER_TARGET_SHARE * het["aware_plan"]["predicted_rate"]
+    plan = plan_tiers(rates, matrix["visits"], target, price_reliable=PRICE_RELIABLE,
+                      price_transient=PRICE_TRANSIENT, pools={"node2": SLOW_DEVICES, "node3": SLOW_DEVICES})
+    return {"cost_vs_reliable": plan.cost_vs_reliable, "target_requests_per_s": target, "plan": plan.to_dict(),
+            "prices_per_device_hour": {"reliable": PRICE_RELIABLE, "transient": PRICE_TRANSIENT, "simulated": True},
+            "wrong": None, "failed_with_notice": None, "failed_without_notice": None, "recovery_s": None,
+            "not_built": "preemption under load (drain on notice, retry on loss) is not built"}
+
+
 async def _open_loop(app, requests, rate: float, seconds: float, warmup_s: float, seed: int) -> list[float]:
     """Poisson arrivals at ``rate``/s; latencies (ms) of requests sent after the warm-up."""
     import asyncio
@@ -318,13 +341,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.only in (None, "heterogeneity"):
             print("heterogeneity:")
             result["heterogeneity"] = heterogeneity(opt, source, requests, args)
+            try:
+                result["tiers"] = tiers_plan(result["heterogeneity"])
+                print(f"tiers (planner only): cost vs all-reliable {result['tiers']['cost_vs_reliable']:.2f} "
+                      f"{result['tiers']['plan']}")
+            except ValueError as exc:
+                result["tiers"] = {"error": str(exc)}
         if args.only in (None, "hedging"):
             print("hedging:")
             result["hedging"] = hedging(opt, source, requests, args)
     finally:
         stop_cluster(cluster)
     result["load_after"] = load_average()
-    result["not_built"] = ["tiers", "gears", "time_to_accuracy"]
+    result["not_built"] = ["tiers (preemption under load)", "gears", "time_to_accuracy"]
     if "heterogeneity" in result:
         h = result["heterogeneity"]
         print(f"heterogeneity: aware {h['aware_rows_per_s']:.0f} rows/s (predicted {h['predicted_rows_per_s']:.0f},"
