@@ -241,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 8000, True, rng), PHASE2_S,
                                     RATE, "incident"))
         print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['req_per_s']:.0f} req/s")
+        if args.screenshot:  # while the monitor's window still holds the incident
+            screenshot(f"{app.url}/ui?refresh=0", args.screenshot)
         time.sleep(PANE_SECONDS)
 
         step("5/5 asking the monitor over HTTP")
@@ -265,8 +267,6 @@ def main(argv: list[str] | None = None) -> int:
                   get(f"{app.url}/drift?kind=cascade"),
                   ["cheap_fraction", "reference_cheap_fraction", "degraded", "message"], limit=3)
         print(f"\n  live dashboard: {app.url}/ui", flush=True)
-        if args.screenshot:
-            screenshot(f"{app.url}/ui?refresh=0", args.screenshot)
         if keep:
             hold(app.url, rows_for_phase(X, 4000, True, rng), started)
     finally:
