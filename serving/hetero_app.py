@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from ray import serve
+from ray.exceptions import ActorUnavailableError, RayActorError
 
 from .hedge import HEDGE_QUANTILE, PROBATION_S, LatencyWindow, SlowReplicas
 from .hetero import ThroughputMatrix, WeightedRouter, Weights
@@ -32,6 +33,8 @@ from .stages import StageSpec
 PROFILE_CONCURRENCY = 6
 PROFILE_WARMUP_S = 1.0
 PROFILE_SECONDS = 4.0
+#: errors meaning a replica is gone (its node was removed or preempted), not a bad request
+LOST = (RayActorError, ActorUnavailableError)
 #: a stage replica's queue limit: above any offered concurrency, so that Serve never backs off
 #: (REFERENCES: callers of a replica at max_ongoing_requests retry with backoff up to 0.5 s)
 MAX_ONGOING = 1000
@@ -176,12 +179,43 @@ class HeteroIngress:
         self.picks: dict[str, int] = {}
         self.windows = {s: LatencyWindow(quantile=self.hedge_quantile) for s in self.stages}
         self.slow = SlowReplicas(probation_s=self.probation_s)
-        self.counts = {"calls": 0, "hedges": 0, "hedge_wins": 0, "errors_retried": 0}
+        self.counts = {"calls": 0, "hedges": 0, "hedge_wins": 0, "retried": 0}
         self.winner_device_s = 0.0
+        self.in_flight: dict[str, int] = getattr(self, "in_flight", {})
+        #: replicas taken out of routing: drained (a preemption notice) or lost (a call failed
+        #: because its actor died); kept across resets until restored
+        self.unavailable: set[str] = getattr(self, "unavailable", set())
+
+    def drain(self, keys: Sequence[str]) -> dict[str, int]:
+        """Stop routing to these replicas ("stage@device/k"); calls already sent finish.
+        Returns their calls still in flight (0 everywhere: safe to remove them)."""
+        unknown = sorted(k for k in keys if k.split("@", 1)[0] not in self.handles
+                         or k.split("@", 1)[1] not in self.handles[k.split("@", 1)[0]])
+        if unknown:
+            raise ValueError(f"drain: no such replicas {unknown}")
+        self.unavailable.update(keys)
+        return {k: self.in_flight.get(k, 0) for k in keys}
+
+    def restore(self, keys: Sequence[str]) -> list[str]:
+        """Route to these replicas again (back from preemption); returns those unavailable."""
+        self.unavailable.difference_update(keys)
+        return sorted(self.unavailable)
 
     async def _send(self, stage: str, replica: str, rows: pd.DataFrame, blocks: dict | None):
-        self.picks[f"{stage}@{replica}"] = self.picks.get(f"{stage}@{replica}", 0) + 1
+        key = f"{stage}@{replica}"
+        self.picks[key] = self.picks.get(key, 0) + 1
+        self.in_flight[key] = self.in_flight.get(key, 0) + 1
         return self.handles[stage][replica].run.remote(rows, blocks)
+
+    async def _await(self, stage: str, replica: str, response: Any) -> dict[str, Any]:
+        key = f"{stage}@{replica}"
+        try:
+            return await response
+        except LOST as exc:
+            self.unavailable.add(key)
+            raise _ReplicaLost(key) from exc
+        finally:
+            self.in_flight[key] -= 1
 
     def _done(self, stage: str, replica: str, seconds: float, out: dict | None) -> None:
         self.windows[stage].add(seconds)
@@ -190,18 +224,33 @@ class HeteroIngress:
             self.winner_device_s += float(out.get("device_s", 0.0))
 
     async def _call(self, stage: str, rows: pd.DataFrame, blocks: dict | None) -> dict[str, Any]:
+        """A stage call; a call whose replica was lost (its actor died) is sent again to
+        another replica, at most once per replica of the stage."""
+        for _ in range(len(self.routers[stage].weights)):
+            try:
+                return await self._call_once(stage, rows, blocks)
+            except _ReplicaLost:
+                self.counts["retried"] += 1
+        return await self._call_once(stage, rows, blocks)
+
+    async def _call_once(self, stage: str, rows: pd.DataFrame, blocks: dict | None) -> dict[str, Any]:
         router = self.routers[stage]
-        slow = [r.split("@", 1)[1] for r in self.slow.slow(f"{stage}@{r}" for r in router.weights)]
+        gone = [r for r in router.weights if f"{stage}@{r}" in self.unavailable]
+        if len(gone) == len(router.weights):
+            raise RuntimeError(f"stage {stage!r}: every replica is drained or lost ({sorted(gone)})")
+        slow = [r.split("@", 1)[1] for r in self.slow.slow(f"{stage}@{r}" for r in router.weights
+                                                          if r not in gone)]
+        slow += gone
         first = router.pick(exclude=slow)
         self.counts["calls"] += 1
         t0 = time.perf_counter()
         response = await self._send(stage, first, rows, blocks)
         delay = self.windows[stage].delay() if self.hedging and len(router.weights) > 1 else None
         if delay is None:
-            out = await response
+            out = await self._await(stage, first, response)
             self._done(stage, first, time.perf_counter() - t0, out)
             return out
-        task = asyncio.ensure_future(_resolve(response))
+        task = asyncio.ensure_future(self._await(stage, first, response))
         done, _ = await asyncio.wait({task}, timeout=delay)
         if done:
             out = task.result()
@@ -209,11 +258,15 @@ class HeteroIngress:
             return out
         second = router.pick(exclude=[first, *slow])
         if second == first:
-            second = next(r for r in router.weights if r != first)
+            second = next((r for r in router.weights if r != first and r not in gone), None)
+            if second is None:  # no other replica is up: wait for the first
+                out = await task
+                self._done(stage, first, time.perf_counter() - t0, out)
+                return out
         self.counts["hedges"] += 1
         t1 = time.perf_counter()
         response2 = await self._send(stage, second, rows, blocks)
-        task2 = asyncio.ensure_future(_resolve(response2))
+        task2 = asyncio.ensure_future(self._await(stage, second, response2))
         pending = {task, task2}
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -255,12 +308,13 @@ class HeteroIngress:
 
     def stats(self) -> dict[str, Any]:
         return {"picks": dict(self.picks), **self.counts, "reassigned": self.slow.reassigned,
-                "winner_device_s": self.winner_device_s,
+                "winner_device_s": self.winner_device_s, "in_flight": dict(self.in_flight),
+                "unavailable": sorted(self.unavailable),
                 "hedge_delay_s": {s: w.delay() for s, w in self.windows.items()}}
 
 
-async def _resolve(response: Any) -> Any:
-    return await response
+class _ReplicaLost(Exception):
+    """A stage call failed because its replica's actor died (the call may be sent again)."""
 
 
 def cluster_devices(device_types: Sequence[str]) -> dict[str, int]:
@@ -309,6 +363,19 @@ class HeteroApp:
     def stats(self) -> dict[str, Any]:
         return self.ingress.stats.remote().result()
 
+    def drain(self, keys: Sequence[str], *, timeout_s: float = 30.0) -> float:
+        """A preemption notice: stop routing to these replicas ("stage@device/k") and wait
+        until their calls in flight finished; returns the seconds it took."""
+        t0 = time.monotonic()
+        while any(self.ingress.drain.remote(list(keys)).result().values()):
+            if time.monotonic() - t0 > timeout_s:
+                raise TimeoutError(f"drain: calls still in flight on {list(keys)} after {timeout_s:g}s")
+            time.sleep(0.05)
+        return time.monotonic() - t0
+
+    def restore(self, keys: Sequence[str]) -> list[str]:
+        return self.ingress.restore.remote(list(keys)).result()
+
     def handle(self, stage: str, device_type: str, index: int = 0) -> Any:
         return serve.get_deployment_handle(deployment_name(self.name, stage, device_type, index), self.name)
 
@@ -324,7 +391,8 @@ def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tup
                   weights: Weights, emulation: DeviceEmulation, *, name: str = "hetero", seed: int = 0,
                   device_share: float = 1.0, jitter: Mapping[str, tuple[float, float]] | None = None,
                   hedging: bool = False, hedge_quantile: float = HEDGE_QUANTILE,
-                  probation_s: float = PROBATION_S) -> HeteroApp:
+                  probation_s: float = PROBATION_S,
+                  ingress_resources: Mapping[str, float] | None = None) -> HeteroApp:
     """Deploy ``replicas[(stage, device type)]`` replicas, each its own one-replica
     deployment requesting ``device_share`` of one device of its type (custom resource), so
     it lands on a node carrying that type; and the ingress (no CPU reserved).
@@ -332,7 +400,9 @@ def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tup
     ``device_share`` < 1 lets several apps hold the same devices while only one is driven
     at a time (a benchmark's side-by-side plans); ``jitter["stage@device/k"]`` = (share of
     calls, factor) slows that replica on that share of its calls; ``hedging``,
-    ``hedge_quantile`` and ``probation_s`` steer straggler mitigation (:mod:`serving.hedge`)."""
+    ``hedge_quantile`` and ``probation_s`` steer straggler mitigation (:mod:`serving.hedge`);
+    ``ingress_resources`` pins the ingress (e.g. to a reliable node: a transient node's loss
+    must not take the router with it)."""
     names = [s.name for s in specs]
     unknown = sorted({s for s, _ in replicas} - set(names))
     if unknown:
@@ -360,7 +430,10 @@ def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tup
     stray = sorted(set(jitter) - known)
     if stray:
         raise ValueError(f"jitter names replicas this plan does not have: {stray} (known: {sorted(known)})")
-    app = HeteroIngress.options(name=f"{name}-ingress", num_replicas=1, ray_actor_options={"num_cpus": 0}).bind(
+    ingress_options: dict[str, Any] = {"num_cpus": 0}
+    if ingress_resources:
+        ingress_options["resources"] = dict(ingress_resources)
+    app = HeteroIngress.options(name=f"{name}-ingress", num_replicas=1, ray_actor_options=ingress_options).bind(
         names, keys, bound, weights, hedging, hedge_quantile, probation_s)
     handle = serve.run(app, name=name, route_prefix=None)
     return HeteroApp(name, handle, {k: int(n) for k, n in replicas.items() if n > 0}, names)
