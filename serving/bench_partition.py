@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                               "command": " ".join(["python -m serving.bench_partition", *(argv or sys.argv[1:])])}
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: torch sees no GPU here")
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
     probe = None
     try:

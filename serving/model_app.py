@@ -84,7 +84,7 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None) -> 
         kwargs["num_cpus"] = cpus
     if gpus is not None:
         kwargs["num_gpus"] = gpus
-    ray.init(**kwargs)
+    ray.init(address="local", **kwargs)  # a new Ray here, not one another process started
     return True
 
 

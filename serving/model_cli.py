@@ -121,7 +121,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from .model_app import free_port
         from .model_transport import calibrate_transport
 
-        ray.init(include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", include_dashboard=False, log_to_driver=False)
         serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
         try:
             transport = calibrate_transport()

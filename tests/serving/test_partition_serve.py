@@ -36,7 +36,7 @@ def serve_port():
     import ray
     from ray import serve
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port
