@@ -55,6 +55,14 @@ SECONDS = 8.0
 PRICE_RELIABLE = 1.0
 PRICE_TRANSIENT = 0.3
 TIER_TARGET_SHARE = 0.5
+#: preemption under load: open-loop rate (requests/s), seconds of load before and after each
+#: node removal, the SLO the windowed p99 must get back under, the window (s), request timeout
+PREEMPT_RATE = 15.0
+PREEMPT_BEFORE_S = 4.0
+PREEMPT_AFTER_S = 12.0
+SLO_MS = 500.0
+RECOVERY_WINDOW_S = 1.0
+REQUEST_TIMEOUT_S = 30.0
 TARGETS = {"aware_vs_agnostic": 1.3, "prediction_within": 0.25, "p99_jitter_over_no_jitter": 1.5,
            "extra_work": 0.10}
 #: hedging phases: replicas per stage (all of one device type, no slowdown), the emulated device
@@ -94,9 +102,9 @@ def start_cluster(fast: int = FAST_DEVICES, slow: int = SLOW_DEVICES, slow_nodes
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"dev_fast": fast}, "include_dashboard": False})
-    for _ in range(slow_nodes):
-        cluster.add_node(num_cpus=1, resources={"dev_slow": slow})
+        "num_cpus": 2, "resources": {"dev_fast": fast, "head": 1}, "include_dashboard": False})
+    for i in range(slow_nodes):  # each slow node is also a transient pool of its own (spot_0, spot_1, ...)
+        cluster.add_node(num_cpus=1, resources={"dev_slow": slow, f"spot_{i}": slow})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
     serve.start(proxy_location="Disabled")
@@ -206,7 +214,7 @@ def tiers_plan(het: dict[str, Any]) -> dict[str, Any]:
     return {"cost_vs_reliable": plan.cost_vs_reliable, "target_requests_per_s": target, "plan": plan.to_dict(),
             "prices_per_device_hour": {"reliable": PRICE_RELIABLE, "transient": PRICE_TRANSIENT, "simulated": True},
             "wrong": None, "failed_with_notice": None, "failed_without_notice": None, "recovery_s": None,
-            "not_built": "preemption under load (drain on notice, retry on loss) is not built"}
+            "not_built": "preemption under load: the preemption section fills these"}
 
 
 async def _open_loop(app, requests, rate: float, seconds: float, warmup_s: float, seed: int) -> list[float]:
@@ -304,6 +312,94 @@ def hedging(opt, source, requests, args) -> dict[str, Any]:
     return out
 
 
+def _preempt_phase(app, cluster, node, keys, notice: bool, requests, expected, rate: float, seed: int):
+    """Open-loop load; after PREEMPT_BEFORE_S the node goes (drained first with notice)."""
+    import asyncio
+    import threading
+
+    log: list[tuple[float, float, str]] = []  # send time, latency ms, outcome
+    event: dict[str, float] = {}
+
+    async def run():
+        rng = np.random.default_rng(seed)
+        tasks = []
+
+        async def one(i):
+            t0 = time.perf_counter()
+            j = i % len(requests)
+            try:
+                out = await asyncio.wait_for(app.ingress.predict.remote(requests[j]), REQUEST_TIMEOUT_S)
+                outcome = "ok" if np.allclose(out["proba"], expected[j], atol=1e-9) else "wrong"
+            except Exception:
+                outcome = "failed"
+            log.append((t0, (time.perf_counter() - t0) * 1000.0, outcome))
+
+        start = time.perf_counter()
+        t, i = 0.0, 0
+        while t < PREEMPT_BEFORE_S + PREEMPT_AFTER_S:
+            t += float(rng.exponential(1.0 / rate))
+            delay = start + t - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one(i)))
+            i += 1
+        await asyncio.gather(*tasks)
+
+    thread = threading.Thread(target=lambda: asyncio.run(run()))
+    thread.start()
+    time.sleep(PREEMPT_BEFORE_S)
+    event["t"] = time.perf_counter()
+    if notice:
+        event["drain_s"] = app.drain(keys)
+    cluster.remove_node(node)
+    event["removed_s"] = time.perf_counter() - event["t"]
+    thread.join()
+    after = [(t - event["t"], ms, o) for t, ms, o in log if t >= event["t"]]
+    windows: dict[int, list[float]] = {}
+    for dt, ms, o in after:
+        windows.setdefault(int(dt // RECOVERY_WINDOW_S), []).append(ms if o == "ok" else REQUEST_TIMEOUT_S * 1000)
+    bad = [w for w, v in windows.items() if np.percentile(v, 99) > SLO_MS]
+    recovery = 0.0 if not bad else (max(bad) + 1) * RECOVERY_WINDOW_S
+    return {"requests": len(log), "wrong": sum(o == "wrong" for _, _, o in log),
+            "failed": sum(o == "failed" for _, _, o in log), "recovery_s": recovery,
+            "p99_ms_before": float(np.percentile([ms for t, ms, o in log if t < event["t"]] or [0.0], 99)),
+            "drain_s": event.get("drain_s"), "retried": app.stats()["retried"]}
+
+
+def preemption(opt, source, requests, cluster, args) -> dict[str, Any]:
+    """Transient replicas (one per slow node, each node its own pool) lost under load: the
+    first node with notice (drained, then removed), the second without."""
+    from .stages import stage_specs
+
+    specs = stage_specs(opt)
+    names = [s.name for s in specs]
+    emulation = DeviceEmulation(fixed_ms={n: HEDGE_FIXED_MS[n] for n in names},
+                                per_row_ms={n: HEDGE_PER_ROW_MS[n] for n in names})
+    first = names[0]
+    replicas = {(first, "dev_fast"): 1, (first, "spot_0"): 1, (first, "spot_1"): 1}
+    replicas.update({(n, "dev_fast"): 1 for n in names[1:]})
+    weights = {first: {"dev_fast": 1.0, "spot_0": 1.0, "spot_1": 1.0}, **{n: {"dev_fast": 1.0} for n in names[1:]}}
+    app = deploy_hetero(source, specs, replicas, weights, emulation, name="tiers", device_share=0.5,
+                        ingress_resources={"head": 0.01})
+    expected = [opt.predict_proba(r) for r in requests]
+    nodes = {w.node_id: w for w in cluster.worker_nodes}
+    out: dict[str, Any] = {}
+    try:
+        for pool, notice in (("spot_0", True), ("spot_1", False)):
+            node_id = app.handle(first, pool, 0).info.remote().result()["node_id"]
+            phase = _preempt_phase(app, cluster, nodes[node_id], [f"{first}@{pool}/0"], notice, requests,
+                                   expected, args.preempt_rate, args.seed)
+            out["with_notice" if notice else "without_notice"] = phase
+            print(f"  {'with' if notice else 'without'} notice: {phase}")
+    finally:
+        app.shutdown()
+    return {"wrong": out["with_notice"]["wrong"] + out["without_notice"]["wrong"],
+            "failed_with_notice": out["with_notice"]["failed"],
+            "failed_without_notice": out["without_notice"]["failed"],
+            "recovery_s": max(out["with_notice"]["recovery_s"], out["without_notice"]["recovery_s"]),
+            "slo_ms": SLO_MS, "rate_per_s": args.preempt_rate, "phases": out}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", default="toxic")
@@ -316,12 +412,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hedge-rate", type=float, default=HEDGE_RATE, help="open-loop requests/s")
     parser.add_argument("--hedge-seconds", type=float, default=HEDGE_SECONDS)
-    parser.add_argument("--only", choices=("heterogeneity", "hedging"), help="run one section")
+    parser.add_argument("--preempt-rate", type=float, default=PREEMPT_RATE, help="open-loop requests/s")
+    parser.add_argument("--only", choices=("heterogeneity", "hedging", "preemption"), help="run one section")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)
     if min(args.repeats, args.seconds, args.clients, args.rows_per_request, args.hedge_rate,
-           args.hedge_seconds) <= 0:
+           args.hedge_seconds, args.preempt_rate) <= 0:
         parser.error("--repeats, --seconds, --clients, --rows-per-request, --hedge-rate and --hedge-seconds "
                      "must be positive")
 
@@ -350,10 +447,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.only in (None, "hedging"):
             print("hedging:")
             result["hedging"] = hedging(opt, source, requests, args)
+        if args.only in (None, "preemption"):  # last: it removes the slow nodes
+            print("preemption:")
+            result.setdefault("tiers", {}).update(preemption(opt, source, requests, cluster, args))
+            result["tiers"].pop("not_built", None)
     finally:
         stop_cluster(cluster)
     result["load_after"] = load_average()
-    result["not_built"] = ["tiers (preemption under load)", "gears", "time_to_accuracy"]
+    result["not_built"] = ["gears", "time_to_accuracy"]
     if "heterogeneity" in result:
         h = result["heterogeneity"]
         print(f"heterogeneity: aware {h['aware_rows_per_s']:.0f} rows/s (predicted {h['predicted_rows_per_s']:.0f},"
@@ -366,6 +467,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"jitter unhedged {g['p99_ms_jitter_unhedged']:.1f} ms, jitter hedged {g['p99_ms_jitter_hedged']:.1f} ms"
               f" ({g['p99_jitter_hedged_over_no_jitter']:.2f}x), extra work {g['extra_work']:.1%}; "
               f"targets {g['targets']}")
+    if "failed_with_notice" in result.get("tiers", {}):
+        t = result["tiers"]
+        print(f"tiers: wrong {t['wrong']}, failed with notice {t['failed_with_notice']}, without notice "
+              f"{t['failed_without_notice']}, p99 back under {t['slo_ms']:g} ms after {t['recovery_s']:g} s")
     print(f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after; not built: "
           f"{result['not_built']}")
     if args.json:
