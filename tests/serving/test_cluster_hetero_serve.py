@@ -10,13 +10,8 @@ import numpy as np
 import pytest
 
 from serving.hetero import plan_max_rate
-from serving.hetero_app import (
-    DeviceEmulation,
-    cluster_devices,
-    deploy_hetero,
-    measure_matrix,
-    stage_inputs,
-)
+from serving.hetero_app import DeviceEmulation, deploy_hetero
+from serving.hetero_measure import cluster_devices, measure_matrix, stage_inputs
 from serving.stages import stage_specs
 
 EMULATION = DeviceEmulation(fixed_ms={"cheap": 2.0, "expensive": 4.0}, per_row_ms={"cheap": 0.1, "expensive": 1.0},
