@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .hedge import HEDGE_QUANTILE
 from .hetero import plan_agnostic, plan_max_rate, sustained_rate, uniform_weights
 from .hetero_app import DeviceEmulation, deploy_hetero
 from .hetero_measure import cluster_devices, measure_app, measure_matrix
@@ -263,9 +264,11 @@ def hedging(opt, source, requests, args) -> dict[str, Any]:
     replicas = {(n, HEDGE_DEVICE): HEDGE_REPLICAS for n in names}
     weights = {n: {HEDGE_DEVICE: 1.0} for n in names}
     jittered = f"{names[0]}@{HEDGE_DEVICE}/0"
-    apps = {"no_jitter": deploy_hetero(source, specs, replicas, weights, emulation, name="steady", device_share=0.5),
+    hedge = {"hedge_quantile": args.hedge_quantile}
+    apps = {"no_jitter": deploy_hetero(source, specs, replicas, weights, emulation, name="steady", device_share=0.5,
+                                       **hedge),
             "jitter": deploy_hetero(source, specs, replicas, weights, emulation, name="jittery", device_share=0.5,
-                                    jitter={jittered: JITTER})}
+                                    jitter={jittered: JITTER}, **hedge)}
     runs: dict[str, list[dict[str, float]]] = {}
     try:
         for r in range(args.repeats):
@@ -310,6 +313,7 @@ def hedging(opt, source, requests, args) -> dict[str, Any]:
         "copies_over_answers": med["jitter_hedged"]["copies_over_answers"],
         "hedged_calls": med["jitter_hedged"]["hedged_calls"],
         "rate_per_s": args.hedge_rate, "seconds": args.hedge_seconds, "jitter": {jittered: JITTER},
+        "hedge_quantile": args.hedge_quantile,
         "runs": runs,
     }
     out["p99_jitter_hedged_over_no_jitter"] = out["p99_ms_jitter_hedged"] / out["p99_ms_no_jitter"]
@@ -422,15 +426,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hedge-rate", type=float, default=HEDGE_RATE, help="open-loop requests/s")
     parser.add_argument("--hedge-seconds", type=float, default=HEDGE_SECONDS)
+    parser.add_argument("--hedge-quantile", type=float, default=HEDGE_QUANTILE,
+                        help="hedge a stage call still unanswered at this quantile of the stage's latencies")
     parser.add_argument("--preempt-rate", type=float, default=PREEMPT_RATE, help="open-loop requests/s")
     parser.add_argument("--only", choices=("heterogeneity", "hedging", "preemption"), help="run one section")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)
     if min(args.repeats, args.seconds, args.clients, args.rows_per_request, args.hedge_rate,
-           args.hedge_seconds, args.preempt_rate) <= 0:
-        parser.error("--repeats, --seconds, --clients, --rows-per-request, --hedge-rate and --hedge-seconds "
-                     "must be positive")
+           args.hedge_seconds, args.preempt_rate) <= 0 or not 0 < args.hedge_quantile < 1:
+        parser.error("--repeats, --seconds, --clients, --rows-per-request, --hedge-rate, --hedge-seconds and "
+                     "--preempt-rate must be positive, --hedge-quantile in (0, 1)")
 
     from .artifacts import resolve
 
