@@ -75,7 +75,7 @@ def test_the_tour_runs(shared_datasets: Path, tmp_path: Path) -> None:
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the tour did not finish in {exc.timeout} s:\n{textwrap.shorten(str(exc.output), 4000)}")
     assert done.returncode == 0, f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-6000:]}"
-    assert (tmp_path / "toxic.willump").is_file()
+    assert (tmp_path / "toxic.willump").exists()
     html = (tmp_path / "toxic-report.html").read_text()
     assert "<svg" in html
     assert "dashboard: http://" in done.stdout
