@@ -244,37 +244,32 @@ class MetricRing:
                     out[g][i - 1] = histogram_quantile(q, window.bounds, window.counts)
         return times, out
 
-    def quantile_over(self, family: str, q: float, seconds: float | None = None, by: str | None = None,
-                      where: dict[str, str] | None = None) -> dict[str, float]:
-        """Quantile ``q`` of the observations of the last ``seconds`` (all history when None)."""
+    def _windows_over(self, family: str, seconds: float | None, by: str | None,
+                      where: dict[str, str] | None) -> dict[str, Histogram]:
+        """Per group, the histogram of the observations of the last ``seconds`` (all history
+        when None); empty with fewer than two snapshots or a span holding only the newest."""
         snaps = list(self.snapshots)
         if len(snaps) < 2:
             return {}
         end = snaps[-1]
         start = snaps[0] if seconds is None else next(s for s in snaps if s.t >= end.t - seconds - 1e-9)
+        if start is end:
+            return {}
         newer, older = self._hist(end, family, by, where), self._hist(start, family, by, where)
-        out = {}
-        for g, h in newer.items():
-            window = self._window_hist(h, older.get(g)) if start is not end else None
-            if window is not None:
-                out[g] = histogram_quantile(q, window.bounds, window.counts)
-        return out
+        windows = {g: self._window_hist(h, older.get(g)) for g, h in newer.items()}
+        return {g: w for g, w in windows.items() if w is not None}
+
+    def quantile_over(self, family: str, q: float, seconds: float | None = None, by: str | None = None,
+                      where: dict[str, str] | None = None) -> dict[str, float]:
+        """Quantile ``q`` of the observations of the last ``seconds`` (all history when None)."""
+        return {g: histogram_quantile(q, w.bounds, w.counts)
+                for g, w in self._windows_over(family, seconds, by, where).items()}
 
     def mean_over(self, family: str, seconds: float | None = None, by: str | None = None,
                   where: dict[str, str] | None = None) -> dict[str, tuple[float, float]]:
         """(mean of the observations, their count) over the last ``seconds``, per group."""
-        snaps = list(self.snapshots)
-        if len(snaps) < 2:
-            return {}
-        end = snaps[-1]
-        start = snaps[0] if seconds is None else next(s for s in snaps if s.t >= end.t - seconds - 1e-9)
-        newer, older = self._hist(end, family, by, where), self._hist(start, family, by, where)
-        out = {}
-        for g, h in newer.items():
-            window = self._window_hist(h, older.get(g))
-            if window is not None and window.count > 0:
-                out[g] = (window.total / window.count, window.count)
-        return out
+        return {g: (w.total / w.count, w.count)
+                for g, w in self._windows_over(family, seconds, by, where).items() if w.count > 0}
 
 
 def families_of(snapshots: Iterable[Snapshot]) -> set[str]:
