@@ -43,6 +43,29 @@ def wait_for(check, timeout: float = 60.0, interval: float = 0.25, message: str 
         time.sleep(interval)
 
 
+def emulated_cluster(head_resources: dict[str, float], worker_resources: list[dict[str, float]]):
+    """A Ray cluster of raylets on this machine (a 2-CPU head, 1-CPU workers) carrying the given
+    custom resources, joined by this process with Serve started and no HTTP proxy; a generator
+    for module fixtures: yields (cluster, worker nodes), shuts everything down afterwards."""
+    import ray
+    from ray import serve
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": head_resources,
+                                                      "include_dashboard": False})
+    workers = [c.add_node(num_cpus=1, resources=r) for r in worker_resources]
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    serve.start(proxy_location="Disabled")
+    try:
+        yield c, workers
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        c.shutdown()
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     """Ray with logical resources for placement (4 CPUs, 1 GPU), Serve on a free port behind

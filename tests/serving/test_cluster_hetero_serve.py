@@ -14,31 +14,16 @@ from serving.hetero_app import DeviceEmulation, deploy_hetero
 from serving.hetero_measure import cluster_devices, measure_matrix, stage_inputs
 from serving.stages import stage_specs
 
+from .conftest import emulated_cluster
+
 EMULATION = DeviceEmulation(fixed_ms={"cheap": 2.0, "expensive": 4.0}, per_row_ms={"cheap": 0.1, "expensive": 1.0},
                             slowdown={"dev_slow": {"cheap": 2.0, "expensive": 4.0}})
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    import os
-
-    import ray
-    from ray import serve
-    from ray.cluster_utils import Cluster
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"dev_fast": 1},
-                                                      "include_dashboard": False})
-    worker = c.add_node(num_cpus=1, resources={"dev_slow": 2})
-    c.wait_for_nodes()
-    ray.init(address=c.address, log_to_driver=False)
-    serve.start(proxy_location="Disabled")
-    try:
+    for c, (worker,) in emulated_cluster({"dev_fast": 1}, [{"dev_slow": 2}]):
         yield c, worker
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        c.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ import pytest
 from serving.hetero_app import DeviceEmulation, deploy_hetero
 from serving.stages import stage_specs
 
+from .conftest import emulated_cluster
+
 #: transient devices are slow here so that calls are in flight on them when they go
 EMULATION = DeviceEmulation(fixed_ms={"cheap": 5.0, "expensive": 2.0}, per_row_ms={"cheap": 0.0, "expensive": 0.0},
                             slowdown={"transient": {"cheap": 8.0}})
@@ -26,25 +28,7 @@ REQUEST_TIMEOUT_S = 30.0
 
 @pytest.fixture(scope="module")
 def cluster():
-    import os
-
-    import ray
-    from ray import serve
-    from ray.cluster_utils import Cluster
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"reliable": 2, "head": 1},
-                                                      "include_dashboard": False})
-    workers = [c.add_node(num_cpus=1, resources={"transient": 1}) for _ in range(2)]
-    c.wait_for_nodes()
-    ray.init(address=c.address, log_to_driver=False)
-    serve.start(proxy_location="Disabled")
-    try:
-        yield c, workers
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        c.shutdown()
+    yield from emulated_cluster({"reliable": 2, "head": 1}, [{"transient": 1}, {"transient": 1}])
 
 
 @pytest.fixture(scope="module")
