@@ -38,11 +38,12 @@ from .calls import (
     wait_or_cancel,
 )
 from .coalesce import Coalescer, Item
+from .gears import GearRunners, GearSwitch
 from .metrics import ServingMetrics, exact_totals
 from .planner import CONCURRENT_BATCHES, INGRESS_BATCH_ROWS
 from .records import RecordBuffer, record_columns
 from .replicas import LocalStage, coerce
-from .runtime import concat_blocks, concat_rows, split_outputs
+from .runtime import StageRunner, concat_blocks, concat_rows, split_outputs
 from .schema import (
     ErrorResponse,
     PredictRequest,
@@ -179,13 +180,17 @@ class Ingress:
                 on_sent=lambda n: self.metrics.count("willump_monitor_records_sent", n))
         self.openapi_doc = _openapi(app, self.schema)
         self._watch: asyncio.Task | None = None
+        self.gears = GearSwitch(info.get("gears"))  # load-adaptive gears (serving.gears)
+        self.gear_now = self.gears.pinned
+        self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
 
     # --- plumbing ------------------------------------------------------------------------
     def _remote_batch(self, handle: Any, stage: str):
         async def run(items: list[Item], deadline: Deadline) -> list[Any]:
+            gear = (items[0].key,) if items[0].key else ()  # gear 0: the plain call
             merged = await call_stage(
-                handle, "run", (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items])),
-                deadline, stage, on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage))
+                handle, "run", (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items]),
+                                *gear), deadline, stage, on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage))
             self._observe_stage(stage, merged)
             return split_outputs(merged, [it.size for it in items])
 
@@ -193,7 +198,8 @@ class Ingress:
 
     async def _local_batch(self, items: list[Item], deadline: Deadline) -> list[Any]:
         start = time.perf_counter()
-        outs = await asyncio.to_thread(self.first.run_many, [(it.rows, it.blocks) for it in items])
+        run = self.local_gears.local(items[0].key, self.first) if items[0].key else self.first.run_many
+        outs = await asyncio.to_thread(run, [(it.rows, it.blocks) for it in items])
         self.metrics.observe("willump_stage_latency_seconds", time.perf_counter() - start, stage=self.stage_names[0])
         return outs
 
@@ -325,14 +331,25 @@ class Ingress:
         "requestBody": {"required": True, "content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/PredictRequestBody"}}}}})
     async def predict(self, request: Request) -> Response:
-        return await self._guarded("predict", request, lambda: self._predict(request), admit=True)
+        return await self._guarded("predict", request, lambda: self._geared(request), admit=True)
 
-    async def _predict(self, request: Request) -> Response:
+    async def _geared(self, request: Request) -> Response:
+        """The gear this request is served by (serving.gears), held for its whole life."""
+        token, gear = self.gears.begin()
+        if gear != self.gear_now:
+            self.gear_now = gear
+            self.metrics.count("willump_gear_switches", gear=str(gear))
+        try:
+            return await self._predict(request, gear)
+        finally:
+            self.gears.end(token)
+
+    async def _predict(self, request: Request, gear: int = 0) -> Response:
         deadline = self._deadline(request)
         body, frame = await self._parse(request, PredictRequest)
         started, t0 = time.time(), time.perf_counter()
         n = len(frame)
-        out = await self.coalescers[self.stage_names[0]].submit(frame, None, deadline)
+        out = await self.coalescers[self.stage_names[0]].submit(frame, None, deadline, key=gear)
         proba, level = np.array(out["proba"], copy=True), np.array(out["level"], copy=True)
         replica = np.full(n, out["replica"], dtype=object)
         degraded = np.zeros(n, dtype=bool)
@@ -344,7 +361,7 @@ class Ingress:
             stage = self.stage_names[1]
             late = deadline.reserve(DEGRADE_RESERVE) if self.degrade and out.get("fallback") is not None else deadline
             try:
-                out2 = await self.coalescers[stage].submit(sub, out["blocks"], late)
+                out2 = await self.coalescers[stage].submit(sub, out["blocks"], late, key=gear)
             except (DeadlineExceeded, StageOverloaded) as exc:
                 if late is deadline:
                     raise
@@ -362,10 +379,11 @@ class Ingress:
         for i, c in enumerate(np.bincount(level, minlength=len(self.info["levels"]))):
             if c:
                 self.metrics.count("willump_rows", int(c), level=str(i))
+        self.metrics.count("willump_gear_rows", n, gear=str(gear))
         if self.records is not None:
             self.records.add(record_columns(frame, proba, level, replica, latency_ms, started, self.version,
-                                            body.attributes, self.records.config))
-        return Response(predict_answer(self.classes, proba, level, degraded, self.version),
+                                            body.attributes, self.records.config, gear=gear))
+        return Response(predict_answer(self.classes, proba, level, degraded, self.version, self.gears.fields(gear)),
                         media_type="application/json")
 
     @app.post("/top_k", response_model=TopKResponse, responses=ROUTE_ERRORS, openapi_extra={

@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--monitor-pane-seconds", type=float, help="monitor pane length (seconds)")
     serve.add_argument("--calibrate", choices=CALIBRATE, default="auto",
                        help="measure HTTP and hop costs for the plan (default: once per cluster, cached)")
+    serve.add_argument("--gears", type=_gears, default="off",
+                       help="'off' (the plan), 'adaptive' (a cheaper certified gear while the queue puts the SLO, "
+                            "--p99-ms, at risk; see serving.gears), or a gear index to pin")
+    serve.add_argument("--gear-slo-ms", type=float, help="the SLO the adaptive gears hold (default: --p99-ms)")
     _add_request_arguments(serve)
     _add_plan_arguments(serve)
 
@@ -122,6 +126,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     print(plan, flush=True)
     print(f"willump: wrote {out} (serve run {out} / serve deploy {out})", flush=True)
     return 0
+
+
+def _gears(value: str) -> str | int:
+    """--gears: a mode or a gear index."""
+    return int(value) if value.isdigit() else value
 
 
 def _monitor_options(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -210,7 +219,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             batch_wait_timeout_s=None if args.batch_wait_ms is None else args.batch_wait_ms / 1000.0,
             proxy=None if args.address else args.proxy, transport=args.transport,
             layout=args.layout, calibrate=args.calibrate, deadline_ms=args.deadline_ms, degrade=args.degrade,
-            api_key=_api_key(args),
+            api_key=_api_key(args), gears=args.gears,
+            gear_policy={"slo_ms": args.gear_slo_ms} if args.gear_slo_ms is not None else None,
         )
         print(app.plan, flush=True)
         print(f"willump: serving {app.model_version} at {app.url} via {app.proxy}; dashboard at {app.url}/ui "

@@ -32,6 +32,8 @@ class Item:
     deadline: Deadline
     future: asyncio.Future = field(repr=False)
     abandoned: bool = False
+    #: only items with equal keys share a call (the gear that serves them: serving.gears)
+    key: Any = None
 
     @property
     def size(self) -> int:
@@ -75,13 +77,14 @@ class Coalescer:
         self._limit = max(1, int(value))
         self._dispatch()
 
-    async def submit(self, rows: Any, blocks: dict | None, deadline: Deadline) -> Any:
+    async def submit(self, rows: Any, blocks: dict | None, deadline: Deadline, key: Any = None) -> Any:
         """This request's output of the stage, or DeadlineExceeded when its deadline passes;
-        StageOverloaded at once when ``max_queued`` requests already wait."""
+        StageOverloaded at once when ``max_queued`` requests already wait. Requests with
+        different ``key`` never share a call."""
         if len(self.queue) >= self.max_queued:
             raise StageOverloaded(self.stage)
         future = asyncio.get_running_loop().create_future()
-        item = Item(rows, blocks, deadline, future)
+        item = Item(rows, blocks, deadline, future, key=key)
         self.queue.append(item)
         self._dispatch()
         try:
@@ -105,7 +108,7 @@ class Coalescer:
                 self.queue.popleft()
                 item.future.set_exception(DeadlineExceeded(self.stage, item.deadline.budget_s))
                 continue
-            if items and rows + item.size > self.max_rows:
+            if items and (rows + item.size > self.max_rows or item.key != items[0].key):
                 break
             items.append(self.queue.popleft())
             rows += item.size

@@ -21,6 +21,7 @@ from willump import OptimizedPipeline
 from . import artifacts, cluster
 from .artifacts import ArtifactSource
 from .costs import HostCosts, load_cached, store_cached
+from .gears import check_gears, gear_info
 from .graph import (
     DEFAULT_DOWNSCALE_TO_ZERO_S,
     build_app,
@@ -212,6 +213,8 @@ def deploy(
     max_in_flight: int | None = None,
     ship_code: str = "auto",
     artifact_share: str = "auto",
+    gears: str | int = "off",
+    gear_policy: dict[str, Any] | None = None,
 ) -> ServingApp:
     """Deploy on Ray Serve at ``http://host:port/<name>``.
 
@@ -235,6 +238,14 @@ def deploy(
     holding ``max_in_flight`` requests (default: 2 s of its planned throughput) answers 503
     with Retry-After. ``api_key`` requires ``Authorization: Bearer KEY`` (or ``X-API-Key``)
     on every route but ``/healthz``; only its SHA-256 is stored in the app.
+
+    Gears (an artifact optimized with ``gears=(...)``: a ladder of cheaper plans certified
+    jointly): ``gears="off"`` serves the plan (gear 0); an integer pins that gear;
+    ``gears="adaptive"`` switches to a cheaper certified gear when the ingress's queue puts
+    the SLO at risk and back when it drains (:class:`serving.gears.GearPolicy`; the SLO is
+    ``p99_ms``, else ``deadline_ms``; ``gear_policy`` overrides the policy's parameters, e.g.
+    ``{"slo_ms": 200, "down_after_s": 5}``). Every answer names its gear and that gear's
+    certified loss bound; ``/metrics`` counts rows per gear; monitor records carry the gear.
     """
     import ray
 
@@ -251,6 +262,7 @@ def deploy(
         nodes = cluster.nodes(free=True)
         code_note = cluster.check_code_reaches(ship_code, len(nodes))
         specs = specs_of(opt, baseline)
+        check_gears(gears, gear_policy, opt, baseline=baseline)
         use_gpu, notes = _use_gpu(opt, specs, device, runtime, sum(n.gpus for n in nodes))
         if layout == "auto":
             layout = plan.layout if plan is not None else "staged" if min_replicas is not None else "fused"
@@ -285,6 +297,7 @@ def deploy(
             "api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
             "max_in_flight": max_in_flight, "max_body_bytes": max_body_bytes, "max_rows": max_rows,
             "min_replicas": min_replicas, "max_replicas": max_replicas, "downscale_to_zero_s": downscale_to_zero_s,
+            "gears": gear_info(gears, gear_policy, opt, plan.target_p99_ms or deadline_ms),
         }
         monitor_app = run_spec(spec, opt, access_log=access_log)
     except BaseException:

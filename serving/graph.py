@@ -154,6 +154,7 @@ def build_app(spec: dict[str, Any], opt: OptimizedPipeline | None = None) -> Any
         "degrade": degrade,
         "api_key_sha256": spec.get("api_key_sha256"),
         "max_in_flight": int(spec.get("max_in_flight") or plan.ingress_max_in_flight),
+        "gears": spec.get("gears"),  # serving.gears.gear_info: mode, certified ladder, policy
     }
     local_first = None
     ingress_cpus = plan.ingress_cpus
@@ -179,6 +180,8 @@ def build_monitor(spec: dict[str, Any], opt: OptimizedPipeline | None = None) ->
 
     opt = _opt(spec, opt)
     monitor_config, record_config = monitor_settings(monitor, opt)
+    if (spec.get("gears") or {}).get("mode", "off") != "off":  # explain by the gear that answered
+        monitor_config["attributes"] = [*monitor_config["attributes"], "gear"]
     reference = None
     if monitor.get("reference", "traffic") == "sample":
         import numpy as np
@@ -188,7 +191,7 @@ def build_monitor(spec: dict[str, Any], opt: OptimizedPipeline | None = None) ->
         sample = opt.sample_rows_
         proba, level = opt.predict_with_levels(sample)
         reference = build_records(sample, proba, level, np.full(len(sample), "offline", dtype=object), np.nan, 0.0,
-                                  "reference", None, record_config).to_dict("records")
+                                  "reference", None, record_config, gear=0).to_dict("records")
     else:
         monitor_config.setdefault("auto_reference_panes", DEFAULT_REFERENCE_PANES)
     plan = Plan.from_dict(spec["plan"])

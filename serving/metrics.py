@@ -46,6 +46,10 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
                                       ("app", "stage")),
     "willump_stage_compute_seconds": ("histogram", "compute time reported by the stage", ("app", "stage")),
     "willump_rows": ("counter", "rows answered, by cascade level", ("app", "level")),
+    "willump_gear_rows": ("counter", "rows answered, by the certified gear that served them (serving.gears)",
+                          ("app", "gear")),
+    "willump_gear_switches": ("counter", "gear changes of an adaptive ingress, by the gear switched to",
+                              ("app", "gear")),
     "willump_degraded_rows": ("counter", "rows answered by the cheap level because a later stage was "
                                          "late or overloaded (degrade=True)", ("app",)),
     "willump_stage_retries": ("counter", "stage calls retried after a replica died", ("app", "stage")),

@@ -36,8 +36,9 @@ def record_columns(
     request_attributes: dict[str, Any] | None,
     config: dict[str, Any],
     error: bool = False,
+    gear: int | None = None,
 ) -> dict[str, np.ndarray]:
-    """A record per row, as columns: attributes (version, replica, level, configured inputs,
+    """A record per row, as columns: attributes (version, replica, level, gear, configured inputs,
     bucketed numeric inputs, client attributes), metrics (latency, confidence, score, error)
     and the configured input features. Plain arrays, not a DataFrame: this runs on every
     request, and building a DataFrame column by column cost more than the optimized
@@ -49,6 +50,8 @@ def record_columns(
         "replica": np.asarray(replica).astype(str).astype(object),
         "level": np.asarray(level).astype(str).astype(object),
     }
+    if gear is not None:  # the certified gear that answered (serving.gears): an attribute to explain by
+        columns["gear"] = np.full(n, str(gear), dtype=object)
     for column in config.get("input_attributes", ()):
         columns[column] = frame[column].astype(str).to_numpy(dtype=object)
     for column, edges in (config.get("buckets") or {}).items():

@@ -45,6 +45,11 @@ class PredictResponse(BaseModel):
     degraded: list[bool] = Field(description="rows answered by an earlier level because a later "
                                              "stage missed the deadline or was overloaded (degrade=True)")
     model_version: str
+    gear: int = Field(0, description="the certified gear that answered (0: the plan; higher: a cheaper plan "
+                                     "certified at a looser max_loss, served under load; see serving.gears)")
+    gear_max_loss: float | None = Field(None, description="the max_loss that gear was certified for")
+    gear_loss_bound: float | None = Field(None, description="that gear's certified upper bound on the loss "
+                                                            "(None: the full pipeline, no approximation)")
 
 
 class TopKResponse(BaseModel):
@@ -247,8 +252,9 @@ def parse_request(body: bytes, model: type[BaseModel], schema: RowSchema,
 
 
 def predict_answer(classes: np.ndarray, proba: np.ndarray, level: np.ndarray, degraded: np.ndarray,
-                   version: str) -> bytes:
-    """The /predict answer, JSON-encoded (as Starlette's JSONResponse would)."""
+                   version: str, gear: dict[str, Any] | None = None) -> bytes:
+    """The /predict answer, JSON-encoded (as Starlette's JSONResponse would); ``gear``: the
+    gear fields (:meth:`serving.gears.GearSwitch.fields`)."""
     labels = classes[np.argmax(proba, axis=1)]
     body = {
         "predictions": [plain(v) for v in labels],
@@ -256,5 +262,6 @@ def predict_answer(classes: np.ndarray, proba: np.ndarray, level: np.ndarray, de
         "level": level.tolist(),
         "degraded": degraded.tolist(),
         "model_version": version,
+        **(gear or {}),
     }
     return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()

@@ -107,5 +107,17 @@ def stallable_opt():
 
 
 @pytest.fixture(scope="session")
+def geared_opt():
+    """A cascade with a ladder of cheaper certified gears (serving.gears)."""
+    from tests.willump.synth import quiet
+
+    X, y = make_rows(6000, seed=3)
+    opt = willump.optimize(three_groups, LogisticRegression(), X, y, max_loss=0.005, gears=(0.015, 0.04),
+                           **quiet(three_groups))
+    assert opt.is_cascade and len(opt.gears_) >= 2
+    return opt
+
+
+@pytest.fixture(scope="session")
 def request_rows():
     return make_rows(200, seed=22)[0]

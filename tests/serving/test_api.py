@@ -311,3 +311,36 @@ def test_metrics_are_exact_across_ingress_replicas(keyed, request_rows):
                if line.startswith("ray_willump_requests_total") and 'app="keyed"' in line and 'route="predict"' in line}
     assert len(workers) == 2, workers
     assert ray.is_initialized()
+
+
+def test_adaptive_gears_switch_and_every_answer_names_its_gear(ray_cluster, app, geared_opt, request_rows):
+    """An SLO far below any latency puts every request after the first at risk: the ingress
+    steps one certified gear cheaper per request (no interval, no way back), each answer names
+    its gear and certified bound, equals that gear's in-process answer, and /metrics counts
+    rows per gear."""
+    from dataclasses import replace
+
+    ladder = geared_opt.gears_
+    plan = replace(app.plan, ingress_replicas=1)  # each ingress replica switches on its own queue
+    served = deploy(geared_opt, name="geared", port=ray_cluster, plan=plan, calibrate="never",
+                    gears="adaptive", gear_policy={"slo_ms": 0.001, "up_interval_s": 0.0,
+                                                   "down_after_s": 3600.0, "window_s": 600.0})
+    try:
+        batch = request_rows.iloc[:64]
+        seen = []
+        for i in range(len(ladder) + 1):
+            body = post(served, "/predict", {"rows": rows_of(batch)}).json()
+            gear = min(i, len(ladder) - 1)
+            assert (body["gear"], body["gear_loss_bound"]) == (gear, ladder[gear].loss_bound), body
+            assert body["gear_loss_bound"] <= body["gear_max_loss"] == ladder[gear].max_loss
+            np.testing.assert_allclose(np.array(body["probabilities"]), geared_opt.gear(gear).predict_proba(batch),
+                                       atol=1e-9)
+            seen.append(body["level"])
+        assert seen[-1].count(0) > seen[0].count(0)  # the cheap level answered more rows in the cheapest gear
+        wanted = [f'willump_gear_rows_total{{app="geared",gear="{g}"}}' for g in range(len(ladder))]
+        wait_for(lambda: all(w in requests.get(served.url + "/metrics", timeout=30).text for w in wanted),
+                 timeout=30, message="rows per gear in /metrics")
+        with pytest.raises(ValueError, match="certifies gears"):
+            deploy(geared_opt, name="geared2", port=ray_cluster, plan=app.plan, calibrate="never", gears=7)
+    finally:
+        served.shutdown(stop_ray=False)
