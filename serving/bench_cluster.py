@@ -19,8 +19,8 @@ work hedging costs (``extra_work``: device seconds per stage call with hedging o
 without, same jitter, same repeat; ``copies_over_answers``: device seconds of all copies,
 including the straggler's time before it was cancelled, over those of the answers kept).
 
-Tiered reliability, load-adaptive gears and time-to-accuracy are not built yet; the JSON
-lists them under ``not_built``.
+Load-adaptive gears (CascadeServe): a 3x burst above the planned rate with gears and with one
+gear (:mod:`serving.gears_bench`). Time-to-accuracy is not built; the JSON says ``not_built``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .gears_bench import GEAR_SLO_MS, geared_workload, gears
 from .hedge import HEDGE_QUANTILE
 from .hetero import plan_agnostic, plan_max_rate, sustained_rate, uniform_weights
 from .hetero_app import DeviceEmulation, deploy_hetero
@@ -429,7 +430,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--hedge-quantile", type=float, default=HEDGE_QUANTILE,
                         help="hedge a stage call still unanswered at this quantile of the stage's latencies")
     parser.add_argument("--preempt-rate", type=float, default=PREEMPT_RATE, help="open-loop requests/s")
-    parser.add_argument("--only", choices=("heterogeneity", "hedging", "preemption"), help="run one section")
+    parser.add_argument("--gear-slo-ms", type=float, default=GEAR_SLO_MS, help="the p99 target the gears hold")
+    parser.add_argument("--only", choices=("heterogeneity", "hedging", "gears", "preemption"), help="run one section")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)
@@ -441,8 +443,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from .artifacts import resolve
 
     t0 = time.perf_counter()
-    opt, X = _optimized(args)
-    requests = _requests(X, args.rows_per_request)
+    opt, X = _optimized(args) if args.only != "gears" else (None, None)
+    geared = geared_workload(args) if args.only in (None, "gears") else None
+    requests = _requests(X if X is not None else geared[1], args.rows_per_request)
     print(f"serving.bench_cluster: optimized {args.workload} in {time.perf_counter() - t0:.1f}s; "
           f"{len(requests)} requests of {args.rows_per_request} rows; load {load_average():.2f}")
     result: dict[str, Any] = {"workload": args.workload, "rows_per_request": args.rows_per_request,
@@ -450,7 +453,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "load_before": load_average()}
     cluster = start_cluster()
     try:
-        source, _ = resolve(opt, "bench-cluster", "auto")
+        source = resolve(opt, "bench-cluster", "auto")[0] if opt is not None else None
         if args.only in (None, "heterogeneity"):
             print("heterogeneity:")
             result["heterogeneity"] = heterogeneity(opt, source, requests, args)
@@ -463,6 +466,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.only in (None, "hedging"):
             print("hedging:")
             result["hedging"] = hedging(opt, source, requests, args)
+        if geared is not None:
+            print("gears:")
+            labels = [geared[2][i * args.rows_per_request:(i + 1) * args.rows_per_request] for i in range(len(requests))]
+            result["gears"] = gears(geared[0], resolve(geared[0], "bench-gears", "auto")[0], requests, labels, args)
         if args.only in (None, "preemption"):  # last: it removes the slow nodes
             print("preemption:")
             result.setdefault("tiers", {}).update(preemption(opt, source, requests, cluster, args))
@@ -470,7 +477,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         stop_cluster(cluster)
     result["load_after"] = load_average()
-    result["not_built"] = ["gears", "time_to_accuracy"]
+    result["not_built"] = ["time_to_accuracy"]
     if "heterogeneity" in result:
         h = result["heterogeneity"]
         print(f"heterogeneity: aware {h['aware_rows_per_s']:.0f} rows/s (predicted {h['predicted_rows_per_s']:.0f},"
@@ -487,6 +494,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t = result["tiers"]
         print(f"tiers: wrong {t['wrong']}, failed with notice {t['failed_with_notice']}, without notice "
               f"{t['failed_without_notice']}, p99 back under {t['slo_ms']:g} ms after {t['recovery_s']:g} s")
+    if "slo_ms" in result.get("gears", {}):
+        g = result["gears"]
+        print(f"gears: SLO {g['slo_ms']:g} ms, p99 with gears {g['p99_ms_with_gears']:.0f} ms, single gear "
+              f"{g['p99_ms_single_gear']:.0f} ms; accuracy loss {g['accuracy_loss']:.4f} (worst certified bound "
+              f"{g['worst_certified_bound']:.4f}); targets {g['targets']}")
     print(f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after; not built: "
           f"{result['not_built']}")
     if args.json:

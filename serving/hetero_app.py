@@ -85,10 +85,12 @@ class DeviceStage:
 
     def __init__(self, artifact: Any, spec: StageSpec, device_type: str, emulation: DeviceEmulation,
                  seed: int = 0, jitter: tuple[float, float] = (0.0, 1.0)):
+        from .gears import GearRunners
         from .replicas import replica_id
         from .runtime import StageRunner
 
         self.runner = StageRunner(artifact.load(), spec)
+        self.gears = GearRunners(self.runner)  # the certified gears (serving.gears)
         self.stage, self.device_type, self.emulation = spec.name, device_type, emulation
         self.replica = replica_id(f"{spec.name}@{device_type}")
         self.lock = asyncio.Lock()
@@ -98,8 +100,8 @@ class DeviceStage:
         self.cancelled = 0
         self.device_seconds = 0.0
 
-    async def run(self, rows: pd.DataFrame, blocks: dict | None = None) -> dict[str, Any]:
-        out = await asyncio.to_thread(self.runner.run, rows, blocks)
+    async def run(self, rows: pd.DataFrame, blocks: dict | None = None, gear: int = 0) -> dict[str, Any]:
+        out = await asyncio.to_thread(self.gears.get(gear).run, rows, blocks)
         hold = self.emulation.seconds(self.stage, self.device_type, len(rows))
         share, factor = self.jitter
         if share > 0 and self.rng.random() < share:
@@ -146,6 +148,16 @@ class HeteroIngress:
         self.hedge_quantile, self.probation_s = hedge_quantile, probation_s
         self.hedging = hedging
         self.set_weights(weights)
+        self.set_gears(None)
+
+    def set_gears(self, info: dict[str, Any] | None) -> dict[str, Any]:
+        """Serve the certified gears as ``info`` says (serving.gears.gear_info: adaptive or a
+        pinned gear; None: gear 0); resets the gear counts."""
+        from .gears import GearSwitch
+
+        self.gear_switch = GearSwitch(info)
+        self.gear_rows: dict[int, int] = {}
+        return {"mode": self.gear_switch.mode}
 
     def set_weights(self, weights: Weights) -> dict[str, dict[str, float]]:
         """Per device type weights (each stage's); resets the routing statistics."""
@@ -197,11 +209,11 @@ class HeteroIngress:
         self.unavailable.difference_update(keys)
         return sorted(self.unavailable)
 
-    async def _send(self, stage: str, replica: str, rows: pd.DataFrame, blocks: dict | None):
+    async def _send(self, stage: str, replica: str, rows: pd.DataFrame, blocks: dict | None, gear: int = 0):
         key = f"{stage}@{replica}"
         self.picks[key] = self.picks.get(key, 0) + 1
         self.in_flight[key] = self.in_flight.get(key, 0) + 1
-        return self.handles[stage][replica].run.remote(rows, blocks)
+        return self.handles[stage][replica].run.remote(rows, blocks, *((gear,) if gear else ()))
 
     async def _await(self, stage: str, replica: str, response: Any) -> dict[str, Any]:
         key = f"{stage}@{replica}"
@@ -219,17 +231,17 @@ class HeteroIngress:
             self.slow.observe(f"{stage}@{replica}", f"{stage}@{replica.split('/')[0]}", seconds)
             self.winner_device_s += float(out.get("device_s", 0.0))
 
-    async def _call(self, stage: str, rows: pd.DataFrame, blocks: dict | None) -> dict[str, Any]:
+    async def _call(self, stage: str, rows: pd.DataFrame, blocks: dict | None, gear: int = 0) -> dict[str, Any]:
         """A stage call; a call whose replica was lost (its actor died) is sent again to
         another replica, at most once per replica of the stage."""
         for _ in range(len(self.routers[stage].weights)):
             try:
-                return await self._call_once(stage, rows, blocks)
+                return await self._call_once(stage, rows, blocks, gear)
             except _ReplicaLost:
                 self.counts["retried"] += 1
-        return await self._call_once(stage, rows, blocks)
+        return await self._call_once(stage, rows, blocks, gear)
 
-    async def _call_once(self, stage: str, rows: pd.DataFrame, blocks: dict | None) -> dict[str, Any]:
+    async def _call_once(self, stage: str, rows: pd.DataFrame, blocks: dict | None, gear: int = 0) -> dict[str, Any]:
         router = self.routers[stage]
         gone = [r for r in router.weights if f"{stage}@{r}" in self.unavailable]
         if len(gone) == len(router.weights):
@@ -240,7 +252,7 @@ class HeteroIngress:
         first = router.pick(exclude=slow)
         self.counts["calls"] += 1
         t0 = time.perf_counter()
-        response = await self._send(stage, first, rows, blocks)
+        response = await self._send(stage, first, rows, blocks, gear)
         delay = self.windows[stage].delay() if self.hedging and len(router.weights) > 1 else None
         if delay is None:
             out = await self._await(stage, first, response)
@@ -261,7 +273,7 @@ class HeteroIngress:
                 return out
         self.counts["hedges"] += 1
         t1 = time.perf_counter()
-        response2 = await self._send(stage, second, rows, blocks)
+        response2 = await self._send(stage, second, rows, blocks, gear)
         task2 = asyncio.ensure_future(self._await(stage, second, response2))
         pending = {task, task2}
         while pending:
@@ -285,12 +297,21 @@ class HeteroIngress:
         return out
 
     async def predict(self, rows: pd.DataFrame) -> dict[str, Any]:
+        token, gear = self.gear_switch.begin()
+        try:
+            out = await self._predict(rows, gear)
+        finally:
+            self.gear_switch.end(token)
+        self.gear_rows[gear] = self.gear_rows.get(gear, 0) + len(rows)
+        return {**out, **self.gear_switch.fields(gear)}
+
+    async def _predict(self, rows: pd.DataFrame, gear: int) -> dict[str, Any]:
         n = len(rows)
         proba, level, devices = None, np.zeros(n, dtype=np.int64), np.empty(n, dtype=object)
         todo = np.arange(n)
         frame, blocks = rows, None
         for stage in self.stages:
-            out = await self._call(stage, frame, blocks)
+            out = await self._call(stage, frame, blocks, gear)
             part = np.asarray(out["proba"])
             if proba is None:
                 proba = np.zeros((n, *part.shape[1:]))
@@ -305,7 +326,8 @@ class HeteroIngress:
     def stats(self) -> dict[str, Any]:
         return {"picks": dict(self.picks), **self.counts, "reassigned": self.slow.reassigned,
                 "winner_device_s": self.winner_device_s, "in_flight": dict(self.in_flight),
-                "unavailable": sorted(self.unavailable),
+                "unavailable": sorted(self.unavailable), "gear_rows": dict(self.gear_rows),
+                "gear_switches": 0 if self.gear_switch.policy is None else self.gear_switch.policy.switches,
                 "hedge_delay_s": {s: w.delay() for s, w in self.windows.items()}}
 
 
@@ -327,6 +349,9 @@ class HeteroApp:
 
     def set_hedging(self, enabled: bool) -> bool:
         return self.ingress.set_hedging.remote(enabled).result()
+
+    def set_gears(self, info: dict[str, Any] | None) -> dict[str, Any]:
+        return self.ingress.set_gears.remote(info).result()
 
     def stats(self) -> dict[str, Any]:
         return self.ingress.stats.remote().result()
