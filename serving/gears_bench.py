@@ -37,7 +37,7 @@ BURST = 3.0
 #: seconds at the planned rate before the burst, of the burst, and after it
 PRE_S = 3.0
 BURST_S = 10.0
-POST_S = 6.0
+POST_S = 8.0
 #: the p99 target the gears hold (ms)
 GEAR_SLO_MS = 500.0
 #: looser max_loss values certified as gears, as multiples of the workload's max_loss
