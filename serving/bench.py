@@ -17,6 +17,13 @@ same clients, the load generator's own CPU charged to this machine) beside the m
 request, predicted and measured (/proc, this Ray's processes only). A final open-loop phase
 sends single-row requests at half of the measured single-row peak. All phases run in one
 process and one Ray, side by side; the 1-minute load average is recorded.
+
+Time-to-accuracy (:mod:`serving.time_to_accuracy`): every configuration also reports
+``accuracy`` (its answers on the labelled held-out rows), ``accuracy_loss`` (vs the full
+pipeline), ``certified_loss_bound``, ``rows_per_s_at_accuracy``, ``p99_ms_at_accuracy`` and
+``cost_per_million_predictions`` (simulated price per CPU-hour); the run reports
+``time_to_first_answer.time_to_first_answer_s`` from starting ``willump serve`` to its first
+answer (``--skip-first-answer`` leaves it out).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any
 from serving.loadgen import closed_loop, http_floor, in_process, open_loop, payloads
 from serving.procstat import process_cpu, session_dir, session_processes
 from serving.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS
+from serving.time_to_accuracy import at_accuracy, labelled, time_to_first_answer
 
 #: seconds of closed-loop load per phase
 DURATION_S = 20.0
@@ -169,6 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     opt, X = _load(args)
     print(f"serving.bench: optimized {args.workload} in {time.perf_counter() - t0:.1f}s "
           f"({opt.report().plan})", flush=True)
+    data = labelled(args)  # time-to-accuracy: the labelled held-out rows
     bodies, frames = payloads(X, args.rows_per_request)
     singles, _ = payloads(X, 1, limit=2000)
     result: dict[str, Any] = {
@@ -178,6 +187,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     result["in_process"] = in_process(opt, frames, args.rows_per_request, duration=args.duration,
                                       max_requests=args.max_requests)
+    result["in_process"].update(at_accuracy(result["in_process"], opt, data, baseline=False, cpus=1.0))
     print(f"  (c) in-process: {result['in_process']['rows_per_s']:.0f} rows/s", flush=True)
     result["proxy"], result["transport"] = use_proxy(args.proxy, args.transport), args.transport
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
@@ -213,6 +223,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 phase["predicted_p99_ms_given_load"] = loaded["predicted_p99_ms"]
                 phase["rows_per_s_ratio_given_load"] = phase["measured_rows_per_s"] / loaded["predicted_rows_per_s"]
                 phase["p99_ratio_given_load"] = phase["measured_p99_ms"] / loaded["predicted_p99_ms"]
+            phase.update(at_accuracy(phase, opt, data, baseline=baseline, cpus=args.cpus, url=url))
             phase["plan"] = app.plan.to_dict()
             result[key] = phase
             print(f"  {label} {key}: measured {phase['measured_rows_per_s']:.0f} rows/s, p99 "
@@ -234,6 +245,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         serve.shutdown()
         ray.shutdown()
         release_proxy_files()
+    if not args.skip_first_answer:  # after the phases, with the benchmark's own Ray down
+        result["time_to_first_answer"] = time_to_first_answer(opt, X, cpus=args.cpus, port=args.port)
     result["costs"] = calibrate.to_dict() if hasattr(calibrate, "to_dict") else None
     _ratios(result)
     result["loadavg_1m_end"] = os.getloadavg()[0]
@@ -328,6 +341,16 @@ def markdown(result: dict[str, Any]) -> str:
         f"p99 {half['p99_ms']:.1f} ms, p99/p50 = {r['p99_over_p50']:.2f} (target <= {TARGETS['p99_over_p50']:g}); "
         f"by the level that answered: {_by_level(half)}",
     ]
+    for key, label in [*((k, lb) for k, lb, *_ in PHASES), ("in_process", "(c)")]:
+        p = result[key]
+        if p.get("accuracy") is not None:
+            lines.append(f"- {label} at accuracy {p['accuracy']:.4f} (loss {p['accuracy_loss']:+.4f} vs the full "
+                         f"pipeline, certified bound {p['certified_loss_bound']}): {p['rows_per_s_at_accuracy']:.0f} "
+                         f"rows/s, p99 {p['p99_ms_at_accuracy']:.1f} ms, {p['cost_per_million_predictions']:.3f} per "
+                         "million predictions (simulated price)")
+    first = result.get("time_to_first_answer")
+    if first:
+        lines.append(f"- `willump serve` to the first answer: {first['time_to_first_answer_s']} s {first['error'] or ''}")
     return "\n".join(lines)
 
 
@@ -349,6 +372,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="how the ingress calls the stages (default %(default)s)")
     parser.add_argument("--calibrate", choices=("always", "auto"), default="always",
                         help="measure HTTP and hop costs now (default) or reuse this machine's cached figures")
+    parser.add_argument("--skip-first-answer", action="store_true",
+                        help="do not time `willump serve` to its first answer")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     if args.rows_per_request < 1 or args.clients < 1 or args.duration <= 0:

@@ -146,3 +146,19 @@ def test_records_carry_the_gear():
     assert cols["gear"].tolist() == ["2"] * 4
     assert "gear" not in record_columns(frame, proba, np.zeros(4, dtype=int), np.full(4, "r"), 1.0, 0.0, "v",
                                         None, {})
+
+
+def test_time_to_accuracy_fields_for_a_configuration(synth_opt):
+    """serving.bench's time-to-accuracy fields: accuracy of the answers, loss vs the full
+    pipeline, the certified bound, and cost per million predictions at the simulated price."""
+    from serving.time_to_accuracy import PRICE_PER_CPU_HOUR, at_accuracy
+
+    X, y = make_rows(2000, seed=9)
+    fields = at_accuracy({"rows_per_s": 3600.0, "p99_ms": 5.0}, synth_opt, (X, y), baseline=False, cpus=2.0)
+    assert fields["accuracy"] == pytest.approx(np.mean(synth_opt.predict(X) == y))
+    assert fields["accuracy_loss"] == pytest.approx(np.mean(synth_opt.baseline.predict(X) == y) - fields["accuracy"])
+    assert fields["certified_loss_bound"] == synth_opt.gears_[0].loss_bound <= fields["max_loss"]
+    assert fields["cost_per_million_predictions"] == pytest.approx(2.0 * PRICE_PER_CPU_HOUR / 3600.0 ** 2 * 1e6)
+    full = at_accuracy({"rows_per_s": 100.0, "p99_ms": 5.0}, synth_opt, (X, y), baseline=True, cpus=2.0)
+    assert full["accuracy_loss"] == 0.0 and full["certified_loss_bound"] == 0.0
+    assert at_accuracy({"rows_per_s": 0.0}, synth_opt, None, baseline=True, cpus=1.0)["accuracy"] is None
