@@ -162,3 +162,12 @@ def test_time_to_accuracy_fields_for_a_configuration(synth_opt):
     full = at_accuracy({"rows_per_s": 100.0, "p99_ms": 5.0}, synth_opt, (X, y), baseline=True, cpus=2.0)
     assert full["accuracy_loss"] == 0.0 and full["certified_loss_bound"] == 0.0
     assert at_accuracy({"rows_per_s": 0.0}, synth_opt, None, baseline=True, cpus=1.0)["accuracy"] is None
+
+
+def test_willump_serve_takes_the_gear_options():
+    from serving.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "art", "--gears", "adaptive", "--gear-slo-ms", "200"])
+    assert (args.gears, args.gear_slo_ms) == ("adaptive", 200.0)
+    assert build_parser().parse_args(["serve", "art", "--gears", "2"]).gears == 2
+    assert build_parser().parse_args(["serve", "art"]).gears == "off"
