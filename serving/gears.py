@@ -14,8 +14,9 @@ Three parts, each testable without Ray:
   last ``window_s``, whichever is larger (the first reacts before any request finishes late,
   the second remembers a queue that just drained). Above ``up_at`` x SLO it steps one gear
   cheaper (at most one step per ``up_interval_s``, so the cheaper gear has time to act);
-  only after the signal stays below ``down_at`` x SLO for ``down_after_s`` does it step one
-  gear back. The gap between the two thresholds and the dwell are the hysteresis: without
+  only after the signal stays below ``down_at`` x SLO for ``down_after_s`` (counted from the
+  last time it was seen above, or from the last switch: no arrival means nothing queued) does
+  it step one gear back. The gap between the two thresholds and the dwell are the hysteresis: without
   them a queue at the edge flips gears on every request.
 * :class:`GearSwitch`: the ingress's side: requests in flight, the policy, or a pinned gear.
 * :class:`GearRunners`: a stage replica's side: one :class:`serving.runtime.StageRunner`
@@ -72,6 +73,7 @@ class GearPolicy:
     switches: int = 0
     _changed_at: float = field(default=-math.inf, repr=False)
     _calm_since: float | None = field(default=None, repr=False)
+    _last_hot: float = field(default=-math.inf, repr=False)
     _latencies: deque = field(default_factory=deque, repr=False)
 
     def __post_init__(self) -> None:
@@ -101,14 +103,17 @@ class GearPolicy:
     def update(self, now: float, oldest_ms: float = 0.0) -> int:
         """The gear to serve now."""
         signal = self.signal(now, oldest_ms)
+        if signal >= self.down_at * self.slo_ms:
+            self._last_hot = now
         if signal > self.up_at * self.slo_ms:
             self._calm_since = None
             if self.gear < self.gears - 1 and now - self._changed_at >= self.up_interval_s:
                 self._step(now, +1)
         elif signal < self.down_at * self.slo_ms:
-            if self._calm_since is None:
-                self._calm_since = now
-            elif self.gear > 0 and now - self._calm_since >= self.down_after_s:
+            if self._calm_since is None:  # calm since the signal was last seen above down_at (no
+                # request arrived in between: nothing queued here), or since the last switch
+                self._calm_since = max(self._last_hot, self._changed_at) if self._last_hot > -math.inf else now
+            if self.gear > 0 and now - self._calm_since >= self.down_after_s:
                 self._step(now, -1)
                 self._calm_since = now  # another full calm period before the next step back
         else:

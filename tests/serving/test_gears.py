@@ -41,11 +41,11 @@ def test_policy_steps_back_only_after_a_calm_dwell_and_one_gear_at_a_time():
     p = policy()
     for t, gear in ((0.0, 1), (0.3, 2)):
         assert p.update(t, oldest_ms=80.0) == gear
-    assert p.update(1.0, oldest_ms=5.0) == 2  # calm starts
-    assert p.update(2.9, oldest_ms=5.0) == 2  # not calm long enough
-    assert p.update(3.0, oldest_ms=5.0) == 1  # 2 s calm: one step back
+    assert p.update(1.0, oldest_ms=5.0) == 2  # calm since 0.3, when the signal was last seen hot
+    assert p.update(2.2, oldest_ms=5.0) == 2  # not calm long enough
+    assert p.update(2.5, oldest_ms=5.0) == 1  # 2 s calm: one step back
     assert p.update(4.0, oldest_ms=5.0) == 1  # the next step needs another full calm period
-    assert p.update(5.0, oldest_ms=5.0) == 0
+    assert p.update(4.6, oldest_ms=5.0) == 0
 
 
 def test_policy_hysteresis_between_the_thresholds_holds_the_gear_and_resets_the_calm():
@@ -54,9 +54,19 @@ def test_policy_hysteresis_between_the_thresholds_holds_the_gear_and_resets_the_
     assert p.gear == 1
     p.update(1.0, oldest_ms=10.0)  # calm from t=1
     p.update(2.5, oldest_ms=30.0)  # between down_at (20 ms) and up_at (50 ms): hold, calm broken
-    assert p.update(3.2, oldest_ms=10.0) == 1  # calm again only since 3.2
-    assert p.update(5.1, oldest_ms=10.0) == 1
-    assert p.update(5.2, oldest_ms=10.0) == 0
+    assert p.update(3.2, oldest_ms=10.0) == 1  # calm again only since 2.5, when it was last seen hot
+    assert p.update(4.4, oldest_ms=10.0) == 1
+    assert p.update(4.5, oldest_ms=10.0) == 0
+
+
+def test_policy_after_idle_steps_back_at_once_but_not_right_after_a_switch():
+    p = policy()
+    p.update(0.0, oldest_ms=80.0)
+    assert p.update(0.1, oldest_ms=80.0) == 1  # hot until 0.1; no request for a minute
+    assert p.update(60.0, oldest_ms=0.0) == 0  # the queue was calm all along: back at once
+    q = policy()
+    assert q.update(0.0, oldest_ms=80.0) == 1  # switched at 0, hot never seen since
+    assert q.update(1.0, oldest_ms=0.0) == 1 and q.update(2.0, oldest_ms=0.0) == 0
 
 
 def test_policy_signal_remembers_recent_latencies_for_its_window():
