@@ -62,10 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--monitor-pane-seconds", type=float, help="monitor pane length (seconds)")
     serve.add_argument("--calibrate", choices=CALIBRATE, default="auto",
                        help="measure HTTP and hop costs for the plan (default: once per cluster, cached)")
-    serve.add_argument("--gears", type=_gears, default="off",
-                       help="'off' (the plan), 'adaptive' (a cheaper certified gear while the queue puts the SLO, "
-                            "--p99-ms, at risk; see serving.gears), or a gear index to pin")
-    serve.add_argument("--gear-slo-ms", type=float, help="the SLO the adaptive gears hold (default: --p99-ms)")
+    _add_gear_arguments(serve)
     _add_request_arguments(serve)
     _add_plan_arguments(serve)
 
@@ -87,9 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--monitor-features", type=_csv, default=[], help="input columns to test for drift")
     build.add_argument("--monitor-dir", help="directory for the monitor's persistent state")
     build.add_argument("--monitor-pane-seconds", type=float, help="monitor pane length (seconds)")
+    _add_gear_arguments(build)
     _add_request_arguments(build)
     _add_plan_arguments(build)
     return parser
+
+
+def _add_gear_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gears", type=_gears, default="off",
+                        help="'off' (the plan), 'adaptive' (a cheaper certified gear while the queue puts the SLO, "
+                             "--p99-ms, at risk; see serving.gears), or a gear index to pin")
+    parser.add_argument("--gear-slo-ms", type=float, help="the SLO the adaptive gears hold (default: --p99-ms)")
+
+
+def _gear_policy(args: argparse.Namespace) -> dict[str, Any] | None:
+    return {"slo_ms": args.gear_slo_ms} if args.gear_slo_ms is not None else None
 
 
 def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,16 +121,19 @@ def _api_key(args: argparse.Namespace) -> str | None:
 def cmd_build(args: argparse.Namespace) -> int:
     from .cluster import usable_cores
     from .config import plan_offline, serve_config, write_serve_config
+    from .gears import check_gears, gear_info
 
     opt = willump.load(args.artifact)
+    check_gears(args.gears, _gear_policy(args), opt, baseline=False)  # before the minutes of profiling
     monitor = _monitor_options(args)
     plan = plan_offline(opt, cpus=args.cpus or usable_cores(), rows_per_request=args.rows_per_request,
                         rps=args.rps, p99_ms=args.p99_ms, layout="fused" if args.layout == "auto" else args.layout,
                         monitor=monitor)
     if not plan.placeable:
         raise ValueError("the plan cannot be placed: " + "; ".join(plan.notes))
+    gears = gear_info(args.gears, _gear_policy(args), opt, plan.target_p99_ms or args.deadline_ms)
     config = serve_config(args.artifact, plan, name=args.name, host=args.host, port=args.port, monitor=monitor,
-                          degrade=args.degrade, deadline_ms=args.deadline_ms, api_key=_api_key(args))
+                          degrade=args.degrade, deadline_ms=args.deadline_ms, api_key=_api_key(args), gears=gears)
     out = write_serve_config(config, args.output)
     print(plan, flush=True)
     print(f"willump: wrote {out} (serve run {out} / serve deploy {out})", flush=True)
@@ -219,8 +231,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             batch_wait_timeout_s=None if args.batch_wait_ms is None else args.batch_wait_ms / 1000.0,
             proxy=None if args.address else args.proxy, transport=args.transport,
             layout=args.layout, calibrate=args.calibrate, deadline_ms=args.deadline_ms, degrade=args.degrade,
-            api_key=_api_key(args), gears=args.gears,
-            gear_policy={"slo_ms": args.gear_slo_ms} if args.gear_slo_ms is not None else None,
+            api_key=_api_key(args), gears=args.gears, gear_policy=_gear_policy(args),
         )
         print(app.plan, flush=True)
         print(f"willump: serving {app.model_version} at {app.url} via {app.proxy}; dashboard at {app.url}/ui "

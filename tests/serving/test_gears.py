@@ -181,3 +181,18 @@ def test_willump_serve_takes_the_gear_options():
     assert (args.gears, args.gear_slo_ms) == ("adaptive", 200.0)
     assert build_parser().parse_args(["serve", "art", "--gears", "2"]).gears == 2
     assert build_parser().parse_args(["serve", "art"]).gears == "off"
+
+
+def test_willump_build_writes_the_gears_into_the_serve_config(geared, tmp_path):
+    import yaml
+
+    from serving.cli import main
+
+    geared.save(tmp_path / "art")
+    out = tmp_path / "serve.yaml"
+    assert main(["build", str(tmp_path / "art"), "-o", str(out), "--cpus", "2", "--gears", "adaptive",
+                 "--p99-ms", "300"]) == 0
+    spec = yaml.safe_load(out.read_text())["applications"][-1]["args"]
+    assert spec["gears"]["mode"] == "adaptive" and spec["gears"]["policy"]["slo_ms"] == 300.0
+    assert [g["loss_bound"] for g in spec["gears"]["ladder"]] == [g.loss_bound for g in geared.gears_]
+    assert main(["build", str(tmp_path / "art"), "-o", str(out), "--cpus", "2", "--gears", "9"]) == 2
