@@ -39,8 +39,10 @@ import numpy as np
 #: the request's own work once it leaves the queue
 UP_AT = 0.5
 #: share of the SLO the signal must stay below (for DOWN_AFTER_S) before stepping one gear
-#: back; well under UP_AT so that a queue at the edge does not flip gears back and forth
-DOWN_AT = 0.2
+#: back; under UP_AT so that a queue at the edge does not flip gears back and forth, but above
+#: the latency an app has at its planned rate (at 0.2 the bench's app, whose p90 at the
+#: planned rate was 0.26-0.42 of its SLO, never came back to gear 0 after a burst)
+DOWN_AT = 0.35
 #: least seconds between two steps up: a cheaper gear needs a moment to drain the queue
 #: before the signal can tell whether it was enough
 UP_INTERVAL_S = 0.25
