@@ -345,12 +345,14 @@ def markdown(result: dict[str, Any]) -> str:
         p = result[key]
         if p.get("accuracy") is not None:
             lines.append(f"- {label} at accuracy {p['accuracy']:.4f} (loss {p['accuracy_loss']:+.4f} vs the full "
-                         f"pipeline, certified bound {p['certified_loss_bound']}): {p['rows_per_s_at_accuracy']:.0f} "
+                         f"pipeline, certified bound {p['certified_loss_bound']:.4f}): {p['rows_per_s_at_accuracy']:.0f} "
                          f"rows/s, p99 {p['p99_ms_at_accuracy']:.1f} ms, {p['cost_per_million_predictions']:.3f} per "
                          "million predictions (simulated price)")
     first = result.get("time_to_first_answer")
     if first:
-        lines.append(f"- `willump serve` to the first answer: {first['time_to_first_answer_s']} s {first['error'] or ''}")
+        seconds = first["time_to_first_answer_s"]
+        lines.append("- `willump serve` to the first answer: "
+                     + (f"{seconds:.1f} s" if seconds is not None else f"none ({first['error']})"))
     return "\n".join(lines)
 
 
