@@ -30,8 +30,14 @@ DISTRIBUTION_BINS = 40
 DISTRIBUTION_VALUES = 8
 #: closed panes of per-pane series returned
 SERIES_PANES = 120
-#: closed panes of per-level latency returned (computed from each pane's row sample)
-LEVEL_PANES = 30
+#: seconds of per-level latency drawn, ending with the newest pane (the app's own plots show
+#: minutes too); never fewer than LEVEL_MIN_PANES panes
+LEVEL_SPAN_S = 600.0
+#: fewest panes of per-level latency drawn, whatever the pane length
+LEVEL_MIN_PANES = 30
+#: most points per level: longer spans group consecutive panes into bins of whole panes, and a
+#: bin's quantiles are computed over the union of its panes' row samples
+LEVEL_POINTS = 40
 #: per-pane series the page plots (those the monitor has)
 SERIES = ("rows", "latency_ms.p50", "latency_ms.p99", "expensive_fraction", "cheap_fraction",
           "error_rate", "confidence.mean")
@@ -76,13 +82,38 @@ def _result(result: Any, top: int) -> dict[str, Any]:
     return data
 
 
+#: snapshots kept per monitor process: (monitor id, options) -> (monotonic time taken, snapshot)
+_SNAPSHOTS: dict[tuple[int, str], tuple[float, dict[str, Any]]] = {}
+#: distinct (monitor, options) snapshots kept
+_SNAPSHOTS_KEPT = 8
+
+
 def monitor_snapshot(monitor: Any, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every part of the dashboard that comes from the monitor, JSON-ready.
 
     options: ``slo_ms`` (also explain the requests above it), ``top`` (rows per part),
-    ``distributions`` (columns drawn), ``series_panes``, ``level_panes``.
+    ``distributions`` (columns drawn), ``series_panes``, ``level_span_s``, and ``max_age_s``: a
+    snapshot computed for the same options less than this long ago is answered again, with its
+    age in ``age_s``. Why: every ingress replica keeps the page's monitor answers fresh on its own;
+    with this, the monitor computes them at most once per ``max_age_s`` for the whole app, however
+    many replicas ask (each ask then costs the monitor a lookup, not a query).
     """
     options = dict(options or {})
+    max_age_s = float(options.pop("max_age_s", 0.0) or 0.0)
+    key = (id(monitor), repr(sorted(options.items())))
+    now = time.monotonic()
+    kept = _SNAPSHOTS.get(key)
+    if kept is not None and now - kept[0] < max_age_s:
+        return {**kept[1], "age_s": now - kept[0], "shared": True}
+    snapshot = _compute_snapshot(monitor, options)
+    if max_age_s > 0:
+        _SNAPSHOTS[key] = (now, snapshot)
+        for old in list(_SNAPSHOTS)[:-_SNAPSHOTS_KEPT]:
+            _SNAPSHOTS.pop(old, None)
+    return {**snapshot, "age_s": time.monotonic() - now, "shared": False}
+
+
+def _compute_snapshot(monitor: Any, options: dict[str, Any]) -> dict[str, Any]:
     top = int(options.get("top", TOP_ROWS))
     started, cpu0 = time.perf_counter(), time.thread_time()
     out: dict[str, Any] = {"taken_at": time.time(), "errors": {}}
@@ -105,7 +136,7 @@ def monitor_snapshot(monitor: Any, options: dict[str, Any] | None = None) -> dic
     part("changes", lambda: _result(monitor.change_points(), 50))
     part("cascade", lambda: _result(monitor.cascade_health(), top))
     part("series", lambda: _series(monitor, int(options.get("series_panes", SERIES_PANES))))
-    part("levels", lambda: level_latency(monitor, int(options.get("level_panes", LEVEL_PANES))))
+    part("levels", lambda: level_latency(monitor, float(options.get("level_span_s", LEVEL_SPAN_S))))
     if "drift" in out:
         part("distributions", lambda: distributions(
             monitor, out["drift"]["rows"], int(options.get("distributions", DISTRIBUTION_COLUMNS))))
@@ -149,41 +180,68 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
     return float(v[min(int(np.searchsorted(cum, q * cum[-1], side="left")), v.size - 1)])
 
 
-def level_latency(monitor: Any, panes: int) -> dict[str, Any]:
-    """Per closed pane and cascade level: estimated rows and weighted p50 / p99 of latency_ms,
-    from each pane's row sample (exact where a pane kept all its rows)."""
+def level_latency(monitor: Any, span_s: float = LEVEL_SPAN_S, points: int = LEVEL_POINTS) -> dict[str, Any]:
+    """Per cascade level, over the last ``span_s`` seconds (from the first pane with rows when that
+    is later; at least LEVEL_MIN_PANES panes) up to and including the newest pane: estimated rows and weighted p50 / p99 of latency_ms per bin of
+    consecutive panes, from the panes' row samples (exact where a pane kept all its rows).
+
+    Why a span of time, binned, and the newest pane included: this used to be the 30 closed panes
+    before the newest one, one query per pane. Traffic that comes in bursts further apart than 30
+    panes (a slow client, a loaded machine: the browser test's reloads took longer than that
+    under a CPU hog) left it with one pane of rows or none (a burst still in the newest pane), so
+    the plot was empty, or had one point per level, while every other plot drew."""
     config = monitor.config
-    schema = monitor.schema
     level_column = config.level_column
-    if level_column is None or "latency_ms" not in schema.num_columns:
-        return {"t": [], "levels": {}}
-    li = list(schema.cat_columns).index(level_column)
-    mi = list(schema.num_columns).index("latency_ms")
-    newest = monitor.stats().get("newest_pane_start")
-    if newest is None:
-        return {"t": [], "levels": {}}
-    ps = float(config.pane_seconds)
+    empty: dict[str, Any] = {"t": [], "levels": {}, "bin_seconds": None}
+    if level_column is None or "latency_ms" not in monitor.schema.num_columns:
+        return empty
+    li = list(monitor.schema.cat_columns).index(level_column)
+    mi = list(monitor.schema.num_columns).index("latency_ms")
+    window = monitor.window_info()  # a view: a live clock's idle time has moved the newest pane on
+    if not window.get("end"):
+        return empty
     import pandas as pd
 
-    last = round(pd.Timestamp(newest).timestamp() / ps) - 1  # the newest pane is still open
+    ps = float(config.pane_seconds)
+    end = round(pd.Timestamp(window["end"]).timestamp() / ps)  # one past the newest pane
+    # from the first pane with rows (an app that started a minute ago fills its plot), at most span_s
+    start = max(end - math.ceil(span_s / ps - 1e-9), _first_pane_with_rows(monitor, ps, end - 1))
+    panes = max(LEVEL_MIN_PANES, end - start)
+    width = max(1, math.ceil(panes / max(1, points)))  # panes per bin
+    bins = math.ceil(panes / width)
     times: list[float] = []
     per: dict[str, dict[str, list[float]]] = {}
-    for k, p in enumerate(range(last - panes + 1, last + 1)):
-        sample = monitor.window_sample(window=(p * ps, (p + 1) * ps))
-        times.append((p + 1) * ps)
-        codes = sample.cat[li] if sample.size else np.zeros(0, dtype=np.int64)
-        values = sample.num[mi] if sample.size else np.zeros(0)
+    for k in range(bins):
+        hi = end - (bins - 1 - k) * width  # bin k covers panes [hi - width, hi)
+        sample = monitor.window_sample(window=((hi - width) * ps, hi * ps))
+        times.append(hi * ps)
+        if not sample.size:
+            continue
+        codes, values = sample.cat[li], sample.num[mi]
         for code in np.unique(codes):
             label = str(monitor.label(li, int(code)))
-            series = per.setdefault(label, {"rows": [math.nan] * panes, "p50": [math.nan] * panes,
-                                            "p99": [math.nan] * panes})
+            series = per.setdefault(label, {"rows": [math.nan] * bins, "p50": [math.nan] * bins,
+                                            "p99": [math.nan] * bins})
             mask = (codes == code) & np.isfinite(values)
             w = sample.weight[mask]
-            series["rows"][k] = float(w.sum())
+            series["rows"][k] = float(sample.weight[codes == code].sum())
             if mask.any():
                 series["p50"][k] = _weighted_quantile(values[mask], w, 0.5)
                 series["p99"][k] = _weighted_quantile(values[mask], w, 0.99)
-    return {"t": times, "levels": dict(sorted(per.items()))}
+    return {"t": times, "levels": dict(sorted(per.items())), "bin_seconds": width * ps}
+
+
+def _first_pane_with_rows(monitor: Any, ps: float, newest: int) -> int:
+    """The first closed pane that holds rows (the monitor's per-pane series), else `newest`."""
+    import pandas as pd
+
+    frame = monitor.series(["rows"])
+    if frame.empty:
+        return newest
+    have = frame.index[np.asarray(frame["rows"].fillna(0.0), dtype=float) > 0]
+    if not len(have):
+        return newest
+    return min(newest, round((have[0] - pd.Timestamp(0, tz=have.tz)) / pd.Timedelta(seconds=1) / ps))
 
 
 def distributions(monitor: Any, drift_rows: list[dict[str, Any]], limit: int) -> dict[str, Any]:

@@ -28,6 +28,10 @@ PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8
 REFERENCE = "#9aa5b1"
 ALERT = "#c44e52"
 GOOD = "#55a868"
+#: narrowest time axis drawn (seconds): a plot whose values sit at one time is centred in it
+MIN_TIME_SPAN_S = 60.0
+#: tick spacings of a time axis (seconds); wider spans tick on whole hours, at most about 8 ticks
+TIME_STEPS_S = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
 
 
 def _finite(values: Any) -> int:
@@ -60,14 +64,30 @@ def _x(times: Sequence[float]) -> np.ndarray:
     return np.asarray(times, dtype=float)
 
 
-def _time_axis(ax: Any) -> None:
-    """Clock time (UTC) on the x axis, ticks on whole minutes: figures drawn from the same data
-    look the same whenever they are drawn, so the page can reuse them."""
+def _time_axis(ax: Any, times: Any, start: float | None = None) -> None:
+    """Clock time (UTC) on the x axis over the plot's own time span (``start`` or the first time, to
+    the last), at least :data:`MIN_TIME_SPAN_S` wide, with at most about 8 ticks on whole minutes or
+    hours: figures drawn from the same data look the same whenever they are drawn, so the page can
+    reuse them.
+
+    Why the limits are set here: left to matplotlib, a plot whose values sit at one time (one pane
+    with rows, a ring of two snapshots: one rate) gets a degenerate range that it widens by 5% of
+    the value, i.e. by years of epoch seconds; ticks every few minutes over that span were ~27,000
+    labels, a minute or more of drawing per plot and a 20 MB page."""
     from matplotlib.ticker import FuncFormatter, MultipleLocator
 
+    t = np.asarray(times, dtype=float)
+    t = t[np.isfinite(t)]
+    if t.size:
+        lo = float(t.min()) if start is None else min(float(start), float(t.min()))
+        hi = float(t.max())
+        if hi - lo < MIN_TIME_SPAN_S:
+            lo -= 0.5 * (MIN_TIME_SPAN_S - (hi - lo))
+            hi = lo + MIN_TIME_SPAN_S
+        ax.set_xlim(lo, hi)
     lo, hi = ax.get_xlim()
     span = max(hi - lo, 1.0)
-    step = next((s for s in (30, 60, 120, 300, 600, 1800, 3600) if span / s <= 7), 7200)
+    step = next((s for s in TIME_STEPS_S if span / s <= 7), 3600.0 * math.ceil(span / 7 / 3600.0))
     ax.xaxis.set_major_locator(MultipleLocator(step))
     ax.xaxis.set_major_formatter(FuncFormatter(
         lambda v, _: time.strftime("%H:%M:%S" if step < 60 else "%H:%M", time.gmtime(v))))
@@ -119,7 +139,7 @@ def traffic_plot(times: Sequence[float], per_level: dict[str, Sequence[float]],
         ax.set_ylabel("rows/s")
         ax.set_title("rows answered per second, by cascade level")
         ax.legend(fontsize=7, loc="upper left")
-        _time_axis(ax)
+        _time_axis(ax, x)
         return n
 
     return figure("traffic", "Rows answered per second by the cascade level that answered them (stacked), "
@@ -147,7 +167,7 @@ def latency_plot(times: Sequence[float], quantiles: dict[str, Sequence[float]],
         _log_y(ax)
         ax.set_title("request latency (POST /predict)")
         ax.legend(fontsize=7, loc="upper left")
-        _time_axis(ax)
+        _time_axis(ax, x)
         return n
 
     return figure("latency", "Request latency quantiles over the preceding 30 s at each point (histogram "
@@ -172,7 +192,7 @@ def stage_plot(times: Sequence[float], per_stage: dict[str, dict[str, Sequence[f
         _log_y(ax)
         ax.set_title("stage call latency")
         ax.legend(fontsize=7, loc="upper left", ncol=2)
-        _time_axis(ax)
+        _time_axis(ax, x)
         return n
 
     return figure("stages", "Per-stage call latency (a call carries many requests' rows): the in-process "
@@ -200,7 +220,7 @@ def level_latency_plot(data: dict[str, Any], changes: Sequence[dict[str, Any]],
         _log_y(ax)
         ax.set_title("request latency by the cascade level that answered, per pane")
         ax.legend(fontsize=7, loc="upper left", ncol=2)
-        _time_axis(ax)
+        _time_axis(ax, x, start=x[0] - float(data.get("bin_seconds") or 0.0) if x.size else None)
         return n
 
     return figure("level-latency", "Latency of the requests each cascade level answered, per monitor pane "
@@ -284,7 +304,7 @@ def series_plot(data: dict[str, Any], changes: Sequence[dict[str, Any]]) -> str:
             n += _finite(series[name])
             _mark_changes(ax, [c for c in changes if c.get("series") == name])
         axes[0].set_title("monitor series per pane, with the change points it detected")
-        _time_axis(axes[-1])
+        _time_axis(axes[-1], x)
         return n
 
     return figure("series", "Per-pane series the monitor keeps (rows, p99 latency, share answered by the "
