@@ -7,9 +7,11 @@ Three caches, each refreshed in the background:
   ring (:class:`~serving.timeseries.MetricRing`); it measures its own cost, shown on the page;
 * the monitor's answers (:func:`serving.dashboard_data.monitor_snapshot`, one call to the
   monitor replica) are fetched while someone watches the page, at most every
-  :data:`MONITOR_TTL_S` seconds, and shown with their age;
+  :data:`MONITOR_TTL_S` seconds, and shown with their age; the monitor computes them at most
+  once per :data:`MONITOR_TTL_S` for the whole app and answers every replica from that copy;
 * the rendered page is reused for :data:`RENDER_TTL_S` seconds, so any number of viewers
-  cost one render per period, drawn in a worker thread.
+  cost one render per period, drawn in a child process; a request waits for a drawing at most
+  :data:`RENDER_WAIT_S`, then gets the page drawn before or a small "being drawn" page.
 
 A request for the page never waits on the monitor except for its very first answer (at most
 :data:`FIRST_WAIT_S`); a monitor that is off, slow or failing shows as such on the page.
@@ -41,6 +43,12 @@ FIRST_WAIT_S = 8.0
 MONITOR_TIMEOUT_S = 30.0
 #: seconds a rendered page is served again to other viewers
 RENDER_TTL_S = 3.0
+#: seconds a page request waits for a drawing before it answers a "being drawn, loads again"
+#: page (the drawing goes on and serves the next request): the first drawing starts a process
+#: and loads matplotlib, which on a loaded machine took longer than the HTTP front waits
+RENDER_WAIT_S = 20.0
+#: seconds a page drawn earlier is still served (with its own time) while a newer one is drawn
+STALE_PAGE_S = 60.0
 #: draw the page in a child process: matplotlib holds the GIL for the whole drawing (a few
 #: hundred ms), which in the ingress's own process would stall every request meanwhile
 RENDER_IN_CHILD = True
@@ -126,8 +134,8 @@ class Dashboard:
         self.last_view = -math.inf
         self._sampler: asyncio.Task | None = None
         self._monitor_task: asyncio.Task | None = None
-        self._page: tuple[float, bool, str] | None = None
-        self._render_lock: asyncio.Lock | None = None
+        self._pages: dict[tuple[bool, str], tuple[float, str]] = {}  # (refresh, root) -> (drawn at, page)
+        self._drawing: dict[tuple[bool, str], asyncio.Task] = {}
         self.render_ms: float | None = None
         self.render_cpu_ms: float | None = None
         self.render_where = "child process" if RENDER_IN_CHILD else "ingress thread"
@@ -181,7 +189,8 @@ class Dashboard:
     def monitor_options(self) -> dict[str, Any]:
         from .dashboard_view import slo_ms
 
-        return {"slo_ms": slo_ms(self.info)}
+        # one computation per MONITOR_TTL_S for the whole app, however many replicas ask
+        return {"slo_ms": slo_ms(self.info), "max_age_s": MONITOR_TTL_S}
 
     async def _fetch_monitor(self) -> None:
         from .calls import wait_or_cancel
@@ -193,7 +202,11 @@ class Dashboard:
             self.monitor_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             log.warning("dashboard: monitor answers unavailable: %s", self.monitor_error)
             return
-        self.monitor_snapshot, self.monitor_at, self.monitor_error = snap, time.time(), None
+        # its age as the monitor measured it (a snapshot another replica asked for is shared),
+        # on this process's clock: no comparison of two machines' clocks
+        age = snap.get("age_s") if isinstance(snap, dict) else None
+        age = float(age) if isinstance(age, (int, float)) and math.isfinite(age) and age >= 0 else 0.0
+        self.monitor_snapshot, self.monitor_at, self.monitor_error = snap, time.time() - age, None
 
     # --- the page ---------------------------------------------------------------------------
     def view(self) -> dict[str, Any]:
@@ -215,20 +228,35 @@ class Dashboard:
                     await asyncio.wait_for(asyncio.shield(task), FIRST_WAIT_S)
 
     async def page(self, root: str, refresh: bool = True) -> str:
-        """The rendered page (shared by viewers for RENDER_TTL_S seconds)."""
+        """The rendered page, shared by viewers for RENDER_TTL_S seconds. One drawing at a time
+        per page kind; a request waits for it at most RENDER_WAIT_S, then gets the page drawn
+        before (if younger than STALE_PAGE_S) or a small "being drawn" page, never an error."""
         await self._prepare()
-        if self._render_lock is None:
-            self._render_lock = asyncio.Lock()
-        async with self._render_lock:
-            cached = self._page
-            if cached is not None and cached[1] == refresh and time.monotonic() - cached[0] < RENDER_TTL_S:
-                return cached[2]
-            view = self.view()
-            started = time.perf_counter()
-            text, cpu_s = await self._render(view, refresh, root)
-            self.render_ms, self.render_cpu_ms = 1e3 * (time.perf_counter() - started), 1e3 * cpu_s
-            self._page = (time.monotonic(), refresh, text)
-            return text
+        key = (refresh, root)
+        cached = self._pages.get(key)
+        if cached is not None and time.monotonic() - cached[0] < RENDER_TTL_S:
+            return cached[1]
+        task = self._drawing.get(key)
+        if task is None or task.done():
+            task = self._drawing[key] = asyncio.get_running_loop().create_task(self._draw(root, refresh))
+            task.add_done_callback(_retrieved)  # a failure nobody waited for is not logged as lost
+        started = time.monotonic()
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), RENDER_WAIT_S)
+        except asyncio.TimeoutError:
+            if cached is not None and time.monotonic() - cached[0] < STALE_PAGE_S:
+                return cached[1]
+            from .dashboard_page import drawing_page
+
+            return drawing_page(self.name, root, max(2.0, RENDER_TTL_S), time.monotonic() - started)
+
+    async def _draw(self, root: str, refresh: bool) -> str:
+        view = self.view()
+        started = time.perf_counter()
+        text, cpu_s = await self._render(view, refresh, root)
+        self.render_ms, self.render_cpu_ms = 1e3 * (time.perf_counter() - started), 1e3 * cpu_s
+        self._pages[(refresh, root)] = (time.monotonic(), text)
+        return text
 
     async def _render(self, view: dict[str, Any], refresh: bool, root: str) -> tuple[str, float]:
         """(page, CPU seconds it took): in the child process when it can be used, else here."""
@@ -259,6 +287,11 @@ class Dashboard:
 
         await self._prepare()
         return to_json(self.view())
+
+
+def _retrieved(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("dashboard: drawing the page failed: %r", task.exception())
 
 
 def _child_pool() -> Executor:

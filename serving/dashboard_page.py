@@ -399,3 +399,17 @@ def render_shared(view: dict[str, Any], refresh: bool, root: str, key: str) -> t
     cpu0 = time.process_time()
     text = render(view, refresh=refresh, root=root, cache=_SHARED_CACHES.setdefault(key, {}))
     return text, time.process_time() - cpu0
+
+
+def drawing_page(app: str, root: str, retry_s: float, waited_s: float) -> str:
+    """What a page request answers while the page is still being drawn (the first drawing in a
+    fresh process loads the plotting library; a loaded machine makes it slow): a small page that
+    says so and loads again, never an error."""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="{retry_s:g}">
+<title>{esc(app)} - willump dashboard</title><style>{STYLE}</style></head><body>
+<h1>{esc(app)}</h1>
+<p class="notice" id="drawing">The dashboard is being drawn on the server (waited {waited_s:.0f} s so far);
+this page loads again in {retry_s:g} s. Its data as JSON: <a href="{root}/ui?format=json">{root}/ui?format=json</a>.</p>
+</body></html>
+"""
