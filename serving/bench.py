@@ -11,7 +11,11 @@ optimized pipeline in-process.
 Each served phase deploys with costs measured on this machine (``calibrate``: once, at the
 first phase, then reused), runs a warm-up and a closed loop of ``--clients`` aiohttp clients,
 and prints the plan's prediction for exactly that load (its simulation, closed loop with the
-same clients, the load generator's own CPU charged to this machine) beside the measurement:
+same clients, the load generator's own CPU charged to this machine) beside the measurement.
+Before each measured phase a probe runs a quarter of the clients for a few seconds and
+measures each process group's CPU per request; the prediction is printed again with those
+in-situ factors (:mod:`serving.insitu`; JSON ``predicted_rows_per_s_in_situ``,
+``predicted_p99_ms_in_situ``, ``in_situ.factors``). The measurement itself:
 ``predicted_rows_per_s`` / ``measured_rows_per_s`` and ``predicted_p99_ms`` /
 ``measured_p99_ms`` per phase in the JSON, with their ratios, and each process's CPU per
 request, predicted and measured (/proc, this Ray's processes only). A final open-loop phase
@@ -131,11 +135,14 @@ def under_load(plan: Any, cores: float) -> Any:
     return replace(plan, costs=replace(costs, background_cores=busy))
 
 
-def predict(plan: Any, *, clients: int, client_ms: float, seed: int = 0) -> dict[str, Any]:
-    """What the plan's simulation says the closed loop will measure."""
+def predict(plan: Any, *, clients: int, client_ms: float, seed: int = 0,
+            cpu_scale: dict[str, float] | None = None) -> dict[str, Any]:
+    """What the plan's simulation says the closed loop will measure (``cpu_scale``: the
+    in-situ factors of serving.insitu)."""
     from serving.simulate import simulate
 
-    sim = simulate(plan, clients=clients, n_requests=SIMULATED_REQUESTS, seed=seed, client_ms=client_ms)
+    sim = simulate(plan, clients=clients, n_requests=SIMULATED_REQUESTS, seed=seed, client_ms=client_ms,
+                   cpu_scale=cpu_scale)
     names = {"client": "load generator"}
     cpu = {names.get(k, k): v for k, v in sim.cpu_ms.items()}
     cpu["total"] = sum(v for k, v in cpu.items() if not k.endswith("(GPU)"))
@@ -203,6 +210,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             url = app.url + "/predict"
             asyncio.run(closed_loop(url, bodies, args.rows_per_request, clients=args.clients, duration=WARMUP_S,
                                     max_requests=args.max_requests))
+            factors = insitu_factors(app, url, bodies, args, name, session)
             before, t_before = process_cpu(), time.perf_counter()
             phase = asyncio.run(closed_loop(url, bodies, args.rows_per_request, clients=args.clients,
                                             duration=args.duration, max_requests=args.max_requests))
@@ -223,6 +231,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 phase["predicted_p99_ms_given_load"] = loaded["predicted_p99_ms"]
                 phase["rows_per_s_ratio_given_load"] = phase["measured_rows_per_s"] / loaded["predicted_rows_per_s"]
                 phase["p99_ratio_given_load"] = phase["measured_p99_ms"] / loaded["predicted_p99_ms"]
+            refine_prediction(phase, app.plan, factors, args)
             phase.update(at_accuracy(phase, opt, data, baseline=baseline, cpus=args.cpus, url=url))
             phase["plan"] = app.plan.to_dict()
             result[key] = phase
@@ -251,6 +260,49 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     _ratios(result)
     result["loadavg_1m_end"] = os.getloadavg()[0]
     return result
+
+
+def insitu_factors(app: Any, url: str, bodies: list[bytes], args: argparse.Namespace, name: str,
+                   session: str | None) -> dict[str, Any]:
+    """Measured over modelled CPU per process group, from a short probe at a fraction of the
+    phase's clients (serving.insitu)."""
+    from serving import insitu
+    from serving.simulate import simulate
+
+    clients = insitu.probe_clients(args.clients)
+    before = process_cpu()
+    probe = asyncio.run(closed_loop(url, bodies, args.rows_per_request, clients=clients, duration=insitu.PROBE_S,
+                                    max_requests=args.max_requests))
+    ours = session_processes(session) if session else None
+    measured = cpu_per_request(before, process_cpu(), probe["requests"], name, ours)
+    modelled = simulate(app.plan, clients=clients, n_requests=SIMULATED_REQUESTS, seed=args.seed,
+                        client_ms=app.plan.costs.client_ms).cpu_ms
+    return {"clients": clients, "seconds": insitu.PROBE_S, "measured_cpu_ms_per_request": measured,
+            "modelled_cpu_ms_per_request": modelled, "factors": insitu.cpu_factors(measured, modelled)}
+
+
+def refine_prediction(phase: dict[str, Any], plan: Any, probe: dict[str, Any], args: argparse.Namespace) -> None:
+    """The plan's prediction again with the in-situ CPU factors (and, when measured, other
+    users' load): JSON ``predicted_rows_per_s_in_situ``, ``predicted_p99_ms_in_situ`` and their
+    ratios to the measurement."""
+    phase["in_situ"] = probe
+    target = under_load(plan, phase["foreign_cores"]) if phase.get("foreign_cores") is not None else plan
+    refined = predict(target, clients=args.clients, client_ms=plan.costs.client_ms, seed=args.seed,
+                      cpu_scale=probe["factors"])
+    phase["predicted_rows_per_s_in_situ"] = refined["predicted_rows_per_s"]
+    phase["predicted_p99_ms_in_situ"] = refined["predicted_p99_ms"]
+    phase["rows_per_s_ratio_in_situ"] = phase["measured_rows_per_s"] / refined["predicted_rows_per_s"]
+    phase["p99_ratio_in_situ"] = phase["measured_p99_ms"] / refined["predicted_p99_ms"]
+    factor = PREDICTION_TARGETS["p99_within_factor"]
+    phase["in_situ_within_target"] = (abs(phase["rows_per_s_ratio_in_situ"] - 1.0)
+                                      <= PREDICTION_TARGETS["rows_per_s_within"]
+                                      and 1.0 / factor <= phase["p99_ratio_in_situ"] <= factor)
+    from serving.insitu import summary
+
+    print(f"      in situ ({probe['clients']} clients for {probe['seconds']:.0f} s, CPU factors "
+          f"{summary(probe['factors'])}): the plan predicts {refined['predicted_rows_per_s']:.0f} rows/s, p99 "
+          f"{refined['predicted_p99_ms']:.1f} ms (ratios {phase['rows_per_s_ratio_in_situ']:.2f}, "
+          f"{phase['p99_ratio_in_situ']:.2f})", flush=True)
 
 
 def _single_row_phases(result: dict[str, Any], app: Any, url: str, singles: list[bytes],
@@ -285,6 +337,12 @@ def _ratios(result: dict[str, Any]) -> None:
         "predictions": all(result[k]["rows_per_s_within_target"] and result[k]["p99_within_target"]
                            for k, *_ in PHASES),
     }
+
+
+def _factors(phase: dict[str, Any]) -> str:
+    from serving.insitu import summary
+
+    return summary(phase["in_situ"]["factors"])
 
 
 def _cpu_line(cpu: dict[str, float]) -> str:
@@ -331,6 +389,13 @@ def markdown(result: dict[str, Any]) -> str:
                          f"told so, the plan predicts {p['predicted_rows_per_s_given_load']:.0f} rows/s (ratio "
                          f"{p['rows_per_s_ratio_given_load']:.2f}), p99 {p['predicted_p99_ms_given_load']:.1f} ms "
                          f"(ratio {p['p99_ratio_given_load']:.2f})")
+    for key, label, *_ in PHASES:
+        p = result[key]
+        if "predicted_rows_per_s_in_situ" in p:
+            lines.append(f"- {label} in situ (CPU factors {_factors(p)} from {p['in_situ']['clients']} clients for "
+                         f"{p['in_situ']['seconds']:g} s): the plan predicts {p['predicted_rows_per_s_in_situ']:.0f} "
+                         f"rows/s (ratio {p['rows_per_s_ratio_in_situ']:.2f}), p99 {p['predicted_p99_ms_in_situ']:.1f} "
+                         f"ms (ratio {p['p99_ratio_in_situ']:.2f}); within target: {p['in_situ_within_target']}")
     for key, label, *_ in PHASES:
         p = result[key]
         lines.append(f"- {label} CPU ms per request, measured: {_cpu_line(p['cpu_ms_per_request'])}; predicted: "

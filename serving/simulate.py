@@ -81,6 +81,8 @@ class _Proc:
         self.name, self.group, self.pool, self.cap = name, group, pool, cap
         #: CPU factor with j pieces of work at once (threads contending for the GIL)
         self.inflation = inflation or (lambda j: 1.0)
+        #: measured over modelled CPU of this process's group (simulate(cpu_scale=...))
+        self.scale = 1.0
         self.jobs: list[list] = []
         self.busy = 0.0  # CPU-seconds used
         pool.procs.append(self)
@@ -108,6 +110,7 @@ class _Engine:
         if seconds <= 0:
             then()
             return
+        seconds *= proc.scale
         job = [seconds, 0.0, proc, then, 1.0]  # [CPU work left, cores, process, then, CPU factor]
         proc.jobs.append(job)
         self.jobs.append(job)
@@ -176,9 +179,14 @@ def simulate(
     n_requests: int = 2000,
     seed: int = 0,
     client_ms: float = 0.0,
+    cpu_scale: dict[str, float] | None = None,
 ) -> SimulationResult:
     """Simulate ``n_requests`` requests through the plan: Poisson arrivals at ``rate_rps``,
-    or a closed loop of ``clients`` each sending its next request when answered."""
+    or a closed loop of ``clients`` each sending its next request when answered.
+
+    ``cpu_scale`` multiplies the CPU work of a group of processes (keys as in
+    ``SimulationResult.cpu_ms``: "ingress", a stage's name, "front", "other", "client"): the
+    measured-over-modelled factors :func:`serving.insitu.cpu_factors` reads off a running app."""
     if (rate_rps is None) == (clients is None):
         raise ValueError("give exactly one of rate_rps and clients")
     if rate_rps is not None and rate_rps <= 0:
@@ -187,7 +195,15 @@ def simulate(
         raise ValueError(f"clients must be >= 1, got {clients}")
     if n_requests < 10:
         raise ValueError(f"n_requests must be >= 10, got {n_requests}")
-    return _Simulation(plan, seed, client_ms).run(rate_rps, clients, n_requests)
+    bad = {k: v for k, v in (cpu_scale or {}).items() if not (isinstance(v, (int, float)) and v > 0)}
+    if bad:
+        raise ValueError(f"cpu_scale factors must be positive numbers, got {bad}")
+    sim = _Simulation(plan, seed, client_ms)
+    for pool in sim.eng.pools:
+        if pool.speedup is None:  # CPU work only: a GPU's time is the stage's measured profile
+            for proc in pool.procs:
+                proc.scale = float((cpu_scale or {}).get(proc.group, 1.0))
+    return sim.run(rate_rps, clients, n_requests)
 
 
 class _Simulation:

@@ -69,3 +69,37 @@ def test_other_users_load_is_measured_and_slows_the_prediction():
     busy = predict(under_load(plan, 1.0), clients=16, client_ms=0.4)
     assert busy["predicted_rows_per_s"] < 0.75 * quiet["predicted_rows_per_s"]
     assert plan.costs.background_cores == costs().background_cores  # the plan itself is unchanged
+
+
+def test_in_situ_factors_scale_the_groups_the_probe_measured():
+    """Measured over modelled CPU per group; what the model barely charges, the total, GPU time
+    and groups the probe did not see keep their modelled cost. The simulation then charges each
+    group its factor: told its own figures it predicts the same, and a costlier ingress lowers
+    an ingress-bound prediction."""
+    from serving.insitu import cpu_factors, probe_clients
+    from serving.planner import Resources, plan_stages
+    from serving.simulate import simulate
+
+    measured = {"ingress": 6.0, "expensive": 3.0, "other": 1.2, "front": 0.3, "load generator": 0.5,
+                "total": 11.0, "gone": 1.0}
+    modelled = {"ingress": 4.0, "expensive": 2.0, "other": 0.02, "front": 0.15, "client": 0.25,
+                "expensive (GPU)": 1.0}
+    factors = cpu_factors(measured, modelled)
+    assert factors == pytest.approx({"ingress": 1.5, "expensive": 1.5, "front": 2.0, "client": 2.0})
+    assert probe_clients(16) == 4 and probe_clients(1) == 1
+    with pytest.raises(ValueError, match="clients"):
+        probe_clients(0)
+
+    plan = plan_stages([linear("cheap", 0.0003, 0.00003), linear("expensive", 0.001, 0.0005, scale=0.1)],
+                       Resources(cpus=2), rows_per_request=32, layout="fused", ingress=ingress(), costs=costs())
+    plain = simulate(plan, clients=4, n_requests=600)
+    same = cpu_factors({k: v for k, v in plain.cpu_ms.items()}, plain.cpu_ms)
+    assert all(v == pytest.approx(1.0) for v in same.values())
+    again = simulate(plan, clients=4, n_requests=600, cpu_scale=same)
+    assert again.throughput_rows_s == pytest.approx(plain.throughput_rows_s, rel=1e-6)
+    heavier = simulate(plan, clients=16, n_requests=600, cpu_scale={"ingress": 2.0})
+    base = simulate(plan, clients=16, n_requests=600)
+    assert heavier.cpu_ms["ingress"] == pytest.approx(2.0 * base.cpu_ms["ingress"], rel=0.05)
+    assert heavier.throughput_rows_s < 0.8 * base.throughput_rows_s
+    with pytest.raises(ValueError, match="cpu_scale"):
+        simulate(plan, clients=4, n_requests=100, cpu_scale={"ingress": 0.0})
