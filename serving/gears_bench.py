@@ -119,7 +119,7 @@ def _gear_by_second(log: list[dict[str, Any]]) -> list[float]:
 
 
 def gears(opt, source, requests, labels, args) -> dict[str, Any]:
-    from .gears import gear_info, ladder
+    from .gears import GearPolicy, gear_info, ladder
     from .hetero_app import DeviceEmulation, deploy_hetero
     from .stages import stage_specs
 
@@ -188,7 +188,7 @@ def gears(opt, source, requests, labels, args) -> dict[str, Any]:
         "accuracy_served": accuracy, "accuracy_full_pipeline": full_accuracy, "rows_scored": served["rows"],
         "worst_certified_bound": worst,
         "wrong": served["wrong"],
-        "ladder": ladder(opt), "policy": modes["with_gears"]["policy"],
+        "ladder": ladder(opt), "policy": GearPolicy(len(opt.gears_), **modes["with_gears"]["policy"]).to_dict(),
         "planned_rate_per_s": planned, "burst_rate_per_s": BURST * planned,
         "predicted_capacity": capacity, "phases_s": {"pre": PRE_S, "burst": BURST_S, "post": POST_S},
         "emulation_ms": {"fixed": GEAR_FIXED_MS, "per_row": GEAR_PER_ROW_MS},
