@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .gears_bench import GEAR_SLO_MS, geared_workload, gears
+from .gears_bench import GEAR_SLO_MS, geared_workload, run_section, summary
 from .hedge import HEDGE_QUANTILE
 from .hetero import plan_agnostic, plan_max_rate, sustained_rate, uniform_weights
 from .hetero_app import DeviceEmulation, deploy_hetero
@@ -468,8 +468,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result["hedging"] = hedging(opt, source, requests, args)
         if geared is not None:
             print("gears:")
-            labels = [geared[2][i * args.rows_per_request:(i + 1) * args.rows_per_request] for i in range(len(requests))]
-            result["gears"] = gears(geared[0], resolve(geared[0], "bench-gears", "auto")[0], requests, labels, args)
+            result["gears"] = run_section(geared, requests, args)
         if args.only in (None, "preemption"):  # last: it removes the slow nodes
             print("preemption:")
             result.setdefault("tiers", {}).update(preemption(opt, source, requests, cluster, args))
@@ -495,10 +494,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"tiers: wrong {t['wrong']}, failed with notice {t['failed_with_notice']}, without notice "
               f"{t['failed_without_notice']}, p99 back under {t['slo_ms']:g} ms after {t['recovery_s']:g} s")
     if "slo_ms" in result.get("gears", {}):
-        g = result["gears"]
-        print(f"gears: SLO {g['slo_ms']:g} ms, p99 with gears {g['p99_ms_with_gears']:.0f} ms, single gear "
-              f"{g['p99_ms_single_gear']:.0f} ms; accuracy loss {g['accuracy_loss']:.4f} (worst certified bound "
-              f"{g['worst_certified_bound']:.4f}); targets {g['targets']}")
+        print(summary(result["gears"]))
     print(f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after; not built: "
           f"{result['not_built']}")
     if args.json:

@@ -262,7 +262,8 @@ def deploy(
         nodes = cluster.nodes(free=True)
         code_note = cluster.check_code_reaches(ship_code, len(nodes))
         specs = specs_of(opt, baseline)
-        check_gears(gears, gear_policy, opt, baseline=baseline)
+        check_gears(gears, gear_policy, opt, baseline=baseline)  # and the SLO, before minutes of profiling:
+        gears_info = gear_info(gears, gear_policy, opt, (plan.target_p99_ms if plan is not None else p99_ms) or deadline_ms)
         use_gpu, notes = _use_gpu(opt, specs, device, runtime, sum(n.gpus for n in nodes))
         if layout == "auto":
             layout = plan.layout if plan is not None else "staged" if min_replicas is not None else "fused"
@@ -297,7 +298,7 @@ def deploy(
             "api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
             "max_in_flight": max_in_flight, "max_body_bytes": max_body_bytes, "max_rows": max_rows,
             "min_replicas": min_replicas, "max_replicas": max_replicas, "downscale_to_zero_s": downscale_to_zero_s,
-            "gears": gear_info(gears, gear_policy, opt, plan.target_p99_ms or deadline_ms),
+            "gears": gears_info,
         }
         monitor_app = run_spec(spec, opt, access_log=access_log)
     except BaseException:

@@ -200,3 +200,21 @@ def gears(opt, source, requests, labels, args) -> dict[str, Any]:
         "accuracy loss <= worst certified bound": out["accuracy_loss"] <= worst,
     }
     return out
+
+
+def run_section(geared: tuple[Any, Any, np.ndarray], requests: list, args) -> dict[str, Any]:
+    """The section for ``geared`` (:func:`geared_workload`): the artifact shared with the
+    cluster, each request's labels, then :func:`gears`."""
+    from .artifacts import resolve
+
+    opt, _, y = geared
+    rpr = args.rows_per_request
+    labels = [y[i * rpr:(i + 1) * rpr] for i in range(len(requests))]
+    return gears(opt, resolve(opt, "bench-gears", "auto")[0], requests, labels, args)
+
+
+def summary(g: dict[str, Any]) -> str:
+    """One line for the end of the bench's output."""
+    return (f"gears: SLO {g['slo_ms']:g} ms, p99 with gears {g['p99_ms_with_gears']:.0f} ms, single gear "
+            f"{g['p99_ms_single_gear']:.0f} ms; accuracy loss {g['accuracy_loss']:.4f} (worst certified bound "
+            f"{g['worst_certified_bound']:.4f}); targets {g['targets']}")
