@@ -3,8 +3,11 @@ Tail at Scale"). Plain Python, so the policy is tested without Ray; the ingress 
 :mod:`serving.hetero_app` applies it to its stage calls.
 
 * :class:`LatencyWindow`: a stage's own recent call latencies; the hedge delay is its
-  ``quantile`` (a call still unanswered then is sent again to another replica, the first
-  answer kept, the other cancelled). A call cut short by its twin's answer is recorded at
+  ``quantile``, but never less than ``floor_over_median`` times its median (a call still
+  unanswered then is sent again to another replica, the first answer kept, the other
+  cancelled). The floor keeps hedging off a tail that is only the ordinary spread: without
+  stragglers a quantile alone still hedges 1 - quantile of all calls, whose copies load the
+  replicas and raise the p99 they were meant to cut. A call cut short by its twin's answer is recorded at
   the time it had already taken (a lower bound), so hedging does not hide the tail it
   hedges against and drive the delay down.
 * :class:`SlowReplicas`: per-replica latency (EWMA); a replica whose recent latency is
@@ -22,6 +25,8 @@ import numpy as np
 
 #: quantile of the stage's own latency distribution at which a call is hedged
 HEDGE_QUANTILE = 0.95
+#: a call is hedged no earlier than this many times the stage's median latency (0: no floor)
+HEDGE_FLOOR_OVER_MEDIAN = 2.0
 #: latencies kept per stage, and how many are needed before hedging starts
 WINDOW = 256
 MIN_SAMPLES = 32
@@ -38,13 +43,16 @@ MIN_REPLICA_SAMPLES = 5
 class LatencyWindow:
     """The last ``size`` latencies (seconds) of one stage's calls."""
 
-    def __init__(self, size: int = WINDOW, quantile: float = HEDGE_QUANTILE, min_samples: int = MIN_SAMPLES):
+    def __init__(self, size: int = WINDOW, quantile: float = HEDGE_QUANTILE, min_samples: int = MIN_SAMPLES,
+                 floor_over_median: float = HEDGE_FLOOR_OVER_MEDIAN):
         if size < 1 or min_samples < 1:
             raise ValueError(f"size and min_samples must be >= 1, got {size}, {min_samples}")
         if not 0 < quantile < 1:
             raise ValueError(f"quantile must be in (0, 1), got {quantile!r}")
+        if not (np.isfinite(floor_over_median) and floor_over_median >= 0):
+            raise ValueError(f"floor_over_median must be finite and >= 0, got {floor_over_median!r}")
         self.samples: deque[float] = deque(maxlen=size)
-        self.quantile, self.min_samples = quantile, min_samples
+        self.quantile, self.min_samples, self.floor = quantile, min_samples, floor_over_median
 
     def add(self, seconds: float) -> None:
         if np.isfinite(seconds) and seconds >= 0:
@@ -54,7 +62,9 @@ class LatencyWindow:
         """Seconds after which to hedge, or None while too few latencies are known."""
         if len(self.samples) < self.min_samples:
             return None
-        return float(np.quantile(np.fromiter(self.samples, float), self.quantile))
+        known = np.fromiter(self.samples, float)
+        tail, median = np.quantile(known, [self.quantile, 0.5])
+        return float(max(tail, self.floor * median))
 
 
 class SlowReplicas:

@@ -10,7 +10,7 @@ from serving.hedge import LatencyWindow, SlowReplicas
 
 
 def test_hedge_delay_is_the_stages_own_quantile():
-    w = LatencyWindow(size=100, quantile=0.9, min_samples=10)
+    w = LatencyWindow(size=100, quantile=0.9, min_samples=10, floor_over_median=0.0)
     for i in range(9):
         w.add(0.01 * (i + 1))
     assert w.delay() is None  # too few latencies to know the tail
@@ -24,7 +24,23 @@ def test_hedge_delay_is_the_stages_own_quantile():
     assert len(w.samples) == 100
 
 
-@pytest.mark.parametrize("kwargs", [dict(quantile=1.0), dict(quantile=0.0), dict(size=0), dict(min_samples=0)])
+def test_hedge_delay_never_below_a_multiple_of_the_median():
+    """Without stragglers the tail is the ordinary spread: the quantile alone would hedge
+    5% of calls; the floor (2x the median) hedges none of them. A straggler's tail is far
+    above the floor and sets the delay as before."""
+    w = LatencyWindow(size=200, quantile=0.95, min_samples=10)
+    spread = [0.010 + 0.0001 * (i % 50) for i in range(200)]  # 10-15 ms, no straggler
+    for s in spread:
+        w.add(s)
+    assert w.delay() == pytest.approx(2.0 * 0.01245, rel=0.02)
+    assert sum(s > w.delay() for s in spread) == 0
+    for i in range(200):  # 10% of calls 10x slower
+        w.add(0.12 if i % 10 == 0 else spread[i])
+    assert w.delay() == pytest.approx(0.12)
+
+
+@pytest.mark.parametrize("kwargs", [dict(quantile=1.0), dict(quantile=0.0), dict(size=0), dict(min_samples=0),
+                                    dict(floor_over_median=-1.0), dict(floor_over_median=float("nan"))])
 def test_window_refuses_bad_settings(kwargs):
     with pytest.raises(ValueError):
         LatencyWindow(**kwargs)
