@@ -27,6 +27,11 @@ DEFAULT_DOWNSCALE_TO_ZERO_S = 30.0
 #: ongoing calls per stage replica Serve's autoscaler aims at: half of what the ingress keeps
 #: in flight per running replica, so a saturated stage always reads as over its target
 AUTOSCALE_TARGET_ONGOING = CONCURRENT_BATCHES / 2
+#: seconds of reported load Serve's autoscaler averages over. Ray requires it to exceed the
+#: AutoscalingConfig's (deprecated, default 10 s) ``metrics_interval_s``; replicas and handles
+#: push every serving.proxy.AUTOSCALING_PUSH_S, so a 3x load step crosses the target within
+#: about a third of the window
+AUTOSCALE_LOOK_BACK_S = 10.5
 #: closed panes of live traffic frozen as the monitor's reference (monitor reference="traffic")
 DEFAULT_REFERENCE_PANES = 5
 #: seconds a stage replica waits for its calls in flight when stopping
@@ -121,7 +126,7 @@ def build_app(spec: dict[str, Any], opt: OptimizedPipeline | None = None) -> Any
                 "max_replicas": max(int(spec.get("max_replicas") or sp.replicas), sp.replicas, 1),
                 "target_ongoing_requests": AUTOSCALE_TARGET_ONGOING,
                 "upscale_delay_s": 0.0, "downscale_delay_s": idle, "downscale_to_zero_delay_s": idle,
-                "look_back_period_s": 2.0,  # how often load is reported: serving.proxy.AUTOSCALING_PUSH_S
+                "look_back_period_s": AUTOSCALE_LOOK_BACK_S,
             }
         else:
             options["num_replicas"] = sp.replicas
