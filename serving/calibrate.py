@@ -15,8 +15,9 @@ process's CPU from /proc before and after each phase:
    answer (timed here, in-process) are taken out;
 4. the same 1-row requests to a fused ingress running the stand-in in-process: the batching
    and thread hand-off around a fused first stage, per request;
-5. the rest of this Ray's processes (raylet, GCS, controller, metrics agents) per request,
-   ``other_ms``, and this process's own client CPU per request, ``client_ms``.
+5. the rest of this Ray's processes (raylet, GCS, controller, metrics agents), fitted over
+   the phases' different rates as cores while serving (``serving_cores``) plus CPU per
+   request (``other_ms``), and this process's own client CPU per request, ``client_ms``.
 
 The probes are pinned to this node, whose /proc this process reads. About 15 s.
 """
@@ -47,6 +48,8 @@ LARGE_ROWS = 256
 #: seconds to let the processes settle before measuring the idle background
 SETTLE_S = 1.0
 COLUMNS = [f"x{i}" for i in range(8)]
+#: what the cached figures mean; a change here measures again instead of reading old figures
+COSTS_VERSION = "costs2"
 
 
 class EchoRunner:
@@ -184,6 +187,7 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         time.sleep(phase_s / 2)
         background = group_cpu(before, process_cpu(), groups, rest=ours())["rest"] / (time.perf_counter() - t0)
         phases = {}
+        rest_load: list[tuple[float, float]] = []  # (requests/s, cores of the rest) per phase
         for key, path, body, clients in (("health", "/healthz", None, CLIENTS), ("one", "/predict", small, 1),
                                          ("small", "/predict", small, CLIENTS),
                                          ("large", "/predict", large, CLIENTS),
@@ -192,7 +196,9 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
             before, t0 = process_cpu(), time.perf_counter()
             n = asyncio.run(_load(url + path, body, phase_s, clients))
             cpu = group_cpu(before, process_cpu(), groups, rest=ours())
-            cpu["rest"] = max(0.0, cpu["rest"] - background * (time.perf_counter() - t0))
+            seconds = time.perf_counter() - t0
+            cpu["rest"] = max(0.0, cpu["rest"] - background * seconds)
+            rest_load.append((n / seconds, cpu["rest"] / seconds))
             phases[key] = {k: 1000.0 * v / max(n, 1) for k, v in cpu.items()}
             phases[key]["per_call"] = max(n, 1) / max(handle.info.remote().result()["calls"] - calls0, 1)
     finally:
@@ -207,6 +213,7 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
     caller = _solve(design, [phases[k]["ingress"] - h["ingress"] - _route_ms(rows[k]) for k in keys])
     callee = _solve(design, [phases[k]["stage"] for k in keys])
     body_kb = (len(large) - len(small)) / 1024
+    serving_cores, other_ms = split_rest(rest_load)
     return HostCosts(
         http_ms=h["ingress"],
         # the body's HTTP handling and the call's bytes grow together here: both go to the hop
@@ -216,8 +223,9 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         hop_caller_request_ms=caller[0], hop_caller_ms=caller[1], hop_caller_ms_per_kb=caller[2],
         hop_callee_request_ms=callee[0], hop_callee_ms=callee[1], hop_callee_ms_per_kb=callee[2],
         local_request_ms=max(0.0, phases["fused"]["fused"] - h["ingress"] - _route_ms(1)),
-        other_ms=float(np.median([p["rest"] for p in phases.values()])),
+        other_ms=other_ms,
         background_cores={host: background},
+        serving_cores={host: serving_cores},
         cores=dict(cores),
         client_ms=float(np.median([p["client"] for p in phases.values()])),
         front=front, transport=transport, measured=True,
@@ -225,6 +233,24 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         notes=[f"calibration: requests per stage call {phases['small']['per_call']:.2f} (1-row, "
                f"{CLIENTS} clients), {phases['large']['per_call']:.2f} (256 rows)"],
     )
+
+
+def split_rest(load: list[tuple[float, float]]) -> tuple[float, float]:
+    """Ray's own processes' CPU while serving, as fixed cores plus CPU ms per request, fitted
+    (non-negative least squares) over phases that ran at different rates: ``load`` holds
+    (requests/s, cores above idle) per phase. Much of it does not grow with the rate (metrics
+    pushes, the controller's loops), so charging it all per request undercounts it at the low
+    rates of heavy requests. When the rates hardly differ, all of it is counted per request."""
+    from scipy.optimize import nnls
+
+    rates = np.array([r for r, _ in load], dtype=float)
+    cores = np.array([c for _, c in load], dtype=float)
+    if len(load) == 0 or rates.max() <= 0:
+        return 0.0, 0.0
+    if len(load) < 2 or np.ptp(rates) < 0.25 * rates.max():
+        return 0.0, 1000.0 * float(np.median(cores / np.maximum(rates, 1e-9)))
+    (fixed, per_request), _ = nnls(np.column_stack([np.ones_like(rates), rates]), cores)
+    return float(fixed), 1000.0 * float(per_request)
 
 
 def _solve(design: np.ndarray, observed: list[float]) -> list[float]:
@@ -249,4 +275,4 @@ def fingerprint(cores: dict[str, float], front: str, transport: str) -> str:
     import ray
 
     machines = ",".join(f"{h}={c:g}" for h, c in sorted(cores.items()))
-    return f"ray{ray.__version__}|{socket.gethostname()}|{machines}|{front}|{transport}"
+    return f"{COSTS_VERSION}|ray{ray.__version__}|{socket.gethostname()}|{machines}|{front}|{transport}"

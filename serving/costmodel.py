@@ -8,7 +8,8 @@ A request of R rows costs, in CPU milliseconds:
   caller's side of every stage call, and with ``layout="fused"`` the first stage's models;
 * a stage replica: the callee's side of its calls plus ``R * scale * T(b) / b`` of model
   time at batch b (on the GPU for a GPU stage, whose hop costs stay on the CPU);
-* Ray's own processes: ``other_ms``.
+* Ray's own processes: ``other_ms``, and while the app serves, ``serving_cores`` of the
+  head's machine whatever the rate (with the idle ``background_cores``, off its cores).
 
 The bound on requests/s is the least of: each deployment's processes (a Python process
 does about one core of work: the GIL), each GPU (one server whose throughput with k
@@ -189,7 +190,7 @@ def bound(d: Demand, replicas: dict[str, int], placement: dict[str, dict[str, in
         for node, count in placement.get(name, {}).items():
             load[hosts[node]] = load.get(hosts[node], 0.0) + ms * count / max(replicas[name], 1)
     for host, ms in load.items():
-        cores = costs.cores_of(host) - costs.background_cores.get(host, 0.0)
+        cores = costs.cores_of(host) - costs.busy_cores(host)
         if ms > 0:
             limits[f"cores of {host}"] = 1000.0 * max(cores, 0.05) / ms
     logical = sum(d.cpu_ms.values())

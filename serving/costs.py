@@ -46,6 +46,10 @@ class HostCosts:
     other_ms: float
     #: cores those processes use when the app is idle, per host
     background_cores: dict[str, float] = field(default_factory=dict)
+    #: cores they use on top of that while an app serves, whatever its rate (the controller's
+    #: loops, replicas' and handles' metrics pushes, health checks), per host; ``other_ms`` is
+    #: what grows with each request
+    serving_cores: dict[str, float] = field(default_factory=dict)
     #: physical cores per host (nodes sharing a machine share its cores)
     cores: dict[str, float] = field(default_factory=dict)
     #: an aiohttp load generator's CPU per request (serving.bench charges it to its host)
@@ -72,6 +76,10 @@ class HostCosts:
                    cores=dict(cores or {"localhost": float(os.cpu_count() or 1)}),
                    front=front, transport=transport, measured=False,
                    notes=["serving costs not measured (calibrate=False): placeholder figures"])
+
+    def busy_cores(self, host: str) -> float:
+        """Cores of ``host`` that Ray's own processes take while an app serves (not per request)."""
+        return self.background_cores.get(host, 0.0) + self.serving_cores.get(host, 0.0)
 
     def cores_of(self, host: str) -> float:
         if host in self.cores:

@@ -30,6 +30,10 @@ PROBE_S = 4.0
 MIN_MODELLED_MS = 0.05
 #: measured roles (serving.bench.cpu_per_request) that the simulation names differently
 ROLE_TO_GROUP = {"load generator": "client"}
+#: groups whose CPU does not scale with requests, so that a ratio per request measured at the
+#: probe's rate would be wrong at another: Ray's own processes (calibration splits them into
+#: cores while serving plus CPU per request, serving.calibrate.split_rest)
+NOT_PER_REQUEST = frozenset({"other"})
 
 
 def probe_clients(clients: int, share: float = PROBE_CLIENT_SHARE) -> int:
@@ -48,12 +52,12 @@ def cpu_factors(measured: dict[str, float], modelled: dict[str, float],
     ``measured``: roles as :func:`serving.bench.cpu_per_request` names them ("ingress", a
     stage, "front", "other", "load generator"; "total" is ignored). ``modelled``: the
     simulation's ``cpu_ms`` at the same load. Groups the model barely charges, groups the probe
-    did not see, and GPU groups keep their modelled cost (no factor)."""
+    did not see, GPU groups and ``NOT_PER_REQUEST`` keep their modelled cost (no factor)."""
     factors: dict[str, float] = {}
     for role, ms in measured.items():
         group = ROLE_TO_GROUP.get(role, role)
         model = modelled.get(group)
-        if role == "total" or model is None or group.endswith("(GPU)"):
+        if role == "total" or model is None or group.endswith("(GPU)") or group in NOT_PER_REQUEST:
             continue
         if model < min_modelled_ms or not math.isfinite(ms) or ms <= 0:
             continue

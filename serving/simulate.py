@@ -222,7 +222,7 @@ class _Simulation:
         hosts = {n.node_id: n.host for n in nodes}
         pools: dict[str, _Pool] = {}
         for host in dict.fromkeys(hosts.values()):
-            cores = self.costs.cores_of(host) - self.costs.background_cores.get(host, 0.0)
+            cores = self.costs.cores_of(host) - self.costs.busy_cores(host)
             pools[host] = _Pool(cores)
         self.eng.pools.extend(pools.values())
         head = costmodel.head_host(nodes)

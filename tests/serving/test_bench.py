@@ -81,8 +81,9 @@ def test_in_situ_factors_scale_the_groups_the_probe_measured():
     from serving.simulate import simulate
 
     measured = {"ingress": 6.0, "expensive": 3.0, "other": 1.2, "front": 0.3, "load generator": 0.5,
+                "cheap": 0.4,
                 "total": 11.0, "gone": 1.0}
-    modelled = {"ingress": 4.0, "expensive": 2.0, "other": 0.02, "front": 0.15, "client": 0.25,
+    modelled = {"ingress": 4.0, "expensive": 2.0, "other": 0.3, "front": 0.15, "client": 0.25, "cheap": 0.01,
                 "expensive (GPU)": 1.0}
     factors = cpu_factors(measured, modelled)
     assert factors == pytest.approx({"ingress": 1.5, "expensive": 1.5, "front": 2.0, "client": 2.0})
@@ -103,3 +104,29 @@ def test_in_situ_factors_scale_the_groups_the_probe_measured():
     assert heavier.throughput_rows_s < 0.8 * base.throughput_rows_s
     with pytest.raises(ValueError, match="cpu_scale"):
         simulate(plan, clients=4, n_requests=100, cpu_scale={"ingress": 0.0})
+
+
+def test_ray_processes_split_into_cores_while_serving_and_cpu_per_request():
+    """Calibration phases at different rates: a fixed 0.15 cores plus 0.2 ms per request is
+    recovered; rates that hardly differ count everything per request; the fixed part comes
+    off the machine's cores in the bound (not off each request)."""
+    from dataclasses import replace
+
+    from serving.calibrate import split_rest
+    from serving.planner import Resources, plan_stages
+
+    load = [(rate, 0.15 + 0.0002 * rate) for rate in (100.0, 400.0, 1200.0, 1600.0)]
+    fixed, per_request = split_rest(load)
+    assert fixed == pytest.approx(0.15, abs=1e-6) and per_request == pytest.approx(0.2, abs=1e-6)
+    fixed, per_request = split_rest([(1000.0, 0.35), (1050.0, 0.36)])
+    assert fixed == 0.0 and per_request == pytest.approx(0.35, rel=0.02)
+    assert split_rest([]) == (0.0, 0.0)
+
+    plan = plan_stages([linear("cheap", 0.0003, 0.00003), linear("expensive", 0.001, 0.0005, scale=0.1)],
+                       Resources(cpus=2), rows_per_request=32, layout="fused", ingress=ingress(), costs=costs())
+    host = next(iter(plan.costs.cores))
+    busy = replace(plan.costs, serving_cores={host: 0.5})
+    assert busy.busy_cores(host) == pytest.approx(plan.costs.background_cores.get(host, 0.0) + 0.5)
+    quiet = predict(plan, clients=16, client_ms=0.4)
+    loaded = predict(replace(plan, costs=busy), clients=16, client_ms=0.4)
+    assert loaded["predicted_rows_per_s"] < 0.85 * quiet["predicted_rows_per_s"]
