@@ -125,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"page ({len(page) / 1024:.0f} KiB): full drawing {median_ms(lambda: render(view, cache={}), args.repeats):.0f} ms "
           f"CPU, redraw with the monitor's answers unchanged {median_ms(lambda: render(view, cache=cache), args.repeats):.0f}"
           " ms CPU (in the dashboard's child process, at most once per 3 s however many viewers)")
+    young = MetricRing(900.0, 5.0)  # a replica's first seconds: two snapshots, one rate per plot
+    for i in range(2):
+        young.add(sample_once(endpoint_text(i, other_lines=0), T0 + 5.0 * i))
+    first = model(INFO, young, snap, monitor_age_s=2.0, monitor_error=None, refresh_s=10.0, now=T0 + 10.0)
+    page = render(first, cache={})
+    print(f"a replica's first page (two metric snapshots; 41 MB and 124 s CPU before time axes were bounded): "
+          f"{len(page) / 1024:.0f} KiB, {median_ms(lambda: render(first, cache={}), args.repeats):.0f} ms CPU")
     return 0
 
 
