@@ -152,7 +152,7 @@ class Dashboard:
             self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
 
     def stop(self) -> None:
-        for task in (self._sampler, self._monitor_task):
+        for task in (self._sampler, self._monitor_task, *self._drawing.values()):
             if task is not None:
                 task.cancel()
         if self._pool is not None:
