@@ -8,8 +8,8 @@ process's CPU from /proc before and after each phase:
 
 1. idle: this Ray's processes at rest (``background_cores``);
 2. ``GET /healthz``: the ingress's HTTP handling and the front per request;
-3. ``POST /predict`` with 1 row from one client (one request per stage call), with 1 row
-   and with 256 rows (8 numeric columns) from several clients (the ingress merges waiting
+3. ``POST /predict`` with 1 row from one client (one request per stage call), with 1 row,
+   32 and 256 rows (8 numeric columns) from several clients (the ingress merges waiting
    requests into calls; the stand-in counts the calls): the caller's and the callee's side
    of a hop per call, per request it carries and per KB, once the route's own parsing and
    answer (timed here, in-process) are taken out;
@@ -19,7 +19,7 @@ process's CPU from /proc before and after each phase:
    the phases' different rates as cores while serving (``serving_cores``) plus CPU per
    request (``other_ms``), and this process's own client CPU per request, ``client_ms``.
 
-The probes are pinned to this node, whose /proc this process reads. About 15 s.
+The probes are pinned to this node, whose /proc this process reads. About 17 s.
 """
 
 from __future__ import annotations
@@ -45,11 +45,14 @@ PHASE_S = 2.0
 CLIENTS = 8
 #: rows of the large request (8 float columns)
 LARGE_ROWS = 256
+#: rows of a mid-sized request (a fourth equation for the three hop costs: with exactly three,
+#: a noisy phase goes straight into the per-KB figure)
+MEDIUM_ROWS = 32
 #: seconds to let the processes settle before measuring the idle background
 SETTLE_S = 1.0
 COLUMNS = [f"x{i}" for i in range(8)]
 #: what the cached figures mean; a change here measures again instead of reading old figures
-COSTS_VERSION = "costs2"
+COSTS_VERSION = "costs3"
 
 
 class EchoRunner:
@@ -178,7 +181,7 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         "front": lambda pid, title: pid in state["ours"] and ("haproxy" in title or "ProxyActor" in title),
         "client": lambda pid, title: pid == me,
     }
-    small, large = _body(1), _body(LARGE_ROWS)
+    small, medium, large = _body(1), _body(MEDIUM_ROWS), _body(LARGE_ROWS)
     handle = serve.get_deployment_handle(f"{app_name}-model", app_name)
     try:
         asyncio.run(_load(url + "/predict", small, 0.5, CLIENTS))  # warm-up
@@ -190,6 +193,7 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         rest_load: list[tuple[float, float]] = []  # (requests/s, cores of the rest) per phase
         for key, path, body, clients in (("health", "/healthz", None, CLIENTS), ("one", "/predict", small, 1),
                                          ("small", "/predict", small, CLIENTS),
+                                         ("medium", "/predict", medium, CLIENTS),
                                          ("large", "/predict", large, CLIENTS),
                                          ("fused", "-fused/predict", small, CLIENTS)):
             calls0 = handle.info.remote().result()["calls"]
@@ -205,9 +209,9 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         serve.delete(app_name)
         serve.delete(fused_name)
     h = phases["health"]
-    kb = {"one": _call_kb(1), "small": _call_kb(1), "large": _call_kb(LARGE_ROWS)}
-    rows = {"one": 1, "small": 1, "large": LARGE_ROWS}
-    keys = ("one", "small", "large")
+    kb = {"one": _call_kb(1), "small": _call_kb(1), "medium": _call_kb(MEDIUM_ROWS), "large": _call_kb(LARGE_ROWS)}
+    rows = {"one": 1, "small": 1, "medium": MEDIUM_ROWS, "large": LARGE_ROWS}
+    keys = ("one", "small", "medium", "large")
     # per request: fixed + per_call / (requests per call) + per_kb * (KB per request)
     design = np.array([[1.0, 1.0 / phases[k]["per_call"], kb[k]] for k in keys])
     caller = _solve(design, [phases[k]["ingress"] - h["ingress"] - _route_ms(rows[k]) for k in keys])
