@@ -221,6 +221,7 @@ class Dashboard:
     async def _prepare(self) -> None:
         self.start()
         self.last_view = time.monotonic()
+        self._warm()
         if self.monitor is not None and self._monitor_stale():
             task = self.refresh_monitor()
             if self.monitor_snapshot is None and task is not None:  # the first view waits a little
@@ -258,6 +259,20 @@ class Dashboard:
         self._pages[(refresh, root)] = (time.monotonic(), text)
         return text
 
+    def _warm(self) -> None:
+        """Start the drawing process as soon as anyone looks (the page or its JSON), loading
+        matplotlib there in the background: the first page then does not wait for it."""
+        if not (RENDER_IN_CHILD and self.render_where == "child process") or self._pool is not None:
+            return
+        from .dashboard_page import warm
+
+        try:
+            self._pool = _child_pool()
+            self._pool.submit(warm).add_done_callback(_logged)
+        except (OSError, RuntimeError) as exc:  # no child: the first drawing finds out and draws here
+            log.warning("dashboard: could not start the drawing process (%s)", exc)
+            self._pool = None
+
     async def _render(self, view: dict[str, Any], refresh: bool, root: str) -> tuple[str, float]:
         """(page, CPU seconds it took): in the child process when it can be used, else here."""
         from concurrent.futures.process import BrokenProcessPool
@@ -292,6 +307,11 @@ class Dashboard:
 def _retrieved(task: asyncio.Task) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("dashboard: drawing the page failed: %r", task.exception())
+
+
+def _logged(future: Any) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("dashboard: warming the drawing process failed: %r", future.exception())
 
 
 def _child_pool() -> Executor:

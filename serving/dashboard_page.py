@@ -413,3 +413,12 @@ def drawing_page(app: str, root: str, retry_s: float, waited_s: float) -> str:
 this page loads again in {retry_s:g} s. Its data as JSON: <a href="{root}/ui?format=json">{root}/ui?format=json</a>.</p>
 </body></html>
 """
+
+
+def warm() -> float:
+    """Load matplotlib and its font cache in the drawing process, drawing one tiny figure, so
+    that the first page drawn there costs a drawing, not a start-up (on a loaded machine the
+    start-up alone outlasted RENDER_WAIT_S). Returns the CPU seconds it took."""
+    cpu0 = time.process_time()
+    plots.figure("warm-up", "", lambda fig: len(fig.subplots().plot([0.0, 1.0], [0.0, 1.0])))
+    return time.process_time() - cpu0

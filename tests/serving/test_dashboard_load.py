@@ -119,6 +119,7 @@ def test_a_page_request_answers_while_the_page_is_still_being_drawn(monkeypatch)
     longer than the front waits: the request gets a "being drawn" page, the drawing goes on and
     serves the next request. Deterministic: the drawing waits for an event the test sets."""
     monkeypatch.setattr(dashboard_module, "RENDER_WAIT_S", 0.05)
+    monkeypatch.setattr(dashboard_module, "RENDER_IN_CHILD", False)  # no process to start here
     dash = dashboard_module.Dashboard(INFO, None)
     dash.ring = make_ring(30)
 
@@ -158,3 +159,33 @@ def test_the_monitor_computes_the_dashboard_once_for_every_replica_that_asks():
     other = monitor_snapshot(monitor, {"slo_ms": 50.0, "max_age_s": 3600.0})  # other options: their own
     fresh = monitor_snapshot(monitor, {"slo_ms": 30.0})  # no max_age_s: always computed
     assert not other["shared"] and not fresh["shared"] and fresh["taken_at"] > first["taken_at"]
+
+
+def test_the_drawing_process_is_warmed_when_anyone_looks(monkeypatch):
+    """The JSON view (or the page) starts the drawing process and loads matplotlib there in the
+    background; the first page is then drawn by that same process. A thread pool stands in for
+    the spawned process (the same Executor interface)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pools: list[ThreadPoolExecutor] = []
+
+    def pool() -> ThreadPoolExecutor:
+        pools.append(ThreadPoolExecutor(max_workers=1))
+        return pools[-1]
+
+    monkeypatch.setattr(dashboard_module, "_child_pool", pool)
+    dash = dashboard_module.Dashboard(INFO, None)
+    dash.ring = make_ring(30)
+
+    async def scenario() -> str:
+        dash._sampler = asyncio.get_running_loop().create_future()  # no sampler: no Ray here
+        await dash.data()
+        assert len(pools) == 1  # started by the JSON view, before any page was asked for
+        return await dash.page("/demo")
+
+    try:
+        page = asyncio.run(scenario())
+    finally:
+        for p in pools:
+            p.shutdown(wait=True)
+    assert len(pools) == 1 and 'data-plot="traffic"' in page and dash.render_where == "child process"
