@@ -21,7 +21,7 @@ demo: venv
 
 test: venv
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 bench: venv
 	$(BIN)/python -m pipelines.bench

@@ -8,6 +8,19 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: pytest-xdist group of the tests that start Ray, servers, subprocess apps or a browser: they
+#: run one module after another on one worker (`make test` runs ``-n 2 --dist loadgroup``),
+#: while the optimizer's, the monitor's and the workloads' tests run on the other
+SERIAL_GROUP = "ray-and-servers"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        relative = Path(str(item.fspath)).resolve().relative_to(REPO_ROOT / "tests")
+        if relative.parts[0] == "serving" or relative.name == "test_readme.py":
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
 
 
 def datasets_dir() -> Path:
