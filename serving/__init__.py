@@ -13,7 +13,7 @@ from .deploy import ServingApp, deploy
 from .hetero import HeteroPlan, ThroughputMatrix, plan_agnostic, plan_max_rate, plan_min_cost
 from .model_app import ModelApp, deploy_model
 from .model_transport import calibrate_transport
-from .planner import Plan, Resources, StageProfile, plan_stages
+from .planner import Plan, Resources, StageProfile, plan_again, plan_stages
 from .proxy import proxy_environment
 from .simulate import simulate
 from .stages import profile_baseline, profile_stages, stage_specs
@@ -30,6 +30,7 @@ __all__ = [
     "deploy",
     "deploy_model",
     "partition",
+    "plan_again",
     "plan_agnostic",
     "plan_max_rate",
     "plan_min_cost",

@@ -33,6 +33,7 @@ from .calls import (
     RETRY_AFTER_S,
     Deadline,
     DeadlineExceeded,
+    StageHedge,
     StageOverloaded,
     call_stage,
     wait_or_cancel,
@@ -161,6 +162,8 @@ class Ingress:
         self.degrade = bool(info.get("degrade", False))
         self.first_level = int(info.get("first_stage_last_level", 0))
         self.api_key_hash = info.get("api_key_sha256")
+        #: deploy's in-situ probe marks its requests with a one-off token (serving.insitu)
+        self.probe_hash = info.get("probe_sha256")
         self.max_in_flight = int(info["max_in_flight"])
         self.in_flight = 0
         self.metrics = ServingMetrics(self.name)
@@ -170,6 +173,15 @@ class Ingress:
             run = self._local_batch if (i == 0 and self.local) else self._remote_batch(target, stage)
             self.coalescers[stage] = Coalescer(run, stage=stage, max_rows=batch_rows, limit=CONCURRENT_BATCHES,
                                                max_queued=max(self.max_in_flight, 1))
+        # hedged calls to the remote stages (serving.calls.StageHedge), where asked for
+        hedging = info.get("hedging")
+        self.hedges = {} if not hedging else {
+            stage: StageHedge(lambda stage=stage: self.coalescers[stage].limit // CONCURRENT_BATCHES,
+                              hedging.get("quantile"), hedging.get("floor_over_median"),
+                              on_hedge=lambda won, stage=stage: self.metrics.count(
+                                  "willump_stage_hedges", stage=stage, won=str(won).lower()),
+                              in_flight=lambda stage=stage: self.coalescers[stage].in_flight)
+            for i, stage in enumerate(self.stage_names) if not (i == 0 and self.local)}
         monitor = info.get("monitor")
         self.monitor = _LazyHandle("monitor", monitor["app"]) if monitor else None
         self.records = None
@@ -190,7 +202,8 @@ class Ingress:
             gear = (items[0].key,) if items[0].key else ()  # gear 0: the plain call
             merged = await call_stage(
                 handle, "run", (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items]),
-                                *gear), deadline, stage, on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage))
+                                *gear), deadline, stage, on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage),
+                hedge=self.hedges.get(stage))
             self._observe_stage(stage, merged)
             return split_outputs(merged, [it.size for it in items])
 
@@ -255,6 +268,12 @@ class Ingress:
             given = auth[7:].strip()
         return given is not None and hmac.compare_digest(_key_hash(given), self.api_key_hash)
 
+    def _probe(self, request: Request) -> bool:
+        """Whether the request is deploy's in-situ probe: its monitor records are dropped and
+        /metrics does not count it (the stage-level series of shared batches do)."""
+        given = request.headers.get("x-willump-probe")
+        return bool(self.probe_hash and given and hmac.compare_digest(_key_hash(given), self.probe_hash))
+
     async def _guarded(self, route: str, request: Request, work, *, admit: bool = False) -> Response:
         # Serve gives every request an id (the client's X-Request-Id, or a new one) and echoes it
         # in the response; behind a front that does not, the ingress makes and echoes its own.
@@ -304,8 +323,9 @@ class Ingress:
         finally:
             if admitted:
                 self.in_flight -= 1
-            self.metrics.count("willump_requests", route=route, status=str(status))
-            self.metrics.observe("willump_request_latency_seconds", time.perf_counter() - start, route=route)
+            if not self._probe(request):  # deploy's in-situ probe is not the users' traffic
+                self.metrics.count("willump_requests", route=route, status=str(status))
+                self.metrics.observe("willump_request_latency_seconds", time.perf_counter() - start, route=route)
         if own:
             response.headers["X-Request-Id"] = rid
         return response
@@ -376,13 +396,17 @@ class Ingress:
                 level[unsure] = out2["level"]
                 replica[unsure] = out2["replica"]
         latency_ms = (time.perf_counter() - t0) * 1000.0
-        for i, c in enumerate(np.bincount(level, minlength=len(self.info["levels"]))):
-            if c:
-                self.metrics.count("willump_rows", int(c), level=str(i))
-        self.metrics.count("willump_gear_rows", n, gear=str(gear))
-        if self.records is not None:
-            self.records.add(record_columns(frame, proba, level, replica, latency_ms, started, self.version,
-                                            body.attributes, self.records.config, gear=gear))
+        probe = self._probe(request)
+        if not probe:
+            for i, c in enumerate(np.bincount(level, minlength=len(self.info["levels"]))):
+                if c:
+                    self.metrics.count("willump_rows", int(c), level=str(i))
+            self.metrics.count("willump_gear_rows", n, gear=str(gear))
+        if self.records is not None:  # built for every request; a probe's are not sent (its CPU counts)
+            columns = record_columns(frame, proba, level, replica, latency_ms, started, self.version,
+                                     body.attributes, self.records.config, gear=gear)
+            if not probe:
+                self.records.add(columns)
         return Response(predict_answer(self.classes, proba, level, degraded, self.version, self.gears.fields(gear)),
                         media_type="application/json")
 

@@ -12,10 +12,10 @@ Each served phase deploys with costs measured on this machine (``calibrate``: on
 first phase, then reused), runs a warm-up and a closed loop of ``--clients`` aiohttp clients,
 and prints the plan's prediction for exactly that load (its simulation, closed loop with the
 same clients, the load generator's own CPU charged to this machine) beside the measurement.
-Before each measured phase a probe runs a quarter of the clients for a few seconds and
-measures each process group's CPU per request; the prediction is printed again with those
-in-situ factors (:mod:`serving.insitu`; JSON ``predicted_rows_per_s_in_situ``,
-``predicted_p99_ms_in_situ``, ``in_situ.factors``). The measurement itself:
+``deploy`` itself probes each app before it returns (4 closed-loop clients for a few
+seconds, every process group's CPU read from /proc) and plans again with the measured CPU;
+the prediction is printed again with those in-situ factors (:mod:`serving.insitu`; JSON
+``predicted_rows_per_s_in_situ``, ``predicted_p99_ms_in_situ``, ``in_situ.factors``). The measurement itself:
 ``predicted_rows_per_s`` / ``measured_rows_per_s`` and ``predicted_p99_ms`` /
 ``measured_p99_ms`` per phase in the JSON, with their ratios, and each process's CPU per
 request, predicted and measured (/proc, this Ray's processes only). A final open-loop phase
@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from serving.loadgen import closed_loop, http_floor, in_process, open_loop, payloads
-from serving.procstat import process_cpu, session_dir, session_processes
+from serving.procstat import cpu_per_request, process_cpu, session_dir, session_processes
 from serving.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS
 from serving.time_to_accuracy import at_accuracy, labelled, time_to_first_answer
 
@@ -64,35 +64,6 @@ TARGETS = {"served_vs_baseline": 4.0, "served_vs_in_process": 0.7, "p99_over_p50
 PREDICTION_TARGETS = {"rows_per_s_within": 0.25, "p99_within_factor": 2.0}
 PHASES = (("baseline_served", "(a)", True, "staged"), ("optimized_served", "(b)", False, "auto"),
           ("optimized_staged", "(b')", False, "staged"))
-
-
-def cpu_per_request(before: dict, after: dict, requests: int, app: str = "",
-                    ours: set[int] | None = None) -> dict[str, float]:
-    """CPU ms per request over a phase, by role: each Serve deployment of ``app`` (Ray titles
-    replica processes ``ray::ServeReplica:APP:DEPLOYMENT``; the role drops the app's name),
-    the HTTP front, this load generator, and the rest of this Ray's processes (``other``;
-    processes outside ``ours``, e.g. another user's, are left out); ``total`` sums them."""
-    roles: dict[str, float] = {}
-    for pid, (title, seconds) in after.items():
-        if pid not in before or requests <= 0:
-            continue
-        used = seconds - before[pid][1]
-        if used <= 0:
-            continue
-        if pid == os.getpid():
-            role = "load generator"
-        elif ours is not None and pid not in ours:
-            continue
-        elif "ServeReplica:" in title:
-            role = title.split()[0].rsplit(":", 1)[-1]
-            role = role[len(app) + 1:] if app and role.startswith(app + "-") else role
-        elif "haproxy" in title or "ProxyActor" in title:
-            role = "front"
-        else:
-            role = "other"
-        roles[role] = roles.get(role, 0.0) + 1000.0 * used / requests
-    roles["total"] = sum(roles.values())
-    return roles
 
 
 def other_processes(before: dict, after: dict, requests: int, ours: set[int] | None, top: int = 8) -> dict[str, float]:
@@ -210,7 +181,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             url = app.url + "/predict"
             asyncio.run(closed_loop(url, bodies, args.rows_per_request, clients=args.clients, duration=WARMUP_S,
                                     max_requests=args.max_requests))
-            factors = insitu_factors(app, url, bodies, args, name, session)
             before, t_before = process_cpu(), time.perf_counter()
             phase = asyncio.run(closed_loop(url, bodies, args.rows_per_request, clients=args.clients,
                                             duration=args.duration, max_requests=args.max_requests))
@@ -221,17 +191,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             phase["other_cpu_ms_per_request"] = other_processes(before, after, phase["requests"], ours)
             phase["measured_rows_per_s"], phase["measured_p99_ms"] = phase["rows_per_s"], phase["p99_ms"]
             phase.update(predict(app.plan, clients=args.clients, client_ms=app.plan.costs.client_ms,
-                                 seed=args.seed))
+                                 seed=args.seed, cpu_scale={}))
             phase.update(compare(phase))
             if phase["foreign_cores"] is not None and app.plan.costs is not None:
                 # the same prediction, told what other users' processes took during the phase
                 loaded = predict(under_load(app.plan, phase["foreign_cores"]), clients=args.clients,
-                                 client_ms=app.plan.costs.client_ms, seed=args.seed)
+                                 client_ms=app.plan.costs.client_ms, seed=args.seed, cpu_scale={})
                 phase["predicted_rows_per_s_given_load"] = loaded["predicted_rows_per_s"]
                 phase["predicted_p99_ms_given_load"] = loaded["predicted_p99_ms"]
                 phase["rows_per_s_ratio_given_load"] = phase["measured_rows_per_s"] / loaded["predicted_rows_per_s"]
                 phase["p99_ratio_given_load"] = phase["measured_p99_ms"] / loaded["predicted_p99_ms"]
-            refine_prediction(phase, app.plan, factors, args)
+            if app.plan.in_situ.get("factors") is not None:
+                refine_prediction(phase, app.plan, args)
             phase.update(at_accuracy(phase, opt, data, baseline=baseline, cpus=args.cpus, url=url))
             phase["plan"] = app.plan.to_dict()
             result[key] = phase
@@ -262,33 +233,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def insitu_factors(app: Any, url: str, bodies: list[bytes], args: argparse.Namespace, name: str,
-                   session: str | None) -> dict[str, Any]:
-    """Measured over modelled CPU per process group, from a short probe at a fraction of the
-    phase's clients (serving.insitu)."""
-    from serving import insitu
-    from serving.simulate import simulate
-
-    clients = insitu.probe_clients(args.clients)
-    before = process_cpu()
-    probe = asyncio.run(closed_loop(url, bodies, args.rows_per_request, clients=clients, duration=insitu.PROBE_S,
-                                    max_requests=args.max_requests))
-    ours = session_processes(session) if session else None
-    measured = cpu_per_request(before, process_cpu(), probe["requests"], name, ours)
-    modelled = simulate(app.plan, clients=clients, n_requests=SIMULATED_REQUESTS, seed=args.seed,
-                        client_ms=app.plan.costs.client_ms).cpu_ms
-    return {"clients": clients, "seconds": insitu.PROBE_S, "measured_cpu_ms_per_request": measured,
-            "modelled_cpu_ms_per_request": modelled, "factors": insitu.cpu_factors(measured, modelled)}
-
-
-def refine_prediction(phase: dict[str, Any], plan: Any, probe: dict[str, Any], args: argparse.Namespace) -> None:
-    """The plan's prediction again with the in-situ CPU factors (and, when measured, other
-    users' load): JSON ``predicted_rows_per_s_in_situ``, ``predicted_p99_ms_in_situ`` and their
-    ratios to the measurement."""
-    phase["in_situ"] = probe
+def refine_prediction(phase: dict[str, Any], plan: Any, args: argparse.Namespace) -> None:
+    """The plan's prediction with the in-situ CPU factors deploy measured (and, when measured,
+    other users' load): JSON ``predicted_rows_per_s_in_situ``, ``predicted_p99_ms_in_situ`` and
+    their ratios to the measurement."""
+    probe = phase["in_situ"] = plan.in_situ
     target = under_load(plan, phase["foreign_cores"]) if phase.get("foreign_cores") is not None else plan
-    refined = predict(target, clients=args.clients, client_ms=plan.costs.client_ms, seed=args.seed,
-                      cpu_scale=probe["factors"])
+    refined = predict(target, clients=args.clients, client_ms=plan.costs.client_ms, seed=args.seed)
     phase["predicted_rows_per_s_in_situ"] = refined["predicted_rows_per_s"]
     phase["predicted_p99_ms_in_situ"] = refined["predicted_p99_ms"]
     phase["rows_per_s_ratio_in_situ"] = phase["measured_rows_per_s"] / refined["predicted_rows_per_s"]

@@ -265,7 +265,7 @@ def hedging(opt, source, requests, args) -> dict[str, Any]:
     replicas = {(n, HEDGE_DEVICE): HEDGE_REPLICAS for n in names}
     weights = {n: {HEDGE_DEVICE: 1.0} for n in names}
     jittered = f"{names[0]}@{HEDGE_DEVICE}/0"
-    hedge = {"hedge_quantile": args.hedge_quantile}
+    hedge = {"hedge_quantile": args.hedge_quantile, "hedge_idle_only": not args.hedge_any_replica}
     apps = {"no_jitter": deploy_hetero(source, specs, replicas, weights, emulation, name="steady", device_share=0.5,
                                        **hedge),
             "jitter": deploy_hetero(source, specs, replicas, weights, emulation, name="jittery", device_share=0.5,
@@ -287,6 +287,7 @@ def hedging(opt, source, requests, args) -> dict[str, Any]:
                            "copies_over_answers": spent / stats["winner_device_s"] - 1.0
                            if stats["winner_device_s"] > 0 else 0.0,
                            "hedged_calls": stats["hedges"] / max(1, stats["calls"]),
+                           "hedges_skipped_busy": stats["hedges_skipped_busy"] / max(1, stats["calls"]),
                            "hedge_wins": stats["hedge_wins"], "reassigned": stats["reassigned"]}
                     runs.setdefault(key, []).append(row)
                     print(f"  {key}: p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, device ms per call "
@@ -314,7 +315,9 @@ def hedging(opt, source, requests, args) -> dict[str, Any]:
         "copies_over_answers": med["jitter_hedged"]["copies_over_answers"],
         "hedged_calls": med["jitter_hedged"]["hedged_calls"],
         "rate_per_s": args.hedge_rate, "seconds": args.hedge_seconds, "jitter": {jittered: JITTER},
-        "hedge_quantile": args.hedge_quantile,
+        "hedge_quantile": args.hedge_quantile, "hedge_idle_only": not args.hedge_any_replica,
+        "hedged_calls_no_jitter": med["no_jitter_hedged"]["hedged_calls"],
+        "hedges_skipped_busy": med["jitter_hedged"]["hedges_skipped_busy"],
         "runs": runs,
     }
     out["p99_jitter_hedged_over_no_jitter"] = out["p99_ms_jitter_hedged"] / out["p99_ms_no_jitter"]
@@ -429,6 +432,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--hedge-seconds", type=float, default=HEDGE_SECONDS)
     parser.add_argument("--hedge-quantile", type=float, default=HEDGE_QUANTILE,
                         help="hedge a stage call still unanswered at this quantile of the stage's latencies")
+    parser.add_argument("--hedge-any-replica", action="store_true",
+                        help="hedge to a busy replica too (serving.hedge.HEDGE_IDLE_ONLY off), for comparison")
     parser.add_argument("--preempt-rate", type=float, default=PREEMPT_RATE, help="open-loop requests/s")
     parser.add_argument("--gear-slo-ms", type=float, default=GEAR_SLO_MS, help="the p99 target the gears hold")
     parser.add_argument("--only", choices=("heterogeneity", "hedging", "gears", "preemption"), help="run one section")

@@ -142,6 +142,20 @@ async def _load(url: str, body: bytes | None, seconds: float, clients: int) -> i
     return done
 
 
+async def _model_calls(app_name: str) -> int:
+    """Calls the echo model has served so far. Asked from inside the running event loop (with
+    ``RAY_SERVE_THROUGHPUT_OPTIMIZED`` a handle's router runs in the loop that first uses it)
+    through a handle of its own, shut down before the loop ends: a handle from Serve's cache
+    would outlive the loop, and ``serve.shutdown()`` would fail on it later."""
+    from ray.serve.handle import DeploymentHandle
+
+    handle = DeploymentHandle(f"{app_name}-model", app_name)
+    try:
+        return (await handle.info.remote())["calls"]
+    finally:
+        await handle.shutdown_async()
+
+
 def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores: dict[str, float],
               host: str, phase_s: float = PHASE_S) -> HostCosts:
     """Run the probes on the Serve instance answering at ``base_url`` (its root URL) and
@@ -182,9 +196,9 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         "client": lambda pid, title: pid == me,
     }
     small, medium, large = _body(1), _body(MEDIUM_ROWS), _body(LARGE_ROWS)
-    handle = serve.get_deployment_handle(f"{app_name}-model", app_name)
+    loop = asyncio.new_event_loop()  # one loop for every load phase and model call
     try:
-        asyncio.run(_load(url + "/predict", small, 0.5, CLIENTS))  # warm-up
+        loop.run_until_complete(_load(url + "/predict", small, 0.5, CLIENTS))  # warm-up
         time.sleep(SETTLE_S)
         before, t0 = process_cpu(), time.perf_counter()
         time.sleep(phase_s / 2)
@@ -196,16 +210,17 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
                                          ("medium", "/predict", medium, CLIENTS),
                                          ("large", "/predict", large, CLIENTS),
                                          ("fused", "-fused/predict", small, CLIENTS)):
-            calls0 = handle.info.remote().result()["calls"]
+            calls0 = loop.run_until_complete(_model_calls(app_name))
             before, t0 = process_cpu(), time.perf_counter()
-            n = asyncio.run(_load(url + path, body, phase_s, clients))
+            n = loop.run_until_complete(_load(url + path, body, phase_s, clients))
             cpu = group_cpu(before, process_cpu(), groups, rest=ours())
             seconds = time.perf_counter() - t0
             cpu["rest"] = max(0.0, cpu["rest"] - background * seconds)
             rest_load.append((n / seconds, cpu["rest"] / seconds))
             phases[key] = {k: 1000.0 * v / max(n, 1) for k, v in cpu.items()}
-            phases[key]["per_call"] = max(n, 1) / max(handle.info.remote().result()["calls"] - calls0, 1)
+            phases[key]["per_call"] = max(n, 1) / max(loop.run_until_complete(_model_calls(app_name)) - calls0, 1)
     finally:
+        loop.close()
         serve.delete(app_name)
         serve.delete(fused_name)
     h = phases["health"]

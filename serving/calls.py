@@ -8,7 +8,9 @@ cancels the work on the replica) and :class:`DeadlineExceeded` is raised. A repl
 died mid-call is retried (predictions are idempotent) at most ``retries`` times, after a
 full-jitter exponential backoff (AWS architecture blog, "Exponential Backoff And Jitter"),
 and never past the deadline. A stage whose queue is full (``max_queued_requests``) raises
-:class:`StageOverloaded`, answered 503 with ``Retry-After``.
+:class:`StageOverloaded`, answered 503 with ``Retry-After``. With a :class:`StageHedge`, a
+call still unanswered after the stage's own latency tail is sent once more (hedged) and the
+first answer kept.
 """
 
 from __future__ import annotations
@@ -113,14 +115,19 @@ def backoff_s(attempt: int, rng: random.Random, base_s: float = BACKOFF_BASE_S,
     return rng.uniform(0.0, min(max_s, base_s * (2 ** attempt)))
 
 
+async def _resolve(response: Any) -> Any:
+    return await response
+
+
 async def wait_or_cancel(response: Any, timeout_s: float, stage: str, budget_s: float) -> Any:
     """Await a stage call for at most ``timeout_s``; past it (or if the caller is cancelled,
     e.g. the client went away), cancel the call so its replica stops working on it."""
 
-    async def resolve() -> Any:
-        return await response
+    return await _finish(asyncio.ensure_future(_resolve(response)), response, timeout_s, stage, budget_s)
 
-    task = asyncio.ensure_future(resolve())
+
+async def _finish(task: asyncio.Future, response: Any, timeout_s: float, stage: str, budget_s: float) -> Any:
+    """The result of ``task`` (awaiting ``response``) within ``timeout_s``, else cancel both."""
     try:
         done, _ = await asyncio.wait({task}, timeout=max(timeout_s, 0.0))
     except BaseException:
@@ -140,6 +147,100 @@ def _cancel(response: Any, task: asyncio.Future) -> None:
         except Exception:  # best effort: the call may have finished meanwhile
             pass
     task.cancel()
+
+
+class StageHedge:
+    """Hedged calls to one stage ("The Tail at Scale"; FlexRR's straggler mitigation for
+    serving): a call still unanswered after the stage's own latency quantile, and never
+    before ``floor_over_median`` times its median (:class:`serving.hedge.LatencyWindow`), is
+    sent once more through the same handle, whose router gives it to the less loaded of two
+    replicas (as a rule not the one holding the first call); the first answer is kept and the
+    other call cancelled. Needs at least two running replicas (``replicas()``) and, with
+    ``idle_only`` (``HEDGE_IDLE_ONLY``), fewer of this ingress's calls in flight to the stage
+    than it has replicas when the hedge is due (``in_flight()``): with every replica busy the
+    tail is queueing, which a copy only lengthens. ``on_hedge`` hears of each hedge once
+    decided (True: the copy answered first)."""
+
+    def __init__(self, replicas: Callable[[], int], quantile: float | None = None,
+                 floor_over_median: float | None = None, on_hedge: Callable[[bool], None] | None = None,
+                 in_flight: Callable[[], int] | None = None, idle_only: bool | None = None):
+        from .hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_IDLE_ONLY, HEDGE_QUANTILE, LatencyWindow
+
+        self.window = LatencyWindow(
+            quantile=HEDGE_QUANTILE if quantile is None else quantile,
+            floor_over_median=HEDGE_FLOOR_OVER_MEDIAN if floor_over_median is None else floor_over_median)
+        self.replicas, self.on_hedge, self.in_flight = replicas, on_hedge, in_flight
+        self.idle_only = HEDGE_IDLE_ONLY if idle_only is None else bool(idle_only)
+        self.calls = self.hedges = self.wins = self.skipped_busy = 0
+
+    def delay(self) -> float | None:
+        """Seconds after which a call is hedged; None: not now (too few latencies known, or a
+        single replica)."""
+        return self.window.delay() if self.replicas() > 1 else None
+
+    def spare(self) -> bool:
+        """Whether a replica is free for a copy now (always, without ``idle_only`` or a count
+        of calls in flight)."""
+        if not self.idle_only or self.in_flight is None:
+            return True
+        return self.in_flight() < self.replicas()
+
+
+async def hedged(call: Callable[[], Any], timeout_s: float, stage: str, budget_s: float,
+                 hedge: StageHedge) -> Any:
+    """``call()`` (it sends the stage call and returns its response) awaited for at most
+    ``timeout_s``, hedged once after ``hedge.delay()``. A call answered by its copy is recorded
+    at the time the first had taken then (a lower bound), so hedging does not hide from the
+    window the tail it hedges against."""
+    hedge.calls += 1
+    delay = hedge.delay()
+    t0 = time.monotonic()
+    first = call()
+    if delay is None or delay >= timeout_s:
+        out = await wait_or_cancel(first, timeout_s, stage, budget_s)
+        hedge.window.add(time.monotonic() - t0)
+        return out
+    task1 = asyncio.ensure_future(_resolve(first))
+    try:
+        done, _ = await asyncio.wait({task1}, timeout=delay)
+    except BaseException:
+        _cancel(first, task1)
+        raise
+    if not done and not hedge.spare():  # every replica is busy: a copy would queue behind them
+        hedge.skipped_busy += 1
+        out = await _finish(task1, first, t0 + timeout_s - time.monotonic(), stage, budget_s)
+        hedge.window.add(time.monotonic() - t0)
+        return out
+    if done:
+        hedge.window.add(time.monotonic() - t0)
+        return task1.result()
+    hedge.hedges += 1
+    second = call()
+    task2 = asyncio.ensure_future(_resolve(second))
+    pending, winner = {task1, task2}, None
+    try:
+        while pending and winner is None:
+            left = t0 + timeout_s - time.monotonic()
+            done, pending = await asyncio.wait(pending, timeout=max(left, 0.0), return_when=asyncio.FIRST_COMPLETED)
+            if not done:  # the deadline passed with neither answered
+                raise DeadlineExceeded(stage, budget_s)
+            answered = [t for t in done if t.exception() is None]  # every failure retrieved
+            winner = answered[0] if answered else None
+    except BaseException:
+        _cancel(first, task1)
+        _cancel(second, task2)
+        raise
+    hedge.window.add(time.monotonic() - t0)
+    if winner is None:  # both failed: the first call's error is the answer
+        return task1.result()
+    if winner is task2:
+        hedge.wins += 1
+        _cancel(first, task1)
+    else:
+        _cancel(second, task2)
+    if hedge.on_hedge is not None:
+        hedge.on_hedge(winner is task2)
+    return winner.result()
 
 
 def retryable(exc: BaseException) -> bool:
@@ -165,8 +266,10 @@ async def call_stage(
     retries: int = STAGE_RETRIES,
     rng: random.Random | None = None,
     on_retry: Callable[[], None] | None = None,
+    hedge: StageHedge | None = None,
 ) -> Any:
-    """``handle.method.remote(*args)`` within ``deadline``, retried on replica death."""
+    """``handle.method.remote(*args)`` within ``deadline``, retried on replica death, hedged
+    with ``hedge``."""
     rng = rng or random.Random()
     attempt = 0
     while True:
@@ -174,6 +277,9 @@ async def call_stage(
         if remaining <= 0:
             raise DeadlineExceeded(stage, deadline.budget_s)
         try:
+            if hedge is not None:
+                return await hedged(lambda: getattr(handle, method).remote(*args), remaining, stage,
+                                    deadline.budget_s, hedge)
             return await wait_or_cancel(getattr(handle, method).remote(*args), remaining, stage,
                                         deadline.budget_s)
         except DeadlineExceeded:

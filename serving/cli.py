@@ -13,7 +13,7 @@ from typing import Any
 
 import willump
 
-from .deploy import API_KEY_ENV, CALIBRATE
+from .deploy import API_KEY_ENV, CALIBRATE, INSITU, hedging_options
 from .planner import LAYOUTS
 from .proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
 
@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--monitor-pane-seconds", type=float, help="monitor pane length (seconds)")
     serve.add_argument("--calibrate", choices=CALIBRATE, default="auto",
                        help="measure HTTP and hop costs for the plan (default: once per cluster, cached)")
+    serve.add_argument("--insitu", choices=INSITU, default="auto",
+                       help="probe the running app for a few seconds and plan again from the CPU it measures "
+                            "(default: where this machine can read every process of the app)")
     _add_gear_arguments(serve)
     _add_request_arguments(serve)
     _add_plan_arguments(serve)
@@ -105,6 +108,9 @@ def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deadline-ms", type=float, help="per-request deadline (default: --p99-ms, else 30 s)")
     parser.add_argument("--degrade", action="store_true",
                         help="past the deadline, answer with the cheap level's prediction marked degraded")
+    parser.add_argument("--hedging", action="store_true",
+                        help="hedge stage calls: one still unanswered after the stage's latency tail is sent "
+                             "again to another replica, the first answer kept")
     parser.add_argument("--api-key-env", metavar="VAR",
                         help=f"require the API key held in this environment variable (e.g. {API_KEY_ENV})")
 
@@ -133,7 +139,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise ValueError("the plan cannot be placed: " + "; ".join(plan.notes))
     gears = gear_info(args.gears, _gear_policy(args), opt, plan.target_p99_ms or args.deadline_ms)
     config = serve_config(args.artifact, plan, name=args.name, host=args.host, port=args.port, monitor=monitor,
-                          degrade=args.degrade, deadline_ms=args.deadline_ms, api_key=_api_key(args), gears=gears)
+                          degrade=args.degrade, deadline_ms=args.deadline_ms, api_key=_api_key(args), gears=gears,
+                          hedging=hedging_options(args.hedging))
     out = write_serve_config(config, args.output)
     print(plan, flush=True)
     print(f"willump: wrote {out} (serve run {out} / serve deploy {out})", flush=True)
@@ -173,7 +180,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 #: deploy()'s long steps, announced by ``willump serve`` as they start and end
 SERVE_STEPS = (("measure_costs", "measuring HTTP and hop costs on this cluster"),
                ("make_plan", "profiling the stages and planning replicas and batches"),
-               ("run_spec", "starting the monitor and the app's replicas"))
+               ("run_spec", "starting the monitor and the app's replicas"),
+               ("refine_in_situ", "probing the running app and planning again from what it measures"))
 
 
 def _announce_steps() -> None:
@@ -231,7 +239,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             batch_wait_timeout_s=None if args.batch_wait_ms is None else args.batch_wait_ms / 1000.0,
             proxy=None if args.address else args.proxy, transport=args.transport,
             layout=args.layout, calibrate=args.calibrate, deadline_ms=args.deadline_ms, degrade=args.degrade,
-            api_key=_api_key(args), gears=args.gears, gear_policy=_gear_policy(args),
+            api_key=_api_key(args), gears=args.gears, gear_policy=_gear_policy(args), insitu=args.insitu,
+            hedging=args.hedging,
         )
         print(app.plan, flush=True)
         print(f"willump: serving {app.model_version} at {app.url} via {app.proxy}; dashboard at {app.url}/ui "

@@ -63,9 +63,11 @@ def serve_config(
     max_replicas: int | None = None,
     runtime_env: dict[str, Any] | None = None,
     gears: dict[str, Any] | None = None,
+    hedging: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The Serve config (a dict ready for YAML) deploying ``artifact`` with ``plan``; ``gears``:
-    :func:`serving.gears.gear_info` (load-adaptive or pinned gears; None: the plan)."""
+    :func:`serving.gears.gear_info` (load-adaptive or pinned gears; None: the plan);
+    ``hedging``: :func:`serving.deploy.hedging_options` (None: off)."""
     path = str(Path(artifact).resolve())
     source = ArtifactSource(path_version(path), path=path)
     spec = {
@@ -73,7 +75,7 @@ def serve_config(
         "runtime": runtime, "batching": batching, "monitor": monitor, "degrade": degrade,
         "deadline_ms": deadline_ms if deadline_ms is not None else plan.target_p99_ms,
         "api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
-        "min_replicas": min_replicas, "max_replicas": max_replicas, "gears": gears,
+        "min_replicas": min_replicas, "max_replicas": max_replicas, "gears": gears, "hedging": hedging,
     }
     applications = []
     if monitor is not None:

@@ -110,6 +110,16 @@ def demand(profiles: list[StageProfile], batches: dict[str, int], ingress: Ingre
     return Demand(cpu, wait, gpu, costs.front_ms + costs.front_ms_per_kb * kb_http, costs.other_ms, calls, kbs)
 
 
+def scaled(d: Demand, cpu_scale: dict[str, float] | None) -> Demand:
+    """The demand with each group's CPU multiplied by its measured-over-modelled factor
+    (:mod:`serving.insitu`: "ingress", a stage's name, "front"); other groups as modelled."""
+    if not cpu_scale:
+        return d
+    cpu = {k: v * float(cpu_scale.get(k, 1.0)) for k, v in d.cpu_ms.items()}
+    return Demand(cpu, dict(d.wait_ms), dict(d.gpu_ms), d.front_ms * float(cpu_scale.get("front", 1.0)),
+                  d.other_ms, dict(d.calls), dict(d.call_kb))
+
+
 def replica_cpus(d: Demand, replicas: dict[str, int], rate: float) -> dict[str, float]:
     """Logical CPUs each replica reserves: what it uses at ``rate`` requests/s, within
     [MIN_REPLICA_CPUS, MAX_REPLICA_CPUS], rounded down to Ray's resolution (1e-4) so that

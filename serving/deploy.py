@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,14 @@ from .graph import (
     row_schema,
     specs_of,
 )
-from .planner import LAYOUTS, Plan, Resources, placement_problem, plan_stages
+from .insitu import probe_blocked, refine_in_situ
+from .planner import (
+    LAYOUTS,
+    Plan,
+    Resources,
+    placement_problem,
+    plan_stages,
+)
 from .proxy import (
     PROXIES,
     TRANSPORTS,
@@ -49,6 +57,11 @@ DEFAULT_ROWS_PER_REQUEST = 32
 CALIBRATE = ("auto", "always", "never")
 #: environment variable `willump serve` reads the API key from by default
 API_KEY_ENV = "WILLUMP_API_KEY"
+#: deploy(insitu=...): probe the running app and plan again from what it measured (serving.insitu)
+#: "auto" (where this machine can read every process of the app), "always" (an error where it
+#: cannot), or "never"
+INSITU = ("auto", "always", "never")
+
 
 
 @dataclass
@@ -154,7 +167,7 @@ def measure_costs(mode: Any, base_url: str, nodes: list, *, front: str, transpor
 
 
 def _check_arguments(name, min_replicas, device, layout, transport, proxy, monitor, calibrate,
-                     deadline_ms, rows_per_request) -> None:
+                     deadline_ms, rows_per_request, insitu_mode="auto") -> None:
     if not name or not all(ch.isalnum() or ch in "-_" for ch in name):
         raise ValueError(f"name must be letters, digits, '-' or '_', got {name!r}")
     if min_replicas is not None and min_replicas < 0:
@@ -175,6 +188,8 @@ def _check_arguments(name, min_replicas, device, layout, transport, proxy, monit
         raise ValueError(f"deadline_ms must be in (0, 120000], got {deadline_ms}")
     if rows_per_request < 1:
         raise ValueError(f"rows_per_request must be >= 1, got {rows_per_request}")
+    if insitu_mode not in INSITU:
+        raise ValueError(f"insitu must be one of {INSITU}, got {insitu_mode!r}")
 
 
 def deploy(
@@ -215,6 +230,8 @@ def deploy(
     artifact_share: str = "auto",
     gears: str | int = "off",
     gear_policy: dict[str, Any] | None = None,
+    insitu: str = "auto",
+    hedging: bool | dict[str, float] = False,
 ) -> ServingApp:
     """Deploy on Ray Serve at ``http://host:port/<name>``.
 
@@ -246,13 +263,28 @@ def deploy(
     ``p99_ms``, else ``deadline_ms``; ``gear_policy`` overrides the policy's parameters, e.g.
     ``{"slo_ms": 200, "down_after_s": 5}``). Every answer names its gear and that gear's
     certified loss bound; ``/metrics`` counts rows per gear; monitor records carry the gear.
+
+    ``hedging=True`` (or ``{"quantile": 0.95, "floor_over_median": 2.0}``) hedges calls to
+    stages of two or more replicas: a call still unanswered after the stage's own latency tail
+    is sent once more, the first answer kept and the other cancelled
+    (:class:`serving.calls.StageHedge`); ``/metrics`` counts ``willump_stage_hedges``.
+
+    In situ (``insitu``, :mod:`serving.insitu`): once the app runs, a probe of
+    ``DEPLOY_PROBE_CLIENTS`` closed-loop clients sends it the sample rows for a few seconds
+    while every process's CPU is read from /proc; a plan made here is made again with each
+    group's measured-over-modelled CPU and the app redeployed with it, so ``app.plan`` and
+    ``GET /plan`` predict what the running app measures (``plan.in_situ`` holds the factors,
+    the probe's figures and the prediction before). The probe's monitor records are dropped.
+    "auto" probes where this machine can read every process of the app (not on a cluster
+    spanning machines: a note says so), "always" raises where it cannot, "never" skips it.
     """
     import ray
 
     if isinstance(monitor, bool):  # monitor=True: the monitor with default options
         monitor = {} if monitor else None
     _check_arguments(name, min_replicas, device, layout, transport, proxy, monitor, calibrate,
-                     deadline_ms, rows_per_request)
+                     deadline_ms, rows_per_request, insitu)
+    hedge_spec = hedging_options(hedging)
     cluster.ships_code(ship_code, address)  # validates the option before anything starts
     started = _ensure_ray(address, cpus, gpus, proxy, transport, ship_code=ship_code, monitor=monitor is not None)
     source, opt = artifacts.resolve(target, name, artifact_share)
@@ -274,6 +306,7 @@ def deploy(
         if proxy is not None and front != proxy:
             warnings.warn(f"proxy={proxy!r} asked for, but the running Ray Serve uses {front!r}: the front "
                           "is chosen when Ray starts (see serving.proxy.proxy_environment)", stacklevel=2)
+        made_here = plan is None
         if plan is None:
             costs = measure_costs(calibrate, base, nodes, front=front,
                                   transport=running_transport() if started else transport)
@@ -298,9 +331,20 @@ def deploy(
             "api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
             "max_in_flight": max_in_flight, "max_body_bytes": max_body_bytes, "max_rows": max_rows,
             "min_replicas": min_replicas, "max_replicas": max_replicas, "downscale_to_zero_s": downscale_to_zero_s,
-            "gears": gears_info,
+            "gears": gears_info, "hedging": hedge_spec,
         }
+        probe_why = probe_blocked(insitu, nodes, min_replicas)
+        token = secrets.token_hex(16) if probe_why is None else None
+        spec["probe_sha256"] = hashlib.sha256(token.encode()).hexdigest() if token else None
         monitor_app = run_spec(spec, opt, access_log=access_log)
+        if token is not None:
+            plan, probe_note = refine_in_situ(spec, opt, plan, f"{base}/{name}", token, api_key=api_key,
+                                              replan=made_here, budget_cpus=cpus, access_log=access_log,
+                                              overrides=lambda p: _override_batching(p, max_batch_size,
+                                                                                     batch_wait_timeout_s))
+            notes.append(probe_note)
+        elif probe_why and insitu == "auto":
+            notes.append(f"in-situ probe not run: {probe_why}")
     except BaseException:
         if ray.is_initialized():
             artifacts.release(source, name)
@@ -308,6 +352,25 @@ def deploy(
     notes += [code_note] if code_note else []
     return ServingApp(name, f"{base}/{name}", plan, source.version, [s.name for s in specs], started,
                       notes + plan.notes, proxy=front, artifact=source, monitor_app=monitor_app, spec=spec)
+
+
+def hedging_options(hedging: bool | dict[str, float] | None) -> dict[str, float] | None:
+    """deploy(hedging=...) as the spec carries it: None (off) or the policy's parameters."""
+    from .hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_QUANTILE
+
+    if hedging is None or hedging is False:
+        return None
+    options = {"quantile": HEDGE_QUANTILE, "floor_over_median": HEDGE_FLOOR_OVER_MEDIAN}
+    if isinstance(hedging, dict):
+        unknown = sorted(set(hedging) - set(options))
+        if unknown:
+            raise ValueError(f"hedging: unknown options {unknown}; known: {sorted(options)}")
+        options.update({k: float(v) for k, v in hedging.items()})
+    elif hedging is not True:
+        raise TypeError(f"hedging must be True, False or a dict of options, got {type(hedging).__name__}")
+    if not 0 < options["quantile"] < 1 or not options["floor_over_median"] >= 0:
+        raise ValueError(f"hedging: quantile must be in (0, 1) and floor_over_median >= 0, got {options}")
+    return options
 
 
 def serve_start(host: str, port: int) -> None:

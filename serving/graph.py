@@ -158,8 +158,10 @@ def build_app(spec: dict[str, Any], opt: OptimizedPipeline | None = None) -> Any
         "deadline_s": deadline_s,
         "degrade": degrade,
         "api_key_sha256": spec.get("api_key_sha256"),
+        "probe_sha256": spec.get("probe_sha256"),
         "max_in_flight": int(spec.get("max_in_flight") or plan.ingress_max_in_flight),
         "gears": spec.get("gears"),  # serving.gears.gear_info: mode, certified ladder, policy
+        "hedging": spec.get("hedging"),  # serving.calls.StageHedge's options, or None
     }
     local_first = None
     ingress_cpus = plan.ingress_cpus

@@ -10,6 +10,8 @@ Tail at Scale"). Plain Python, so the policy is tested without Ray; the ingress 
   replicas and raise the p99 they were meant to cut. A call cut short by its twin's answer is recorded at
   the time it had already taken (a lower bound), so hedging does not hide the tail it
   hedges against and drive the delay down.
+* Hedges go only to idle capacity (``HEDGE_IDLE_ONLY``): a copy sent while every replica is
+  busy waits in the same queues as the call it copies and adds to them.
 * :class:`SlowReplicas`: per-replica latency (EWMA); a replica whose recent latency is
   ``slow_factor`` times its peers' median (same stage and device type) gets no new calls
   for ``probation_s`` seconds, then one call at a time tells whether it recovered.
@@ -27,6 +29,10 @@ import numpy as np
 HEDGE_QUANTILE = 0.95
 #: a call is hedged no earlier than this many times the stage's median latency (0: no floor)
 HEDGE_FLOOR_OVER_MEDIAN = 2.0
+#: a hedge goes only to a replica with nothing in flight from this router: when every replica
+#: is busy the tail is queueing, which a copy only lengthens (it waits behind the same queue
+#: and adds work); a straggler holds one replica while its peers are idle
+HEDGE_IDLE_ONLY = True
 #: latencies kept per stage, and how many are needed before hedging starts
 WINDOW = 256
 MIN_SAMPLES = 32

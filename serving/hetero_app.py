@@ -25,7 +25,14 @@ import pandas as pd
 from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError
 
-from .hedge import HEDGE_QUANTILE, PROBATION_S, LatencyWindow, SlowReplicas
+from .hedge import (
+    HEDGE_FLOOR_OVER_MEDIAN,
+    HEDGE_IDLE_ONLY,
+    HEDGE_QUANTILE,
+    PROBATION_S,
+    LatencyWindow,
+    SlowReplicas,
+)
 from .hetero import WeightedRouter, Weights
 from .stages import StageSpec
 
@@ -140,12 +147,14 @@ class HeteroIngress:
 
     def __init__(self, stages: Sequence[str], keys: Sequence[tuple[str, str]], handles: Sequence[Any],
                  weights: Weights, hedging: bool = False, hedge_quantile: float = HEDGE_QUANTILE,
-                 probation_s: float = PROBATION_S):
+                 probation_s: float = PROBATION_S, hedge_floor: float = HEDGE_FLOOR_OVER_MEDIAN,
+                 hedge_idle_only: bool = HEDGE_IDLE_ONLY):
         self.stages = list(stages)
         self.handles: dict[str, dict[str, Any]] = {}
         for (stage, replica), handle in zip(keys, handles, strict=True):
             self.handles.setdefault(stage, {})[replica] = handle
-        self.hedge_quantile, self.probation_s = hedge_quantile, probation_s
+        self.hedge_quantile, self.probation_s, self.hedge_floor = hedge_quantile, probation_s, hedge_floor
+        self.hedge_idle_only = hedge_idle_only
         self.hedging = hedging
         self.set_weights(weights)
         self.set_gears(None)
@@ -185,9 +194,10 @@ class HeteroIngress:
 
     def reset(self) -> None:
         self.picks: dict[str, int] = {}
-        self.windows = {s: LatencyWindow(quantile=self.hedge_quantile) for s in self.stages}
+        self.windows = {s: LatencyWindow(quantile=self.hedge_quantile, floor_over_median=self.hedge_floor)
+                        for s in self.stages}
         self.slow = SlowReplicas(probation_s=self.probation_s)
-        self.counts = {"calls": 0, "hedges": 0, "hedge_wins": 0, "retried": 0}
+        self.counts = {"calls": 0, "hedges": 0, "hedge_wins": 0, "hedges_skipped_busy": 0, "retried": 0}
         self.winner_device_s = 0.0
         self.in_flight: dict[str, int] = getattr(self, "in_flight", {})
         #: replicas taken out of routing: drained (a preemption notice) or lost (a call failed
@@ -264,13 +274,18 @@ class HeteroIngress:
             out = task.result()
             self._done(stage, first, time.perf_counter() - t0, out)
             return out
-        second = router.pick(exclude=[first, *slow])
-        if second == first:
-            second = next((r for r in router.weights if r != first and r not in gone), None)
-            if second is None:  # no other replica is up: wait for the first
-                out = await task
-                self._done(stage, first, time.perf_counter() - t0, out)
-                return out
+        others = [r for r in router.weights if r != first and r not in gone]
+        if self.hedge_idle_only:  # only to a replica with nothing in flight (serving.hedge)
+            others = [r for r in others if not self.in_flight.get(f"{stage}@{r}", 0)]
+            if not others:
+                self.counts["hedges_skipped_busy"] += 1
+        second = router.pick(exclude=[r for r in router.weights if r not in others or r in slow])
+        if second not in others:
+            second = others[0] if others else None
+        if second is None:  # no other replica is up (or idle): wait for the first
+            out = await task
+            self._done(stage, first, time.perf_counter() - t0, out)
+            return out
         self.counts["hedges"] += 1
         t1 = time.perf_counter()
         response2 = await self._send(stage, second, rows, blocks, gear)
@@ -384,7 +399,8 @@ def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tup
                   weights: Weights, emulation: DeviceEmulation, *, name: str = "hetero", seed: int = 0,
                   device_share: float = 1.0, jitter: Mapping[str, tuple[float, float]] | None = None,
                   hedging: bool = False, hedge_quantile: float = HEDGE_QUANTILE,
-                  probation_s: float = PROBATION_S,
+                  probation_s: float = PROBATION_S, hedge_floor: float = HEDGE_FLOOR_OVER_MEDIAN,
+                  hedge_idle_only: bool = HEDGE_IDLE_ONLY,
                   ingress_resources: Mapping[str, float] | None = None) -> HeteroApp:
     """Deploy ``replicas[(stage, device type)]`` replicas, each its own one-replica
     deployment requesting ``device_share`` of one device of its type (custom resource), so
@@ -393,7 +409,8 @@ def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tup
     ``device_share`` < 1 lets several apps hold the same devices while only one is driven
     at a time (a benchmark's side-by-side plans); ``jitter["stage@device/k"]`` = (share of
     calls, factor) slows that replica on that share of its calls; ``hedging``,
-    ``hedge_quantile`` and ``probation_s`` steer straggler mitigation (:mod:`serving.hedge`);
+    ``hedge_quantile``, ``hedge_floor`` (over the median), ``hedge_idle_only`` and
+    ``probation_s`` steer straggler mitigation (:mod:`serving.hedge`);
     ``ingress_resources`` pins the ingress (e.g. to a reliable node: a transient node's loss
     must not take the router with it)."""
     names = [s.name for s in specs]
@@ -427,7 +444,7 @@ def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tup
     if ingress_resources:
         ingress_options["resources"] = dict(ingress_resources)
     app = HeteroIngress.options(name=f"{name}-ingress", num_replicas=1, ray_actor_options=ingress_options).bind(
-        names, keys, bound, weights, hedging, hedge_quantile, probation_s)
+        names, keys, bound, weights, hedging, hedge_quantile, probation_s, hedge_floor, hedge_idle_only)
     handle = serve.run(app, name=name, route_prefix=None)
     return HeteroApp(name, handle, {k: int(n) for k, n in replicas.items() if n > 0}, names)
 

@@ -13,11 +13,19 @@ applies to that group's work (``simulate(cpu_scale=...)``). CPU time, not wall t
 compared, so other users' load on the machine does not leak into the factors.
 
 InferLine profiles each model in the container that serves it for the same reason.
+
+:func:`probe` runs the measurement against a deployed app (``serving.deploy`` does so before
+it returns, ``insitu=``; ``serving.bench`` reads the result); :func:`unreadable` says why a
+cluster's processes cannot be read from here (they run on other machines).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import math
+import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 #: share of the planned closed-loop clients the probe runs (a light load: batches merge less
@@ -28,7 +36,21 @@ PROBE_S = 4.0
 #: groups the model charges less than this (ms per request) keep factor 1: a ratio of two
 #: near-zero figures says nothing
 MIN_MODELLED_MS = 0.05
-#: measured roles (serving.bench.cpu_per_request) that the simulation names differently
+#: closed-loop clients of the probe deploy runs (a quarter of 16)
+DEPLOY_PROBE_CLIENTS = 4
+#: seconds of traffic before the probe's measurement (first calls import, fill caches, and
+#: Serve's routers learn the replicas)
+WARMUP_S = 2.0
+#: most requests the probe sends (a bound on a very fast app's probe)
+MAX_PROBE_REQUESTS = 20_000
+#: distinct request bodies deploy's probe cycles through
+PROBE_BODIES = 64
+#: simulated requests behind the modelled CPU figures
+SIMULATED_REQUESTS = 2000
+#: header marking the probe's requests (with deploy's one-off token as its value): the
+#: ingress builds their monitor records, as for any request, then drops them
+PROBE_HEADER = "X-Willump-Probe"
+#: measured roles (serving.procstat.cpu_per_request) that the simulation names differently
 ROLE_TO_GROUP = {"load generator": "client"}
 #: groups whose CPU does not scale with requests, so that a ratio per request measured at the
 #: probe's rate would be wrong at another: Ray's own processes (calibration splits them into
@@ -49,7 +71,7 @@ def cpu_factors(measured: dict[str, float], modelled: dict[str, float],
                 min_modelled_ms: float = MIN_MODELLED_MS) -> dict[str, float]:
     """Measured over modelled CPU ms per request, per simulated group.
 
-    ``measured``: roles as :func:`serving.bench.cpu_per_request` names them ("ingress", a
+    ``measured``: roles as :func:`serving.procstat.cpu_per_request` names them ("ingress", a
     stage, "front", "other", "load generator"; "total" is ignored). ``modelled``: the
     simulation's ``cpu_ms`` at the same load. Groups the model barely charges, groups the probe
     did not see, GPU groups and ``NOT_PER_REQUEST`` keep their modelled cost (no factor)."""
@@ -67,3 +89,129 @@ def cpu_factors(measured: dict[str, float], modelled: dict[str, float],
 
 def summary(factors: dict[str, Any]) -> str:
     return ", ".join(f"{k} x{v:.2f}" for k, v in sorted(factors.items())) or "none"
+
+
+def unreadable(nodes: Sequence[Any], gcs_address: str) -> str | None:
+    """Why the processes of the Ray at ``gcs_address`` cannot all be read from /proc here, or
+    None when they can (every node on this machine)."""
+    from .procstat import session_dir
+
+    if not os.path.isdir("/proc"):
+        return "this machine has no /proc to read processes' CPU from"
+    import ray
+
+    here = ray.util.get_node_ip_address()
+    away = sorted({n.host for n in nodes if n.host != here})
+    if away:
+        return f"the app runs on other machines too ({', '.join(away)}); /proc is read on this one only"
+    if session_dir(gcs_address) is None:
+        return "this Ray's processes are not on this machine"
+    return None
+
+
+def probe(url: str, payloads: Sequence[bytes], rows_per_request: int, plan: Any, app: str, *,
+          session: str, clients: int = DEPLOY_PROBE_CLIENTS, seconds: float = PROBE_S,
+          warmup_s: float = WARMUP_S, headers: dict[str, str] | None = None,
+          max_requests: int = MAX_PROBE_REQUESTS, seed: int = 0) -> dict[str, Any]:
+    """Load the app at ``url`` (``POST .../predict``) with a closed loop of ``clients`` for
+    ``seconds`` after ``warmup_s``, read every process of the Ray ``session`` from /proc, and
+    compare each group's CPU per request with what ``plan``'s model charges at that load.
+
+    Returns the probe's load and figures with ``factors`` (:func:`cpu_factors`) for
+    ``simulate(cpu_scale=...)`` and ``plan_stages(cpu_scale=...)``. Raises RuntimeError when
+    the app answered no probe request. Runs its HTTP client on a thread of its own, so it
+    may be called from inside a running event loop (a notebook)."""
+    from .loadgen import closed_loop
+    from .procstat import cpu_per_request, process_cpu, session_processes
+    from .simulate import simulate
+
+    if seconds <= 0 or warmup_s < 0:
+        raise ValueError(f"seconds must be positive and warmup_s >= 0, got {seconds}, {warmup_s}")
+
+    def load(duration: float) -> dict[str, Any]:
+        return asyncio.run(closed_loop(url, payloads, rows_per_request, clients=clients, duration=duration,
+                                       max_requests=max_requests, headers=headers))
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        if warmup_s > 0:
+            pool.submit(load, warmup_s).result()
+        before = process_cpu()
+        run = pool.submit(load, seconds).result()
+        after = process_cpu()
+    if run["requests"] == 0:
+        raise RuntimeError(f"the in-situ probe got no answer from {url} ({run['errors']} errors)")
+    measured = cpu_per_request(before, after, run["requests"], app, session_processes(session))
+    client_ms = plan.costs.client_ms if plan.costs is not None else 0.0
+    modelled = simulate(plan, clients=clients, n_requests=SIMULATED_REQUESTS, seed=seed, client_ms=client_ms,
+                        cpu_scale={}).cpu_ms
+    return {"clients": clients, "seconds": seconds, "requests": run["requests"], "errors": run["errors"],
+            "rows_per_s": run["rows_per_s"], "p99_ms": run["p99_ms"],
+            "measured_cpu_ms_per_request": measured, "modelled_cpu_ms_per_request": modelled,
+            "factors": cpu_factors(measured, modelled)}
+
+
+def probe_blocked(mode: str, nodes: list, min_replicas: int | None) -> str | None:
+    """Why the in-situ probe cannot run here (None: it can); raises for ``mode="always"``."""
+    if mode == "never":
+        return "insitu='never'"
+    if min_replicas is not None:
+        why = "the stages autoscale (min_replicas): their replica counts are Serve's, not the plan's"
+    else:
+        import ray
+
+        why = unreadable(nodes, ray.get_runtime_context().gcs_address)
+    if why and mode == "always":
+        raise ValueError(f"insitu='always', but the in-situ probe cannot run: {why}")
+    return why
+
+
+def refine_in_situ(spec: dict[str, Any], opt: Any, plan: Any, url: str, token: str, *,
+                   api_key: str | None, replan: bool, budget_cpus: float | None,
+                   access_log: bool = False, overrides: Callable[[Any], None] | None = None) -> tuple[Any, str]:
+    """Probe the app running ``spec``, plan again with the measured CPU factors (``replan``;
+    else the given plan keeps its replicas and only its predictions change; ``overrides``
+    re-applies the caller's settings to the new plan), and redeploy the app with that plan and
+    without the probe's token. Returns the plan in force and a note; a failed probe leaves the
+    app and its plan as they were."""
+    import ray
+    from ray import serve
+
+    from .graph import build_app, monitor_settings, row_schema
+    from .planner import plan_again, same_deployments
+    from .procstat import session_dir
+    from .stages import request_bodies
+
+    monitor = spec.get("monitor")
+    _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
+    bodies = request_bodies(opt.sample_rows_, plan.rows_per_request, row_schema(opt, record_config), PROBE_BODIES)
+    headers = {PROBE_HEADER: token, **({"X-API-Key": api_key} if api_key else {})}
+    try:
+        measured = probe(f"{url}/predict", bodies, plan.rows_per_request, plan, spec["name"],
+                         session=session_dir(ray.get_runtime_context().gcs_address) or "", headers=headers)
+    except Exception as exc:  # the app stays as deployed; the plan says it was not checked
+        return plan, f"in-situ probe failed ({exc}); the plan's predictions are its model's alone"
+    before = {"max_rows_per_s": plan.max_rows_per_s, "predicted": dict(plan.predicted), "bottleneck": plan.bottleneck}
+    refined = plan_again(plan, budget_cpus=budget_cpus, cpu_scale=measured["factors"]) if replan else None
+    if refined is None or not refined.placeable:
+        from dataclasses import replace
+
+        from .planner import SIMULATED_LOAD, simulated_at
+
+        refined = replace(plan, in_situ={"factors": measured["factors"]}, notes=list(plan.notes))
+        rate = plan.target_rps or SIMULATED_LOAD * plan.max_rows_per_s / plan.rows_per_request
+        refined.predicted = simulated_at(refined, rate)
+    if overrides is not None:
+        overrides(refined)
+    changed = not same_deployments(plan, refined)
+    refined.in_situ.update({**{k: v for k, v in measured.items() if k != "factors"}, "before": before,
+                            "replanned": changed})
+    spec["plan"], spec["probe_sha256"] = refined.to_dict(), None
+    logging_config = {"enable_access_log": access_log, "log_level": "INFO" if access_log else "WARNING"}
+    # deleted first, so that the new replicas are placed on free nodes as planned (an update in
+    # place would start them while the old ones still hold their CPUs); the monitor stays
+    serve.delete(spec["name"])
+    serve.run(build_app(spec, opt), name=spec["name"], route_prefix=f"/{spec['name']}", logging_config=logging_config)
+    what = "replicas planned again" if changed else "replicas unchanged"
+    return refined, (f"in situ ({measured['clients']} clients, {measured['seconds']:g} s): CPU measured over modelled "
+                     f"{summary(measured['factors'])}; {what}; bound {before['max_rows_per_s']:.0f} -> "
+                     f"{refined.max_rows_per_s:.0f} rows/s")

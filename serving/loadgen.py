@@ -26,15 +26,17 @@ def _summary(latencies: Sequence[float], rows: int, seconds: float, errors: int)
 
 
 async def closed_loop(url: str, payloads: Sequence[bytes], rows_each: int, *, clients: int,
-                      duration: float, max_requests: int) -> dict[str, Any]:
-    """``clients`` workers each send the next payload as soon as their last one answered."""
+                      duration: float, max_requests: int,
+                      headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """``clients`` workers each send the next payload as soon as their last one answered
+    (``headers`` added to every request)."""
     import aiohttp
 
     latencies: list[float] = []
     errors = 0
     sent = 0
     stop_at = time.perf_counter() + duration
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **(headers or {})}
 
     async def worker(session: aiohttp.ClientSession, offset: int) -> None:
         nonlocal errors, sent

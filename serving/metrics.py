@@ -53,6 +53,8 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "willump_degraded_rows": ("counter", "rows answered by the cheap level because a later stage was "
                                          "late or overloaded (degrade=True)", ("app",)),
     "willump_stage_retries": ("counter", "stage calls retried after a replica died", ("app", "stage")),
+    "willump_stage_hedges": ("counter", "stage calls sent a second time after the stage's latency tail "
+                                        "(hedging=True), by whether the copy answered first", ("app", "stage", "won")),
     "willump_deadline_exceeded": ("counter", "requests past their deadline, by the stage that was late",
                                   ("app", "stage")),
     "willump_shed_requests": ("counter", "requests refused because a queue was full", ("app", "stage")),

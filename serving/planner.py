@@ -35,7 +35,7 @@ from .costmodel import MONITOR_CPUS, Demand
 from .costs import HostCosts
 from .profiles import IngressProfile, NodeSpec, StageProfile
 
-__all__ = ["LAYOUTS", "Plan", "Resources", "StagePlan", "StageProfile", "plan_stages"]
+__all__ = ["LAYOUTS", "Plan", "Resources", "StagePlan", "StageProfile", "plan_again", "plan_stages"]
 
 #: target utilisation of a deployment, machine or budget at a target rate (InferLine headroom)
 HEADROOM = 0.75
@@ -136,6 +136,10 @@ class Plan:
     #: cores each deployment and machine uses at the planned rate
     usage: dict[str, float] = field(default_factory=dict)
     ingress_max_in_flight: int = MIN_IN_FLIGHT
+    #: the running app measured (serving.insitu): ``factors`` (measured over modelled CPU per
+    #: group, which the planner and the simulation apply), the probe's load and figures, and
+    #: what the plan predicted before; empty when no probe ran
+    in_situ: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ingress_processes(self) -> int:
@@ -202,6 +206,9 @@ class Plan:
         if self.placement:
             lines.append("placement: " + "; ".join(
                 f"{d} " + ", ".join(f"{c} on {n[:8]}" for n, c in per.items()) for d, per in self.placement.items()))
+        if self.in_situ.get("factors"):
+            lines.append("in situ: CPU measured over modelled per group: " + ", ".join(
+                f"{k} x{v:.2f}" for k, v in sorted(self.in_situ["factors"].items())))
         lines.append("feasible" if self.feasible else "NOT feasible" if self.placeable else "NOT placeable")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
@@ -273,6 +280,7 @@ def plan_stages(
     costs: HostCosts | None = None,
     client_ms: float = 0.0,
     seed: int = 0,
+    cpu_scale: dict[str, float] | None = None,
 ) -> Plan:
     """Plan replicas, batches and limits for a chain of stages on ``resources``.
 
@@ -281,6 +289,9 @@ def plan_stages(
     :data:`LAYOUTS`); ``ingress`` the route's measured work per request and ``costs`` what
     HTTP and hops cost (both measured by :func:`serving.deploy`; placeholders otherwise,
     noted in the plan). ``client_ms`` charges a load generator on the head node's machine.
+    ``cpu_scale``: measured-over-modelled CPU per group of the running app
+    (:mod:`serving.insitu`), applied to the cost model and the simulation and kept in
+    ``plan.in_situ["factors"]``.
     """
     profiles = list(profiles)
     if not profiles:
@@ -295,6 +306,9 @@ def plan_stages(
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if not 0 < headroom <= 1:
         raise ValueError(f"headroom must be in (0, 1], got {headroom}")
+    bad = {k: v for k, v in (cpu_scale or {}).items() if not (isinstance(v, (int, float)) and 0 < v < math.inf)}
+    if bad:
+        raise ValueError(f"cpu_scale factors must be positive numbers, got {bad}")
     if layout == "fused" and profiles[0].device == "gpu":
         raise ValueError("layout='fused' runs the first stage in the ingress, on CPU; it is on a GPU here")
     if any(p.device == "gpu" for p in profiles) and resources.gpus <= 0:
@@ -317,10 +331,10 @@ def plan_stages(
     ctx: dict[str, Any] = {
         "nodes": nodes, "costs": costs, "profiles": profiles, "by_name": {p.name: p for p in profiles},
         "monitor": monitor, "budget": resources.cpus, "fixed_cpus": MONITOR_CPUS if monitor else 0.0,
-        "client_ms": client_ms, "ingress_profile": ingress,
+        "client_ms": client_ms, "ingress_profile": ingress, "cpu_scale": dict(cpu_scale or {}),
     }
     for _ in range(8):  # shrink batches while the p99 target is missed
-        ctx["demand"] = costmodel.demand(profiles, batches, ingress, costs, layout)
+        ctx["demand"] = costmodel.scaled(costmodel.demand(profiles, batches, ingress, costs, layout), cpu_scale)
         if rps is None:
             sizing = _grow(ctx, deployments)
         else:
@@ -329,7 +343,7 @@ def plan_stages(
         if not plan.placeable:
             return plan
         rate = rps if rps is not None else SIMULATED_LOAD * sizing.rate
-        plan.predicted = _simulate(plan, rate, seed)
+        plan.predicted = simulated_at(plan, rate, seed)
         if p99_ms is None or plan.predicted["p99_ms"] <= p99_ms:
             break
         shrinkable = [p for p in profiles if batches[p.name] > p.sizes[0]]
@@ -344,6 +358,31 @@ def plan_stages(
         plan.notes.append(f"simulated p99 {plan.predicted['p99_ms']:.1f} ms exceeds the {p99_ms:g} ms "
                           "target even at the smallest batches")
     return plan
+
+
+def plan_again(plan: Plan, *, budget_cpus: float | None = None, cpu_scale: dict[str, float] | None = None,
+               seed: int = 0) -> Plan:
+    """``plan`` made again from what it was made of (its profiles, ingress profile, costs,
+    nodes, targets and layout) with ``cpu_scale`` (the running app's measured-over-modelled
+    CPU, :mod:`serving.insitu`); ``budget_cpus`` defaults to its nodes' CPUs."""
+    if not plan.profiles or not plan.nodes:
+        raise ValueError("the plan carries no profiles or nodes to plan again from")
+    budget = sum(n.cpus for n in plan.nodes) if budget_cpus is None else budget_cpus
+    return plan_stages(plan.profiles, Resources(cpus=max(budget, 0.01), gpus=sum(n.gpus for n in plan.nodes),
+                                                nodes=plan.nodes),
+                       rps=plan.target_rps, p99_ms=plan.target_p99_ms, rows_per_request=plan.rows_per_request,
+                       monitor=plan.monitor_cpus > 0, layout=plan.layout, ingress=plan.ingress_profile,
+                       costs=plan.costs, seed=seed, cpu_scale=cpu_scale)
+
+
+def same_deployments(a: Plan, b: Plan) -> bool:
+    """Whether two plans deploy the same replicas, reservations, batches and placement."""
+    def shape(p: Plan) -> tuple:
+        return (p.layout, p.ingress_replicas, round(p.ingress_cpus, 4), tuple(
+            (s.name, s.replicas, round(s.num_cpus, 4), s.num_gpus, s.max_batch_size, s.batch_wait_timeout_s,
+             s.max_ongoing_requests) for s in p.stages), p.ingress_max_in_flight)
+
+    return shape(a) == shape(b)
 
 
 def _grow(ctx: dict[str, Any], deployments: list[str]) -> _Sizing:
@@ -418,6 +457,8 @@ def _assemble(ctx, sizing: _Sizing, batches, layout, rows_per_request, rps, p99_
         cpu_ms=cpu_ms, usage=sizing.usage, ingress_max_in_flight=in_flight,
     )
     plan.ingress_profile = ctx.get("ingress_profile")
+    if ctx.get("cpu_scale"):
+        plan.in_situ = {"factors": dict(ctx["cpu_scale"])}
     if isinstance(sizing.placement, str):
         plan.feasible = False
         plan.notes.append("cannot be placed: " + sizing.placement)
@@ -435,7 +476,8 @@ def _check_rate(plan: Plan, sizing: _Sizing, rps: float, headroom: float, ctx: d
             f"{best.rate * headroom:.1f} req/s at {headroom:.0%}, {best.rate:.1f} at 100%")
 
 
-def _simulate(plan: Plan, rate: float, seed: int) -> dict[str, float]:
+def simulated_at(plan: Plan, rate: float, seed: int = 0) -> dict[str, float]:
+    """The plan's simulation at ``rate`` requests/s (Poisson): its ``predicted`` figures."""
     from .simulate import simulate
 
     return simulate(plan, rate_rps=max(rate, 1e-6), n_requests=SIMULATED_REQUESTS, seed=seed).to_dict()

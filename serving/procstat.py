@@ -119,3 +119,32 @@ def group_cpu(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, 
             if rest is None or pid in rest:
                 out["rest"] += used
     return out
+
+
+def cpu_per_request(before: dict, after: dict, requests: int, app: str = "",
+                    ours: set[int] | None = None) -> dict[str, float]:
+    """CPU ms per request over a phase, by role: each Serve deployment of ``app`` (Ray titles
+    replica processes ``ray::ServeReplica:APP:DEPLOYMENT``; the role drops the app's name),
+    the HTTP front, this load generator, and the rest of this Ray's processes (``other``;
+    processes outside ``ours``, e.g. another user's, are left out); ``total`` sums them."""
+    roles: dict[str, float] = {}
+    for pid, (title, seconds) in after.items():
+        if pid not in before or requests <= 0:
+            continue
+        used = seconds - before[pid][1]
+        if used <= 0:
+            continue
+        if pid == os.getpid():
+            role = "load generator"
+        elif ours is not None and pid not in ours:
+            continue
+        elif "ServeReplica:" in title:
+            role = title.split()[0].rsplit(":", 1)[-1]
+            role = role[len(app) + 1:] if app and role.startswith(app + "-") else role
+        elif "haproxy" in title or "ProxyActor" in title:
+            role = "front"
+        else:
+            role = "other"
+        roles[role] = roles.get(role, 0.0) + 1000.0 * used / requests
+    roles["total"] = sum(roles.values())
+    return roles

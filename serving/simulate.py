@@ -186,7 +186,9 @@ def simulate(
 
     ``cpu_scale`` multiplies the CPU work of a group of processes (keys as in
     ``SimulationResult.cpu_ms``: "ingress", a stage's name, "front", "other", "client"): the
-    measured-over-modelled factors :func:`serving.insitu.cpu_factors` reads off a running app."""
+    measured-over-modelled factors :func:`serving.insitu.cpu_factors` reads off a running app.
+    None takes the plan's own (``plan.in_situ["factors"]``, set when deploy probed the app);
+    ``{}`` simulates the plan's model alone."""
     if (rate_rps is None) == (clients is None):
         raise ValueError("give exactly one of rate_rps and clients")
     if rate_rps is not None and rate_rps <= 0:
@@ -195,14 +197,16 @@ def simulate(
         raise ValueError(f"clients must be >= 1, got {clients}")
     if n_requests < 10:
         raise ValueError(f"n_requests must be >= 10, got {n_requests}")
-    bad = {k: v for k, v in (cpu_scale or {}).items() if not (isinstance(v, (int, float)) and v > 0)}
+    if cpu_scale is None:
+        cpu_scale = (getattr(plan, "in_situ", None) or {}).get("factors") or {}
+    bad = {k: v for k, v in cpu_scale.items() if not (isinstance(v, (int, float)) and v > 0)}
     if bad:
         raise ValueError(f"cpu_scale factors must be positive numbers, got {bad}")
     sim = _Simulation(plan, seed, client_ms)
     for pool in sim.eng.pools:
         if pool.speedup is None:  # CPU work only: a GPU's time is the stage's measured profile
             for proc in pool.procs:
-                proc.scale = float((cpu_scale or {}).get(proc.group, 1.0))
+                proc.scale = float(cpu_scale.get(proc.group, 1.0))
     return sim.run(rate_rps, clients, n_requests)
 
 

@@ -95,6 +95,17 @@ def _batch(rows: Any, size: int) -> Any:
     return rows.iloc[np.arange(size) % len(rows)].reset_index(drop=True)
 
 
+def request_bodies(rows: Any, rows_per_request: int, schema: Any, count: int = 1) -> list[bytes]:
+    """``count`` JSON bodies of ``POST /predict`` with ``rows_per_request`` of ``rows`` each
+    (cycling through them), holding the columns ``schema`` names."""
+    bodies = []
+    for k in range(count):
+        frame = rows.iloc[(np.arange(rows_per_request) + k * rows_per_request) % len(rows)].reset_index(drop=True)
+        required = [c.name for c in schema.columns] + [c for c in schema.optional if c in frame.columns]
+        bodies.append(json.dumps({"rows": frame[required].to_dict("records")}, default=_plain).encode())
+    return bodies
+
+
 def _timed(fn, repeats: int) -> tuple[float, float]:
     """Median wall seconds and median CPU seconds of this process over ``repeats`` calls (the
     CPU clock counts every thread the call uses, e.g. a pipeline computing feature groups in
@@ -237,8 +248,7 @@ def profile_ingress(
     if schema is None:
         graph = opt.pipeline.graph
         schema = RowSchema.from_sample(rows, sorted({c for cols in graph.columns.values() for c in cols}))
-    required = [c.name for c in schema.columns] + [c for c in schema.optional if c in frame.columns]
-    body = json.dumps({"rows": frame[required].to_dict("records")}, default=_plain).encode()
+    body = request_bodies(frame, rows_per_request, schema)[0]
     parse_s = _median_seconds(lambda: parse_request(body, PredictRequest, schema, len(frame) + 1), repeats)
     specs = stage_specs(opt)
     first = StageRunner(opt, specs[0]).run(frame)

@@ -14,13 +14,27 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SERIAL_GROUP = "ray-and-servers"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        relative = Path(str(item.fspath)).resolve().relative_to(REPO_ROOT / "tests")
-        if relative.parts[0] == "serving" or relative.name == "test_readme.py":
-            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+def serial(nodeid: str) -> bool:
+    """Whether a test starts Ray, servers, subprocess apps or a browser."""
+    path = nodeid.split("::", 1)[0]
+    return path.startswith("tests/serving/") or path == "tests/test_readme.py"
+
+
+@pytest.hookimpl(optionalhook=True)  # known only where xdist is loaded
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` as `make test` runs it: the serial tests form one scope that one
+    worker runs, module after module, while the other tests are spread one by one. (xdist's
+    own loadgroup suffixes node ids with the group of an ``xdist_group`` mark, which pytest
+    9.2's node ids no longer take: its groups silently split.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SerialServers(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SERIAL_GROUP if serial(nodeid) else nodeid
+
+    return SerialServers(config, log)
 
 
 def datasets_dir() -> Path:

@@ -44,6 +44,29 @@ def set_row_delay(seconds: float) -> None:
     _set("row_delay", seconds)
 
 
+def stall_once(seconds: float) -> None:
+    """The next call of the expensive lookup, in whichever replica makes it, stalls this long;
+    the calls after it do not (a straggler, for hedging)."""
+    _set("stall_once", seconds)
+
+
+def _claim_once() -> float:
+    """The one-off stall, if this call is the first to take it (a rename is atomic: one
+    process wins)."""
+    path = Path(os.environ[CONTROL_ENV]) / "stall_once"
+    mine = path.with_name(f"stall_once.{os.getpid()}.{time.monotonic_ns()}")
+    try:
+        os.rename(path, mine)
+    except (KeyError, OSError):
+        return 0.0
+    try:
+        return float(mine.read_text())
+    except (OSError, ValueError):
+        return 0.0
+    finally:
+        mine.unlink(missing_ok=True)
+
+
 def _get(name: str) -> float:
     try:
         return float((Path(os.environ[CONTROL_ENV]) / name).read_text())
@@ -68,7 +91,7 @@ def medium_b(df):
 
 @willump.feature
 def lookup_c(df):
-    time.sleep(LOOKUP_COST * len(df) + _get("delay"))
+    time.sleep(LOOKUP_COST * len(df) + _get("delay") + _claim_once())
     return df[["c"]].to_numpy()
 
 

@@ -18,7 +18,7 @@ from .conftest import free_port, wait_for
 def app(ray_cluster, synth_opt):
     served = deploy(synth_opt, name="api", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
                     monitor=dict(attributes=["region"], features=["a"], pane_seconds=1.0,
-                                 auto_reference_panes=1))
+                                 auto_reference_panes=1), insitu="always")
     yield served
     served.shutdown(stop_ray=False)
 
@@ -31,6 +31,29 @@ def post(app, path, body, headers=None, **kw):
 
 def rows_of(frame):
     return frame.to_dict("records")
+
+
+def test_deploy_probed_the_running_app_and_planned_again(app):
+    """deploy(insitu=...) loaded the app for a few seconds before returning, measured each
+    process group's CPU, planned again with measured over modelled CPU, and serves that plan:
+    GET /plan carries the factors and the probe's figures; the probe's rows never reached the
+    monitor (this test runs before any other sends a request)."""
+    probe = app.plan.in_situ
+    assert probe["requests"] > 0 and probe["errors"] == 0 and probe["clients"] >= 1
+    assert probe["factors"] and all(v > 0 for v in probe["factors"].values())
+    assert "ingress" in probe["factors"] and probe["measured_cpu_ms_per_request"]["ingress"] > 0
+    assert "max_rows_per_s" in probe["before"] and isinstance(probe["replanned"], bool)
+    assert any(n.startswith("in situ (") for n in app.notes), app.notes
+    served = requests.get(app.url + "/plan", timeout=30).json()
+    assert served["in_situ"]["factors"] == pytest.approx(probe["factors"])
+    assert served["max_rows_per_s"] == pytest.approx(app.plan.max_rows_per_s)
+    text = requests.get(app.url + "/metrics", timeout=30).text
+    def total(prefix: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+    # neither recorded by the monitor nor counted as the users' requests
+    assert total("drift_rows_ingested_total") == 0
+    assert total('willump_requests_total{app="api",route="predict"') == 0
 
 
 def test_predict_equals_in_process(app, synth_opt, request_rows):
@@ -321,8 +344,10 @@ def test_adaptive_gears_switch_and_every_answer_names_its_gear(ray_cluster, app,
     from dataclasses import replace
 
     ladder = geared_opt.gears_
-    plan = replace(app.plan, ingress_replicas=1)  # each ingress replica switches on its own queue
-    served = deploy(geared_opt, name="geared", port=ray_cluster, plan=plan, calibrate="never",
+    # one ingress replica (each switches on its own queue), small reservations beside the other apps
+    plan = replace(app.plan, ingress_replicas=1, ingress_cpus=0.1,
+                   stages=[replace(s, num_cpus=min(s.num_cpus, 0.1)) for s in app.plan.stages])
+    served = deploy(geared_opt, name="geared", port=ray_cluster, plan=plan, calibrate="never", insitu="never",
                     gears="adaptive", gear_policy={"slo_ms": 0.001, "up_interval_s": 0.0,
                                                    "down_after_s": 3600.0, "window_s": 600.0})
     try:

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from serving.bench import compare, cpu_per_request, foreign_cores, predict, under_load
-from serving.procstat import process_cpu
+from serving.bench import compare, foreign_cores, predict, under_load
+from serving.procstat import cpu_per_request, process_cpu
 
 from .test_planner import costs, ingress, linear
 

@@ -248,3 +248,104 @@ def test_the_ingress_parses_large_bodies_off_the_event_loop(monkeypatch, rows):
     loop_thread, frame = asyncio.run(main())
     assert len(frame) == rows
     assert (threads[0] != loop_thread) == (len(body) > app_module.PARSE_INLINE_BYTES)
+
+
+def _hedge(replicas: int = 2, known: float = 0.01):
+    """A StageHedge whose window already holds 40 latencies of ``known`` seconds (delay: twice
+    that, the floor over the median)."""
+    from serving.calls import StageHedge
+
+    heard: list[bool] = []
+    hedge = StageHedge(lambda: replicas, on_hedge=heard.append)
+    for _ in range(40):
+        hedge.window.add(known)
+    return hedge, heard
+
+
+def test_a_straggling_call_is_hedged_and_the_first_answer_kept():
+    """The first call stalls; after the stage's latency tail a copy is sent, answers, and the
+    stalled call is cancelled; the window records how long the first had taken by then."""
+    hedge, heard = _hedge()
+
+    async def behaviour(n, *args):
+        if n == 1:
+            await asyncio.sleep(30)  # the straggler
+        return {"call": n}
+
+    handle = _Handle(behaviour)
+    out = asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "expensive", hedge=hedge))
+    assert out == {"call": 2} and handle.calls == 2
+    assert handle.responses[0].cancelled and not handle.responses[1].cancelled
+    assert (hedge.calls, hedge.hedges, hedge.wins) == (1, 1, 1) and heard == [True]
+    assert hedge.window.samples[-1] >= 0.02  # not the copy's own (short) time
+
+
+def test_no_hedge_for_a_prompt_call_a_single_replica_or_an_unknown_tail():
+    async def prompt(n, *args):
+        return {"call": n}
+
+    for replicas, known in ((2, 0.5), (1, 0.001)):  # answers before the delay; one replica
+        hedge, heard = _hedge(replicas, known)
+        handle = _Handle(prompt)
+        assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=hedge)) == {"call": 1}
+        assert handle.calls == 1 and hedge.hedges == 0 and heard == []
+    from serving.calls import StageHedge
+
+    fresh = StageHedge(lambda: 4)  # too few latencies known yet
+    assert fresh.delay() is None
+
+
+def test_a_hedged_pair_fails_over_and_meets_the_deadline():
+    """One of the pair failing leaves the other's answer; both failing is the first's error
+    (so the caller's retry rules apply); both late is DeadlineExceeded with both cancelled."""
+    async def first_dies(n, *args):
+        if n == 1:
+            await asyncio.sleep(0.1)
+            raise RayActorError()
+        await asyncio.sleep(0.3)
+        return {"call": n}
+
+    hedge, heard = _hedge()
+    out = asyncio.run(call_stage(_Handle(first_dies), "run", (), Deadline.after(60), "s", hedge=hedge, retries=0))
+    assert out == {"call": 2} and heard == [True]
+
+    async def both_fail(n, *args):
+        await asyncio.sleep(0.1 * n)
+        raise ValueError(f"call {n}")
+
+    hedge, _ = _hedge()
+    with pytest.raises(ValueError, match="call 1"):
+        asyncio.run(call_stage(_Handle(both_fail), "run", (), Deadline.after(60), "s", hedge=hedge))
+
+    async def both_stall(n, *args):
+        await asyncio.sleep(30)
+
+    hedge, _ = _hedge()
+    handle = _Handle(both_stall)
+    with pytest.raises(DeadlineExceeded):
+        asyncio.run(call_stage(handle, "run", (), Deadline.after(0.3), "s", hedge=hedge))
+    assert handle.calls == 2 and all(r.cancelled for r in handle.responses)
+
+
+def test_no_copy_is_sent_while_every_replica_is_busy():
+    """With as many of this ingress's calls in flight as the stage has replicas, the tail is
+    queueing: the late call waits for its own answer instead of being copied."""
+    from serving.calls import StageHedge
+
+    busy = StageHedge(lambda: 2, in_flight=lambda: 2)
+    free = StageHedge(lambda: 2, in_flight=lambda: 1)
+    for hedge in (busy, free):
+        for _ in range(40):
+            hedge.window.add(0.01)
+
+    async def slow_first(n, *args):
+        await asyncio.sleep(0.3 if n == 1 else 0.0)
+        return {"call": n}
+
+    handle = _Handle(slow_first)
+    assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=busy)) == {"call": 1}
+    assert handle.calls == 1 and busy.hedges == 0 and busy.skipped_busy == 1
+    handle = _Handle(slow_first)
+    assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=free)) == {"call": 2}
+    assert free.hedges == 1 and free.skipped_busy == 0
+    assert StageHedge(lambda: 2, in_flight=lambda: 5, idle_only=False).spare()

@@ -20,7 +20,7 @@ from serving.stages import stage_specs
 from tests.willump.synth import make_rows
 
 from .conftest import wait_for
-from .pipelines import POISON, set_delay
+from .pipelines import POISON, set_delay, stall_once
 
 #: a stalled lookup takes this long; every deadline below is well under it
 STALL_S = 4.0
@@ -29,7 +29,7 @@ STALL_S = 4.0
 @pytest.fixture(scope="module")
 def strict(ray_cluster, stallable_opt):
     """No degradation; at most 2 requests in flight per ingress replica."""
-    app = deploy(stallable_opt, name="strict", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
+    app = deploy(stallable_opt, name="strict", port=ray_cluster, cpus=1.5, device="cpu", calibrate="never",
                  deadline_ms=3000, max_in_flight=2)
     yield app
     app.shutdown(stop_ray=False)
@@ -39,7 +39,7 @@ def strict(ray_cluster, stallable_opt):
 def lenient(ray_cluster, stallable_opt):
     """Degradation on: rows whose expensive stage is late get the cheap level's answer; a stage
     per deployment, so the first stage is called over a hop too."""
-    app = deploy(stallable_opt, name="lenient", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
+    app = deploy(stallable_opt, name="lenient", port=ray_cluster, cpus=1.5, device="cpu", calibrate="never",
                  degrade=True, layout="staged")
     yield app
     app.shutdown(stop_ray=False)
@@ -163,3 +163,37 @@ def test_a_stage_replica_isolates_a_bad_request_from_its_batch(stallable_opt, re
     for rows, out in zip(good, (outs[0], outs[2]), strict=True):
         expected = stallable_opt.run_levels(rows.reset_index(drop=True), 0, 0)
         np.testing.assert_array_equal(out["level"], expected.level)
+
+
+@pytest.fixture(scope="module")
+def hedged(ray_cluster, stallable_opt, strict):
+    """Hedging on, two replicas of the expensive stage, one ingress replica (beside strict and
+    lenient, which leave it one of the 4 CPUs)."""
+    from dataclasses import replace
+
+    plan = replace(strict.plan, ingress_replicas=1, ingress_cpus=0.1, stages=[
+        replace(s, replicas=2 if s.name == "expensive" else s.replicas, num_cpus=0.1) for s in strict.plan.stages])
+    app = deploy(stallable_opt, name="hedged", port=ray_cluster, plan=plan, calibrate="never", insitu="never",
+                 deadline_ms=60_000, hedging=True)
+    yield app
+    app.shutdown(stop_ray=False)
+
+
+def test_a_straggling_stage_call_is_hedged_to_the_other_replica(hedged, stallable_opt, split_rows):
+    """deploy(hedging=True): once the expensive stage's latency tail is known, a call stuck on a
+    straggling replica (a one-off stall of STALL_S) is sent again, the copy answers first, and
+    the answer is the pipeline's; /metrics counts the hedge the copy won."""
+    unsure, _ = split_rows
+    for i in range(40):  # the stage's latency window (32 calls) before hedging starts
+        assert post(hedged, unsure.iloc[i % 8:i % 8 + 1]).status_code == 200
+    stall_once(STALL_S)
+    try:
+        rows = unsure.iloc[:4]
+        r = post(hedged, rows)
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(np.array(r.json()["probabilities"]), stallable_opt.predict_proba(rows),
+                                   atol=1e-9)
+        wait_for(lambda: metric(hedged, 'willump_stage_hedges_total{app="hedged",stage="expensive",won="true"}')
+                 >= 1, timeout=30, message="a hedge won by its copy, counted")
+    finally:
+        stall_once(0.0)  # a stall not taken is defused

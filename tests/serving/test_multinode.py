@@ -72,10 +72,13 @@ def app(cluster, synth_opt):
 
 
 def _replica_nodes(app_name: str) -> dict[str, set[str]]:
+    import ray
     from ray.util.state import list_actors
 
     out: dict[str, set[str]] = {}
-    for actor in list_actors(filters=[("state", "=", "ALIVE")], limit=1000):
+    # this cluster's address: another Ray on the machine must not be picked up instead
+    address = ray.get_runtime_context().gcs_address
+    for actor in list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=1000):
         if actor.class_name.startswith(f"ServeReplica:{app_name}:"):
             out.setdefault(actor.class_name.rsplit(":", 1)[1], set()).add(actor.node_id)
     return out

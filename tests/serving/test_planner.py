@@ -238,3 +238,35 @@ def test_ingress_limits_calls_in_flight_per_stage_replica():
     r1 = simulate(one, clients=64, n_requests=3000, seed=2)
     r3 = simulate(three, clients=64, n_requests=3000, seed=2)
     assert r3.throughput_rps > 2.4 * r1.throughput_rps  # Serve routes by two random choices: not quite 3x
+
+
+def test_in_situ_factors_plan_again_and_the_simulation_keeps_them():
+    """Factors measured on the running app (serving.insitu) go into the cost model: an
+    ingress found to spend twice its modelled CPU gets more replicas at a target rate and a
+    lower bound; the plan keeps the factors, its simulation applies them unless told {}, and
+    planning again without factors gives back the same deployments."""
+    from serving.planner import plan_again, same_deployments
+
+    stages = [linear("cheap", 0.0003, 0.00003), linear("expensive", 0.001, 0.0005, scale=0.1)]
+    kwargs = dict(rows_per_request=32, layout="fused", ingress=ingress(), costs=costs(8.0))
+    plain = plan_stages(stages, Resources(cpus=8), rps=150, **kwargs)
+    heavy = plan_stages(stages, Resources(cpus=8), rps=150, cpu_scale={"ingress": 2.0}, **kwargs)
+    assert plain.in_situ == {} and heavy.in_situ == {"factors": {"ingress": 2.0}}
+    assert heavy.ingress_replicas > plain.ingress_replicas
+    assert heavy.cpu_ms["ingress"] == pytest.approx(2.0 * plain.cpu_ms["ingress"])
+    assert heavy.cpu_ms["expensive"] == pytest.approx(plain.cpu_ms["expensive"])
+    most = plan_stages(stages, Resources(cpus=2), **kwargs)
+    slower = plan_stages(stages, Resources(cpus=2), cpu_scale={"ingress": 2.0, "front": 3.0}, **kwargs)
+    assert slower.max_rows_per_s < 0.8 * most.max_rows_per_s
+
+    # the simulation takes the plan's factors by default; {} is the model alone
+    modelled = simulate(heavy, clients=8, n_requests=400, seed=1, cpu_scale={})
+    measured = simulate(heavy, clients=8, n_requests=400, seed=1)
+    assert measured.cpu_ms["ingress"] == pytest.approx(2.0 * modelled.cpu_ms["ingress"], rel=0.05)
+    assert Plan.from_dict(heavy.to_dict()).in_situ == heavy.in_situ
+
+    again = plan_again(plain, budget_cpus=8)
+    assert same_deployments(plain, again) and again.max_rows_per_s == pytest.approx(plain.max_rows_per_s)
+    assert not same_deployments(plain, plan_again(plain, budget_cpus=8, cpu_scale={"ingress": 2.0}))
+    with pytest.raises(ValueError, match="cpu_scale"):
+        plan_stages(stages, Resources(cpus=2), cpu_scale={"ingress": -1.0}, **kwargs)
