@@ -37,7 +37,7 @@ import numpy as np
 from .gears_bench import GEAR_SLO_MS, geared_workload, run_section, summary
 from .hedge import HEDGE_QUANTILE
 from .hetero import plan_agnostic, plan_max_rate, sustained_rate, uniform_weights
-from .hetero_app import DeviceEmulation, deploy_hetero
+from .hetero_app import DeviceEmulation, deploy_hetero, deployment_name
 from .hetero_measure import cluster_devices, measure_app, measure_matrix
 
 #: device types and how many devices each node carries (the head has the fast ones)
@@ -63,6 +63,9 @@ TIER_TARGET_SHARE = 0.5
 #: preemption under load: open-loop rate (requests/s), seconds of load before and after each
 #: node removal, the SLO the windowed p99 must get back under, the window (s), request timeout
 PREEMPT_RATE = 15.0
+#: a transient pool holds this many replicas (its node's devices at PREEMPT_SHARE each)
+PREEMPT_SHARE = 0.5
+PREEMPT_SLOTS = int(SLOW_DEVICES / PREEMPT_SHARE)
 PREEMPT_BEFORE_S = 4.0
 PREEMPT_AFTER_S = 12.0
 SLO_MS = 500.0
@@ -205,10 +208,10 @@ def _placement(app) -> dict[str, list[str]]:
 
 
 def tiers_plan(het: dict[str, Any]) -> dict[str, Any]:
-    """The tier planner on the measured rates of the slow device type (reliable and transient
-    devices alike), the two slow nodes as transient pools, the target half the aware plan's
-    prediction. Preemption under load (drain on notice, retry on loss) is not built: those
-    fields are None."""
+    """The tier planner on the heterogeneity section's measured rates of the slow device type
+    (reliable and transient devices alike), the two slow nodes as transient pools, the target
+    half the aware plan's prediction: the cost against all-reliable at that scale. The
+    preemption section deploys a plan of its own and fills the outcome fields."""
     from .tiers import plan_tiers
 
     matrix = het["matrix_calls_per_s"]
@@ -218,8 +221,7 @@ def tiers_plan(het: dict[str, Any]) -> dict[str, Any]:
                       price_transient=PRICE_TRANSIENT, pools={"node2": SLOW_DEVICES, "node3": SLOW_DEVICES})
     return {"cost_vs_reliable": plan.cost_vs_reliable, "target_requests_per_s": target, "plan": plan.to_dict(),
             "prices_per_device_hour": {"reliable": PRICE_RELIABLE, "transient": PRICE_TRANSIENT, "simulated": True},
-            "wrong": None, "failed_with_notice": None, "failed_without_notice": None, "recovery_s": None,
-            "not_built": "preemption under load: the preemption section fills these"}
+            "wrong": None, "failed_with_notice": None, "failed_without_notice": None, "recovery_s": None}
 
 
 async def _open_loop(app, requests, rate: float, seconds: float, warmup_s: float, seed: int) -> list[float]:
@@ -385,28 +387,41 @@ def _preempt_phase(app, cluster, node, keys, notice: bool, requests, expected, r
 
 
 def preemption(opt, source, requests, cluster, args) -> dict[str, Any]:
-    """Transient replicas (one per slow node, each node its own pool) lost under load: the
-    first node with notice (drained, then removed), the second without."""
+    """The tier planner's plan, deployed and preempted under load. Rates are measured here
+    (one replica per stage on a transient device); each slow node is a transient pool of
+    PREEMPT_SLOTS replicas; the target is ``--preempt-rate``. The first pool's node is
+    removed with notice (drained, then removed), its capacity comes back (a new node with the
+    same pool: Serve starts the lost replicas there, the ingress routes to them again), then
+    the second pool's node is removed without notice."""
+    from .hetero_measure import measure_matrix
     from .stages import stage_specs
+    from .tiers import deployment_of, plan_tiers
 
     specs = stage_specs(opt)
     names = [s.name for s in specs]
     emulation = DeviceEmulation(fixed_ms={n: HEDGE_FIXED_MS[n] for n in names},
                                 per_row_ms={n: HEDGE_PER_ROW_MS[n] for n in names})
-    first = names[0]
-    replicas = {(first, "dev_fast"): 1, (first, "spot_0"): 1, (first, "spot_1"): 1}
-    replicas.update({(n, "dev_fast"): 1 for n in names[1:]})
-    weights = {first: {"dev_fast": 1.0, "spot_0": 1.0, "spot_1": 1.0}, **{n: {"dev_fast": 1.0} for n in names[1:]}}
-    app = deploy_hetero(source, specs, replicas, weights, emulation, name="tiers", device_share=0.5,
+    pools = [f"spot_{i}" for i in range(len(cluster.worker_nodes))]
+    matrix = measure_matrix(source, opt, specs, [pools[0]], emulation, requests, name="tier-profile")
+    rates = {s: float(matrix.rates[i, 0]) for i, s in enumerate(matrix.stages)}
+    visits = {s: float(matrix.visits[i]) for i, s in enumerate(matrix.stages)}
+    plan = plan_tiers(rates, visits, args.preempt_rate, price_reliable=PRICE_RELIABLE,
+                      price_transient=PRICE_TRANSIENT, pools=dict.fromkeys(pools, PREEMPT_SLOTS))
+    replicas, weights = deployment_of(plan, "dev_fast")
+    print(f"  tier plan for {args.preempt_rate:g} requests/s on measured rates {rates}: {plan.to_dict()}")
+    app = deploy_hetero(source, specs, replicas, weights, emulation, name="tiers", device_share=PREEMPT_SHARE,
                         ingress_resources={"head": 0.01})
     expected = [opt.predict_proba(r) for r in requests]
-    nodes = {w.node_id: w for w in cluster.worker_nodes}
     out: dict[str, Any] = {}
     try:
-        for pool, notice in (("spot_0", True), ("spot_1", False)):
-            node_id = app.handle(first, pool, 0).info.remote().result()["node_id"]
-            phase = _preempt_phase(app, cluster, nodes[node_id], [f"{first}@{pool}/0"], notice, requests,
-                                   expected, args.preempt_rate, args.seed)
+        for pool, notice in ((pools[0], True), (pools[-1], False)):
+            keys = [f"{s}@{d}/{k}" for (s, d), n in replicas.items() if d == pool for k in range(n)]
+            node = _pool_node(cluster, pool)
+            phase = _preempt_phase(app, cluster, node, keys, notice, requests, expected, args.preempt_rate,
+                                   args.seed)
+            phase["replicas_lost"] = len(keys)
+            if notice and pool != pools[-1]:  # the pool's capacity comes back before the next loss
+                phase["restored_s"] = _restore_pool(app, cluster, pool, keys)
             out["with_notice" if notice else "without_notice"] = phase
             print(f"  {'with' if notice else 'without'} notice: {phase}")
     finally:
@@ -415,8 +430,46 @@ def preemption(opt, source, requests, cluster, args) -> dict[str, Any]:
             "failed_with_notice": out["with_notice"]["failed"],
             "failed_without_notice": out["without_notice"]["failed"],
             "recovery_s": max(out["with_notice"]["recovery_s"], out["without_notice"]["recovery_s"]),
+            "restored_s": out["with_notice"].get("restored_s"),
+            "deployed_plan": plan.to_dict(), "deployed_cost_vs_reliable": plan.cost_vs_reliable,
+            "measured_calls_per_s": rates, "visits": visits,
+            "prices_per_device_hour": {"reliable": PRICE_RELIABLE, "transient": PRICE_TRANSIENT, "simulated": True},
             "slo_ms": SLO_MS, "rate_per_s": args.preempt_rate, "phases": out}
 
+
+def _pool_node(cluster, pool: str):
+    """The (alive) worker node carrying a transient pool's resource."""
+    import ray
+
+    ids = {n["NodeID"] for n in ray.nodes() if n["Alive"] and pool in n["Resources"]}
+    for node in cluster.worker_nodes:
+        if node.node_id in ids:
+            return node
+    raise ValueError(f"no node carries the pool {pool!r}")
+
+
+def _restore_pool(app, cluster, pool: str, keys: list[str], timeout_s: float = 120.0) -> float:
+    """A new node with the lost pool's devices; once Serve runs the pool's replicas there
+    again, the ingress routes to them. Returns the seconds from the node's start."""
+    from ray import serve
+
+    t0 = time.perf_counter()
+    cluster.add_node(num_cpus=1, resources={"dev_slow": SLOW_DEVICES, pool: SLOW_DEVICES})
+    cluster.wait_for_nodes()
+    wanted = set()
+    for key in keys:  # "stage@device/k"
+        stage, rest = key.split("@", 1)
+        device, index = rest.split("/")
+        wanted.add(deployment_name(app.name, stage, device, int(index)))
+    while True:
+        deployments = serve.status().applications[app.name].deployments
+        if all(deployments[d].replica_states.get("RUNNING", 0) >= 1 for d in wanted):
+            break
+        if time.perf_counter() - t0 > timeout_s:
+            raise TimeoutError(f"the {pool} replicas were not running again after {timeout_s:g} s")
+        time.sleep(0.25)
+    app.restore(keys)
+    return time.perf_counter() - t0
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -477,7 +530,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.only in (None, "preemption"):  # last: it removes the slow nodes
             print("preemption:")
             result.setdefault("tiers", {}).update(preemption(opt, source, requests, cluster, args))
-            result["tiers"].pop("not_built", None)
     finally:
         stop_cluster(cluster)
     result["load_after"] = load_average()

@@ -124,3 +124,24 @@ def plan_tiers(rates: Mapping[str, float], visits: Mapping[str, float], target_r
     return TierPlan(reliable, transient, cost, base,
                     notes=[f"target {target_rate:g}/s at utilization {utilization:g}; any one transient pool "
                            f"lost: the rest at {surge_utilization:g}"])
+
+
+def deployment_of(plan: TierPlan, reliable_device: str) -> tuple[dict[tuple[str, str], int], dict[str, dict[str, float]]]:
+    """The tier plan as :func:`serving.hetero_app.deploy_hetero` takes it: replicas per
+    (stage, device type), the reliable ones on ``reliable_device`` and the transient ones on
+    their pool's device type, and routing weights in proportion to replicas (the planner
+    counts reliable and transient replicas as equally fast)."""
+    replicas: dict[tuple[str, str], int] = {}
+    for stage, n in plan.reliable.items():
+        if n > 0:
+            replicas[(stage, reliable_device)] = n
+    for (stage, pool), n in plan.transient.items():
+        if n > 0:
+            replicas[(stage, pool)] = replicas.get((stage, pool), 0) + n
+    weights: dict[str, dict[str, float]] = {}
+    for (stage, device), n in replicas.items():
+        weights.setdefault(stage, {})[device] = float(n)
+    missing = sorted(set(plan.reliable) - set(weights))
+    if missing:
+        raise ValueError(f"the tier plan gives stages {missing} no replica")
+    return replicas, weights

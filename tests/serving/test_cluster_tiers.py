@@ -74,3 +74,16 @@ def test_bad_input_is_refused(kwargs, message):
     rates, visits, target = args.pop("rates"), args.pop("visits"), args.pop("target_rate")
     with pytest.raises(ValueError, match=message):
         plan_tiers(rates, visits, target, **args)
+
+
+def test_a_tier_plan_deploys_reliable_and_pool_replicas_weighted_by_count():
+    from serving.tiers import TierPlan, deployment_of
+
+    plan = TierPlan({"cheap": 1, "expensive": 0}, {("cheap", "spot_0"): 2, ("expensive", "spot_0"): 1,
+                                                   ("expensive", "spot_1"): 1}, 2.2, 3.0)
+    replicas, weights = deployment_of(plan, "fast")
+    assert replicas == {("cheap", "fast"): 1, ("cheap", "spot_0"): 2, ("expensive", "spot_0"): 1,
+                        ("expensive", "spot_1"): 1}
+    assert weights == {"cheap": {"fast": 1.0, "spot_0": 2.0}, "expensive": {"spot_0": 1.0, "spot_1": 1.0}}
+    with pytest.raises(ValueError, match="no replica"):
+        deployment_of(TierPlan({"cheap": 0}, {}, 0.0, 1.0), "fast")
