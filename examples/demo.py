@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -230,11 +231,14 @@ def main(argv: list[str] | None = None) -> int:
                            metric=workload.metric, max_loss=workload.max_loss, cost_mode="row",
                            seed=workload.seed, verbose=True)
     store.table, slow_attribute, store.key = slow_lookup(opt)
+    report = Path(tempfile.gettempdir()) / "willump-demo-report.html"
+    opt.report().to_html(report)
+    print(f"  the optimizer's report with plots: {report}")
     step("2/5 deploying on Ray Serve with the monitor")
     store.start_at = time.time() + 3600.0  # placeholder until phase 2 knows its start
     app = None
     try:
-        incident_at = time.time() + 45.0 + PHASE1_S  # deploy (under a minute) + phase 1
+        incident_at = time.time() + 75.0 + PHASE1_S  # deploy with its in-situ probe + phase 1
         store.start_at = incident_at
         app = deploy(opt, name="flights", port=args.port, cpus=args.cpus, rows_per_request=1, monitor=dict(
             attributes=["dest", "origin", "carrier"], features=["sched_dep_time", "distance"],

@@ -15,6 +15,7 @@ Jitter (a replica ``factor`` times slower on a share of its calls) is injected t
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -203,6 +204,7 @@ class HeteroIngress:
         #: replicas taken out of routing: drained (a preemption notice) or lost (a call failed
         #: because its actor died); kept across resets until restored
         self.unavailable: set[str] = getattr(self, "unavailable", set())
+        self.restored_at: dict[str, float] = getattr(self, "restored_at", {})
 
     def drain(self, keys: Sequence[str]) -> dict[str, int]:
         """Stop routing to these replicas ("stage@device/k"); calls already sent finish.
@@ -215,8 +217,12 @@ class HeteroIngress:
         return {k: self.in_flight.get(k, 0) for k in keys}
 
     def restore(self, keys: Sequence[str]) -> list[str]:
-        """Route to these replicas again (back from preemption); returns those unavailable."""
+        """Route to these replicas again (back from preemption); returns those unavailable. A
+        call sent to one of them before this (stuck on the lost replica, failing later) does
+        not take it out of routing again."""
         self.unavailable.difference_update(keys)
+        now = time.monotonic()
+        self.restored_at.update(dict.fromkeys(keys, now))
         return sorted(self.unavailable)
 
     async def _send(self, stage: str, replica: str, rows: pd.DataFrame, blocks: dict | None, gear: int = 0):
@@ -227,10 +233,12 @@ class HeteroIngress:
 
     async def _await(self, stage: str, replica: str, response: Any) -> dict[str, Any]:
         key = f"{stage}@{replica}"
+        sent = time.monotonic()
         try:
             return await response
         except LOST as exc:
-            self.unavailable.add(key)
+            if sent >= self.restored_at.get(key, -math.inf):  # not a call from before a restore
+                self.unavailable.add(key)
             raise _ReplicaLost(key) from exc
         finally:
             self.in_flight[key] -= 1

@@ -201,7 +201,7 @@ def test_gpu_placement_runs_on_cpu_here(ray_cluster, synth_opt, request_rows, mo
     import serving.stages
 
     monkeypatch.setattr(serving.stages, "GPU_CONCURRENCY", (1, 2))  # (1, 2, 4) by default: time
-    served = deploy(synth_opt, name="gpu", port=ray_cluster, cpus=1.5, device="gpu", runtime="onnx",
+    served = deploy(synth_opt, name="gpu", port=ray_cluster, cpus=1.5, device="gpu", runtime="onnx", insitu="never",
                     max_batch_size=16, batch_wait_timeout_s=0.001, calibrate="never")
     try:
         plan = requests.get(served.url + "/plan", timeout=30).json()
@@ -226,7 +226,7 @@ def test_haproxy_front_and_staged_layout(ray_cluster, app, synth_opt, request_ro
     """The default front here is HAProxy; the staged layout (a deployment per stage) gives the
     same answers as the default fused layout."""
     assert app.proxy == "haproxy" and app.plan.layout == "fused"
-    served = deploy(synth_opt, name="staged", port=ray_cluster, cpus=1, device="cpu", layout="staged",
+    served = deploy(synth_opt, name="staged", port=ray_cluster, cpus=1, device="cpu", layout="staged", insitu="never",
                     monitor=True, calibrate="never")
     try:
         assert served.plan.layout == "staged" and served.plan.ingress_replicas == 1
@@ -272,7 +272,8 @@ def keyed(ray_cluster, synth_opt, app):
     from dataclasses import replace
 
     plan = replace(app.plan, ingress_replicas=2, ingress_cpus=0.2)
-    served = deploy(synth_opt, name="keyed", port=free_port(), plan=plan, api_key="s3cret", calibrate="never")
+    served = deploy(synth_opt, name="keyed", port=free_port(), plan=plan, api_key="s3cret", calibrate="never",
+                    insitu="never")
     yield served
     served.shutdown(stop_ray=False)
 

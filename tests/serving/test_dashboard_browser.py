@@ -49,7 +49,7 @@ pytestmark = pytest.mark.skipif(browser() is None, reason="no headless Chromium 
 @pytest.fixture(scope="module")
 def app(ray_cluster, stallable_opt):
     set_delay(0.0)
-    served = deploy(stallable_opt, name="dash", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
+    served = deploy(stallable_opt, name="dash", port=ray_cluster, cpus=2, device="cpu", calibrate="never", insitu="never",
                     p99_ms=250.0, monitor=dict(attributes=["region"], features=["a"], pane_seconds=1.0,
                                                window_panes=600, auto_reference_panes=3))
     yield served

@@ -29,7 +29,7 @@ STALL_S = 4.0
 @pytest.fixture(scope="module")
 def strict(ray_cluster, stallable_opt):
     """No degradation; at most 2 requests in flight per ingress replica."""
-    app = deploy(stallable_opt, name="strict", port=ray_cluster, cpus=1.5, device="cpu", calibrate="never",
+    app = deploy(stallable_opt, name="strict", port=ray_cluster, cpus=1.5, device="cpu", calibrate="never", insitu="never",
                  deadline_ms=3000, max_in_flight=2)
     yield app
     app.shutdown(stop_ray=False)
@@ -39,7 +39,7 @@ def strict(ray_cluster, stallable_opt):
 def lenient(ray_cluster, stallable_opt):
     """Degradation on: rows whose expensive stage is late get the cheap level's answer; a stage
     per deployment, so the first stage is called over a hop too."""
-    app = deploy(stallable_opt, name="lenient", port=ray_cluster, cpus=1.5, device="cpu", calibrate="never",
+    app = deploy(stallable_opt, name="lenient", port=ray_cluster, cpus=1.5, device="cpu", calibrate="never", insitu="never",
                  degrade=True, layout="staged")
     yield app
     app.shutdown(stop_ray=False)

@@ -25,7 +25,8 @@ RECOVERED_SHARE = 0.7
 
 @pytest.fixture(scope="module")
 def app(ray_cluster, synth_opt):
-    served = deploy(synth_opt, name="faults", port=ray_cluster, cpus=2, device="cpu", calibrate="never")
+    served = deploy(synth_opt, name="faults", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
+                    insitu="never")
     yield served
     served.shutdown(stop_ray=False)
 

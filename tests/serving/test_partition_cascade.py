@@ -116,7 +116,8 @@ def test_served_cascade_answers_like_in_process(ray_cluster, optimized):
     from serving import deploy
 
     opt, _ = optimized
-    app = deploy(opt, name="module-cascade", port=ray_cluster, cpus=2, device="cpu", calibrate="never")
+    app = deploy(opt, name="module-cascade", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
+                 insitu="never")
     try:
         assert {s.name: s.device for s in app.plan.stages}["expensive"] == "cpu"
         _answers_like_in_process(app, opt)
@@ -125,7 +126,7 @@ def test_served_cascade_answers_like_in_process(ray_cluster, optimized):
         app.shutdown(stop_ray=False)
     plan = replace(plan, stages=[replace(s, device="gpu", num_gpus=1.0) if s.name == "expensive" else s
                                  for s in plan.stages])
-    app = deploy(opt, name="module-cascade-gpu", port=ray_cluster, plan=plan, calibrate="never")
+    app = deploy(opt, name="module-cascade-gpu", port=ray_cluster, plan=plan, calibrate="never", insitu="never")
     try:
         _answers_like_in_process(app, opt)
     finally:
