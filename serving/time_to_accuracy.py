@@ -18,8 +18,9 @@ Per configuration (the JSON fields each phase gains):
 
 And once per run, ``time_to_first_answer_s``: wall seconds from starting ``willump serve`` on
 the optimized artifact (a fresh process and Ray, plan measured as ``willump serve`` does) to
-its first 200 answer to ``POST /predict``, measured after the phases, when the benchmark's
-own Ray is down.
+its first 200 answer to ``POST /predict`` once it says it serves (an app answers during
+deploy's in-situ probe too, then is redeployed: those answers do not count), measured after
+the phases, when the benchmark's own Ray is down; ``ready_s``: when it said so.
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ def at_accuracy(phase: dict[str, Any], opt: Any, data: tuple[Any, np.ndarray] | 
             "accuracy_rows": len(y)}
 
 
+#: what ``willump serve`` prints once deploy returned (serving.cli.cmd_serve)
+READY_LINE = "willump: serving "
+
+
 def time_to_first_answer(opt: Any, rows: Any, *, cpus: float, port: int, name: str = "tta") -> dict[str, Any]:
     """Start ``willump serve`` on the saved artifact and time its first answer (see the module
     docstring); the server is stopped with SIGINT afterwards, as a user would."""
@@ -113,12 +118,18 @@ def time_to_first_answer(opt: Any, rows: Any, *, cpus: float, port: int, name: s
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "serving.cli", "serve", path, "--name", name, "--port", str(port),
                              "--cpus", f"{cpus:g}", "--device", "cpu"], stdout=log, stderr=subprocess.STDOUT)
-    seconds, error = None, None
+    seconds, ready, error = None, None, None
     try:
         while time.perf_counter() - t0 < FIRST_ANSWER_TIMEOUT_S:
             if proc.poll() is not None:
                 error = f"willump serve exited with {proc.returncode} (log: {log.name})"
                 break
+            if ready is None:  # the app answers for good once willump serve says it serves
+                with open(log.name) as f:
+                    if READY_LINE not in f.read():
+                        time.sleep(POLL_S)
+                        continue
+                ready = time.perf_counter() - t0
             try:
                 r = requests.post(url, data=body, headers={"Content-Type": "application/json"}, timeout=10)
                 if r.status_code == 200:
@@ -138,7 +149,8 @@ def time_to_first_answer(opt: Any, rows: Any, *, cpus: float, port: int, name: s
                 proc.kill()
                 proc.wait()
         log.close()
-    return {"time_to_first_answer_s": seconds, "error": error, "command": f"willump serve ARTIFACT --cpus {cpus:g}"}
+    return {"time_to_first_answer_s": seconds, "ready_s": ready, "error": error,
+            "command": f"willump serve ARTIFACT --cpus {cpus:g}"}
 
 
 def _plain(value: Any) -> Any:
