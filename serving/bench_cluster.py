@@ -530,6 +530,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.only in (None, "preemption"):  # last: it removes the slow nodes
             print("preemption:")
             result.setdefault("tiers", {}).update(preemption(opt, source, requests, cluster, args))
+            # without the heterogeneity section, the cost is the deployed plan's
+            result["tiers"].setdefault("cost_vs_reliable", result["tiers"]["deployed_cost_vs_reliable"])
     finally:
         stop_cluster(cluster)
     result["load_after"] = load_average()
@@ -549,7 +551,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "failed_with_notice" in result.get("tiers", {}):
         t = result["tiers"]
         print(f"tiers: wrong {t['wrong']}, failed with notice {t['failed_with_notice']}, without notice "
-              f"{t['failed_without_notice']}, p99 back under {t['slo_ms']:g} ms after {t['recovery_s']:g} s")
+              f"{t['failed_without_notice']}, p99 back under {t['slo_ms']:g} ms after {t['recovery_s']:g} s; "
+              f"the first pool back in {t.get('restored_s') or float('nan'):.1f} s; cost vs all-reliable "
+              f"{t['cost_vs_reliable']:.2f}")
     if "slo_ms" in result.get("gears", {}):
         print(summary(result["gears"]))
     print(f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after; not built: "
