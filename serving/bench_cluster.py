@@ -339,6 +339,7 @@ def _preempt_phase(app, cluster, node, keys, notice: bool, requests, expected, r
 
     log: list[tuple[float, float, str]] = []  # send time, latency ms, outcome
     event: dict[str, float] = {}
+    errors: dict[str, int] = {}  # failed requests by exception
 
     async def run():
         rng = np.random.default_rng(seed)
@@ -350,8 +351,9 @@ def _preempt_phase(app, cluster, node, keys, notice: bool, requests, expected, r
             try:
                 out = await asyncio.wait_for(app.ingress.predict.remote(requests[j]), REQUEST_TIMEOUT_S)
                 outcome = "ok" if np.allclose(out["proba"], expected[j], atol=1e-9) else "wrong"
-            except Exception:
+            except Exception as exc:
                 outcome = "failed"
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
             log.append((t0, (time.perf_counter() - t0) * 1000.0, outcome))
 
         start = time.perf_counter()
@@ -383,7 +385,7 @@ def _preempt_phase(app, cluster, node, keys, notice: bool, requests, expected, r
     return {"requests": len(log), "wrong": sum(o == "wrong" for _, _, o in log),
             "failed": sum(o == "failed" for _, _, o in log), "recovery_s": recovery,
             "p99_ms_before": float(np.percentile([ms for t, ms, o in log if t < event["t"]] or [0.0], 99)),
-            "drain_s": event.get("drain_s"), "retried": app.stats()["retried"]}
+            "drain_s": event.get("drain_s"), "retried": app.stats()["retried"], "errors": errors}
 
 
 def preemption(opt, source, requests, cluster, args) -> dict[str, Any]:

@@ -15,6 +15,7 @@ Jitter (a replica ``factor`` times slower on a share of its calls) is injected t
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,18 @@ from .stages import StageSpec
 
 #: errors meaning a replica is gone (its node was removed or preempted), not a bad request
 LOST = (RayActorError, ActorUnavailableError)
+log = logging.getLogger("ray.serve")
+
+
+async def _resolve(response: Any) -> Any:
+    return await response
+
+
+#: seconds between the ingress's looks at which replicas Serve runs: a replica lost without
+#: notice is taken out of routing, and the calls waiting on it are sent elsewhere (a call
+#: routed to a deployment whose only replica is gone waits for Serve to start another, which
+#: may never come); a lost replica running again gets calls again
+WATCH_S = 1.0
 #: a stage replica's queue limit: above any offered concurrency, so that Serve never backs off
 #: (REFERENCES: callers of a replica at max_ongoing_requests retry with backoff up to 0.5 s)
 MAX_ONGOING = 1000
@@ -205,6 +218,11 @@ class HeteroIngress:
         #: because its actor died); kept across resets until restored
         self.unavailable: set[str] = getattr(self, "unavailable", set())
         self.restored_at: dict[str, float] = getattr(self, "restored_at", {})
+        #: of those, the ones the watch found without a running replica (back once one runs)
+        self.lost_seen: set[str] = getattr(self, "lost_seen", set())
+        self.lost_events: dict[str, asyncio.Event] = getattr(self, "lost_events", {})
+        self._watch: asyncio.Task | None = getattr(self, "_watch", None)
+        self.counts["lost_seen"] = 0
 
     def drain(self, keys: Sequence[str]) -> dict[str, int]:
         """Stop routing to these replicas ("stage@device/k"); calls already sent finish.
@@ -221,9 +239,42 @@ class HeteroIngress:
         call sent to one of them before this (stuck on the lost replica, failing later) does
         not take it out of routing again."""
         self.unavailable.difference_update(keys)
+        self.lost_seen.difference_update(keys)
         now = time.monotonic()
         self.restored_at.update(dict.fromkeys(keys, now))
+        for key in keys:
+            self._lost_event(key).clear()
         return sorted(self.unavailable)
+
+    def _lost_event(self, key: str) -> asyncio.Event:
+        return self.lost_events.setdefault(key, asyncio.Event())
+
+    def _start_watch(self) -> None:
+        if self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(self._watch_replicas())
+
+    async def _watch_replicas(self) -> None:
+        """Every WATCH_S: a replica whose deployment runs no replica (its node is gone) leaves
+        routing and its waiting calls are re-sent; one found lost this way that runs again
+        comes back. A drained replica stays out until ``restore``."""
+        app = serve.get_replica_context().app_name
+        names = {f"{stage}@{r}": deployment_name(app, stage, r.split("/")[0], int(r.split("/")[1]))
+                 for stage, replicas in self.handles.items() for r in replicas}
+        while True:
+            try:
+                deployments = (await asyncio.to_thread(serve.status)).applications[app].deployments
+                for key, name in names.items():
+                    running = deployments[name].replica_states.get("RUNNING", 0) if name in deployments else 0
+                    if running == 0 and key not in self.unavailable:
+                        self.unavailable.add(key)
+                        self.lost_seen.add(key)
+                        self.counts["lost_seen"] += 1
+                        self._lost_event(key).set()
+                    elif running > 0 and key in self.lost_seen:
+                        self.restore([key])
+            except Exception as exc:  # the controller is busy or restarting: look again later
+                log.debug("replica watch: %s", exc)
+            await asyncio.sleep(WATCH_S)
 
     async def _send(self, stage: str, replica: str, rows: pd.DataFrame, blocks: dict | None, gear: int = 0):
         key = f"{stage}@{replica}"
@@ -234,13 +285,24 @@ class HeteroIngress:
     async def _await(self, stage: str, replica: str, response: Any) -> dict[str, Any]:
         key = f"{stage}@{replica}"
         sent = time.monotonic()
+        answer = asyncio.ensure_future(_resolve(response))
+        gone = asyncio.ensure_future(self._lost_event(key).wait())
         try:
-            return await response
+            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():  # the watch found the replica gone: send the call elsewhere
+                response.cancel()
+                answer.cancel()
+                raise _ReplicaLost(key)
+            return answer.result()
         except LOST as exc:
             if sent >= self.restored_at.get(key, -math.inf):  # not a call from before a restore
                 self.unavailable.add(key)
             raise _ReplicaLost(key) from exc
+        except asyncio.CancelledError:  # a hedged call whose twin answered first
+            answer.cancel()
+            raise
         finally:
+            gone.cancel()
             self.in_flight[key] -= 1
 
     def _done(self, stage: str, replica: str, seconds: float, out: dict | None) -> None:
@@ -320,6 +382,7 @@ class HeteroIngress:
         return out
 
     async def predict(self, rows: pd.DataFrame) -> dict[str, Any]:
+        self._start_watch()
         token, gear = self.gear_switch.begin()
         try:
             out = await self._predict(rows, gear)
