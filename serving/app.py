@@ -14,10 +14,8 @@ whose later stage is late or overloaded answered by the earlier level, marked ``
 """
 
 import asyncio
-import hashlib
 import hmac
 import logging
-import math
 import re
 import time
 import uuid
@@ -30,7 +28,6 @@ from ray import serve
 
 from .artifacts import ArtifactSource
 from .calls import (
-    RETRY_AFTER_S,
     Deadline,
     DeadlineExceeded,
     StageHedge,
@@ -40,13 +37,20 @@ from .calls import (
 )
 from .coalesce import Coalescer, Item
 from .gears import GearRunners, GearSwitch
+from .http_support import (
+    ROUTE_ERRORS,
+    LazyHandle,
+    error_response,
+    key_hash,
+    monitor_error,
+    openapi_document,
+)
 from .metrics import ServingMetrics, exact_totals
 from .planner import CONCURRENT_BATCHES, INGRESS_BATCH_ROWS
 from .records import RecordBuffer, record_columns
 from .replicas import LocalStage, coerce
 from .runtime import StageRunner, concat_blocks, concat_rows, split_outputs
 from .schema import (
-    ErrorResponse,
     PredictRequest,
     PredictResponse,
     RequestError,
@@ -82,56 +86,6 @@ app = FastAPI(
     description="Cascaded ML inference: predictions, top-K, the optimizer's report, and the monitor.",
     openapi_url=None, docs_url=None, redoc_url=None,
 )
-
-
-def _openapi(fastapi_app: FastAPI, schema: RowSchema) -> dict[str, Any]:
-    """The app's OpenAPI document with this pipeline's row schema filled in."""
-    from fastapi.openapi.utils import get_openapi
-
-    doc = get_openapi(title=fastapi_app.title, version="1", description=fastapi_app.description,
-                      routes=fastapi_app.routes)
-    components = doc.setdefault("components", {}).setdefault("schemas", {})
-    components["Row"] = schema.json_schema()
-    predict = PredictRequest.model_json_schema()
-    predict["properties"]["rows"] = {"type": "array", "items": {"$ref": "#/components/schemas/Row"}, "minItems": 1}
-    components["PredictRequestBody"] = predict
-    topk = TopKRequest.model_json_schema()
-    topk["properties"]["rows"] = predict["properties"]["rows"]
-    components["TopKRequestBody"] = topk
-    for model in (PredictResponse, TopKResponse, ErrorResponse):
-        components.setdefault(model.__name__, model.model_json_schema())
-    return doc
-
-
-class _LazyHandle:
-    """A deployment handle of another Serve application, fetched on first use."""
-
-    def __init__(self, deployment: str, app_name: str):
-        self.deployment, self.app_name, self._handle = deployment, app_name, None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._handle is None:
-            self._handle = serve.get_deployment_handle(self.deployment, self.app_name)
-        return getattr(self._handle, name)
-
-
-def _key_hash(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def monitor_error(answer: dict[str, Any]) -> RequestError:
-    """A monitor query's error answer (``MonitorStage.query``) as the client's HTTP error: its
-    status, message and fields, the monitor's ``reason`` and ``retry_after_s`` in the body,
-    and ``Retry-After`` (whole seconds, at least 1) when waiting helps."""
-    extra = {k: answer[k] for k in ("reason", "retry_after_s") if answer.get(k) is not None}
-    wait = answer.get("retry_after_s")
-    headers = {"Retry-After": str(max(1, math.ceil(float(wait))))} if wait is not None else None
-    return RequestError(int(answer["status"]), str(answer["error"]), answer.get("fields"), extra=extra,
-                        headers=headers)
-
-
-ROUTE_ERRORS = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
-                422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}}
 
 
 # Serve pickles deployment classes when they are decorated: every helper a method uses
@@ -183,14 +137,14 @@ class Ingress:
                               in_flight=lambda stage=stage: self.coalescers[stage].in_flight)
             for i, stage in enumerate(self.stage_names) if not (i == 0 and self.local)}
         monitor = info.get("monitor")
-        self.monitor = _LazyHandle("monitor", monitor["app"]) if monitor else None
+        self.monitor = LazyHandle("monitor", monitor["app"]) if monitor else None
         self.records = None
         if monitor:
             self.records = RecordBuffer(
                 self.monitor, monitor["records"],
                 on_drop=lambda reason, n: self.metrics.count("willump_monitor_records_dropped", n, reason=reason),
                 on_sent=lambda n: self.metrics.count("willump_monitor_records_sent", n))
-        self.openapi_doc = _openapi(app, self.schema)
+        self.openapi_doc = openapi_document(app, self.schema)
         self._watch: asyncio.Task | None = None
         self.gears = GearSwitch(info.get("gears"))  # load-adaptive gears (serving.gears)
         self.gear_now = self.gears.pinned
@@ -266,13 +220,13 @@ class Ingress:
         auth = request.headers.get("authorization", "")
         if given is None and auth.lower().startswith("bearer "):
             given = auth[7:].strip()
-        return given is not None and hmac.compare_digest(_key_hash(given), self.api_key_hash)
+        return given is not None and hmac.compare_digest(key_hash(given), self.api_key_hash)
 
     def _probe(self, request: Request) -> bool:
         """Whether the request is deploy's in-situ probe: its monitor records are dropped and
         /metrics does not count it (the stage-level series of shared batches do)."""
         given = request.headers.get("x-willump-probe")
-        return bool(self.probe_hash and given and hmac.compare_digest(_key_hash(given), self.probe_hash))
+        return bool(self.probe_hash and given and hmac.compare_digest(key_hash(given), self.probe_hash))
 
     async def _guarded(self, route: str, request: Request, work, *, admit: bool = False) -> Response:
         # Serve gives every request an id (the client's X-Request-Id, or a new one) and echoes it
@@ -295,24 +249,8 @@ class Ingress:
                 self._start_watch()
             result = await work()
             response = result if isinstance(result, Response) else JSONResponse(result)
-        except RequestError as exc:
-            status = exc.status
-            self.metrics.count("willump_errors", route=route, kind="client")
-            headers = {**exc.headers, **({"WWW-Authenticate": "Bearer"} if status == 401 else {})}
-            response = JSONResponse(status_code=status, content={**exc.body(), "request_id": rid},
-                                    headers=headers or None)
-        except StageOverloaded as exc:
-            status = 503
-            self.metrics.count("willump_errors", route=route, kind="overloaded")
-            if exc.stage != "ingress":
-                self.metrics.count("willump_shed_requests", stage=exc.stage)
-            response = JSONResponse(status_code=503, content={"error": str(exc), "fields": [], "request_id": rid},
-                                    headers={"Retry-After": str(int(max(1, round(exc.retry_after_s or RETRY_AFTER_S))))})
-        except DeadlineExceeded as exc:
-            status = 504
-            self.metrics.count("willump_errors", route=route, kind="deadline")
-            self.metrics.count("willump_deadline_exceeded", stage=exc.stage)
-            response = JSONResponse(status_code=504, content={"error": str(exc), "fields": [], "request_id": rid})
+        except (RequestError, StageOverloaded, DeadlineExceeded) as exc:
+            status, response = error_response(exc, rid, route, self.metrics)
         except Exception:
             status = 500
             self.metrics.count("willump_errors", route=route, kind="server")

@@ -20,7 +20,8 @@ without, same jitter, same repeat; ``copies_over_answers``: device seconds of al
 including the straggler's time before it was cancelled, over those of the answers kept).
 
 Load-adaptive gears (CascadeServe): a 3x burst above the planned rate with gears and with one
-gear (:mod:`serving.gears_bench`). Time-to-accuracy is reported by ``python -m serving.bench``.
+gear (:mod:`serving.gears_bench`). Transient tiers (Proteus / Tributary): the tier planner's
+cost and its plan preempted under load, with and without notice (:mod:`serving.tiers_bench`). Time-to-accuracy is reported by ``python -m serving.bench``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ import numpy as np
 from .gears_bench import GEAR_SLO_MS, geared_workload, run_section, summary
 from .hedge import HEDGE_QUANTILE
 from .hetero import plan_agnostic, plan_max_rate, sustained_rate, uniform_weights
-from .hetero_app import DeviceEmulation, deploy_hetero, deployment_name
+from .hetero_app import DeviceEmulation, deploy_hetero
 from .hetero_measure import cluster_devices, measure_app, measure_matrix
+from .loadgen import poisson_calls
+from .stages import stage_specs
+from .tiers_bench import PREEMPT_RATE, preemption, tiers_plan
 
 #: device types and how many devices each node carries (the head has the fast ones)
 FAST_DEVICES = 2
@@ -55,22 +59,6 @@ ROWS_PER_REQUEST = 32
 CLIENTS = 24
 WARMUP_S = 2.0
 SECONDS = 8.0
-#: tiers (planner only): simulated prices per device-hour, transient pools (the two slow nodes)
-#: and the target as a share of the aware plan's predicted rate
-PRICE_RELIABLE = 1.0
-PRICE_TRANSIENT = 0.3
-TIER_TARGET_SHARE = 0.5
-#: preemption under load: open-loop rate (requests/s), seconds of load before and after each
-#: node removal, the SLO the windowed p99 must get back under, the window (s), request timeout
-PREEMPT_RATE = 15.0
-#: a transient pool holds this many replicas (its node's devices at PREEMPT_SHARE each)
-PREEMPT_SHARE = 0.5
-PREEMPT_SLOTS = int(SLOW_DEVICES / PREEMPT_SHARE)
-PREEMPT_BEFORE_S = 4.0
-PREEMPT_AFTER_S = 12.0
-SLO_MS = 500.0
-RECOVERY_WINDOW_S = 1.0
-REQUEST_TIMEOUT_S = 30.0
 TARGETS = {"aware_vs_agnostic": 1.3, "prediction_within": 0.25, "p99_jitter_over_no_jitter": 1.5,
            "extra_work": 0.10}
 #: hedging phases: replicas per stage (all of one device type, no slowdown), the emulated device
@@ -137,8 +125,6 @@ def emulation_for(specs) -> DeviceEmulation:
 
 
 def heterogeneity(opt, source, requests, args) -> dict[str, Any]:
-    from .stages import stage_specs
-
     specs = stage_specs(opt)
     emulation = emulation_for(specs)
     t0 = time.perf_counter()
@@ -207,47 +193,17 @@ def _placement(app) -> dict[str, list[str]]:
     return out
 
 
-def tiers_plan(het: dict[str, Any]) -> dict[str, Any]:
-    """The tier planner on the heterogeneity section's measured rates of the slow device type
-    (reliable and transient devices alike), the two slow nodes as transient pools, the target
-    half the aware plan's prediction: the cost against all-reliable at that scale. The
-    preemption section deploys a plan of its own and fills the outcome fields."""
-    from .tiers import plan_tiers
-
-    matrix = het["matrix_calls_per_s"]
-    rates = {s: r["dev_slow"] for s, r in matrix["rates"].items()}
-    target = TIER_TARGET_SHARE * het["aware_plan"]["predicted_rate"]
-    plan = plan_tiers(rates, matrix["visits"], target, price_reliable=PRICE_RELIABLE,
-                      price_transient=PRICE_TRANSIENT, pools={"node2": SLOW_DEVICES, "node3": SLOW_DEVICES})
-    return {"cost_vs_reliable": plan.cost_vs_reliable, "target_requests_per_s": target, "plan": plan.to_dict(),
-            "prices_per_device_hour": {"reliable": PRICE_RELIABLE, "transient": PRICE_TRANSIENT, "simulated": True},
-            "wrong": None, "failed_with_notice": None, "failed_without_notice": None, "recovery_s": None}
-
-
 async def _open_loop(app, requests, rate: float, seconds: float, warmup_s: float, seed: int) -> list[float]:
     """Poisson arrivals at ``rate``/s; latencies (ms) of requests sent after the warm-up."""
-    import asyncio
-
-    rng = np.random.default_rng(seed)
     latencies: list[float] = []
-    tasks = []
 
-    async def one(rows, record: bool):
+    async def one(i: int, t: float):
         t0 = time.perf_counter()
-        await app.ingress.predict.remote(rows)
-        if record:
+        await app.ingress.predict.remote(requests[i % len(requests)])
+        if t >= warmup_s:
             latencies.append((time.perf_counter() - t0) * 1000.0)
 
-    start = time.perf_counter()
-    t, i = 0.0, 0
-    while t < warmup_s + seconds:
-        t += float(rng.exponential(1.0 / rate))
-        delay = start + t - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.ensure_future(one(requests[i % len(requests)], t >= warmup_s)))
-        i += 1
-    await asyncio.gather(*tasks)
+    await poisson_calls(rate, warmup_s + seconds, one, seed)
     return latencies
 
 
@@ -255,15 +211,18 @@ def _device_seconds(app) -> float:
     return sum(info["device_seconds"] for info in app.replica_info())
 
 
+def hedge_emulation(names: list[str]) -> DeviceEmulation:
+    """The hedging (and preemption) sections' devices: fast, one type, no slowdown."""
+    return DeviceEmulation(fixed_ms={n: HEDGE_FIXED_MS[n] for n in names},
+                           per_row_ms={n: HEDGE_PER_ROW_MS[n] for n in names})
+
+
 def hedging(opt, source, requests, args) -> dict[str, Any]:
     import asyncio
 
-    from .stages import stage_specs
-
     specs = stage_specs(opt)
     names = [s.name for s in specs]
-    emulation = DeviceEmulation(fixed_ms={n: HEDGE_FIXED_MS[n] for n in names},
-                                per_row_ms={n: HEDGE_PER_ROW_MS[n] for n in names})
+    emulation = hedge_emulation(names)
     replicas = {(n, HEDGE_DEVICE): HEDGE_REPLICAS for n in names}
     weights = {n: {HEDGE_DEVICE: 1.0} for n in names}
     jittered = f"{names[0]}@{HEDGE_DEVICE}/0"
@@ -332,147 +291,6 @@ def hedging(opt, source, requests, args) -> dict[str, Any]:
     return out
 
 
-def _preempt_phase(app, cluster, node, keys, notice: bool, requests, expected, rate: float, seed: int):
-    """Open-loop load; after PREEMPT_BEFORE_S the node goes (drained first with notice)."""
-    import asyncio
-    import threading
-
-    log: list[tuple[float, float, str]] = []  # send time, latency ms, outcome
-    event: dict[str, float] = {}
-    errors: dict[str, int] = {}  # failed requests by exception
-
-    async def run():
-        rng = np.random.default_rng(seed)
-        tasks = []
-
-        async def one(i):
-            t0 = time.perf_counter()
-            j = i % len(requests)
-            try:
-                out = await asyncio.wait_for(app.ingress.predict.remote(requests[j]), REQUEST_TIMEOUT_S)
-                outcome = "ok" if np.allclose(out["proba"], expected[j], atol=1e-9) else "wrong"
-            except Exception as exc:
-                outcome = "failed"
-                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
-            log.append((t0, (time.perf_counter() - t0) * 1000.0, outcome))
-
-        start = time.perf_counter()
-        t, i = 0.0, 0
-        while t < PREEMPT_BEFORE_S + PREEMPT_AFTER_S:
-            t += float(rng.exponential(1.0 / rate))
-            delay = start + t - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one(i)))
-            i += 1
-        await asyncio.gather(*tasks)
-
-    thread = threading.Thread(target=lambda: asyncio.run(run()))
-    thread.start()
-    time.sleep(PREEMPT_BEFORE_S)
-    event["t"] = time.perf_counter()
-    if notice:
-        event["drain_s"] = app.drain(keys)
-    cluster.remove_node(node)
-    event["removed_s"] = time.perf_counter() - event["t"]
-    thread.join()
-    after = [(t - event["t"], ms, o) for t, ms, o in log if t >= event["t"]]
-    windows: dict[int, list[float]] = {}
-    for dt, ms, o in after:
-        windows.setdefault(int(dt // RECOVERY_WINDOW_S), []).append(ms if o == "ok" else REQUEST_TIMEOUT_S * 1000)
-    bad = [w for w, v in windows.items() if np.percentile(v, 99) > SLO_MS]
-    recovery = 0.0 if not bad else (max(bad) + 1) * RECOVERY_WINDOW_S
-    return {"requests": len(log), "wrong": sum(o == "wrong" for _, _, o in log),
-            "failed": sum(o == "failed" for _, _, o in log), "recovery_s": recovery,
-            "p99_ms_before": float(np.percentile([ms for t, ms, o in log if t < event["t"]] or [0.0], 99)),
-            "drain_s": event.get("drain_s"), "retried": app.stats()["retried"], "errors": errors}
-
-
-def preemption(opt, source, requests, cluster, args) -> dict[str, Any]:
-    """The tier planner's plan, deployed and preempted under load. Rates are measured here
-    (one replica per stage on a transient device); each slow node is a transient pool of
-    PREEMPT_SLOTS replicas; the target is ``--preempt-rate``. The first pool's node is
-    removed with notice (drained, then removed), its capacity comes back (a new node with the
-    same pool: Serve starts the lost replicas there, the ingress routes to them again), then
-    the second pool's node is removed without notice."""
-    from .hetero_measure import measure_matrix
-    from .stages import stage_specs
-    from .tiers import deployment_of, plan_tiers
-
-    specs = stage_specs(opt)
-    names = [s.name for s in specs]
-    emulation = DeviceEmulation(fixed_ms={n: HEDGE_FIXED_MS[n] for n in names},
-                                per_row_ms={n: HEDGE_PER_ROW_MS[n] for n in names})
-    pools = [f"spot_{i}" for i in range(len(cluster.worker_nodes))]
-    matrix = measure_matrix(source, opt, specs, [pools[0]], emulation, requests, name="tier-profile")
-    rates = {s: float(matrix.rates[i, 0]) for i, s in enumerate(matrix.stages)}
-    visits = {s: float(matrix.visits[i]) for i, s in enumerate(matrix.stages)}
-    plan = plan_tiers(rates, visits, args.preempt_rate, price_reliable=PRICE_RELIABLE,
-                      price_transient=PRICE_TRANSIENT, pools=dict.fromkeys(pools, PREEMPT_SLOTS))
-    replicas, weights = deployment_of(plan, "dev_fast")
-    print(f"  tier plan for {args.preempt_rate:g} requests/s on measured rates {rates}: {plan.to_dict()}")
-    app = deploy_hetero(source, specs, replicas, weights, emulation, name="tiers", device_share=PREEMPT_SHARE,
-                        ingress_resources={"head": 0.01})
-    expected = [opt.predict_proba(r) for r in requests]
-    out: dict[str, Any] = {}
-    try:
-        for pool, notice in ((pools[0], True), (pools[-1], False)):
-            keys = [f"{s}@{d}/{k}" for (s, d), n in replicas.items() if d == pool for k in range(n)]
-            node = _pool_node(cluster, pool)
-            phase = _preempt_phase(app, cluster, node, keys, notice, requests, expected, args.preempt_rate,
-                                   args.seed)
-            phase["replicas_lost"] = len(keys)
-            if notice and pool != pools[-1]:  # the pool's capacity comes back before the next loss
-                phase["restored_s"] = _restore_pool(app, cluster, pool, keys)
-            out["with_notice" if notice else "without_notice"] = phase
-            print(f"  {'with' if notice else 'without'} notice: {phase}")
-    finally:
-        app.shutdown()
-    return {"wrong": out["with_notice"]["wrong"] + out["without_notice"]["wrong"],
-            "failed_with_notice": out["with_notice"]["failed"],
-            "failed_without_notice": out["without_notice"]["failed"],
-            "recovery_s": max(out["with_notice"]["recovery_s"], out["without_notice"]["recovery_s"]),
-            "restored_s": out["with_notice"].get("restored_s"),
-            "deployed_plan": plan.to_dict(), "deployed_cost_vs_reliable": plan.cost_vs_reliable,
-            "measured_calls_per_s": rates, "visits": visits,
-            "prices_per_device_hour": {"reliable": PRICE_RELIABLE, "transient": PRICE_TRANSIENT, "simulated": True},
-            "slo_ms": SLO_MS, "rate_per_s": args.preempt_rate, "phases": out}
-
-
-def _pool_node(cluster, pool: str):
-    """The (alive) worker node carrying a transient pool's resource."""
-    import ray
-
-    ids = {n["NodeID"] for n in ray.nodes() if n["Alive"] and pool in n["Resources"]}
-    for node in cluster.worker_nodes:
-        if node.node_id in ids:
-            return node
-    raise ValueError(f"no node carries the pool {pool!r}")
-
-
-def _restore_pool(app, cluster, pool: str, keys: list[str], timeout_s: float = 120.0) -> float:
-    """A new node with the lost pool's devices; once Serve runs the pool's replicas there
-    again, the ingress routes to them. Returns the seconds from the node's start."""
-    from ray import serve
-
-    t0 = time.perf_counter()
-    cluster.add_node(num_cpus=1, resources={"dev_slow": SLOW_DEVICES, pool: SLOW_DEVICES})
-    cluster.wait_for_nodes()
-    wanted = set()
-    for key in keys:  # "stage@device/k"
-        stage, rest = key.split("@", 1)
-        device, index = rest.split("/")
-        wanted.add(deployment_name(app.name, stage, device, int(index)))
-    while True:
-        deployments = serve.status().applications[app.name].deployments
-        if all(deployments[d].replica_states.get("RUNNING", 0) >= 1 for d in wanted):
-            break
-        if time.perf_counter() - t0 > timeout_s:
-            raise TimeoutError(f"the {pool} replicas were not running again after {timeout_s:g} s")
-        time.sleep(0.25)
-    app.restore(keys)
-    return time.perf_counter() - t0
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", default="toxic")
@@ -518,7 +336,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print("heterogeneity:")
             result["heterogeneity"] = heterogeneity(opt, source, requests, args)
             try:
-                result["tiers"] = tiers_plan(result["heterogeneity"])
+                result["tiers"] = tiers_plan(result["heterogeneity"], SLOW_DEVICES)
                 print(f"tiers (planner only): cost vs all-reliable {result['tiers']['cost_vs_reliable']:.2f} "
                       f"{result['tiers']['plan']}")
             except ValueError as exc:
@@ -531,7 +349,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result["gears"] = run_section(geared, requests, args)
         if args.only in (None, "preemption"):  # last: it removes the slow nodes
             print("preemption:")
-            result.setdefault("tiers", {}).update(preemption(opt, source, requests, cluster, args))
+            emulation = hedge_emulation([s.name for s in stage_specs(opt)])
+            result.setdefault("tiers", {}).update(preemption(opt, source, requests, cluster, args, emulation,
+                                                             SLOW_DEVICES))
             # without the heterogeneity section, the cost is the deployed plan's
             result["tiers"].setdefault("cost_vs_reliable", result["tiers"]["deployed_cost_vs_reliable"])
     finally:

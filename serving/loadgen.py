@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,12 +61,31 @@ async def closed_loop(url: str, payloads: Sequence[bytes], rows_each: int, *, cl
     return _summary(latencies, len(latencies) * rows_each, elapsed, errors)
 
 
+async def poisson_calls(rate: float, seconds: float, call: Callable[[int, float], Awaitable[Any]],
+                        seed: int = 0) -> None:
+    """Open-loop load: ``call(i, t)`` starts, each on its own task, at the Poisson arrival times
+    ``t`` (seconds from the start, rate ``rate``/s) below ``seconds``; returns when all ended."""
+    rng = np.random.default_rng(seed)
+    tasks = []
+    start = time.perf_counter()
+    t, i = 0.0, 0
+    while True:
+        t += float(rng.exponential(1.0 / rate))
+        if t >= seconds:
+            break
+        delay = start + t - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(call(i, t)))
+        i += 1
+    await asyncio.gather(*tasks)
+
+
 async def open_loop(url: str, payloads: Sequence[bytes], *, rate: float, duration: float,
                     seed: int = 0) -> dict[str, Any]:
     """Poisson arrivals at ``rate`` requests/s, each answered on its own task."""
     import aiohttp
 
-    rng = np.random.default_rng(seed)
     latencies: list[float] = []
     levels: list[int] = []
     errors = 0
@@ -86,18 +105,8 @@ async def open_loop(url: str, payloads: Sequence[bytes], *, rate: float, duratio
                 else:
                     errors += 1
 
-        tasks = []
         start = time.perf_counter()
-        t = start
-        i = 0
-        while t - start < duration:
-            t += rng.exponential(1.0 / rate)
-            delay = t - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(payloads[i % len(payloads)])))
-            i += 1
-        await asyncio.gather(*tasks)
+        await poisson_calls(rate, duration, lambda i, t: one(payloads[i % len(payloads)]), seed)
         elapsed = time.perf_counter() - start
     out = _summary(latencies, len(latencies), elapsed, errors)
     out["offered_rps"] = rate

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from serving.bench import compare, foreign_cores, predict, under_load
@@ -130,3 +131,20 @@ def test_ray_processes_split_into_cores_while_serving_and_cpu_per_request():
     quiet = predict(plan, clients=16, client_ms=0.4)
     loaded = predict(replace(plan, costs=busy), clients=16, client_ms=0.4)
     assert loaded["predicted_rows_per_s"] < 0.85 * quiet["predicted_rows_per_s"]
+
+
+def test_poisson_calls_start_every_arrival_below_the_horizon_once():
+    import asyncio
+
+    from serving.loadgen import poisson_calls
+
+    seen: list[tuple[int, float]] = []
+
+    async def call(i: int, t: float) -> None:
+        seen.append((i, t))
+
+    asyncio.run(poisson_calls(2000.0, 0.05, call, seed=3))
+    gaps = np.random.default_rng(3).exponential(1 / 2000.0, 1000)
+    expected = np.cumsum(gaps)[np.cumsum(gaps) < 0.05]
+    assert [i for i, _ in seen] == list(range(len(expected)))
+    np.testing.assert_allclose([t for _, t in seen], expected)

@@ -155,7 +155,8 @@ def test_build_writes_a_serve_config_that_serve_run_answers_from(artifact, tmp_p
     assert app["args"]["artifact"]["path"] == str(artifact.resolve())
     assert "k3y" not in config.read_text()
     lines: list[str] = []
-    proc = subprocess.Popen([SERVE, "run", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    # --address local: a Ray of its own, never one another test (another xdist worker) started
+    proc = subprocess.Popen([SERVE, "run", "--address", "local", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=ENV)
     started: set[int] = set()
     try:

@@ -25,7 +25,7 @@ def cluster():
     from ray import serve
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, resources={"dev": 3}, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, resources={"dev": 3}, include_dashboard=False, log_to_driver=False)
     serve.start(proxy_location="Disabled")
     yield
     serve.shutdown()

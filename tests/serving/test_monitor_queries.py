@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from serving.app import monitor_error
+from serving.http_support import monitor_error
 from serving.replicas import MonitorStage
 
 
