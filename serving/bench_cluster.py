@@ -308,6 +308,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--hedge-any-replica", action="store_true",
                         help="hedge to a busy replica too (serving.hedge.HEDGE_IDLE_ONLY off), for comparison")
     parser.add_argument("--preempt-rate", type=float, default=PREEMPT_RATE, help="open-loop requests/s")
+    parser.add_argument("--preempt-hedging", action=argparse.BooleanOptionalAction, default=False,
+                        help="the tier app hedges its stage calls (a call stuck on a lost replica is copied)")
     parser.add_argument("--gear-slo-ms", type=float, default=GEAR_SLO_MS, help="the p99 target the gears hold")
     parser.add_argument("--only", choices=("heterogeneity", "hedging", "gears", "preemption"), help="run one section")
     parser.add_argument("--json", help="write the results here")

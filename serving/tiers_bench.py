@@ -72,6 +72,7 @@ def _preempt_phase(app, cluster, node, keys, notice: bool, requests, expected, r
     async def run():
         await poisson_calls(rate, PREEMPT_BEFORE_S + PREEMPT_AFTER_S, one, seed)
 
+    start = app.stats()
     thread = threading.Thread(target=lambda: asyncio.run(run()))
     thread.start()
     time.sleep(PREEMPT_BEFORE_S)
@@ -87,10 +88,14 @@ def _preempt_phase(app, cluster, node, keys, notice: bool, requests, expected, r
         windows.setdefault(int(dt // RECOVERY_WINDOW_S), []).append(ms if o == "ok" else REQUEST_TIMEOUT_S * 1000)
     bad = [w for w, v in windows.items() if np.percentile(v, 99) > SLO_MS]
     recovery = 0.0 if not bad else (max(bad) + 1) * RECOVERY_WINDOW_S
+    end = app.stats()
     return {"requests": len(log), "wrong": sum(o == "wrong" for _, _, o in log),
             "failed": sum(o == "failed" for _, _, o in log), "recovery_s": recovery,
             "p99_ms_before": float(np.percentile([ms for t, ms, o in log if t < event["t"]] or [0.0], 99)),
-            "drain_s": event.get("drain_s"), "retried": app.stats()["retried"], "errors": errors}
+            "drain_s": event.get("drain_s"), "retried": end["retried"], "errors": errors,
+            "out_of_routing_at_start": start["unavailable"], "out_of_routing_at_end": end["unavailable"],
+            "lost_seen": end["lost_seen"], "calls_per_replica": {k: end["picks"].get(k, 0) - start["picks"].get(k, 0)
+                                                                 for k in end["picks"]}}
 
 
 def preemption(opt, source, requests, cluster, args, emulation: DeviceEmulation, slow_devices: int) -> dict[str, Any]:
@@ -114,7 +119,7 @@ def preemption(opt, source, requests, cluster, args, emulation: DeviceEmulation,
     replicas, weights = deployment_of(plan, "dev_fast")
     print(f"  tier plan for {args.preempt_rate:g} requests/s on measured rates {rates}: {plan.to_dict()}")
     app = deploy_hetero(source, specs, replicas, weights, emulation, name="tiers", device_share=PREEMPT_SHARE,
-                        ingress_resources={"head": 0.01})
+                        ingress_resources={"head": 0.01}, hedging=args.preempt_hedging)
     expected = [opt.predict_proba(r) for r in requests]
     out: dict[str, Any] = {}
     try:
