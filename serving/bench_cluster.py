@@ -21,7 +21,8 @@ including the straggler's time before it was cancelled, over those of the answer
 
 Load-adaptive gears (CascadeServe): a 3x burst above the planned rate with gears and with one
 gear (:mod:`serving.gears_bench`). Transient tiers (Proteus / Tributary): the tier planner's
-cost and its plan preempted under load, with and without notice (:mod:`serving.tiers_bench`). Time-to-accuracy is reported by ``python -m serving.bench``.
+cost and its plan preempted under load, with and without notice (:mod:`serving.tiers_bench`).
+Time-to-accuracy is reported by ``python -m serving.bench``.
 """
 
 from __future__ import annotations

@@ -62,6 +62,13 @@ def deployment_name(app: str, stage: str, device_type: str, index: int) -> str:
     return f"{app}-{stage}-{device_type}-{index}"
 
 
+def key_deployment(app: str, key: str) -> str:
+    """The deployment of the replica ``key`` ("stage@device/k")."""
+    stage, replica = key.split("@", 1)
+    device_type, index = replica.split("/")
+    return deployment_name(app, stage, device_type, int(index))
+
+
 def replica_key(device_type: str, index: int) -> str:
     return f"{device_type}/{index}"
 
@@ -173,8 +180,8 @@ class HeteroIngress:
         routing and its waiting calls are re-sent; one found lost this way that runs again
         comes back. A drained replica stays out until ``restore``."""
         app = serve.get_replica_context().app_name
-        names = {f"{stage}@{r}": deployment_name(app, stage, r.split("/")[0], int(r.split("/")[1]))
-                 for stage, replicas in self.handles.items() for r in replicas}
+        names = {key: key_deployment(app, key)
+                 for key in (f"{stage}@{r}" for stage, replicas in self.handles.items() for r in replicas)}
         while True:
             try:
                 deployments = (await asyncio.to_thread(serve.status)).applications[app].deployments

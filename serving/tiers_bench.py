@@ -12,13 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from .hetero_app import DeviceEmulation, deploy_hetero, deployment_name
+from .hetero_app import DeviceEmulation, deploy_hetero, key_deployment
 from .loadgen import poisson_calls
 
 #: tiers (planner only): simulated prices per device-hour, transient pools (the two slow nodes)
 #: and the target as a share of the aware plan's predicted rate
 PRICE_RELIABLE = 1.0
 PRICE_TRANSIENT = 0.3
+PRICES = {"reliable": PRICE_RELIABLE, "transient": PRICE_TRANSIENT, "simulated": True}
 TIER_TARGET_SHARE = 0.5
 #: preemption under load: open-loop rate (requests/s), seconds of load before and after each
 #: node removal, the SLO the windowed p99 must get back under, the window (s), request timeout
@@ -45,7 +46,7 @@ def tiers_plan(het: dict[str, Any], slow_devices: int) -> dict[str, Any]:
     plan = plan_tiers(rates, matrix["visits"], target, price_reliable=PRICE_RELIABLE,
                       price_transient=PRICE_TRANSIENT, pools={"node2": slow_devices, "node3": slow_devices})
     return {"cost_vs_reliable": plan.cost_vs_reliable, "target_requests_per_s": target, "plan": plan.to_dict(),
-            "prices_per_device_hour": {"reliable": PRICE_RELIABLE, "transient": PRICE_TRANSIENT, "simulated": True},
+            "prices_per_device_hour": PRICES,
             "wrong": None, "failed_with_notice": None, "failed_without_notice": None, "recovery_s": None}
 
 
@@ -101,7 +102,7 @@ def _preempt_phase(app, cluster, node, keys, notice: bool, requests, expected, r
 def preemption(opt, source, requests, cluster, args, emulation: DeviceEmulation, slow_devices: int) -> dict[str, Any]:
     """The tier planner's plan, deployed and preempted under load. Rates are measured here
     (one replica per stage on a transient device); each slow node is a transient pool of
-    PREEMPT_SLOTS replicas; the target is ``--preempt-rate``. The first pool's node is
+    ``slow_devices / PREEMPT_SHARE`` replicas; the target is ``--preempt-rate``. The first pool's node is
     removed with notice (drained, then removed), its capacity comes back (a new node with the
     same pool: Serve starts the lost replicas there, the ingress routes to them again), then
     the second pool's node is removed without notice."""
@@ -142,7 +143,7 @@ def preemption(opt, source, requests, cluster, args, emulation: DeviceEmulation,
             "restored_s": out["with_notice"].get("restored_s"),
             "deployed_plan": plan.to_dict(), "deployed_cost_vs_reliable": plan.cost_vs_reliable,
             "measured_calls_per_s": rates, "visits": visits,
-            "prices_per_device_hour": {"reliable": PRICE_RELIABLE, "transient": PRICE_TRANSIENT, "simulated": True},
+            "prices_per_device_hour": PRICES,
             "slo_ms": SLO_MS, "rate_per_s": args.preempt_rate, "phases": out}
 
 
@@ -165,11 +166,7 @@ def _restore_pool(app, cluster, pool: str, keys: list[str], slow_devices: int, t
     t0 = time.perf_counter()
     cluster.add_node(num_cpus=1, resources={"dev_slow": slow_devices, pool: slow_devices})
     cluster.wait_for_nodes()
-    wanted = set()
-    for key in keys:  # "stage@device/k"
-        stage, rest = key.split("@", 1)
-        device, index = rest.split("/")
-        wanted.add(deployment_name(app.name, stage, device, int(index)))
+    wanted = {key_deployment(app.name, key) for key in keys}
     while True:
         deployments = serve.status().applications[app.name].deployments
         if all(deployments[d].replica_states.get("RUNNING", 0) >= 1 for d in wanted):

@@ -164,3 +164,9 @@ def test_weighted_router_keeps_shares_within_one_pick():
         assert abs(counts["fast"] - 0.6 * n) <= 1.0
     # excluding a target sends everything to the others
     assert {router.pick(exclude=["fast"]) for _ in range(10)} == {"slow"}
+
+
+def test_a_replica_key_names_its_deployment():
+    from serving.hetero_app import deployment_name, key_deployment
+
+    assert key_deployment("tiers", "cheap@spot_0/1") == deployment_name("tiers", "cheap", "spot_0", 1)
