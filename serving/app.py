@@ -371,22 +371,27 @@ class Ingress:
             c = matches[0]
         last = 1 if self.second is not None else 0
         step = await self._call(0, "topk_filter", frame, body.k, c, deadline=deadline)
+        certificate = None
+        if step is not None:
+            ranked = await self._call(last, "topk_rank", frame.iloc[step["kept"]].reset_index(drop=True),
+                                      step["blocks"], c, step["check"], deadline=deadline)
+            certificate = ranked["certificate"]
+            if not certificate["certified"]:
+                step = None  # the filter's answer is not certified: score every row
         if step is None:
             scores = await self._call(last, "full_scores", frame, c, deadline=deadline)
             approximate, kept, ratio = np.zeros(n, dtype=bool), np.arange(n), None
         else:
             kept = step["kept"]
-            full = await self._call(last, "topk_rank", frame.iloc[kept].reset_index(drop=True), step["blocks"], c,
-                                    deadline=deadline)
             scores = step["cheap_scores"].copy()
-            scores[kept] = full
+            scores[kept] = ranked["scores"]
             approximate = np.ones(n, dtype=bool)
             approximate[kept] = False
             ratio = step["ratio"]
         order = kept[np.lexsort((kept, -scores[kept]))][: body.k]
         return {"indices": order.tolist(), "scores": [float(s) for s in scores[order]],
                 "approximate": approximate[order].tolist(), "k": body.k, "label": plain(self.classes[c]),
-                "ratio": ratio, "model_version": self.version}
+                "ratio": ratio, "certificate": certificate, "model_version": self.version}
 
     @app.get("/report")
     async def report(self, request: Request) -> Response:

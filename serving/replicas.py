@@ -103,8 +103,8 @@ class ModelStage:
     async def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict | None:
         return await asyncio.to_thread(self.runner.topk_filter, rows, k, label_index)
 
-    async def topk_rank(self, rows: pd.DataFrame, blocks: dict, label_index: int) -> np.ndarray:
-        return await asyncio.to_thread(self.runner.topk_rank, rows, blocks, label_index)
+    async def topk_rank(self, rows: pd.DataFrame, blocks: dict, label_index: int, check: dict) -> dict:
+        return await asyncio.to_thread(self.runner.topk_rank, rows, blocks, label_index, check)
 
     async def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
         return await asyncio.to_thread(self.runner.full_scores, rows, label_index)

@@ -218,10 +218,13 @@ class StageRunner:
         if step is None:
             return None
         return {"ratio": step.ratio, "cheap_scores": step.cheap_scores, "kept": step.kept,
-                "blocks": step.kept_blocks, "label": step.label}
+                "blocks": step.kept_blocks, "label": step.label, "check": step.check}
 
-    def topk_rank(self, rows: pd.DataFrame, blocks: dict[str, Block], label_index: int) -> np.ndarray:
-        return self.opt.topk_rank_step(rows, blocks, label_index)
+    def topk_rank(self, rows: pd.DataFrame, blocks: dict[str, Block], label_index: int,
+                  check: dict[str, Any]) -> dict[str, Any]:
+        """Full scores of the kept rows and the answer's certificate (see willump._topk)."""
+        scores = self.opt.topk_rank_step(rows, blocks, label_index)
+        return {"scores": scores, "certificate": self.opt.topk_certify(label_index, check, scores).to_dict()}
 
     def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
         return self.opt.baseline.predict_proba(rows)[:, label_index]

@@ -59,6 +59,9 @@ class TopKResponse(BaseModel):
     k: int
     label: Any
     ratio: float | None
+    #: the filter's certificate (``certified``, ``precision_bound``, what it saw); None when no
+    #: filter was tried. An uncertified filter falls back to exact scoring (``ratio`` None).
+    certificate: dict[str, Any] | None = None
     model_version: str
 
 

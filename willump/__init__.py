@@ -7,7 +7,7 @@ runs code stored in the artifact).
 """
 
 from ._artifact import load
-from ._capture import FeatureGroup, Pipeline, feature, pipeline
+from ._capture import FeatureError, FeatureGroup, Pipeline, feature, pipeline
 from ._cascade import BaselinePipeline, Gear, Level, OptimizedPipeline, TopKResult
 from ._graph import Graph
 from ._metrics import Metric
@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ArtifactError",
     "BaselinePipeline",
+    "FeatureError",
     "FeatureGroup",
     "Gear",
     "Graph",

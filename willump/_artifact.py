@@ -21,10 +21,13 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import sys
 import sysconfig
 import types
+import uuid
 import warnings
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
@@ -35,8 +38,8 @@ import cloudpickle
 from .errors import ArtifactError
 
 FORMAT = "willump-artifact"
-#: 2: top-K ratio tables (willump._topk) and call-site node keys
-FORMAT_VERSION = 2
+#: 3: certified top-K (held-out scores per class), pipelines' fit-state tokens
+FORMAT_VERSION = 3
 #: libraries whose version must match between save and load: name -> leading parts compared
 VERSION_CHECKS = {
     "python": 2,
@@ -148,22 +151,63 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+@contextmanager
+def _by_value(pipeline: Any):
+    """cloudpickle stores the pipeline's user modules by value while the block runs."""
+    modules = _modules_by_value(pipeline)
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        yield modules
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def unpicklable_groups(pipeline: Any) -> list[tuple[str, str]]:
+    """(group, error) for each captured feature group an artifact could not store."""
+    found = []
+    with _by_value(pipeline):
+        for name, group in pipeline.graph_features().items():
+            try:
+                cloudpickle.dumps(group)
+            except Exception as exc:
+                found.append((name, f"{type(exc).__name__}: {exc}"))
+    return found
+
+
 def save(opt: Any, path: Any) -> Path:
-    """Write ``opt`` to directory ``path`` (created; an existing artifact is replaced)."""
+    """Write ``opt`` to directory ``path``, atomically: the artifact is written beside it and
+    renamed into place, so a failed save leaves an existing artifact as it was (and leaves
+    nothing behind for a first one)."""
     from ._cascade import OptimizedPipeline
 
     if not isinstance(opt, OptimizedPipeline):
         raise TypeError(f"save expects an OptimizedPipeline, got {type(opt).__name__}")
     root = Path(path)
-    if root.exists() and not (root / "manifest.json").exists() and any(root.iterdir()):
+    if root.exists() and (not root.is_dir() or (not (root / "manifest.json").exists() and any(root.iterdir()))):
         raise ArtifactError(f"{root} exists and is not a willump artifact; refusing to overwrite it")
-    (root / "models").mkdir(parents=True, exist_ok=True)
-    for stale in (root / "models").glob("*.pkl"):
-        stale.unlink()
-    by_value = _modules_by_value(opt.pipeline)
-    for module in by_value:
-        cloudpickle.register_pickle_by_value(module)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tag = uuid.uuid4().hex[:12]
+    staging = root.parent / f".{root.name}.saving-{tag}"
     try:
+        _write(opt, staging)
+        if root.exists():
+            retired = root.parent / f".{root.name}.replaced-{tag}"
+            os.replace(root, retired)
+            os.replace(staging, root)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(staging, root)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return root
+
+
+def _write(opt: Any, root: Path) -> None:
+    (root / "models").mkdir(parents=True)
+    with _by_value(opt.pipeline) as by_value:
         files = {"pipeline.pkl": opt.pipeline}
         for i, level in enumerate(opt.levels):
             files[f"models/level_{i}.pkl"] = level.model
@@ -174,11 +218,11 @@ def save(opt: Any, path: Any) -> Path:
         if len(opt.gears_) > 1:
             files["gears.pkl"] = opt.gears_[1:]
         for name, obj in files.items():
-            with (root / name).open("wb") as fh:
-                cloudpickle.dump(obj, fh)
-    finally:
-        for module in by_value:
-            cloudpickle.unregister_pickle_by_value(module)
+            try:
+                data = cloudpickle.dumps(obj)
+            except Exception as exc:
+                raise ArtifactError(_pickle_failure(opt.pipeline, name, exc)) from exc
+            (root / name).write_bytes(data)
     (root / "report.json").write_text(opt.report_.to_json())
     manifest = {
         "format": FORMAT,
@@ -197,7 +241,7 @@ def save(opt: Any, path: Any) -> Path:
         "topk": None if opt.topk_filter is None else {
             "groups": list(opt.topk_filter.groups),
             "precision": opt.topk_filter.precision,
-            "quantile": opt.topk_filter.quantile,
+            "confidence": opt.topk_filter.confidence,
             "file": "topk.pkl",
         },
         "seed": opt.seed,
@@ -211,7 +255,17 @@ def save(opt: Any, path: Any) -> Path:
     for name in [*files, "report.json"]:
         manifest["files"][name] = {"sha256": _sha256(root / name), "bytes": (root / name).stat().st_size}
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    return root
+
+
+def _pickle_failure(pipeline: Any, name: str, exc: Exception) -> str:
+    """Why ``name`` could not be stored, naming the feature groups at fault when there are."""
+    groups = unpicklable_groups(pipeline) if name == "pipeline.pkl" else []
+    if groups:
+        return ("cannot save the artifact: feature group(s) "
+                + "; ".join(f"'{g}' ({why})" for g, why in groups)
+                + " cannot be pickled (an open connection, a lock, a generator? create it inside "
+                "the function or in the fit hook, from picklable settings)")
+    return f"cannot save the artifact: {name} cannot be pickled ({type(exc).__name__}: {exc})"
 
 
 def _jsonable(value: Any) -> Any:

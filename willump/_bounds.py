@@ -1,34 +1,36 @@
 """Upper confidence bounds on the loss of an approximation against the full pipeline.
 
-Three bounds, chosen by the metric's kind (``bound="auto"``):
+Which bound a metric gets (``bound="auto"``), all but the last valid at any number of rows:
 
-- **exact paired** (rowwise metrics: accuracy, error rate, per-row correctness): with
-  ``w`` rows where the full pipeline is right and the approximation wrong, and ``b`` the
-  reverse, ``loss = p+ - p-`` is bounded by ``d_hi * max(2 q_hi - 1, 0)`` where ``d_hi`` is
-  the exact (Clopper-Pearson) upper limit of the disagreement rate and ``q_hi`` that of
-  the share of disagreements that are worse, each at ``alpha / 2``. Valid at any n; with
-  no disagreement at all it is ``1 - (alpha / 2) ** (1 / n)``, the certifiable floor.
-- **guarded paired bootstrap** (other metrics): the ``confidence`` quantile of the loss
-  over paired resamples, used only when at least ``min_disagreements`` rows differ
-  between the two pipelines (as the metric sees them). A bootstrap over a handful of
-  differing rows sees "no worse row" and says 0 however few rows there are, which is
-  how the old default certified losses it could not see.
-- **sensitivity** (the guard's fallback for ROC AUC and F1): a Clopper-Pearson bound on
-  the rate of differing (or worse) rows times how much such rows can change the metric
-  at most. Exact and conservative. Metrics without a known sensitivity (log loss, user
-  callables, scorers) get no bound when too few rows differ: the plan is refused.
+- **exact** for rowwise metrics (accuracy, error rate, any per-row 0/1 metric): the exact
+  unconditional test on worse and better rows (``willump._paired_exact``); both sides of the
+  paired difference count.
+- **exact** for ROC AUC: a betting bound on pair losses made independent (``willump._betting``).
+- **exact** for F1: an exact bound on the rate of worse flips times the most such a flip can
+  lower F1 (``f1_sensitivity_bound``).
+- **paired bootstrap** for everything else (log loss, balanced accuracy, scorers, callables):
+  asymptotic, used only when at least ``min_disagreements`` rows differ between the two
+  pipelines as the metric sees them; below that the plan is refused. The report says so.
+
+``bound="product"`` keeps the earlier rowwise rule (Clopper-Pearson on the disagreement rate
+times the worse share, each at ``alpha / 2``) for comparison. Every bound has a *floor*: the
+smallest loss it can certify with the rows at hand when nothing differs
+(:func:`certifiable_floor`); a ``max_loss`` below it is refused for every metric.
+
+A :class:`LossBound` decides ``within(max_loss)`` by the bound's own test (a p-value for the
+exact rowwise test, cheaper than its bisection) and computes ``upper`` only when asked.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
+from . import _betting, _paired_exact
 from ._metrics import Labels, Metric
 
 #: bootstrap resamples used to certify a plan (the guarantee)
@@ -36,25 +38,51 @@ N_BOOTSTRAP = 1000
 #: bootstrap resamples used to compare candidate plans before certification
 N_BOOTSTRAP_SELECT = 200
 #: rows that must differ between the pipelines (as the metric sees them) before a
-#: bootstrap bound is trusted; below it the sensitivity bound (or none) applies
+#: bootstrap bound is trusted; below it the plan is refused
 MIN_DISAGREEMENTS = 50
 #: largest resamples x rows float64 block materialized at once
 BOOTSTRAP_CHUNK_ELEMENTS = 1 << 22
 #: resample counts kept in memory (uint8) up to this many bytes; beyond, chunks are redrawn
 RESAMPLES_STORED_BYTES = 1 << 28
 #: bound methods a caller may ask for
-BOUNDS = ("auto", "exact", "bootstrap")
+BOUNDS = ("auto", "exact", "product", "bootstrap")
 
 
-@dataclass
 class LossBound:
-    """Loss of an approximation against the full pipeline, its upper bound, and which
-    bound produced it and why."""
+    """Loss of an approximation against the full pipeline, its upper confidence bound, and
+    which bound produced it and why.
 
-    point: float
-    upper: float
-    method: str
-    detail: str = ""
+    ``upper`` may be computed lazily (``compute``); ``within(max_loss)`` uses ``test`` when
+    given (a level-alpha test of ``loss >= max_loss``), else compares ``upper``."""
+
+    def __init__(self, point: float, upper: float | None, method: str, detail: str = "", *,
+                 compute: Callable[[], float] | None = None,
+                 test: Callable[[float], bool] | None = None):
+        if upper is None and compute is None:
+            raise ValueError("a LossBound needs an upper value or a way to compute it")
+        self.point = point
+        self._upper = upper
+        self._compute = compute
+        self._test = test
+        self.method = method
+        self.detail = detail
+
+    @property
+    def upper(self) -> float:
+        if self._upper is None:
+            assert self._compute is not None
+            self._upper = float(self._compute())
+        return self._upper
+
+    def within(self, max_loss: float) -> bool:
+        """True when the bound certifies ``loss <= max_loss``."""
+        if self._upper is not None or self._test is None:
+            return self.upper <= max_loss
+        return bool(self._test(max_loss))
+
+    def __repr__(self) -> str:
+        shown = "lazy" if self._upper is None else f"{self._upper:.5f}"
+        return f"LossBound(point={self.point:+.5f}, upper={shown}, method={self.method!r})"
 
 
 # --- resamples ----------------------------------------------------------------------------
@@ -91,7 +119,7 @@ class Resamples:
             yield block.astype(np.float64)
 
 
-# --- exact bounds -------------------------------------------------------------------------
+# --- rowwise bounds -----------------------------------------------------------------------
 def cp_upper(k: int, n: int, alpha: float) -> float:
     """Exact one-sided (Clopper-Pearson) upper limit of a binomial rate at level alpha."""
     if n <= 0 or k >= n:
@@ -106,9 +134,11 @@ def cp_lower(k: int, n: int, alpha: float) -> float:
     return float(stats.beta.ppf(alpha, k, n - k + 1))
 
 
-def exact_paired_upper(worse: Any, better: Any, n: int, confidence: float) -> Any:
-    """``d_hi * max(2 q_hi - 1, 0)``: exact, conservative bound on p+ - p- (elementwise over
-    arrays of counts)."""
+def product_paired_upper(worse: Any, better: Any, n: int, confidence: float) -> Any:
+    """The earlier rowwise rule, ``d_hi * max(2 q_hi - 1, 0)`` (elementwise over arrays of
+    counts): Clopper-Pearson limits of the disagreement rate and of the worse share among
+    disagreements, each at ``alpha / 2``. Valid at any n, but it multiplies two worst cases;
+    kept so ``bound="product"`` and the benchmarks can compare."""
     alpha = (1.0 - confidence) / 2.0
     worse, better = np.asarray(worse, dtype=np.int64), np.asarray(better, dtype=np.int64)
     disagree = worse + better
@@ -121,124 +151,186 @@ def exact_paired_upper(worse: Any, better: Any, n: int, confidence: float) -> An
     return float(out) if out.ndim == 0 else out
 
 
-def certifiable_floor(n: int, confidence: float) -> float:
-    """Smallest loss the exact paired bound can certify with n rows (no disagreement at all)."""
-    return exact_paired_upper(0, 0, n, confidence)
+def rowwise_floor(n: int, confidence: float, rule: str = "exact") -> float:
+    """Smallest loss a rowwise bound certifies with n rows (no disagreement at all)."""
+    if rule == "product":
+        return product_paired_upper(0, 0, n, confidence)
+    return _paired_exact.floor(n, confidence)
 
 
-def rows_needed(max_loss: float, confidence: float) -> int:
-    """Certification rows the exact paired bound needs to certify ``max_loss`` at best."""
+def rowwise_rows_needed(max_loss: float, confidence: float, rule: str = "exact") -> int:
+    """Certification rows a rowwise bound needs to certify ``max_loss`` at best."""
     if max_loss <= 0:
         return math.inf  # type: ignore[return-value]
-    alpha = (1.0 - confidence) / 2.0
-    return math.ceil(math.log(alpha) / math.log1p(-max_loss))
+    if rule == "product":
+        return math.ceil(math.log((1.0 - confidence) / 2.0) / math.log1p(-max_loss))
+    return _paired_exact.rows_needed(max_loss, confidence)
 
 
 def rowwise_bound(worse_max: int, better_min: int, ambiguous: int, n: int, point: float,
-                  confidence: float) -> LossBound:
-    """Exact paired bound for a rowwise metric. ``worse_max`` / ``better_min`` count rows
-    worse / better under the least favourable routing of the ``ambiguous`` rows (rows a
-    served runtime may route either way); the bound is the largest over the outcomes
-    those rows allow, so it holds for whichever routing serves."""
-    upper = float(np.max(exact_paired_upper(worse_max, better_min + np.arange(ambiguous + 1), n, confidence)))
+                  confidence: float, rule: str = "exact", projected_from: int | None = None) -> LossBound:
+    """Rowwise bound from counts. ``worse_max`` / ``better_min`` count rows worse / better
+    under the least favourable routing of the ``ambiguous`` rows (rows a served runtime may
+    route either way): the exact test's p-value grows with worse rows and shrinks with better
+    ones, so those counts are its worst case over every routing; the product rule takes the
+    largest bound over the outcomes the ambiguous rows allow. ``projected_from``: the counts
+    were scaled from that many selection rows to n (a prediction, not a certificate)."""
     detail = f"{worse_max} worse, {better_min} better of {n} rows"
+    if projected_from is not None:
+        detail += f" (projected from {projected_from} selection rows)"
     if ambiguous:
         detail += f" ({ambiguous} within the routing tolerance counted at their worst)"
-    return LossBound(point, upper, "exact paired (Clopper-Pearson)", detail)
+    if rule == "product":
+        upper = float(np.max(product_paired_upper(worse_max, better_min + np.arange(ambiguous + 1), n,
+                                                  confidence)))
+        return LossBound(point, upper, "product paired (Clopper-Pearson x2)", detail)
+    w, b, rows = int(worse_max), int(better_min), int(n)
+    return LossBound(point, None, "exact paired (unconditional)", detail,
+                     compute=lambda: _paired_exact.upper(w, b, rows, float(confidence)),
+                     test=lambda m: _paired_exact.rejects(w, b, rows, m, confidence))
 
 
-# --- sensitivity bounds (the bootstrap guard's exact fallback) -----------------------------
-def auc_sensitivity_bound(changed: int, labels: Labels, n_classes: int, confidence: float) -> float:
-    """|AUC(full) - AUC(approx)| <= d / min class share, where d is the share of rows whose
-    score changed: a changed positive moves at most 1/P of the pairs, a negative 1/N.
-    d's upper limit at alpha/2; the two lower limits of each class (its share and the rest's)
-    at alpha/(4 * classes) each, so the whole spends alpha = 1 - confidence."""
-    alpha = (1.0 - confidence) / 2.0
-    n = len(labels)
-    d_hi = cp_upper(changed, n, alpha)
-    targets = [1] if n_classes == 2 else list(range(n_classes))
-    shares = []
-    for c in targets:
-        k = int(np.sum(labels.index == c))
-        a = alpha / (2 * len(targets))
-        shares.append(min(cp_lower(k, n, a), cp_lower(n - k, n, a)))
-    share = min(shares)
-    return math.inf if share <= 0 else min(1.0, d_hi / share)
-
-
-def f1_sensitivity_bound(worse_by_class: list[int], full_pred: np.ndarray, labels: Labels,
-                         n_classes: int, confidence: float) -> float:
-    """F1 lost <= 2u / (S - u) per class, u the share of worse flips (a true positive lost
-    or a false positive gained) and S = predicted-positive share + positive share of the
-    full pipeline; better flips only raise F1. u at alpha/2, each part of S at alpha/4
-    (split over classes for macro F1)."""
-    alpha = (1.0 - confidence) / 2.0
-    n = len(labels)
-    targets = [1] if n_classes == 2 else list(range(n_classes))
-    a = alpha / len(targets)
-    total = 0.0
-    for c, worse in zip(targets, worse_by_class, strict=True):
-        u = cp_upper(worse, n, a)
-        s = cp_lower(int(np.sum(full_pred == c)), n, a / 2) + cp_lower(int(np.sum(labels.index == c)), n, a / 2)
-        if s - u <= 0:
-            return math.inf
-        total += 2 * u / (s - u)
-    return min(1.0, total / len(targets))
-
-
-def f1_worse_flips(full_pred: np.ndarray, approx_pred: np.ndarray, labels: Labels,
-                   n_classes: int) -> list[int]:
-    """Per F1 class: rows where the approximation loses a true positive or adds a false one."""
-    targets = [1] if n_classes == 2 else list(range(n_classes))
+# --- F1 -----------------------------------------------------------------------------------
+def f1_flip_counts(full_pred: np.ndarray, approx_pred: np.ndarray, labels: Labels,
+                   targets: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """Per F1 class: worse flips (a true positive lost or a false positive gained), rows the
+    full pipeline predicts as the class, and rows labelled the class."""
     y = labels.index
-    out = []
+    worse, predicted, positives = [], [], []
     for c in targets:
         lost_tp = (full_pred == c) & (approx_pred != c) & (y == c)
         new_fp = (full_pred != c) & (approx_pred == c) & (y != c)
-        out.append(int(np.sum(lost_tp | new_fp)))
-    return out
+        worse.append(int(np.sum(lost_tp | new_fp)))
+        predicted.append(int(np.sum(full_pred == c)))
+        positives.append(int(np.sum(y == c)))
+    return worse, predicted, positives
 
 
-def disagreements(metric: Metric, full: np.ndarray, approx: np.ndarray) -> int:
-    """Rows whose input to the metric differs: predicted labels for label metrics,
-    probabilities otherwise."""
+def f1_sensitivity_bound(worse: list[int], predicted: list[int], positives: list[int], n: int,
+                         confidence: float) -> float:
+    """F1 lost <= 2u / (S - u) per class, u the share of worse flips and S = predicted-positive
+    share + positive share of the full pipeline; better flips only raise F1. u at alpha/2, each
+    part of S at alpha/4 (split over classes for macro F1). Exact at any n."""
+    alpha = (1.0 - confidence) / 2.0
+    a = alpha / len(worse)
+    total = 0.0
+    for w, p, k in zip(worse, predicted, positives, strict=True):
+        u = cp_upper(w, n, a)
+        s = cp_lower(p, n, a / 2) + cp_lower(k, n, a / 2)
+        if s - u <= 0:
+            return math.inf
+        total += 2 * u / (s - u)
+    return min(1.0, total / len(worse))
+
+
+# --- exact bounds for score metrics ----------------------------------------------------------
+def has_exact_bound(metric: Metric) -> bool:
+    return metric.kind == "rowwise" or metric.builtin in ("roc_auc", "f1")
+
+
+def exact_score_bound(metric: Metric, labels: Labels, full: np.ndarray, approx: np.ndarray,
+                      confidence: float, seed: int = 0, project_to: int | None = None) -> LossBound:
+    """The exact bound of ROC AUC or F1. ``project_to``: the bound these rows predict for a
+    certification split of that many rows (counts scaled, or pair losses resampled)."""
+    point = metric.utility(labels, full) - metric.utility(labels, approx)
+    n = len(labels)
+    if metric.builtin == "roc_auc":
+        targets = [1] if full.shape[1] == 2 else list(range(full.shape[1]))
+        level = 1.0 - (1.0 - confidence) / len(targets)
+        values, seen = [], 0
+        for index, c in enumerate(targets):
+            h = _betting.pair_means(labels.index == c, full[:, c], approx[:, c], seed + index)
+            seen += int(np.count_nonzero(h))
+            if project_to is not None and len(h):
+                share = min(np.mean(labels.index == c), 1 - np.mean(labels.index == c))
+                size = max(1, round(project_to * share))
+                h = h[np.random.default_rng(seed + 31 * index).integers(0, len(h), size)]
+            values.append(_betting.betting_upper(h, level, seed + 7919 * (index + 1)) if len(h) else 1.0)
+        detail = f"{seen} minority rows with a pair ordered differently"
+        if project_to is not None:
+            detail += f" (projected from {n} selection rows to {project_to})"
+        return LossBound(point, float(min(1.0, np.mean(values))), "exact pairs (betting)", detail)
+    assert metric.builtin == "f1"
+    targets = metric.f1_targets(labels.classes)
+    worse, predicted, positives = f1_flip_counts(full.argmax(axis=1), approx.argmax(axis=1), labels, targets)
+    rows, detail = n, f"{sum(worse)} worse flips of {n} rows"
+    if project_to is not None and n:
+        scale = project_to / n
+        worse = [round(w * scale) for w in worse]
+        predicted = [round(p * scale) for p in predicted]
+        positives = [round(k * scale) for k in positives]
+        rows, detail = project_to, detail + f" (projected to {project_to} rows)"
+    upper = f1_sensitivity_bound(worse, predicted, positives, rows, confidence)
+    return LossBound(point, upper, "Clopper-Pearson x sensitivity", detail)
+
+
+# --- floors ------------------------------------------------------------------------------------
+def certifiable_floor(metric: Metric, method: str, labels: Labels, full: np.ndarray,
+                      confidence: float) -> float:
+    """Smallest loss the metric's bound can certify on these certification rows: the bound when
+    the approximation agrees with the full pipeline everywhere. ROC AUC's is the rowwise floor
+    of its minority class; a bootstrap metric's is the rowwise floor (no honest bound on n rows
+    certifies less than an exact one on a 0/1 outcome)."""
+    n = len(labels)
+    if method == "product":
+        return rowwise_floor(n, confidence, "product")
+    if method == "exact" and metric.builtin == "roc_auc":
+        return _betting.auc_floor(labels, full.shape[1], confidence)
+    if method == "exact" and metric.builtin == "f1" and metric.kind != "rowwise":
+        targets = metric.f1_targets(labels.classes)
+        _, predicted, positives = f1_flip_counts(full.argmax(axis=1), full.argmax(axis=1), labels, targets)
+        return f1_sensitivity_bound([0] * len(targets), predicted, positives, n, confidence)
+    return rowwise_floor(n, confidence)
+
+
+def rows_needed(metric: Metric, method: str, labels: Labels, max_loss: float, confidence: float) -> int:
+    """Certification rows the metric's bound needs for ``max_loss`` at best (ROC AUC: scaled by
+    the minority share of these labels; F1: by the certification rows' own shares)."""
+    base = rowwise_rows_needed(max_loss, confidence, "product" if method == "product" else "exact")
+    n = len(labels)
+    if method == "exact" and metric.builtin == "roc_auc" and n:
+        classes = np.unique(labels.index[labels.index >= 0])
+        shares = [min(np.mean(labels.index == c), 1 - np.mean(labels.index == c)) for c in classes]
+        share = min(shares) if shares else 0.0
+        return math.inf if share <= 0 else math.ceil(base / share)  # type: ignore[return-value]
+    return base
+
+
+# --- the guarded bootstrap ----------------------------------------------------------------------
+def disagreements(metric: Metric, full: np.ndarray, approx: np.ndarray, labels: Labels | None = None,
+                  seed: int = 0) -> int:
+    """Rows whose part in the metric changes: predicted labels for label metrics; for ROC AUC
+    minority rows with a pair ordered differently (not rows whose score moved, which is every
+    row a cascade answers early); probabilities otherwise."""
     if metric.sees_labels_only:
         return int(np.sum(full.argmax(axis=1) != approx.argmax(axis=1)))
+    if metric.builtin == "roc_auc" and labels is not None:
+        targets = [1] if full.shape[1] == 2 else list(range(full.shape[1]))
+        return sum(int(np.count_nonzero(_betting.pair_means(labels.index == c, full[:, c], approx[:, c],
+                                                            seed + i)))
+                   for i, c in enumerate(targets))
     return int(np.sum(np.any(full != approx, axis=1)))
 
 
-def sensitivity_bound(metric: Metric, labels: Labels, full: np.ndarray, approx: np.ndarray,
-                      changed: int, confidence: float) -> float | None:
-    """The exact fallback for a score metric, or None when the metric has none."""
-    if metric.builtin == "roc_auc":
-        return auc_sensitivity_bound(changed, labels, full.shape[1], confidence)
-    if metric.builtin == "f1":
-        full_pred, approx_pred = full.argmax(axis=1), approx.argmax(axis=1)
-        worse = f1_worse_flips(full_pred, approx_pred, labels, full.shape[1])
-        return f1_sensitivity_bound(worse, full_pred, labels, full.shape[1], confidence)
-    return None
-
-
-# --- the guarded bootstrap ------------------------------------------------------------------
 def guarded_bootstrap_bound(metric: Metric, labels: Labels, full: np.ndarray, approx: np.ndarray,
                             resamples: Resamples, confidence: float, min_disagreements: int,
                             full_utilities: np.ndarray | None = None) -> LossBound:
-    """Paired bootstrap when at least ``min_disagreements`` rows differ; otherwise the
-    metric's exact sensitivity bound, or an infinite bound (refused) when it has none."""
+    """Paired bootstrap when at least ``min_disagreements`` rows differ; otherwise the metric's
+    exact bound (ROC AUC, F1, rowwise), or an infinite bound (refused) when it has none."""
     point = metric.utility(labels, full) - metric.utility(labels, approx)
-    changed = disagreements(metric, full, approx)
+    changed = disagreements(metric, full, approx, labels)
     if changed >= min_disagreements:
         if full_utilities is None:
             full_utilities = metric.utilities(labels, full, resamples.chunks())
         losses = full_utilities - metric.utilities(labels, approx, resamples.chunks())
         upper = float(np.quantile(losses, confidence))
         return LossBound(point, upper, "paired bootstrap",
-                         f"{changed} rows differ >= {min_disagreements}; {resamples.count} resamples")
-    exact = sensitivity_bound(metric, labels, full, approx, changed, confidence)
-    if exact is None:
-        return LossBound(point, math.inf, "refused",
-                         f"only {changed} rows differ < {min_disagreements}: too few for a "
-                         f"bootstrap, and {metric.name} has no exact bound")
-    return LossBound(point, exact, "Clopper-Pearson x sensitivity",
-                     f"only {changed} rows differ < {min_disagreements}: exact bound on their "
-                     "rate times the most they can change the metric")
+                         f"{changed} rows differ >= {min_disagreements}; {resamples.count} resamples "
+                         "(asymptotic, not exact)")
+    if metric.builtin in ("roc_auc", "f1"):
+        exact = exact_score_bound(metric, labels, full, approx, confidence)
+        exact.detail = f"only {changed} rows differ < {min_disagreements}: " + exact.detail
+        return exact
+    return LossBound(point, math.inf, "refused",
+                     f"only {changed} rows differ < {min_disagreements}: too few for a "
+                     f"bootstrap, and {metric.name} has no exact bound")

@@ -29,7 +29,7 @@ from ._blocks import Block, to_block
 from ._concurrent import Pending, pool, resolved
 from ._rowcache import RowCache, row_keys
 from ._rows import n_rows, take
-from .errors import PipelineError
+from .errors import PipelineError, WillumpError
 
 if TYPE_CHECKING:
     from ._graph import Graph
@@ -78,6 +78,65 @@ class SkippedUseError(PipelineError):
             "willump could not see that dependency"
         )
         self.node = node
+
+
+class FeatureError(PipelineError):
+    """A feature group's own code raised: names the group; the original is the ``__cause__``."""
+
+    def __init__(self, group: str, error: BaseException):
+        super().__init__(f"feature group '{group}' raised {type(error).__name__}: {error}")
+        self.group = group
+        self.error = error
+
+
+class _FunctionRef:
+    """A module-level function pickled by name when the module's attribute of that name is
+    willump's wrapper of it (``@willump.feature`` / ``@willump.pipeline`` shadow the function,
+    so pickle's own lookup by name finds the wrapper and refuses)."""
+
+    def __init__(self, module: str, qualname: str):
+        self.module, self.qualname = module, qualname
+
+    def resolve(self) -> Any:
+        import importlib
+
+        obj: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            obj = getattr(obj, part)
+        return getattr(obj, "fn", obj)
+
+
+def _pickle_function(fn: Any) -> Any:
+    """``fn``, or a by-name stand-in when pickle could not look it up by name itself (see
+    _FunctionRef). Modules cloudpickle stores by value (artifacts) and ``__main__`` keep ``fn``."""
+    import cloudpickle
+
+    module_name = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", "")
+    if not module_name or module_name == "__main__" or "<locals>" in qualname \
+            or module_name in cloudpickle.list_registry_pickle_by_value():
+        return fn
+    obj: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if obj is not fn and getattr(obj, "fn", None) is fn:
+        return _FunctionRef(module_name, qualname)
+    return fn
+
+
+def _unpickle_function(value: Any) -> Any:
+    return value.resolve() if isinstance(value, _FunctionRef) else value
+
+
+class _FitState:
+    """Version of the feature state a fit hook fitted. Copies of a pipeline share it: the hook
+    fits state outside the pipeline object (globals, closures), so a refit through one copy
+    changes what every copy computes."""
+
+    __slots__ = ("version",)
+
+    def __init__(self) -> None:
+        self.version = 0
 
 
 @dataclass
@@ -153,6 +212,19 @@ class FeatureGroup:
         if self.cache is not None:
             _CACHED_GROUPS.add(self)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["fn"] = _pickle_function(self.fn)
+        state.pop("__wrapped__", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["fn"] = _unpickle_function(state["fn"])
+        state["__wrapped__"] = state["fn"]
+        self.__dict__.update(state)
+        if self.cache is not None:
+            _CACHED_GROUPS.add(self)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         run = _ACTIVE_RUN.get()
         if run is None:
@@ -212,6 +284,10 @@ class FeatureGroup:
         start = time.perf_counter()
         try:
             out = self._call(run, key, args, kwargs)
+        except WillumpError:
+            raise
+        except Exception as exc:
+            raise FeatureError(key, exc) from exc
         finally:
             elapsed = time.perf_counter() - start
             run.stack.pop()
@@ -375,14 +451,31 @@ class Pipeline:
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "pipeline")
         self.fit_fn = fit
-        #: bumped when feature state is refitted or the graph recaptured: an optimized pipeline
-        #: built on one version refuses to serve another (its certificate was for that one)
-        self.state_version = 0
+        self._fit_state = _FitState()
+        self._graph_version = 0
         self.graph_: Graph | None = None
         self.code_modules: set[str] = set()  # modules defining its feature code (for artifacts)
 
     def __call__(self, rows: Any) -> list[Any]:
         return self.execute(rows).outputs
+
+    @property
+    def state_version(self) -> tuple[int, int]:
+        """Changes when feature state is refitted (through this pipeline or a copy sharing its
+        fit hook) or the graph recaptured differently: an optimized pipeline built on one version
+        refuses to serve another (its certificate was for that one)."""
+        return (self._fit_state.version, self._graph_version)
+
+    def detached(self) -> Pipeline:
+        """A copy that ``willump.optimize`` fits and captures, so the caller's object is left as
+        it was. Feature state fitted by a hook lives outside the object and stays shared (so is
+        its version: a refit through either copy is seen by both)."""
+        other = object.__new__(type(self))  # not copy.copy: pickling state drops the fit hook
+        other.__dict__.update(self.__dict__)
+        other.code_modules = set(self.code_modules)
+        if hasattr(self, "features_"):
+            other.features_ = dict(self.features_)
+        return other
 
     def fit(self, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         """Register the pipeline's fit hook (a decorator)::
@@ -413,7 +506,7 @@ class Pipeline:
         cleared: rows computed from the old state must not be served."""
         clear_row_caches()
         if self.fit_fn is not None:
-            self.state_version = getattr(self, "state_version", 0) + 1
+            self._fit_state.version += 1
             self.fit_fn(X, y)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -421,7 +514,14 @@ class Pipeline:
         # it: the hook may close over training data (labels, outcomes) that must not ship
         state = self.__dict__.copy()
         state["fit_fn"] = None
+        state["fn"] = _pickle_function(self.fn)
+        state.pop("__wrapped__", None)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["fn"] = _unpickle_function(state["fn"])
+        state["__wrapped__"] = state["fn"]
+        self.__dict__.update(state)
 
     def execute(self, rows: Any, needed: Iterable[str] | None = None, *, workers: int = 1,
                 cache: bool = False) -> RunResult:
@@ -469,7 +569,7 @@ class Pipeline:
         previous = self.graph_
         self.graph_ = capture_graph(self, sample)
         if previous is not None and _shape(previous) != _shape(self.graph_):
-            self.state_version = getattr(self, "state_version", 0) + 1  # nodes mean other things now
+            self._graph_version += 1  # nodes mean other things now
         return self.graph_
 
     def graph_features(self) -> dict[str, FeatureGroup]:

@@ -13,7 +13,7 @@ from ._capture import Pipeline
 from ._models import predict_proba
 from ._routing import is_confident
 from ._rows import n_rows, take
-from ._topk import TopKFilter
+from ._topk import Certificate, TopKFilter
 from .errors import PipelineError
 
 
@@ -66,6 +66,13 @@ class TopKResult:
     k: int
     label: Any
     ratio: float | None = None  # filter ratio used; None when scored exactly
+    #: the filter's certificate (certified precision and what it saw); None: no filter was tried
+    certificate: Certificate | None = None
+
+    @property
+    def exact(self) -> bool:
+        """True when every row was scored by the full model (no filter, or its certificate failed)."""
+        return not bool(self.approximate.any())
 
     @property
     def top_scores(self) -> np.ndarray:
@@ -80,6 +87,7 @@ class TopKResult:
             "label": _plain(self.label),
             "ratio": self.ratio,
             "rows_fully_scored": int((~self.approximate).sum()),
+            "certificate": None if self.certificate is None else self.certificate.to_dict(),
         }
 
 
@@ -177,7 +185,8 @@ class BaselinePipeline(_Scoring):
 
 @dataclass
 class TopKFilterStep:
-    """What the cheap half of a top-K query hands to the full model."""
+    """What the cheap half of a top-K query hands to the full model, and what its certificate
+    needs to know about the pool (the cheap cut, rows below it, rows tied at it left out)."""
 
     k: int
     label: Any
@@ -185,14 +194,22 @@ class TopKFilterStep:
     cheap_scores: np.ndarray  # every row
     kept: np.ndarray  # positions the full model must score
     kept_blocks: dict[str, Block]  # the filter's blocks for the kept rows
+    cutoff: float = 0.0
+    pool_below: int = 0
+    ties: int = 0
 
-    def result(self, full_scores: np.ndarray) -> TopKResult:
+    @property
+    def check(self) -> dict[str, Any]:
+        """The pool facts the certificate needs (plain values: they cross process boundaries)."""
+        return {"k": self.k, "cutoff": self.cutoff, "pool_below": self.pool_below, "ties": self.ties}
+
+    def result(self, full_scores: np.ndarray, certificate: Certificate | None = None) -> TopKResult:
         scores = self.cheap_scores.copy()
         scores[self.kept] = full_scores
         approximate = np.ones(len(scores), dtype=bool)
         approximate[self.kept] = False
         order = _ranked(scores, self.kept)
-        return TopKResult(order[: self.k], scores, approximate, self.k, self.label, self.ratio)
+        return TopKResult(order[: self.k], scores, approximate, self.k, self.label, self.ratio, certificate)
 
 
 class OptimizedPipeline(_Scoring):
@@ -290,11 +307,11 @@ class OptimizedPipeline(_Scoring):
         """The k rows with the highest probability of ``label`` (default: the last class,
         the positive one for binary problems), best first.
 
-        The cheap filter keeps the ceil(r*k) best rows by its own score and the full
-        model ranks them; r comes from a table estimated on held-out rows at optimize time
-        (see ``willump._topk``) so that precision@k reaches the target in the configured
-        share of pools. When no r qualifies (e.g. a pool whose top k is a tail thinner than
-        the held-out rows can show), every row is scored exactly.
+        The cheap filter keeps the ceil(r*k) best rows by its own score and the full model
+        ranks them; then a certificate (see ``willump._topk``) tests, on calibration rows,
+        whether the answer holds precision@k >= ``topk_precision`` at ``confidence``. A
+        certified answer carries its certificate; otherwise, or where no ratio is planned (a
+        pool much larger than the calibration rows), every row is scored exactly.
         """
         n = self._check_rows(rows)
         k = self._check_k(k, n)
@@ -303,7 +320,18 @@ class OptimizedPipeline(_Scoring):
         if step is None:
             return self.baseline.top_k(rows, k, label=self.classes_[c])
         full = self.topk_rank_step(take(rows, step.kept), step.kept_blocks, c)
-        return step.result(full)
+        certificate = self.topk_certify(c, step.check, full)
+        if certificate.certified:
+            return step.result(full, certificate)
+        exact = self.baseline.top_k(rows, k, label=self.classes_[c])
+        exact.certificate = certificate
+        return exact
+
+    def topk_certify(self, label_index: int, check: dict[str, Any], full_kept: np.ndarray) -> Certificate:
+        """The certificate of a filtered answer (``check``: the filter step's pool facts)."""
+        assert self.topk_filter is not None
+        return self.topk_filter.certify(label_index, int(check["k"]), int(check["pool_below"]),
+                                        int(check["ties"]), float(check["cutoff"]), full_kept)
 
     def topk_filter_step(self, rows: Any, k: int, label_index: int) -> TopKFilterStep | None:
         """First half of top-K: cheap scores for every row and the rows kept (None: exact)."""
@@ -314,9 +342,13 @@ class OptimizedPipeline(_Scoring):
             return None
         cheap_blocks, _ = self.pipeline.compute(rows, f.groups, workers=self.workers, cache=self.use_cache)
         cheap = predict_proba(f.model, hstack([cheap_blocks[g] for g in f.groups]))[:, label_index]
-        kept = np.sort(_ranked(cheap, np.arange(n))[: math.ceil(ratio * k)])
+        m = math.ceil(ratio * k)
+        kept = np.sort(_ranked(cheap, np.arange(n))[:m])
+        cutoff = float(cheap[kept].min())
+        below = int(np.sum(cheap < cutoff))
         blocks = {g: take_rows(b, kept) for g, b in cheap_blocks.items()}
-        return TopKFilterStep(k, self.classes_[label_index], ratio, cheap, kept, blocks)
+        return TopKFilterStep(k, self.classes_[label_index], ratio, cheap, kept, blocks, cutoff, below,
+                              n - m - below)
 
     def topk_rank_step(self, kept_rows: Any, kept_blocks: dict[str, Block], label_index: int) -> np.ndarray:
         """Second half of top-K: the full model's scores for the kept rows."""

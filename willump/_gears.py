@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from ._planner import Evaluator, Sweep, certification_grid, thin
 
 #: a gear that is not the last stops its part of the sequence at the most aggressive threshold
-#: whose selection-split bound is within this share of its max_loss: a failure there would end
-#: the sequence for every looser gear, so it stops short of the edge selection found
-GEAR_MARGIN = 0.8
+#: whose selection-split bound (projected to the certification rows) is within this share of its
+#: max_loss: a failure there would end the sequence for every looser gear, so it stops well short
+#: of the edge selection found (0.8 let a projected-edge failure end a ladder in the tests)
+GEAR_MARGIN = 0.6
 
 
 @dataclass
@@ -50,14 +51,14 @@ def certify_ladder(selector: Evaluator, certifier: Evaluator, gears: Sequence[tu
         last = index == len(results) - 1
         if not last:
             safe = [i for i, t in enumerate(sequence)
-                    if selector.evaluate(chain, probas_select, t).bound.upper <= GEAR_MARGIN * gear.max_loss]
+                    if selector.evaluate(chain, probas_select, t).bound.within(GEAR_MARGIN * gear.max_loss)]
             sequence = sequence[: (safe[-1] if safe else 0) + 1]
         if certifier.costly:
             sequence = thin(sequence, gear.chosen.threshold)
         for threshold in sequence:
             sweep = certifier.evaluate(chain, probas_cert, threshold)
             gear.tested.append(sweep)
-            if sweep.bound.upper > gear.max_loss:
+            if not sweep.bound.within(gear.max_loss):
                 return results  # the first failure ends the whole sequence
             gear.accepted = sweep
         if gear.accepted is None:

@@ -74,6 +74,8 @@ class Metric:
     response: str = "label"
     greater_is_better: bool = True
     builtin: str | None = field(default=None, repr=False)
+    #: the positive class of binary F1 (default: the second class of ``classes_``)
+    pos_label: Any = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -82,6 +84,30 @@ class Metric:
             raise ValueError(f"metric response must be one of {RESPONSES}, got {self.response!r}")
         if self.builtin is None and not callable(self.fn):
             raise TypeError(f"metric {self.name!r} needs a callable fn")
+        if self.pos_label is not None and self.builtin != "f1":
+            raise ValueError(f"pos_label applies to the built-in f1 only, not to {self.name!r}")
+
+    @classmethod
+    def f1(cls, pos_label: Any = None) -> Metric:
+        """Binary F1 of ``pos_label`` (default: the second class), macro F1 for more classes."""
+        return dataclasses.replace(BUILTIN_METRICS["f1"], pos_label=pos_label,
+                                   name="f1" if pos_label is None else f"f1[{pos_label!r}]")
+
+    def f1_targets(self, classes: np.ndarray) -> list[int]:
+        """Class indices F1 averages over: the positive class of a binary problem, all of them
+        (macro) otherwise."""
+        classes = np.asarray(classes)
+        if len(classes) != 2:
+            if self.pos_label is not None:
+                raise ValueError(f"pos_label={self.pos_label!r} is for binary F1; these labels have "
+                                 f"{len(classes)} classes (macro F1 uses them all)")
+            return list(range(len(classes)))
+        if self.pos_label is None:
+            return [1]
+        matches = np.flatnonzero(classes == self.pos_label)
+        if matches.size == 0:
+            raise ValueError(f"pos_label={self.pos_label!r} is not a class; classes: {classes.tolist()}")
+        return [int(matches[0])]
 
     @property
     def sign(self) -> float:
@@ -134,7 +160,7 @@ class Metric:
         if self.kind == "rowwise":
             return weights @ self.row_values(labels, proba) / weights.sum(axis=1)
         if self.builtin == "f1":
-            return _weighted_f1(y, proba.argmax(axis=1), proba.shape[1], weights)
+            return _weighted_f1(y, proba.argmax(axis=1), self.f1_targets(labels.classes), weights)
         if self.builtin == "roc_auc":
             return _weighted_auc(y, proba, weights)
         if self.builtin in ("log_loss", "neg_log_loss"):
@@ -164,9 +190,8 @@ class Metric:
         return proba
 
 
-def _weighted_f1(y: np.ndarray, pred: np.ndarray, n_classes: int, weights: np.ndarray) -> np.ndarray:
-    """Binary F1 of class index 1, or macro F1 over classes (as scikit-learn, 0/0 -> 0)."""
-    targets = [1] if n_classes == 2 else range(n_classes)
+def _weighted_f1(y: np.ndarray, pred: np.ndarray, targets: list[int], weights: np.ndarray) -> np.ndarray:
+    """Binary F1 of one class index, or macro F1 over classes (as scikit-learn, 0/0 -> 0)."""
     scores = []
     for c in targets:
         tp = weights @ ((pred == c) & (y == c)).astype(np.float64)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from ._artifact import unpicklable_groups
 from ._blocks import hstack
 from ._bounds import (
     BOUNDS,
@@ -22,6 +23,7 @@ from ._bounds import (
     N_BOOTSTRAP_SELECT,
     Resamples,
     certifiable_floor,
+    has_exact_bound,
     rows_needed,
 )
 from ._capture import Pipeline
@@ -53,7 +55,7 @@ from ._profile import (
 )
 from ._rows import n_rows, take
 from ._speed import choose_serving, measure_speedup
-from ._split import SPLITS, make_splits
+from ._split import SPLITS, auto_shares, make_splits
 from ._summarize import Decision, build_report, plan_reason
 from ._topk import plan_topk
 from .errors import WillumpWarning
@@ -87,9 +89,9 @@ def optimize(
     small_model: Any = None,
     top_k: int | None = 100,
     topk_precision: float = 0.95,
-    topk_quantile: float = 0.99,
-    holdout: float = 0.4,
-    certify_share: float = 0.6,
+    topk_confidence: float | None = None,
+    holdout: float | str = "auto",
+    certify_share: float | str = "auto",
     max_candidates: int = 6,
     max_levels: int = 3,
     n_bootstrap: int = N_BOOTSTRAP,
@@ -111,7 +113,10 @@ def optimize(
     feature state through the pipeline's fit hook, the full model and the small models),
     *selection* (profiling, importance, choosing the plan) and *certification* (only the
     final bound). ``holdout`` is the share held out of training, ``certify_share`` the part
-    of it that certifies. ``cert=(X_cert, y_cert)`` supplies the certification rows instead.
+    of it that certifies; "auto" (default) gives certification more rows at a few thousand
+    labelled rows, where its floor decides (``willump._split.auto_shares``: 35% certify at 2,000
+    rows or fewer, 24% at 20,000 or more). ``cert=(X_cert, y_cert)`` supplies the certification
+    rows instead. The caller's pipeline object is not changed: optimize fits and captures a copy.
     Certification rows must be rows that nothing fitted has seen: feature state fitted
     outside willump on all rows (a vocabulary, a table of label statistics) voids the bound;
     fit it in the pipeline's fit hook (``@my_pipeline.fit``) so willump fits it on train rows.
@@ -119,15 +124,17 @@ def optimize(
     **The guarantee.** ``loss = metric(full) - metric(optimized)`` on the true labels (in the
     metric's favourable direction). With probability at least ``confidence`` over the
     certification rows, the certified plan's loss on the distribution they come from is at
-    most ``max_loss``. The bound (``bound="auto"``) is exact for row-wise metrics (accuracy,
-    error rate: a Clopper-Pearson paired bound, valid at any n) and a guarded paired bootstrap
-    otherwise (used only when at least ``min_disagreements`` rows differ; below that, an exact
-    bound on the rate of differing rows times their largest effect for ROC AUC and F1, and a
-    refusal for metrics without one). Thresholds are tested in a fixed order from the most
-    conservative down, stopping at the first failure (fixed-sequence testing: no penalty for
-    the number tried). With n certification rows no exact bound certifies less than about
-    ``1 - ((1 - confidence) / 2) ** (1 / n)``; a ``max_loss`` below it warns and serves the
-    full pipeline. The report says which bound certified the plan and why.
+    most ``max_loss``. The bound (``bound="auto"``) is exact, valid at any n, for row-wise
+    metrics (accuracy, error rate: an exact unconditional test on worse and better rows), ROC
+    AUC (a betting bound on pair losses) and F1 (an exact flip-rate bound); other metrics get a
+    guarded paired bootstrap (asymptotic; refused when fewer than ``min_disagreements`` rows
+    differ). ``bound="product"`` is the earlier rowwise rule, for comparison. Thresholds are
+    tested in a fixed order from the most conservative down, stopping at the first failure
+    (fixed-sequence testing: no penalty for the number tried). With n certification rows no
+    bound certifies less than its floor (about ``log(1 / (1 - confidence)) / n``; for ROC AUC n
+    counts the minority class): a ``max_loss`` below it warns and serves the full pipeline, for
+    every metric. The plan is chosen on the selection rows by the bound they predict for the
+    certification rows. The report says which bound certified the plan and why.
 
     **Models.** With ``refit=True`` (default) willump fits its own copy of ``model`` (and of a
     ``from_sklearn`` pipeline's feature steps) on the train rows, even when they are already
@@ -140,9 +147,10 @@ def optimize(
     is better). A callable is never replaced by a built-in, whatever its name.
 
     **Top-K.** A filter (cheap groups + small model) keeps the ceil(r*k) best rows and the
-    full model ranks them; r comes from a table estimated on held-out rows (an estimate,
-    not a certificate) aiming at precision@k >= ``topk_precision`` in ``topk_quantile`` of
-    pools; pools whose top k the held-out rows cannot resolve are scored exactly.
+    full model ranks them; each answer is certified (precision@k >= ``topk_precision`` with
+    probability >= ``topk_confidence``, default ``confidence``) by an exact test on the
+    certification rows, or scored exactly when it is not (see ``willump._topk``). The ratio r
+    is planned per query on the selection rows.
 
     **Cost.** ``cost_mode`` chooses which measured cost the plan minimizes: per row at batch
     size ("batch", throughput serving) or per one-row call ("row", latency serving). A cascade
@@ -180,15 +188,22 @@ def optimize(
         if model is None:
             raise TypeError("model is required (the pipeline does not carry one)")
     _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, metric, holdout,
-              certify_share, top_k, topk_precision, topk_quantile, max_levels, n_bootstrap,
+              certify_share, top_k, topk_precision, topk_confidence, max_levels, n_bootstrap,
               split, cost_mode, min_speedup, min_disagreements, routing_tolerance, workers, gears)
     metric_obj = resolve_metric(metric)
     method = bound_method(metric_obj, bound)
-    if method == "exact" and metric_obj.kind != "rowwise" and metric_obj.builtin not in ("roc_auc", "f1"):
+    if method == "exact" and not has_exact_bound(metric_obj):
         raise ValueError(f"bound='exact' needs a rowwise metric, 'roc_auc' or 'f1'; {metric_obj.name!r} "
                          "has no exact bound (use bound='auto' or 'bootstrap')")
+    if method == "product" and metric_obj.kind != "rowwise":
+        raise ValueError(f"bound='product' is the earlier rule for rowwise metrics; {metric_obj.name!r} is "
+                         f"a {metric_obj.kind} metric")
     if verify_speedup is None:
         verify_speedup = fixed_costs is None
+    pipeline = pipeline.detached()  # fitted and captured here: the caller's object stays as it was
+    auto_holdout, auto_certify = auto_shares(n_rows(X, "X"), cert is not None)
+    holdout = auto_holdout if holdout == "auto" else holdout
+    certify_share = auto_certify if certify_share == "auto" else certify_share
     rng = np.random.default_rng(seed)
     labels = np.asarray(y)
     timings: dict[str, float] = {}
@@ -219,6 +234,8 @@ def optimize(
         full_model, full_model_note = _full_model(model, refit, seed, blocks, group_names, y_split,
                                                   splits)
         classes = np.asarray(full_model.classes_)
+        if metric_obj.builtin == "f1":
+            metric_obj.f1_targets(classes)  # a pos_label that is no class fails here, not mid-search
         split_labels = {name: Labels.of(y_split[name], classes) for name in rows}
         full_proba = {s: predict_proba(full_model, hstack([blocks[s][g] for g in group_names]))
                       for s in ("select", "cert")}
@@ -245,9 +262,9 @@ def optimize(
         )
 
     n_cert = len(split_labels["cert"])
-    floor = certifiable_floor(n_cert, confidence)
-    needed = rows_needed(max_loss, confidence) if max_loss > 0 else None
-    blocker = _blocker(graph, max_loss, floor, n_cert, needed, method, confidence)
+    floor = certifiable_floor(metric_obj, method, split_labels["cert"], full_proba["cert"], confidence)
+    needed = rows_needed(metric_obj, method, split_labels["cert"], max_loss, confidence)
+    blocker = _blocker(graph, max_loss, floor, n_cert, needed, metric_obj, confidence)
 
     with _step(timings, "small models", verbose):
         candidates = candidate_subsets(graph, costs.per_row(cost_mode), importance.mean,
@@ -278,7 +295,7 @@ def optimize(
             chains = chains_from(list(small), group_names, max_levels)
             evaluator = _evaluator(metric_obj, split_labels["select"], full_proba["select"],
                                    N_BOOTSTRAP_SELECT, confidence, bound, graph, costs, seed,
-                                   routing_tolerance, min_disagreements)
+                                   routing_tolerance, min_disagreements, project_to=n_cert)
             grids = {c: threshold_grid(probas["select"][c[0]].max(axis=1)) for c in chains}
             decision.chosen, decision.table = select_plan(evaluator, chains, probas["select"], grids,
                                                           max_loss, cost_mode, max_cost)
@@ -304,10 +321,8 @@ def optimize(
             decision.accepted = None
 
     with _step(timings, "top-k", verbose):
-        held_full = np.vstack([full_proba["select"], full_proba["cert"]])
-        held_small = {s: np.vstack([probas["select"][s], probas["cert"][s]]) for s in small}
-        topk_filter, topk_row = plan_topk(top_k, small, held_small, held_full, graph, costs,
-                                          topk_precision, topk_quantile, notes)
+        topk_filter, topk_row = plan_topk(top_k, small, probas, full_proba, graph, costs, topk_precision,
+                                          confidence if topk_confidence is None else topk_confidence, notes)
 
     baseline = BaselinePipeline(pipeline, full_model, classes)
     levels = _levels(decision.accepted, small, full_model, group_names)
@@ -367,6 +382,11 @@ def optimize(
     report.routing_tolerance = routing_tolerance
     report.workers_gain = gain
     report.cached_groups = list(graph.cacheable) if opt.use_cache else []
+    for group, why in unpicklable_groups(pipeline):
+        message = (f"feature group '{group}' cannot be pickled ({why}): opt.save and serving will fail; "
+                   "create what it holds inside the function or in the fit hook")
+        warnings.warn(message, WillumpWarning, stacklevel=2)
+        notes.append(message)
     timings["total"] = time.perf_counter() - started
     opt.report_ = report
     opt.sample_rows_ = take(rows["select"], np.arange(min(SAMPLE_ROWS, len(splits.select)))) \
@@ -426,32 +446,33 @@ def _cost_model(costs: Costs, groups, model, blocks, repeats: int, single_rows: 
     costs.model_row[tuple(groups)] = row
 
 
-def _blocker(graph, max_loss, floor, n_cert, needed, method, confidence) -> str | None:
-    """A reason no cascade can be certified, known before searching."""
+def _blocker(graph, max_loss, floor, n_cert, needed, metric: Metric, confidence) -> str | None:
+    """A reason no cascade can be certified, known before searching: non-deterministic groups,
+    or a max_loss below what the metric's bound can certify with these rows (every metric)."""
     bad = getattr(graph, "nondeterministic", [])
     if bad:
         return (f"full pipeline: feature group(s) {bad} gave different values on two runs over the same "
                 "rows; the cascade would not be the pipeline that was certified, so its bound would "
                 "be void")
     if max_loss < floor:
+        rows = "" if not math.isfinite(needed) else (
+            f"; certifying max_loss={max_loss} needs at least {needed} certification rows")
+        scaled = " (ROC AUC: counted in the minority class)" if metric.builtin == "roc_auc" else ""
         message = (
-            f"max_loss={max_loss} is below the smallest loss an exact bound can certify with "
-            f"{n_cert} certification rows at confidence {confidence} ({floor:.4f}); "
-            + (f"certifying max_loss={max_loss} needs at least {needed} certification rows"
-               if needed is not None else "max_loss=0 can never be certified")
+            f"max_loss={max_loss} is below the smallest {metric.name} loss the bound can certify with "
+            f"{n_cert} certification rows at confidence {confidence} ({floor:.4f}){scaled}{rows}"
         )
         warnings.warn(message, WillumpWarning, stacklevel=3)
-        if method == "exact" or max_loss <= 0:
-            return "full pipeline: " + message
+        return "full pipeline: " + message
     return None
 
 
 def _evaluator(metric: Metric, labels: Labels, full_proba, resamples, confidence, bound, graph,
-               costs, seed, tolerance, min_disagreements) -> Evaluator:
+               costs, seed, tolerance, min_disagreements, project_to: int | None = None) -> Evaluator:
     method = bound_method(metric, bound)
-    draws = None if method == "exact" else Resamples(len(labels), resamples, np.random.default_rng(seed))
+    draws = None if method != "bootstrap" else Resamples(len(labels), resamples, np.random.default_rng(seed))
     return Evaluator(metric, labels, full_proba, draws, confidence, bound, graph, costs, tolerance,
-                     min_disagreements)
+                     min_disagreements, project_to=project_to if method != "bootstrap" else None, seed=seed)
 
 
 def _gear_row(gear: Gear, results, graph, costs) -> dict[str, Any]:
@@ -473,7 +494,7 @@ def _levels(accepted, small, full_model, groups) -> list[Level]:
 
 # --- validation ----------------------------------------------------------------------------
 def _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, metric, holdout,
-              certify_share, top_k, topk_precision, topk_quantile, max_levels, n_bootstrap, split,
+              certify_share, top_k, topk_precision, topk_confidence, max_levels, n_bootstrap, split,
               cost_mode, min_speedup, min_disagreements, routing_tolerance, workers, gears) -> None:
     if not isinstance(pipeline, Pipeline):
         raise TypeError(
@@ -508,7 +529,7 @@ def _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, m
         raise ValueError(
             "refit=False serves the model and feature state as given, so willump cannot know which "
             "rows they were fitted on: pass cert=(X_cert, y_cert) with rows they never saw")
-    _number(max_loss, "max_loss", 0, 1, high_open=True)
+    _number(max_loss, "max_loss", 0, 1, low_open=True, high_open=True)
     _number(confidence, "confidence", 0.5, 1, high_open=True)
     if bound not in BOUNDS:
         raise ValueError(f"bound must be one of {BOUNDS}, got {bound!r}")
@@ -519,12 +540,15 @@ def _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, m
     if not min_speedup > 0:
         raise ValueError(f"min_speedup must be positive, got {min_speedup}")
     resolve_metric(metric)
-    _number(holdout, "holdout", 0, 1, low_open=True, high_open=True)
-    _number(certify_share, "certify_share", 0, 1, low_open=True, high_open=True)
+    if holdout != "auto":
+        _number(holdout, "holdout", 0, 1, low_open=True, high_open=True)
+    if certify_share != "auto":
+        _number(certify_share, "certify_share", 0, 1, low_open=True, high_open=True)
     if top_k is not None:
         _integer(top_k, "top_k", 1)
     _number(topk_precision, "topk_precision", 0, 1, low_open=True)
-    _number(topk_quantile, "topk_quantile", 0, 1, low_open=True, high_open=True)
+    if topk_confidence is not None:
+        _number(topk_confidence, "topk_confidence", 0.5, 1, high_open=True)
     _integer(max_levels, "max_levels", 2)
     _integer(n_bootstrap, "n_bootstrap", 100)
     _integer(min_disagreements, "min_disagreements", 1)

@@ -24,9 +24,10 @@ from ._bounds import (
     LossBound,
     Resamples,
     disagreements,
+    exact_score_bound,
     guarded_bootstrap_bound,
+    has_exact_bound,
     rowwise_bound,
-    sensitivity_bound,
 )
 from ._capture import BODY
 from ._graph import Graph
@@ -148,7 +149,7 @@ def certification_grid(evaluator: Evaluator, chain, probas, grid: Sequence[float
     testing stays valid.
     """
     for i, t in enumerate(grid):
-        if evaluator.evaluate(chain, probas, t).bound.upper <= max_loss:
+        if evaluator.evaluate(chain, probas, t).bound.within(max_loss):
             return list(grid[i:])
     return []
 
@@ -182,9 +183,10 @@ class Sweep:
 
 
 def bound_method(metric: Metric, bound: str) -> str:
-    """'exact' or 'bootstrap' (guarded) for a metric under the requested ``bound``."""
+    """'exact', 'product' or 'bootstrap' (guarded) for a metric under the requested ``bound``:
+    'auto' is 'exact' wherever the metric has an exact bound (rowwise, ROC AUC, F1)."""
     if bound == "auto":
-        return "exact" if metric.kind == "rowwise" else "bootstrap"
+        return "exact" if has_exact_bound(metric) else "bootstrap"
     return bound
 
 
@@ -197,6 +199,12 @@ class Evaluator:
     top two classes lie within it of each other, may be answered differently, and the
     bound covers the least favourable of those answers (exactly for rowwise metrics, by
     taking the largest bound over the extreme routings otherwise).
+
+    ``project_to``: on the selection split, the bounds are those its rows predict for a
+    certification split of that many rows (rowwise and F1 counts scaled, ROC AUC pair losses
+    resampled), so that a plan is chosen for what certification will be able to show rather
+    than for what the smaller selection split can. A prediction only: certification itself
+    always bounds its own rows.
     """
 
     metric: Metric
@@ -209,12 +217,14 @@ class Evaluator:
     costs: Costs
     tolerance: float = 0.0
     min_disagreements: int = MIN_DISAGREEMENTS
+    project_to: int | None = None
+    seed: int = 0
 
     def __post_init__(self) -> None:
         self.method = bound_method(self.metric, self.bound)
         self._full_utilities: np.ndarray | None = None
         self._sweeps: dict[tuple, Sweep] = {}
-        if self.method == "exact" and self.metric.kind == "rowwise":
+        if self.method in ("exact", "product") and self.metric.kind == "rowwise":
             self.full_good = self.metric.row_good(self.labels, self.full_proba)
 
     @property
@@ -262,7 +272,7 @@ class Evaluator:
         return self.metric.utility(self.labels, self.full_proba) - self.metric.utility(self.labels, approx)
 
     def loss_bound(self, level_probas, levels, approx, threshold: float) -> LossBound:
-        if self.method == "exact" and self.metric.kind == "rowwise":
+        if self.method in ("exact", "product") and self.metric.kind == "rowwise":
             return self._rowwise(level_probas, levels, approx, threshold)
         routings = [approx]
         if self.tolerance > 0:
@@ -277,14 +287,8 @@ class Evaluator:
 
     def _score_bound(self, approx: np.ndarray) -> LossBound:
         if self.method == "exact":
-            point = self.metric.utility(self.labels, self.full_proba) - self.metric.utility(self.labels, approx)
-            changed = disagreements(self.metric, self.full_proba, approx)
-            upper = sensitivity_bound(self.metric, self.labels, self.full_proba, approx, changed,
-                                      self.confidence)
-            assert upper is not None  # validated: bound='exact' needs a metric with one
-            return LossBound(point, upper, "Clopper-Pearson x sensitivity",
-                             f"{changed} rows differ; exact bound on their rate times the most "
-                             "they can change the metric")
+            return exact_score_bound(self.metric, self.labels, self.full_proba, approx, self.confidence,
+                                     self.seed, self.project_to)
         assert self.resamples is not None
         if self._full_utilities is None:
             self._full_utilities = self.metric.utilities(self.labels, self.full_proba, self.resamples.chunks())
@@ -313,7 +317,12 @@ class Evaluator:
         worse_max = int(np.sum(self.full_good & ~worst_good))
         better_min = int(np.sum(~self.full_good & worst_good))
         ambiguous = int(np.sum(worst_good != best_good))
-        return rowwise_bound(worse_max, better_min, ambiguous, n, point, self.confidence)
+        rule = "product" if self.method == "product" else "exact"
+        if self.project_to is not None and n:
+            scale = self.project_to / n
+            return rowwise_bound(round(worse_max * scale), round(better_min * scale), round(ambiguous * scale),
+                                 self.project_to, point, self.confidence, rule, projected_from=n)
+        return rowwise_bound(worse_max, better_min, ambiguous, n, point, self.confidence, rule)
 
 
 def sweep_cost(sweep: Sweep, cost_mode: str) -> float:
@@ -346,7 +355,7 @@ def select_plan(
             if evaluator.point_loss(chain, probas, t) > max_loss:
                 continue
             sweep = evaluator.evaluate(chain, probas, t)
-            if sweep.bound.upper <= max_loss:
+            if sweep.bound.within(max_loss):
                 chain_best = sweep
                 break
         if chain_best is not None:
@@ -370,7 +379,7 @@ def certify(evaluator: Evaluator, chain, probas, grid: Sequence[float], max_loss
     for t in grid:
         sweep = evaluator.evaluate(chain, probas, t)
         tested.append(sweep)
-        if sweep.bound.upper > max_loss:
+        if not sweep.bound.within(max_loss):
             break
         accepted = sweep
     return accepted, tested

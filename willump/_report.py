@@ -49,10 +49,10 @@ class TopKRow:
     filter_groups: list[str]
     ratio: float | None
     precision_target: float
-    quantile: float
+    confidence: float
     expected_speedup: float
-    #: per ratio tried: predicted share of pools reaching the target, held-out precision
-    curve: list[dict[str, float]] = field(default_factory=list)
+    #: per pool size: the ratio a query is planned at (None: scored exactly)
+    reach: list[dict[str, float | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -198,11 +198,13 @@ class Report:
             t = self.topk
             ratio = "exact" if t.ratio is None else f"r={t.ratio:g}"
             lines.append("")
+            planned = [r["pool"] for r in t.reach if r["ratio"] is not None]
             lines.append(
-                f"  top-K (estimated, not certified): k={t.k} of {t.pool} rows, filter "
-                f"[{', '.join(t.filter_groups)}], {ratio}, aiming at precision@k >= "
-                f"{t.precision_target} in {t.quantile:.0%} of pools, expected speedup "
-                f"{t.expected_speedup:.2f}x"
+                f"  top-K (certified per query: precision@k >= {t.precision_target} at "
+                f"{t.confidence:.0%}, else exact): k={t.k} of {t.pool} rows, filter "
+                f"[{', '.join(t.filter_groups)}], {ratio}, expected speedup {t.expected_speedup:.2f}x"
+                + (f"; planned for pools up to {max(planned):,} rows, larger pools are scored exactly"
+                   if planned else "")
             )
         lines.append("  models: " + "; ".join(f"{k}: {v}" for k, v in self.models.items()))
         lines.append(f"  refit: {self.refit}")

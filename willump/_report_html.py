@@ -109,27 +109,23 @@ def _levels_plot(report: Report) -> str:
 
 def _topk_plot(report: Report) -> str | None:
     t = report.topk
-    if t is None or not t.curve:
+    if t is None or not t.reach:
         return None
 
     def draw(fig):
         ax = fig.subplots()
-        ratios = [c["ratio"] for c in t.curve]
-        ax.plot(ratios, [c["heldout_precision"] for c in t.curve], "o-", color=BAR,
-                label="precision on the held-out rows")
-        ax.plot(ratios, [c["chance"] for c in t.curve], "s--", color=ACCENT,
-                label=f"predicted share of pools with precision >= {t.precision_target}")
-        ax.axhline(t.quantile, color="#c44e52", lw=1, label=f"target share {t.quantile}")
-        if t.ratio is not None:
-            ax.axvline(t.ratio, color=GOOD, lw=1.5, label=f"chosen ratio {t.ratio:g}")
+        pools = [r["pool"] for r in t.reach]
+        ratios = [r["ratio"] if r["ratio"] is not None else float("nan") for r in t.reach]
+        ax.plot(pools, ratios, "o-", color=BAR, label="planned ratio (none: scored exactly)")
+        ax.axvline(t.pool, color=ACCENT, lw=1, label=f"calibration rows {t.pool:,}")
         ax.set_xscale("log")
-        ax.set_xlabel("kept rows / k")
-        ax.set_ylim(0, 1.02)
+        ax.set_xlabel(f"pool size (k={t.k})")
+        ax.set_ylabel("kept rows / k")
         ax.legend(fontsize=8)
         fig.tight_layout()
 
-    return _figure(f"Top-K (an estimate, not a certificate): k={t.k} of {t.pool} rows; the filter "
-                   "keeps ratio x k rows for the full model to rank.", draw)
+    return _figure(f"Top-K, certified per query (precision@k >= {t.precision_target} at {t.confidence:.0%}, "
+                   f"else exact): the ratio a query of k={t.k} is planned at, by pool size.", draw)
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:

@@ -120,6 +120,15 @@ class SklearnPipeline(Pipeline):
     def has_feature_state(self) -> bool:
         return True
 
+    def detached(self) -> SklearnPipeline:
+        """A new wrapper of the same scikit-learn Pipeline holding this one's fitted steps: its
+        own refit (``fit_features`` fits clones) never reaches this wrapper's or the user's
+        objects, and its state version is its own."""
+        other = SklearnPipeline(self.sk_pipeline, name=self.name)
+        other.pre_steps, other.union, other.model, other._fitted = (
+            list(self.pre_steps), self.union, self.model, self._fitted)
+        return other  # not captured: its groups are its own (optimize captures it)
+
     @property
     def is_fitted(self) -> bool:
         return self._fitted
@@ -138,6 +147,7 @@ class SklearnPipeline(Pipeline):
         self.pre_steps = fitted_pre
         self.union = clone(self.union).fit(x, y)
         self._fitted = True
+        self._fit_state.version += 1
 
 
 def _is_fitted(step: Any) -> bool:

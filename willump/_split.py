@@ -26,6 +26,26 @@ from sklearn.model_selection import GroupShuffleSplit, train_test_split
 
 #: ways of dividing the rows
 SPLITS = ("random", "ordered", "group")
+#: with ``holdout="auto"`` and ``certify_share="auto"``: at or below SMALL_ROWS labelled rows the
+#: split gives certification SMALL_SHARES (held out, certifying part of it), at or above
+#: LARGE_ROWS it gives LARGE_SHARES, and between them it moves with log(rows). At a few thousand
+#: rows the certification floor (about log(1 / alpha) / rows) is what stops a cascade, so more rows
+#: certify; the selection split predicts what certification will show (``Evaluator.project_to``)
+#: and can be smaller. With ``cert=`` rows, ``holdout`` is the selection share: LARGE_SHARES[0].
+SMALL_ROWS = 2_000
+LARGE_ROWS = 20_000
+SMALL_SHARES = (0.5, 0.7)
+LARGE_SHARES = (0.4, 0.6)
+
+
+def auto_shares(n: int, external_cert: bool = False) -> tuple[float, float]:
+    """(holdout, certify_share) the "auto" split uses for n labelled rows."""
+    if external_cert or n >= LARGE_ROWS:
+        return LARGE_SHARES
+    if n <= SMALL_ROWS:
+        return SMALL_SHARES
+    w = (np.log(n) - np.log(SMALL_ROWS)) / (np.log(LARGE_ROWS) - np.log(SMALL_ROWS))
+    return tuple(float(s + w * (t - s)) for s, t in zip(SMALL_SHARES, LARGE_SHARES, strict=True))  # type: ignore[return-value]
 
 
 @dataclass

@@ -103,3 +103,12 @@ def quiet(pipeline, **extra):
     """optimize() keyword arguments for a statistical test of ``pipeline``: fixed costs, no
     progress output, fewer importance repeats."""
     return dict(verbose=False, importance_repeats=2, fixed_costs=FIXED_COSTS[pipeline.name]) | extra
+
+
+def default_splits(X, y, split: str = "random", seed: int = 0, **kwargs):
+    """The rows optimize's default ("auto") split gives train, selection and certification."""
+    from willump._split import auto_shares, make_splits
+
+    holdout, certify_share = auto_shares(len(y))
+    return make_splits(X, np.asarray(y), split=split, holdout=holdout, certify_share=certify_share, seed=seed,
+                       **kwargs)

@@ -55,8 +55,9 @@ def test_independent_groups_run_at_the_same_time():
     assert threads["left"] != threads["right"] and threads["left"].startswith("willump-")
     np.testing.assert_array_equal(blocks["right"], rows[["b", "c"]].to_numpy())
     gate["barrier"] = threading.Barrier(2, timeout=0.5)
-    with pytest.raises(threading.BrokenBarrierError):
+    with pytest.raises(willump.FeatureError, match="BrokenBarrierError") as raised:
         both.compute(rows, ["left", "right"])  # workers=1: sequential, the barrier breaks
+    assert isinstance(raised.value.__cause__, threading.BrokenBarrierError)
 
 
 def test_capture_finds_whether_the_body_allows_concurrency():
@@ -180,9 +181,10 @@ def test_optimized_pipeline_serves_from_the_cache_and_the_baseline_never_does():
     seen.update(rows=0)
     opt.baseline.predict_proba(batch)
     assert seen["rows"] == 300  # the baseline computes every row, always
-    cacheable, keyed.graph.cacheable = keyed.graph.cacheable, []
+    graph = opt.pipeline.graph
+    cacheable, graph.cacheable = graph.cacheable, []
     want = opt.predict_proba(batch)  # the cascade without its cache
-    keyed.graph.cacheable = cacheable
+    graph.cacheable = cacheable
     clear_row_caches()
     seen.update(rows=0)
     cold = opt.predict_proba(batch)
@@ -315,7 +317,8 @@ def test_cache_keys_with_missing_values_and_integer_column_labels():
 
 def test_what_serves_with_threads_and_caches_is_what_was_certified():
     from willump._routing import route
-    from willump._split import make_splits
+
+    from .synth import default_splits
 
     keyed, _ = _counting_pipeline(cache=10_000)
     rng = np.random.default_rng(3)
@@ -323,9 +326,10 @@ def test_what_serves_with_threads_and_caches_is_what_was_certified():
     y = (X["x"] + 0.1 * X["key"] + rng.normal(0, 0.3, len(X)) > 2.5).astype(int).to_numpy()
     opt = willump.optimize(keyed, LogisticRegression(), X, y, max_loss=0.05, verbose=False,
                            fixed_costs={"local": 1e-6, "lookup": 1e-3}, top_k=None)
+    keyed = opt.pipeline  # the copy optimize captured
     assert opt.is_cascade and keyed.graph.concurrent and opt.use_cache
     opt.workers = 4
-    cert = X.iloc[make_splits(X, y, split="random", holdout=0.4, certify_share=0.6, seed=0).cert]
+    cert = X.iloc[default_splits(X, y).cert]
     blocks, _ = keyed.compute(cert, keyed.graph.groups)  # one thread, no cache: as certified
     probas = [lv.model.predict_proba(np.hstack([blocks[g] for g in lv.groups])) for lv in opt.levels]
     levels, certified = route(probas, opt.levels[0].threshold)

@@ -19,10 +19,9 @@ from sklearn.metrics import balanced_accuracy_score, make_scorer
 import willump
 from willump import Level, OptimizedPipeline, WillumpWarning
 from willump._routing import route
-from willump._split import make_splits
 
 from . import synth
-from .synth import make_rows, no_sleep, quiet, three_groups
+from .synth import default_splits, make_rows, no_sleep, quiet, three_groups
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +51,7 @@ def test_cheap_informative_group_answers_first(opt):
     assert "cheap" in opt.levels[0].groups and "costly" not in opt.levels[0].groups
     assert opt.levels[-1].groups == ("cheap", "medium", "costly")
     assert report.loss_bound <= report.max_loss
-    assert report.bound_method == "exact paired (Clopper-Pearson)"  # accuracy: exact by default
+    assert report.bound_method == "exact paired (unconditional)"  # accuracy: exact by default
     assert "worse" in report.bound_detail and "better" in report.bound_detail
     importance = {g.name: g.importance for g in report.groups}
     assert importance["cheap"] > importance["medium"] > 0
@@ -82,7 +81,7 @@ def test_level_fractions_and_report_shape(opt):
             "bound_detail", "split", "feature_state"} <= set(data)
     text = str(report)
     for words in ("cost/row us", "importance", "threshold", "smallest loss an exact bound can certify",
-                  "top-K (estimated, not certified)"):
+                  "top-K (certified per query"):
         assert words in text
     assert willump.Report.from_dict(data).to_dict() == data
 
@@ -124,9 +123,9 @@ def test_lightgbm_model(task):
 @pytest.mark.parametrize(
     ("metric", "name", "methods"),
     [
-        ("accuracy", "accuracy", {"exact paired (Clopper-Pearson)"}),
-        ("f1", "f1", {"paired bootstrap", "Clopper-Pearson x sensitivity"}),
-        ("roc_auc", "roc_auc", {"paired bootstrap", "Clopper-Pearson x sensitivity"}),
+        ("accuracy", "accuracy", {"exact paired (unconditional)"}),
+        ("f1", "f1", {"Clopper-Pearson x sensitivity"}),
+        ("roc_auc", "roc_auc", {"exact pairs (betting)"}),
         ("log_loss", "log_loss", {"paired bootstrap"}),
         ("neg_log_loss", "neg_log_loss", {"paired bootstrap"}),
         ("balanced_accuracy", "balanced_accuracy", {"paired bootstrap"}),
@@ -166,7 +165,7 @@ def test_callable_metric_is_used_as_given(task):
     report = opt.report()
     assert calls, "the user's function was never called"
     assert report.metric == "accuracy" and report.plan == "cascade"
-    assert report.bound_method != "exact paired (Clopper-Pearson)"  # a callable is a score metric
+    assert report.bound_method != "exact paired (unconditional)"  # a callable is a score metric
 
 
 def test_lower_is_better_metric_keeps_its_direction(task):
@@ -180,13 +179,15 @@ def test_lower_is_better_metric_keeps_its_direction(task):
     assert report.loss == pytest.approx(report.optimized_score - report.baseline_score)
 
 
-def test_exact_bound_for_roc_auc_uses_the_sensitivity_bound(task):
+def test_roc_auc_is_bounded_exactly_by_default_and_by_bootstrap_on_request(task):
     X, y = task
-    # every early-answered row counts as changed, so the bound is loose: a generous max_loss
-    opt = willump.optimize(no_sleep, LogisticRegression(), X, y, metric="roc_auc", bound="exact",
-                           max_loss=0.2, **quiet(no_sleep))
-    report = opt.report()
-    assert report.plan == "cascade" and report.bound_method == "Clopper-Pearson x sensitivity"
+    exact = willump.optimize(no_sleep, LogisticRegression(), X, y, metric="roc_auc", max_loss=0.02,
+                             **quiet(no_sleep)).report()
+    assert exact.plan == "cascade" and exact.bound_method == "exact pairs (betting)"
+    assert "minority rows with a pair ordered differently" in exact.bound_detail
+    boot = willump.optimize(no_sleep, LogisticRegression(), X, y, metric="roc_auc", max_loss=0.02,
+                            bound="bootstrap", **quiet(no_sleep)).report()
+    assert boot.bound_method in ("paired bootstrap", "exact pairs (betting)")
 
 
 def test_three_level_chains_only_when_asked(task):
@@ -202,7 +203,7 @@ def test_three_level_chains_only_when_asked(task):
 def _certified_probabilities(opt, X, y, levels, seed=0):
     """What certification computed for these levels on the certification rows: each level's
     model on blocks computed once for all rows, routed by willump's rule."""
-    splits = make_splits(X, np.asarray(y), split="random", holdout=0.4, certify_share=0.6, seed=seed)
+    splits = default_splits(X, y, seed=seed)
     rows = X.iloc[splits.cert]
     blocks, _ = opt.pipeline.compute(rows, opt.pipeline.graph.groups)
     level_probas = [lv.model.predict_proba(np.hstack([blocks[g] for g in lv.groups])) for lv in levels]
@@ -241,15 +242,15 @@ def test_what_serves_is_what_was_certified_three_levels(opt, task):
 
 
 def test_max_loss_below_the_certifiable_floor_warns_and_serves_the_full_pipeline():
-    X, y = make_rows(1000, seed=4)  # 240 certification rows: nothing below 0.0153 is certifiable
-    with pytest.warns(WillumpWarning, match=r"max_loss=0.005 is below .* 240 certification rows .* "
-                                            r"needs at least 736 certification rows"):
+    X, y = make_rows(1000, seed=4)  # 350 certification rows: nothing below 0.0085 is certifiable
+    with pytest.warns(WillumpWarning, match=r"max_loss=0.005 is below .* 350 certification rows .* "
+                                            r"needs at least 598 certification rows"):
         opt = willump.optimize(no_sleep, LogisticRegression(), X, y, max_loss=0.005, **quiet(no_sleep))
     report = opt.report()
     assert report.plan == "full" and "max_loss=0.005" in report.reason
-    assert report.certifiable_floor == pytest.approx(0.0153, abs=1e-4)
-    assert report.rows_needed == 736
-    assert "0.0153" in str(report)
+    assert report.certifiable_floor == pytest.approx(0.0085, abs=1e-4)
+    assert report.rows_needed == 598
+    assert "0.0085" in str(report)
     with warnings.catch_warnings():
         warnings.simplefilter("error", WillumpWarning)  # above the floor: no warning
         willump.optimize(no_sleep, LogisticRegression(), X, y, max_loss=0.03, **quiet(no_sleep))
@@ -465,10 +466,10 @@ def test_fit_hook_sees_the_train_rows_only(task):
     seen: dict = {}
     opt = willump.optimize(_hooked_pipeline(seen), LogisticRegression(), X, y, max_loss=0.02,
                            verbose=False, fixed_costs=HOOKED_COSTS)
-    splits = make_splits(X, y, split="random", holdout=0.4, certify_share=0.6, seed=0)
+    splits = default_splits(X, y)
     assert np.array_equal(np.sort(seen["rows"]), splits.train)
     assert not set(seen["rows"]) & set(splits.cert)
-    assert "fitted by willump on its 3600 train rows" in opt.report().feature_state
+    assert f"fitted by willump on its {len(splits.train)} train rows" in opt.report().feature_state
 
 
 def test_a_pipeline_without_fit_hook_says_willump_cannot_tell(opt):
@@ -482,9 +483,11 @@ def test_ordered_split_certifies_on_the_newest_rows(task):
     opt = willump.optimize(_hooked_pipeline(seen), LogisticRegression(), X, y, max_loss=0.02,
                            split="ordered", order_by="when", verbose=False, fixed_costs=HOOKED_COSTS)
     trained = np.sort(seen["rows"])
-    assert len(trained) == 3600 and trained.min() == 2400  # the oldest 60% by `when`
+    splits = default_splits(X, y, split="ordered", order_by="when")
+    assert len(trained) == len(splits.train) and trained.min() == len(X) - len(splits.train)  # the oldest
     report = opt.report()
-    assert report.split.startswith("ordered by when") and report.splits["certification"] == 1440
+    assert report.split.startswith("ordered by when")
+    assert report.splits["certification"] == len(splits.cert) and splits.cert.max() < len(X) - len(trained)
 
 
 def test_group_split_keeps_each_group_in_one_part(task):
@@ -494,7 +497,7 @@ def test_group_split_keeps_each_group_in_one_part(task):
     seen: dict = {}
     willump.optimize(_hooked_pipeline(seen), LogisticRegression(), X, y, max_loss=0.02, split="group",
                      groups="user", verbose=False, fixed_costs=HOOKED_COSTS)
-    splits = make_splits(X, y, split="group", holdout=0.4, certify_share=0.6, seed=0, groups="user")
+    splits = default_splits(X, y, split="group", groups="user")
     assert np.array_equal(np.sort(seen["rows"]), splits.train)
     assert not set(user[splits.train]) & set(user[splits.cert])
     assert not set(user[splits.select]) & set(user[splits.cert])
@@ -518,7 +521,7 @@ def test_a_fitted_model_is_refitted_with_a_warning_unless_refit_is_false(task):
     with pytest.warns(WillumpWarning, match="already fitted"):
         opt = willump.optimize(no_sleep, mine, X, y, max_loss=0.03, **quiet(no_sleep))
     assert opt.levels[-1].model is not mine
-    assert "fitted by willump on 3600 train rows" in opt.report().models["full"]
+    assert f"fitted by willump on {len(default_splits(X, y).train)} train rows" in opt.report().models["full"]
     X_cert, y_cert = make_rows(2000, seed=78)
     served = willump.optimize(no_sleep, mine, X, y, max_loss=0.03, refit=False, cert=(X_cert, y_cert),
                               **quiet(no_sleep))
@@ -542,7 +545,7 @@ def test_html_report_draws_its_plots_with_no_external_assets(opt, tmp_path):
     path = opt.report().to_html(tmp_path / "report" / "three.html")
     page = path.read_text()
     assert page.count("<svg") == 4  # groups, certification sequence, levels, top-K
-    assert "certified threshold" in page and "max_loss 0.01" in page and "estimate, not a certificate" in page
+    assert "certified threshold" in page and "max_loss 0.01" in page and "certified per query" in page
     assert "<script" not in page and "<link" not in page
     assert not re.search(r'(?:src|href)\s*=\s*["\']https?:', page)  # nothing fetched when viewed
     assert opt.report().reason in page.replace("&#x27;", "'").replace("&gt;", ">").replace("&lt;", "<")
@@ -592,7 +595,7 @@ def test_a_gear_that_fails_ends_the_sequence_for_looser_gears():
             return Sweep(chain_, t, LossBound(0.0, self.bounds[t], "fixed"), [0.5, 0.5], 1.0, 1.0)
 
     grid = [0.9, 0.8, 0.7, 0.6]
-    selection = Fixed({0.9: 0.001, 0.8: 0.002, 0.7: 0.004, 0.6: 0.009})
+    selection = Fixed({0.9: 0.001, 0.8: 0.002, 0.7: 0.0025, 0.6: 0.009})
     cert = Fixed({0.9: 0.001, 0.8: 0.004, 0.7: 0.02, 0.6: 0.03})  # gear 0.005 fails at 0.7
     ladder = [(0.005, selection.evaluate(chain, None, 0.7)), (0.05, selection.evaluate(chain, None, 0.6))]
     results = certify_ladder(selection, cert, ladder, None, None, {chain: grid})

@@ -41,8 +41,9 @@ def test_column_transformer_branches_become_groups(frame):
     df, y = frame
     wp = willump.from_sklearn(column_pipeline())
     opt = willump.optimize(wp, X=df, y=y, max_loss=0.02, verbose=False)
-    assert wp.graph.groups == ["num", "cat", "txt"]
-    assert wp.graph.columns == {"num": ["a", "b"], "cat": ["cat"], "txt": ["text"]}
+    assert opt.pipeline.graph.groups == ["num", "cat", "txt"]
+    assert opt.pipeline.graph.columns == {"num": ["a", "b"], "cat": ["cat"], "txt": ["text"]}
+    assert wp.graph_ is None  # optimize captured its own copy
     assert isinstance(opt.levels[-1].model, LogisticRegression)
     assert opt.predict(df[:10]).shape == (10,)
 
@@ -66,7 +67,7 @@ def test_feature_union_with_preprocessing_and_remainder(frame):
                          transformer_weights={"squared": 0.5})
     sk = Pipeline([("pick", numeric), ("union", union), ("clf", LogisticRegression())])
     wp = willump.from_sklearn(sk)
-    willump.optimize(wp, X=df, y=y, max_loss=0.02, verbose=False)
+    wp = willump.optimize(wp, X=df, y=y, max_loss=0.02, verbose=False).pipeline
     assert wp.graph.groups == ["scaled", "squared"]
     assert wp.graph.shared_nodes() == ["preprocess"]
     blocks, _ = wp.compute(df[:5], ["squared"])
@@ -77,7 +78,7 @@ def test_feature_union_with_preprocessing_and_remainder(frame):
     with pytest.raises(PipelineError, match="non-numeric"):
         willump.optimize(wp2, X=df, y=y, verbose=False)  # remainder holds text columns
     wp3 = willump.from_sklearn(Pipeline([("f", ct), ("clf", LogisticRegression())]))
-    willump.optimize(wp3, X=df[["a", "b"]], y=y, max_loss=0.02, verbose=False)
+    wp3 = willump.optimize(wp3, X=df[["a", "b"]], y=y, max_loss=0.02, verbose=False).pipeline
     assert wp3.graph.groups == ["num", "remainder"]
 
 
@@ -104,7 +105,7 @@ def test_not_a_pipeline():
 def test_a_fitted_pipeline_is_refitted_on_willump_train_rows_only(frame):
     """Found by review as untested: an already-fitted union may have seen the rows willump
     certifies on; optimize fits fresh copies on its train split (the scaler's mean shows it)."""
-    from willump._split import make_splits
+    from .synth import default_splits
 
     df, y = frame
     sk = column_pipeline().fit(df, y)  # fitted on every row, certification rows included
@@ -112,11 +113,13 @@ def test_a_fitted_pipeline_is_refitted_on_willump_train_rows_only(frame):
     with pytest.warns(willump.WillumpWarning, match="already fitted"):
         opt = willump.optimize(wp, X=df, y=y, max_loss=0.02, verbose=False,
                                fixed_costs={"num": 1e-6, "cat": 1e-6, "txt": 1e-4})
-    train = make_splits(df, y, split="random", holdout=0.4, certify_share=0.6, seed=0).train
-    scaler, _, _ = wp.branch("num")
+    train = default_splits(df, y).train
+    scaler, _, _ = opt.pipeline.branch("num")
     np.testing.assert_allclose(scaler.mean_, df[["a", "b"]].iloc[train].mean().to_numpy())
     assert not np.allclose(scaler.mean_, sk.named_steps["features"].named_transformers_["num"].mean_)
-    assert "fitted by willump on its 1800 train rows" in opt.report().feature_state
+    assert f"fitted by willump on its {len(train)} train rows" in opt.report().feature_state
+    mine, _, _ = wp.branch("num")  # the caller's wrapper and pipeline are left as they were
+    np.testing.assert_allclose(mine.mean_, sk.named_steps["features"].named_transformers_["num"].mean_)
     X_cert, y_cert = df.iloc[:500], y[:500]
     kept = willump.optimize(willump.from_sklearn(sk), X=df.iloc[500:], y=y[500:], max_loss=0.05,
                             refit=False, cert=(X_cert, y_cert), verbose=False,
