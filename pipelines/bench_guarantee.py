@@ -1,18 +1,31 @@
-"""Does the optimizer's guarantee hold where users go? Measured by simulation.
+"""Does the optimizer's guarantee hold where users go, and how many rows does it need? Simulated.
 
-    python -m pipelines.bench_guarantee [--seeds 30] [--rows 1000] [--json PATH]
+    python -m pipelines.bench_guarantee [--seeds 20] [--hard-seeds 30] [--workers 2] [--json PATH]
+                                        [--only validity,hard,power,topk]
 
-- **coverage**: over many seeds of a synthetic task with ``--rows`` labelled rows (the default
-  bound, the default splits), how often the certified plan's loss on fresh rows exceeds
-  ``max_loss`` (the guarantee allows ``1 - confidence``), and how often a cascade is certified
-  at all; for accuracy (exact bound) and ROC AUC (guarded bootstrap), and for a ladder of gears
-  (any gear over its own ``max_loss`` counts).
-- **top-K**: how often the ratio table approves a filter, and in what share of fresh pools the
-  approved ratio reaches precision@k >= 0.95 (target: 99% of pools), for pools much larger than
-  the held-out rows, with a filter that tracks the full score and one that misranks the very
-  top rows.
+Every run optimizes through the public API on rows a user would have (``pipelines._guarantee_tasks``:
+two synthetic tasks and UCI Adult), then measures the served plan's loss against the full pipeline
+on fresh rows. A run *exceeds* when that loss is above ``max_loss``; the guarantee allows
+``1 - confidence`` (5%) of runs to. Rules, each on the same draws (seed by seed):
 
-Costs are fixed (``fixed_costs``), so nothing here depends on how fast the machine is.
+- ``default``: today's defaults (exact bounds, ``holdout``/``certify_share`` "auto");
+- ``product``: the earlier rowwise rule (Clopper-Pearson x2) with the earlier fixed split
+  (``holdout=0.4, certify_share=0.6``);
+- ``bootstrap``: the earlier default of ROC AUC and F1 (guarded paired bootstrap), earlier split.
+
+Sections:
+
+- **validity**: tasks x metrics (accuracy, ROC AUC, F1) x labelled rows {500, 1,000, 2,000, 5,000}
+  x ``max_loss`` {0.005, 0.01, 0.02}, default rule; and a ladder of gears.
+- **hard**: the rare pattern at 300-1,500 certification rows and ``max_loss`` 0.002-0.005, the
+  default rule beside the earlier one.
+- **power**: the fewest labelled rows at which half the seeds certify a cascade, default against
+  product (accuracy); and at 1,200 rows and ``max_loss=0.02`` the share of seeds certified, where
+  an oracle cascade (the cheap level answering 30% of rows) loses at most ``max_loss / 2``.
+- **user**: Davidson's tweets through ``pipelines.toxic``'s pipeline at 4,000 labelled rows (a
+  user's data size) and ``max_loss=0.005``: certified or not, the bound, the expected speedup,
+  the loss on the other 20,783 tweets, and top-K@100 on a 1,000-tweet pool, both rules.
+- **topk**: certified top-K on pools of 1,000-100,000 rows (``pipelines._guarantee_topk``).
 """
 
 from __future__ import annotations
@@ -22,138 +35,241 @@ import json
 import math
 import time
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import roc_auc_score
 
 import willump
-from willump._topk import build_ratio_table
 
-#: label weights of the synthetic columns a (cheap group), b and c (expensive group)
-WEIGHTS = (2.0, 1.0, 1.0)
-FRESH_ROWS = 100_000
+from ._guarantee_tasks import FRESH_ROWS, fresh_loss, task
+from ._guarantee_topk import topk_section
 
-
-def synthetic(n: int, seed: int) -> tuple[pd.DataFrame, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    X = pd.DataFrame({c: rng.normal(size=n) for c in "abc"})
-    logit = WEIGHTS[0] * X.a + WEIGHTS[1] * X.b + WEIGHTS[2] * X.c
-    return X, (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int).to_numpy()
-
-
-@willump.feature
-def cheap_a(df):
-    return df[["a"]].to_numpy()
-
-
-@willump.feature
-def costly_bc(df):
-    return df[["b", "c"]].to_numpy()
+METRICS = ("accuracy", "roc_auc", "f1")
+ROWS = (500, 1000, 2000, 5000)
+MAX_LOSSES = (0.005, 0.01, 0.02)
+#: labelled rows of the hard regime: about 300, 700 and 1,500 certification rows ("auto" split)
+HARD_ROWS = (860, 2000, 4800)
+HARD_MAX_LOSSES = (0.002, 0.005)
+POWER_ROWS = (400, 600, 800, 1200, 1600, 2400, 3200, 4800, 6400, 9600)
+POWER_MAX_LOSSES = (0.01, 0.02)
+RULES = {
+    "default": {},
+    "product": {"bound": "product", "holdout": 0.4, "certify_share": 0.6},
+    "bootstrap": {"bound": "bootstrap", "holdout": 0.4, "certify_share": 0.6},
+}
 
 
-@willump.pipeline
-def two_groups(df):
-    return [cheap_a(df), costly_bc(df)]
-
-
-COSTS = {"cheap_a": 1e-6, "costly_bc": 1e-4}
-
-
-def _loss(opt: Any, metric: str, X: pd.DataFrame, y: np.ndarray) -> float:
-    if metric == "accuracy":
-        return float(np.mean(opt.baseline.predict(X) == y) - np.mean(opt.predict(X) == y))
-    return float(roc_auc_score(y, opt.baseline.predict_proba(X)[:, 1]) - roc_auc_score(y, opt.predict_proba(X)[:, 1]))
-
-
-def coverage(metric: str, rows: int, seeds: int, max_loss: float, gears: tuple[float, ...] = ()) -> dict:
-    exceeded, cascades, geared, losses = 0, 0, 0, []
-    for seed in range(seeds):
-        X, y = synthetic(rows, seed)
+def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
+    """One (task, metric, rows, max_loss, rule) over its seeds."""
+    t = task(cell["task"])
+    runs = []
+    for seed in range(cell["seeds"]):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", willump.WillumpWarning)
-            opt = willump.optimize(two_groups, LogisticRegression(), X, y, metric=metric, max_loss=max_loss,
-                                   gears=gears, seed=seed, top_k=None, verbose=False, fixed_costs=COSTS)
-        X_new, y_new = synthetic(FRESH_ROWS, 10_000 + seed)
-        worst = [_loss(opt.gear(i), metric, X_new, y_new) - opt.gears_[i].max_loss for i in range(len(opt.gears_))] \
-            if opt.is_cascade else [-1.0]
-        losses.append(_loss(opt, metric, X_new, y_new))
-        exceeded += max(worst) > 0
-        cascades += opt.is_cascade
-        geared += len(opt.gears_) > 1
-    out = {"metric": metric, "rows": rows, "seeds": seeds, "max_loss": max_loss, "gears": list(gears),
-           "exceeded": exceeded, "exceeded_share": exceeded / seeds, "cascades": cascades,
-           "mean_fresh_loss": float(np.mean(losses))}
-    if gears:
-        out["runs_with_a_looser_gear"] = geared
+            opt = t.optimize(cell["rows"], seed, metric=cell["metric"], max_loss=cell["max_loss"],
+                             gears=tuple(cell.get("gears", ())), **RULES[cell["rule"]])
+        X, y = t.fresh(seed)
+        report = opt.report()
+        losses = [fresh_loss(opt, cell["metric"], X, y, gear=i) for i in range(len(opt.gears_))] \
+            if opt.is_cascade else [0.0]
+        over = [loss - g.max_loss for loss, g in zip(losses, opt.gears_, strict=True)] if opt.is_cascade else [-1.0]
+        runs.append({"seed": seed, "certified": opt.is_cascade, "fresh_loss": losses[0],
+                     "exceeded": bool(max(over) > 0), "bound": report.loss_bound,
+                     "cert_rows": report.splits["certification"], "gears": len(opt.gears_) - 1})
+    certified = [r for r in runs if r["certified"]]
+    return {**{k: cell[k] for k in ("section", "task", "metric", "rows", "max_loss", "rule", "seeds")},
+            "gears": list(cell.get("gears", ())),
+            "cert_rows": int(np.median([r["cert_rows"] for r in runs])),
+            "certified": len(certified), "exceeded": sum(r["exceeded"] for r in runs),
+            "exceeded_share": sum(r["exceeded"] for r in runs) / len(runs),
+            "mean_fresh_loss_certified": float(np.mean([r["fresh_loss"] for r in certified])) if certified else None,
+            "median_bound": float(np.median([r["bound"] for r in certified])) if certified else None,
+            "runs": runs}
+
+
+def oracle_loss(task_name: str, rows: int, seed: int, early: float = 0.3) -> float:
+    """Fresh-data accuracy loss of a cascade whose cheap level (fitted on the rows optimize would
+    train on) answers the ``early`` share of rows it is most sure of: does a cascade losing
+    little exist for this draw?"""
+    from sklearn.linear_model import LogisticRegression
+
+    t = task(task_name)
+    X, y = t.draw(rows, seed)
+    cheap = LogisticRegression().fit(X[["a"]], y)
+    full = LogisticRegression().fit(X[[c for c in X.columns]], y)
+    Xf, yf = t.fresh(seed)
+    pc, pf = cheap.predict_proba(Xf[["a"]]), full.predict_proba(Xf)
+    sure = pc.max(1) >= np.quantile(pc.max(1), 1 - early)
+    served = np.where(sure, pc.argmax(1), pf.argmax(1))
+    return float(np.mean(pf.argmax(1) == yf) - np.mean(served == yf))
+
+
+def user_section(seeds: int, rows: int = 4000, max_loss: float = 0.005, pool: int = 1000) -> list[dict[str, Any]]:
+    """The toxic pipeline at a user's data size, both rules on the same draws."""
+    t = task("toxic")
+    out = []
+    for rule in ("default", "product"):
+        for seed in range(seeds):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", willump.WillumpWarning)
+                opt = t.optimize(rows, seed, metric="accuracy", max_loss=max_loss, top_k=100, **RULES[rule])
+            report = opt.report()
+            X, y = t.fresh(seed)
+            rows_pool = X.iloc[:pool]
+            answer, exact = opt.top_k(rows_pool, 100), opt.baseline.top_k(rows_pool, 100)
+            out.append({"rule": rule, "seed": seed, "rows": rows, "max_loss": max_loss,
+                        "cert_rows": report.splits["certification"], "certified": opt.is_cascade,
+                        "bound": report.loss_bound, "expected_speedup": report.expected_speedup if opt.is_cascade else 1.0,
+                        "fresh_loss": fresh_loss(opt, "accuracy", X, y) if opt.is_cascade else 0.0,
+                        "topk_certified": bool(answer.certificate is not None and answer.certificate.certified),
+                        "topk_precision": len(set(answer.indices.tolist()) & set(exact.indices.tolist())) / 100,
+                        "topk_kept": int((~answer.approximate).sum())})
     return out
 
 
-def _scores(n: int, rng: np.random.Generator, trap: bool) -> tuple[np.ndarray, np.ndarray]:
-    z = rng.normal(size=n)
-    cheap = z + 0.5 * rng.normal(size=n)
-    if trap:  # the cheap groups cannot see what makes the top 0.3% top
-        top = z > 2.75
-        cheap[top] = rng.normal(size=top.sum())
-    return cheap, z
+def _print_user(user: list[dict[str, Any]]) -> None:
+    if not user:
+        return
+    print("\n| rule | seed | cert rows | certified | bound | expected speedup | fresh loss | top-K@100 of 1,000: "
+          "certified (precision, rows fully scored) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for u in user:
+        bound = "-" if u["bound"] is None else f"{u['bound']:.4f}"
+        print(f"| {u['rule']} | {u['seed']} | {u['cert_rows']:,} | {u['certified']} | {bound} | "
+              f"{u['expected_speedup']:.2f}x | {u['fresh_loss']:+.4f} | {u['topk_certified']} "
+              f"({u['topk_precision']:.2f}, {u['topk_kept']}) |")
 
 
-def topk(held: int, k: int, pool: int, trap: bool, tables: int, pools: int, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    approved, covered, ratios = 0, [], []
-    for _ in range(tables):
-        table = build_ratio_table(*_scores(held, rng, trap))
-        ratio = table.ratio_for(k, pool, 0.95, 0.99)
-        if ratio is None:
+def _cells(args: argparse.Namespace) -> list[dict[str, Any]]:
+    cells: list[dict[str, Any]] = []
+    sections = set(args.only.split(","))
+    if "validity" in sections:
+        for name in ("logistic", "rare", "adult"):
+            for metric in METRICS:
+                for rows in ROWS:
+                    for max_loss in MAX_LOSSES:
+                        cells.append({"section": "validity", "task": name, "metric": metric, "rows": rows,
+                                      "max_loss": max_loss, "rule": "default", "seeds": args.seeds})
+        cells.append({"section": "validity", "task": "logistic", "metric": "accuracy", "rows": 2000,
+                      "max_loss": 0.01, "rule": "default", "seeds": args.seeds, "gears": (0.02, 0.04)})
+    if "hard" in sections:
+        for metric in METRICS:
+            for rows in HARD_ROWS:
+                for max_loss in HARD_MAX_LOSSES:
+                    for rule in ("default", "product" if metric == "accuracy" else "bootstrap"):
+                        cells.append({"section": "hard", "task": "rare", "metric": metric, "rows": rows,
+                                      "max_loss": max_loss, "rule": rule, "seeds": args.hard_seeds})
+    if "power" in sections:
+        for max_loss in POWER_MAX_LOSSES:
+            for rows in POWER_ROWS:
+                for rule in ("default", "product"):
+                    cells.append({"section": "power", "task": "logistic", "metric": "accuracy", "rows": rows,
+                                  "max_loss": max_loss, "rule": rule, "seeds": args.seeds})
+    return cells
+
+
+def _rows_for_half(cells: list[dict[str, Any]], rule: str, max_loss: float) -> int | None:
+    mine = sorted((c for c in cells if c["section"] == "power" and c["rule"] == rule and c["max_loss"] == max_loss),
+                  key=lambda c: c["rows"])
+    return next((c["rows"] for c in mine if c["certified"] >= c["seeds"] / 2), None)
+
+
+def summarize(cells: list[dict[str, Any]], seeds: int) -> dict[str, Any]:
+    power = []
+    for max_loss in POWER_MAX_LOSSES:
+        new, old = _rows_for_half(cells, "default", max_loss), _rows_for_half(cells, "product", max_loss)
+        power.append({"max_loss": max_loss, "rows_default": new, "rows_product": old,
+                      "ratio": None if not (new and old) else new / old})
+    at_1200 = None
+    if any(c["section"] == "power" for c in cells):
+        oracle = [oracle_loss("logistic", 1200, s) for s in range(seeds)]
+        exists = [s for s, loss in enumerate(oracle) if loss <= 0.01]
+        cell = next((c for c in cells if c["section"] == "power" and c["rule"] == "default" and c["rows"] == 1200
+                     and c["max_loss"] == 0.02), None)
+        if cell is not None:
+            certified = sum(cell["runs"][s]["certified"] for s in exists)
+            at_1200 = {"seeds_with_an_oracle_cascade": len(exists), "certified_among_them": certified,
+                       "share": certified / max(len(exists), 1), "oracle_losses": oracle}
+    validity = [c for c in cells if c["section"] in ("validity", "hard")]
+    worst = max((c["exceeded_share"] for c in validity if c["rule"] == "default"), default=None)
+    return {"power": power, "at_1200_rows_max_loss_0.02": at_1200, "worst_exceeded_share_default": worst}
+
+
+def _print(cells: list[dict[str, Any]], summary: dict[str, Any], topk: list[dict[str, Any]]) -> None:
+    head = ("| section | task | metric | rows (cert) | max_loss | rule | seeds | over max_loss | certified "
+            "| median bound | mean fresh loss |")
+    print(head)
+    print("|" + "---|" * 11)
+    for c in cells:
+        if c["section"] == "power":
             continue
-        approved += 1
-        ratios.append(ratio)
-        kept = math.ceil(ratio * k)
-        hits = 0
-        for _ in range(pools):
-            cheap, full = _scores(pool, rng, trap)
-            top = np.argpartition(-full, k)[:k]
-            hits += np.isin(top, np.argpartition(-cheap, kept)[:kept]).mean() >= 0.95
-        covered.append(hits / pools)
-    return {"held_out": held, "k": k, "pool": pool, "filter": "misranks the top 0.3%" if trap else "tracks",
-            "approved": approved, "tables": tables, "median_ratio": float(np.median(ratios)) if ratios else None,
-            "pool_coverage": float(np.mean(covered)) if covered else None}
+        gears = f" (gears {', '.join(map(str, c['gears']))})" if c["gears"] else ""
+        bound = "-" if c["median_bound"] is None else f"{c['median_bound']:.4f}"
+        loss = "-" if c["mean_fresh_loss_certified"] is None else f"{c['mean_fresh_loss_certified']:+.4f}"
+        print(f"| {c['section']} | {c['task']} | {c['metric']} | {c['rows']:,} ({c['cert_rows']:,}) | "
+              f"{c['max_loss']}{gears} | {c['rule']} | {c['seeds']} | {c['exceeded']} ({c['exceeded_share']:.0%}) | "
+              f"{c['certified']} | {bound} | {loss} |")
+    power = [c for c in cells if c["section"] == "power"]
+    if power:
+        print("\n| max_loss | labelled rows | certified: default | certified: product |")
+        print("|---|---|---|---|")
+        for max_loss in POWER_MAX_LOSSES:
+            for rows in POWER_ROWS:
+                pair = {c["rule"]: c for c in power if c["max_loss"] == max_loss and c["rows"] == rows}
+                if pair:
+                    print(f"| {max_loss} | {rows:,} | {pair['default']['certified']}/{pair['default']['seeds']} | "
+                          f"{pair['product']['certified']}/{pair['product']['seeds']} |")
+        for p in summary["power"]:
+            ratio = "-" if p["ratio"] is None else f"{p['ratio']:.2f}"
+            print(f"max_loss {p['max_loss']}: half the seeds certify from {p['rows_default']} rows (default) "
+                  f"vs {p['rows_product']} (product): ratio {ratio}")
+        if summary["at_1200_rows_max_loss_0.02"]:
+            a = summary["at_1200_rows_max_loss_0.02"]
+            print(f"1,200 rows, max_loss 0.02: {a['certified_among_them']} of {a['seeds_with_an_oracle_cascade']} "
+                  f"seeds with an oracle cascade losing <= 0.01 certified ({a['share']:.0%})")
+    if topk:
+        print("\n| calibration rows | k | pool | filter | queries | certified | certified below target "
+              "| median ratio | work vs exact |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for t in topk:
+            ratio = "-" if t["median_ratio"] is None else f"{t['median_ratio']:g}"
+            print(f"| {t['calibration']:,} | {t['k']} | {t['pool']:,} | {t['filter']} | {t['queries']} | "
+                  f"{t['certified']} | {t['certified_below_target']} ({t['below_share']:.1%}) | {ratio} | "
+                  f"{t['work_vs_exact']:.3f} |")
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=30)
-    parser.add_argument("--rows", type=int, default=1000)
-    parser.add_argument("--max-loss", type=float, default=0.03)
+    parser.add_argument("--seeds", type=int, default=20, help="seeds per validity and power cell")
+    parser.add_argument("--hard-seeds", type=int, default=30, help="seeds per hard-regime cell")
+    parser.add_argument("--workers", type=int, default=1, help="processes running cells side by side")
+    parser.add_argument("--only", default="validity,hard,power,user,topk",
+                        help="comma-separated sections: validity, hard, power, user, topk")
+    parser.add_argument("--user-seeds", type=int, default=5, help="seeds of the user section")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    result = {"coverage": [coverage("accuracy", args.rows, args.seeds, args.max_loss),
-                           coverage("roc_auc", args.rows, args.seeds, args.max_loss),
-                           coverage("accuracy", args.rows, args.seeds, args.max_loss, gears=(0.05, 0.08))],
-              "topk": [topk(2400, 10, 100_000, False, 20, 40), topk(24_000, 100, 100_000, False, 10, 40),
-                       topk(24_000, 1000, 100_000, False, 10, 40), topk(2400, 100, 2400, False, 20, 40),
-                       topk(2400, 100, 10_000, True, 20, 40), topk(24_000, 100, 100_000, True, 10, 40)]}
-    result["seconds"] = time.perf_counter() - started
-    print("| metric | rows | seeds | max_loss (gears) | runs over max_loss | cascades | mean fresh loss |")
-    print("|---|---|---|---|---|---|---|")
-    for c in result["coverage"]:
-        gears = "" if not c["gears"] else f" ({', '.join(map(str, c['gears']))})"
-        print(f"| {c['metric']} | {c['rows']} | {c['seeds']} | {c['max_loss']}{gears} | {c['exceeded']} "
-              f"({c['exceeded_share']:.0%}) | {c['cascades']} | {c['mean_fresh_loss']:+.4f} |")
-    print("\n| held-out rows | k | pool | filter | ratios approved | median ratio | pools reaching precision 0.95 |")
-    print("|---|---|---|---|---|---|---|")
-    for t in result["topk"]:
-        cov = "-" if t["pool_coverage"] is None else f"{t['pool_coverage']:.1%}"
-        print(f"| {t['held_out']:,} | {t['k']} | {t['pool']:,} | {t['filter']} | {t['approved']}/{t['tables']} | "
-              f"{t['median_ratio'] or '-'} | {cov} |")
-    print(f"\n{result['seconds']:.0f} s")
+    cells = _cells(args)
+    if args.workers > 1:
+        with ProcessPoolExecutor(args.workers) as pool:
+            done = list(pool.map(run_cell, cells))
+    else:
+        done = [run_cell(c) for c in cells]
+    topk = topk_section(seed=0) if "topk" in args.only.split(",") else []
+    user = user_section(args.user_seeds) if "user" in args.only.split(",") else []
+    summary = summarize(done, args.seeds)
+    result = {"cells": done, "summary": summary, "user": user, "topk": topk, "fresh_rows": FRESH_ROWS,
+              "seconds": time.perf_counter() - started}
+    _print(done, summary, topk)
+    _print_user(user)
+    print(f"\nworst share of runs over max_loss (default rule): {summary['worst_exceeded_share_default']}")
+    print(f"{result['seconds']:.0f} s")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+        args.json.write_text(json.dumps(result, indent=1, default=lambda v: None if isinstance(v, float) and
+                                        not math.isfinite(v) else v))
     return result
 
 

@@ -155,12 +155,14 @@ def _sha256(path: Path) -> str:
 def _by_value(pipeline: Any):
     """cloudpickle stores the pipeline's user modules by value while the block runs."""
     modules = _modules_by_value(pipeline)
-    for module in modules:
+    already = cloudpickle.list_registry_pickle_by_value()
+    mine = [m for m in modules if m.__name__ not in already]  # nested use: only what this one added
+    for module in mine:
         cloudpickle.register_pickle_by_value(module)
     try:
         yield modules
     finally:
-        for module in modules:
+        for module in mine:
             cloudpickle.unregister_pickle_by_value(module)
 
 

@@ -85,6 +85,44 @@ class LossBound:
         return f"LossBound(point={self.point:+.5f}, upper={shown}, method={self.method!r})"
 
 
+class JointBound(LossBound):
+    """Several risks certified at once (Learn-then-Test): the overall loss within ``max_loss``
+    and each segment's within ``segment_max_loss``. The plan passes only when every test
+    rejects, an intersection-union test: valid at the same ``1 - confidence`` with no correction
+    for the number of risks. ``upper`` is the overall bound; the segments' are in ``segments``."""
+
+    def __init__(self, overall: LossBound, segments: dict[Any, LossBound], segment_max_loss: float,
+                 sizes: dict[Any, int]):
+        super().__init__(overall.point, overall._upper, overall.method, overall.detail,
+                         compute=overall._compute, test=overall._test)
+        self.overall = overall
+        self.segments = segments
+        self.segment_max_loss = segment_max_loss
+        self.sizes = sizes
+
+    @property
+    def upper(self) -> float:
+        return self.overall.upper
+
+    def within(self, max_loss: float) -> bool:
+        return self.overall.within(max_loss) and all(
+            b.within(self.segment_max_loss) for b in self.segments.values())
+
+    def failing_segments(self) -> list[Any]:
+        return [s for s, b in self.segments.items() if not b.within(self.segment_max_loss)]
+
+    @property
+    def detail(self) -> str:  # type: ignore[override]
+        failing = self.failing_segments()
+        worst = "" if not failing else f"; segments over {self.segment_max_loss}: {failing[:5]}"
+        return f"{self.overall.detail}; {len(self.segments)} segments each within {self.segment_max_loss}" \
+            if not failing else f"{self.overall.detail}{worst}"
+
+    @detail.setter
+    def detail(self, value: str) -> None:
+        pass
+
+
 # --- resamples ----------------------------------------------------------------------------
 class Resamples:
     """Paired bootstrap resample counts, seeded, handed out as float64 chunks of at most

@@ -12,6 +12,7 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from tqdm.auto import tqdm
 
 from ._artifact import unpicklable_groups
@@ -98,6 +99,8 @@ def optimize(
     min_disagreements: int = MIN_DISAGREEMENTS,
     routing_tolerance: float = 0.0,
     gears: tuple[float, ...] = (),
+    segments: Any = None,
+    segment_max_loss: float | None = None,
     workers: int | str = "auto",
     profile_batch_rows: int = PROFILE_BATCH_ROWS,
     profile_repeats: int = PROFILE_REPEATS,
@@ -171,6 +174,14 @@ def optimize(
     serving to switch to under load (``opt.gear(i)``). All gears are tested in one fixed
     sequence, so their certificates hold jointly at ``confidence`` (see ``willump._gears``).
 
+    **Segments.** ``segments=`` (a column name of ``X``, or one key per row of ``X`` when no
+    ``cert=`` rows are given) certifies several risks at once (Learn-then-Test): the overall loss
+    within ``max_loss`` *and* each segment's loss within ``segment_max_loss`` (default
+    ``max_loss``), each on that segment's own certification rows. A threshold passes only when
+    every bound does (an intersection-union test: no correction for the number of segments), so
+    every segment needs enough certification rows for its own floor; one that has too few makes
+    the plan the full pipeline, named in the warning.
+
     **Independent groups and lookups.** ``workers`` threads run the body's top-level feature
     calls at once (groups waiting on a remote lookup overlap), and groups declared
     ``@willump.feature(cache=N)`` keep their last N rows when the optimized pipeline serves
@@ -190,6 +201,9 @@ def optimize(
     _validate(pipeline, model, X, y, cert, refit, max_loss, confidence, bound, metric, holdout,
               certify_share, top_k, topk_precision, topk_confidence, max_levels, n_bootstrap,
               split, cost_mode, min_speedup, min_disagreements, routing_tolerance, workers, gears)
+    segment_keys = _segment_keys(X, cert, segments, segment_max_loss)
+    if segments is not None and segment_max_loss is None:
+        segment_max_loss = max_loss
     metric_obj = resolve_metric(metric)
     method = bound_method(metric_obj, bound)
     if method == "exact" and not has_exact_bound(metric_obj):
@@ -218,6 +232,9 @@ def optimize(
         y_split = {"train": labels[splits.train], "select": labels[splits.select],
                    "cert": np.asarray(cert[1]) if cert is not None else labels[splits.cert]}
         _check_split_sizes(splits.sizes())
+        split_segments = None if segment_keys is None else {
+            "select": segment_keys["X"][splits.select],
+            "cert": segment_keys["cert"] if "cert" in segment_keys else segment_keys["X"][splits.cert]}
         if refit:
             pipeline.fit_features(rows["train"], y_split["train"])
         feature_state = _feature_state(pipeline, refit, splits)
@@ -265,6 +282,9 @@ def optimize(
     floor = certifiable_floor(metric_obj, method, split_labels["cert"], full_proba["cert"], confidence)
     needed = rows_needed(metric_obj, method, split_labels["cert"], max_loss, confidence)
     blocker = _blocker(graph, max_loss, floor, n_cert, needed, metric_obj, confidence)
+    if blocker is None and split_segments is not None:
+        blocker = _segment_blocker(split_segments["cert"], metric_obj, method, split_labels["cert"],
+                                   full_proba["cert"], confidence, segment_max_loss)
 
     with _step(timings, "small models", verbose):
         candidates = candidate_subsets(graph, costs.per_row(cost_mode), importance.mean,
@@ -295,7 +315,9 @@ def optimize(
             chains = chains_from(list(small), group_names, max_levels)
             evaluator = _evaluator(metric_obj, split_labels["select"], full_proba["select"],
                                    N_BOOTSTRAP_SELECT, confidence, bound, graph, costs, seed,
-                                   routing_tolerance, min_disagreements, project_to=n_cert)
+                                   routing_tolerance, min_disagreements, project_to=n_cert,
+                                   segments=None if split_segments is None else split_segments["select"],
+                                   segment_max_loss=segment_max_loss)
             grids = {c: threshold_grid(probas["select"][c[0]].max(axis=1)) for c in chains}
             decision.chosen, decision.table = select_plan(evaluator, chains, probas["select"], grids,
                                                           max_loss, cost_mode, max_cost)
@@ -303,7 +325,9 @@ def optimize(
             if decision.chosen is not None:
                 certifier = _evaluator(metric_obj, split_labels["cert"], full_proba["cert"], n_bootstrap,
                                        confidence, bound, graph, costs, seed + 1, routing_tolerance,
-                                       min_disagreements)
+                                       min_disagreements,
+                                       segments=None if split_segments is None else split_segments["cert"],
+                                       segment_max_loss=segment_max_loss)
                 ladder = [(max_loss, decision.chosen)] + [
                     (m, select_plan(evaluator, chains, probas["select"], grids, m, cost_mode, max_cost)[0])
                     for m in gears]
@@ -468,11 +492,59 @@ def _blocker(graph, max_loss, floor, n_cert, needed, metric: Metric, confidence)
 
 
 def _evaluator(metric: Metric, labels: Labels, full_proba, resamples, confidence, bound, graph,
-               costs, seed, tolerance, min_disagreements, project_to: int | None = None) -> Evaluator:
+               costs, seed, tolerance, min_disagreements, project_to: int | None = None,
+               segments: np.ndarray | None = None, segment_max_loss: float | None = None) -> Evaluator:
     method = bound_method(metric, bound)
     draws = None if method != "bootstrap" else Resamples(len(labels), resamples, np.random.default_rng(seed))
     return Evaluator(metric, labels, full_proba, draws, confidence, bound, graph, costs, tolerance,
-                     min_disagreements, project_to=project_to if method != "bootstrap" else None, seed=seed)
+                     min_disagreements, project_to=project_to if method != "bootstrap" else None, seed=seed,
+                     segments=segments, segment_max_loss=segment_max_loss)
+
+
+def _segment_keys(X, cert, segments, segment_max_loss) -> dict[str, np.ndarray] | None:
+    """The segment key of every row of X (and of the cert= rows), validated."""
+    if segments is None:
+        if segment_max_loss is not None:
+            raise ValueError("segment_max_loss needs segments= (a column name of X or one key per row)")
+        return None
+    if segment_max_loss is not None:
+        _number(segment_max_loss, "segment_max_loss", 0, 1, low_open=True, high_open=True)
+    n = n_rows(X, "X")
+    if isinstance(segments, str):
+        columns = getattr(X, "columns", None)
+        if columns is None or segments not in columns:
+            raise ValueError(f"segments={segments!r} names no column of X")
+        keys = {"X": np.asarray(X[segments])}
+        if cert is not None:
+            if segments not in getattr(cert[0], "columns", []):
+                raise ValueError(f"segments={segments!r} names no column of cert[0]")
+            keys["cert"] = np.asarray(cert[0][segments])
+        return keys
+    if cert is not None:
+        raise ValueError("with cert= rows, segments= must be a column name (present in X and cert[0])")
+    array = np.asarray(segments)
+    if array.shape != (n,):
+        raise ValueError(f"segments must be a column name of X or hold one key per row of X ({n}); got shape "
+                         f"{array.shape}")
+    return {"X": array}
+
+
+def _segment_blocker(keys: np.ndarray, metric: Metric, method: str, labels: Labels, full_proba,
+                     confidence: float, segment_max_loss: float) -> str | None:
+    """Segments whose certification rows cannot certify segment_max_loss even with no disagreement."""
+    short = []
+    for key in pd.unique(pd.Series(keys)):
+        mask = np.asarray(keys == key)
+        part = Labels(labels.values[mask], labels.index[mask], labels.classes)
+        floor = certifiable_floor(metric, method, part, full_proba[mask], confidence)
+        if segment_max_loss < floor:
+            short.append(f"{key!r} ({int(mask.sum())} rows, floor {floor:.4f})")
+    if not short:
+        return None
+    message = (f"segment_max_loss={segment_max_loss} is below what the certification rows of segment(s) "
+               f"{', '.join(short[:10])} can certify; each segment needs its own rows")
+    warnings.warn(message, WillumpWarning, stacklevel=3)
+    return "full pipeline: " + message
 
 
 def _gear_row(gear: Gear, results, graph, costs) -> dict[str, Any]:

@@ -16,11 +16,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ._bounds import (
     MIN_DISAGREEMENTS,
+    JointBound,
     LossBound,
     Resamples,
     disagreements,
@@ -205,6 +208,10 @@ class Evaluator:
     resampled), so that a plan is chosen for what certification will be able to show rather
     than for what the smaller selection split can. A prediction only: certification itself
     always bounds its own rows.
+
+    ``segments`` (one key per row of this split) with ``segment_max_loss``: each segment's loss
+    is bounded on its own rows too, and a plan passes only when all of them and the overall
+    bound do (see ``_bounds.JointBound``).
     """
 
     metric: Metric
@@ -219,6 +226,8 @@ class Evaluator:
     min_disagreements: int = MIN_DISAGREEMENTS
     project_to: int | None = None
     seed: int = 0
+    segments: np.ndarray | None = None
+    segment_max_loss: float | None = None
 
     def __post_init__(self) -> None:
         self.method = bound_method(self.metric, self.bound)
@@ -226,6 +235,18 @@ class Evaluator:
         self._sweeps: dict[tuple, Sweep] = {}
         if self.method in ("exact", "product") and self.metric.kind == "rowwise":
             self.full_good = self.metric.row_good(self.labels, self.full_proba)
+        self._parts: dict[Any, tuple[np.ndarray, Evaluator]] = {}
+        if self.segments is not None:
+            n = len(self.labels)
+            for key in pd.unique(pd.Series(self.segments)):
+                mask = np.asarray(self.segments == key)
+                labels = Labels(self.labels.values[mask], self.labels.index[mask], self.labels.classes)
+                draws = None if self.resamples is None else Resamples(int(mask.sum()), self.resamples.count,
+                                                                    np.random.default_rng(self.seed + 1))
+                share = None if self.project_to is None else max(1, round(self.project_to * mask.sum() / n))
+                self._parts[key] = (mask, Evaluator(self.metric, labels, self.full_proba[mask], draws,
+                                                    self.confidence, self.bound, self.graph, self.costs,
+                                                    self.tolerance, self.min_disagreements, share, self.seed))
 
     @property
     def refused(self) -> int:
@@ -272,6 +293,16 @@ class Evaluator:
         return self.metric.utility(self.labels, self.full_proba) - self.metric.utility(self.labels, approx)
 
     def loss_bound(self, level_probas, levels, approx, threshold: float) -> LossBound:
+        overall = self._overall_bound(level_probas, levels, approx, threshold)
+        if not self._parts:
+            return overall
+        assert self.segment_max_loss is not None
+        parts = {key: part.loss_bound([p[mask] for p in level_probas], levels[mask], approx[mask], threshold)
+                 for key, (mask, part) in self._parts.items()}
+        sizes = {key: int(mask.sum()) for key, (mask, _) in self._parts.items()}
+        return JointBound(overall, parts, self.segment_max_loss, sizes)
+
+    def _overall_bound(self, level_probas, levels, approx, threshold: float) -> LossBound:
         if self.method in ("exact", "product") and self.metric.kind == "rowwise":
             return self._rowwise(level_probas, levels, approx, threshold)
         routings = [approx]

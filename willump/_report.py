@@ -99,6 +99,9 @@ class Report:
     workers_gain: float | None = None  # measured: plain serving's time over the chosen option's
     cached_groups: list[str] = field(default_factory=list)  # groups serving from a row cache
     gears: list[dict[str, Any]] = field(default_factory=list)  # cheaper plans certified jointly
+    #: segments certified with the plan (segments=): each one's loss and bound on its own rows
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    segment_max_loss: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _finite(asdict(self))
@@ -194,6 +197,13 @@ class Report:
                 [[str(i + 1), f"{g['max_loss']:g}", g["chain"], f"{g['threshold']:.4f}", f"{g['loss_bound']:.4f}",
                   f"{g['expected_speedup']:.2f}x", f"{g['answered'][0]:.1%}"] for i, g in enumerate(self.gears)],
             ))
+        if self.segments:
+            worst = max(self.segments, key=lambda s: s["bound"])
+            lines.append("")
+            lines.append(
+                f"  segments: {len(self.segments)}, each certified within segment_max_loss "
+                f"{self.segment_max_loss} on its own rows (worst: {worst['segment']}, bound "
+                f"{worst['bound']:.4f} on {worst['rows']} rows)")
         if self.topk is not None:
             t = self.topk
             ratio = "exact" if t.ratio is None else f"r={t.ratio:g}"

@@ -130,6 +130,9 @@ def build_report(*, pipeline, graph, costs, importance, levels, decision: Decisi
         models[f"level {i}"] = (f"{type(lv.model).__name__} on {list(lv.groups)}, "
                                 f"{splits['train']} training rows")
     bound = None if accepted is None else accepted.bound
+    parts = getattr(bound, "segments", None) or {}
+    segment_rows = [{"segment": str(key), "rows": bound.sizes[key], "loss": b.point, "bound": b.upper}
+                    for key, b in parts.items()]
     return Report(
         pipeline=pipeline.name,
         plan="cascade" if accepted is not None else "full",
@@ -166,5 +169,7 @@ def build_report(*, pipeline, graph, costs, importance, levels, decision: Decisi
         feature_state=feature_state,
         costs_source=costs_source,
         greater_is_better=metric.greater_is_better,
+        segments=segment_rows,
+        segment_max_loss=getattr(bound, "segment_max_loss", None),
     )
 
