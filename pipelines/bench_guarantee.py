@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -52,7 +53,9 @@ MAX_LOSSES = (0.005, 0.01, 0.02)
 #: labelled rows of the hard regime: about 300, 700 and 1,500 certification rows ("auto" split)
 HARD_ROWS = (860, 2000, 4800)
 HARD_MAX_LOSSES = (0.002, 0.005)
-POWER_ROWS = (400, 600, 800, 1200, 1600, 2400, 3200, 4800, 6400, 9600)
+#: labelled rows of the power section: steps of about 12%
+POWER_ROWS = (400, 450, 500, 560, 630, 700, 790, 880, 1000, 1120, 1200, 1400, 1580, 1770, 2000, 2240, 2500,
+              2800)
 POWER_MAX_LOSSES = (0.01, 0.02)
 RULES = {
     "default": {},
@@ -65,7 +68,8 @@ def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
     """One (task, metric, rows, max_loss, rule) over its seeds."""
     t = task(cell["task"])
     runs = []
-    for seed in range(cell["seeds"]):
+    first = cell.get("first_seed", 0)
+    for seed in range(first, first + cell["seeds"]):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", willump.WillumpWarning)
             opt = t.optimize(cell["rows"], seed, metric=cell["metric"], max_loss=cell["max_loss"],
@@ -106,12 +110,13 @@ def oracle_loss(task_name: str, rows: int, seed: int, early: float = 0.3) -> flo
     return float(np.mean(pf.argmax(1) == yf) - np.mean(served == yf))
 
 
-def user_section(seeds: int, rows: int = 4000, max_loss: float = 0.005, pool: int = 1000) -> list[dict[str, Any]]:
+def user_section(seeds: int, rows: int = 4000, max_loss: float = 0.005, pool: int = 1000,
+                 first_seed: int = 0) -> list[dict[str, Any]]:
     """The toxic pipeline at a user's data size, both rules on the same draws."""
     t = task("toxic")
     out = []
     for rule in ("default", "product"):
-        for seed in range(seeds):
+        for seed in range(first_seed, first_seed + seeds):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", willump.WillumpWarning)
                 opt = t.optimize(rows, seed, metric="accuracy", max_loss=max_loss, top_k=100, **RULES[rule])
@@ -176,7 +181,7 @@ def _rows_for_half(cells: list[dict[str, Any]], rule: str, max_loss: float) -> i
     return next((c["rows"] for c in mine if c["certified"] >= c["seeds"] / 2), None)
 
 
-def summarize(cells: list[dict[str, Any]], seeds: int) -> dict[str, Any]:
+def summarize(cells: list[dict[str, Any]], seeds: int, first_seed: int = 0) -> dict[str, Any]:
     power = []
     for max_loss in POWER_MAX_LOSSES:
         new, old = _rows_for_half(cells, "default", max_loss), _rows_for_half(cells, "product", max_loss)
@@ -184,20 +189,43 @@ def summarize(cells: list[dict[str, Any]], seeds: int) -> dict[str, Any]:
                       "ratio": None if not (new and old) else new / old})
     at_1200 = None
     if any(c["section"] == "power" for c in cells):
-        oracle = [oracle_loss("logistic", 1200, s) for s in range(seeds)]
-        exists = [s for s, loss in enumerate(oracle) if loss <= 0.01]
+        oracle = [oracle_loss("logistic", 1200, s) for s in range(first_seed, first_seed + seeds)]
+        exists = [i for i, loss in enumerate(oracle) if loss <= 0.01]
         cell = next((c for c in cells if c["section"] == "power" and c["rule"] == "default" and c["rows"] == 1200
                      and c["max_loss"] == 0.02), None)
         if cell is not None:
-            certified = sum(cell["runs"][s]["certified"] for s in exists)
+            certified = sum(cell["runs"][i]["certified"] for i in exists)
             at_1200 = {"seeds_with_an_oracle_cascade": len(exists), "certified_among_them": certified,
                        "share": certified / max(len(exists), 1), "oracle_losses": oracle}
-    validity = [c for c in cells if c["section"] in ("validity", "hard")]
-    worst = max((c["exceeded_share"] for c in validity if c["rule"] == "default"), default=None)
-    return {"power": power, "at_1200_rows_max_loss_0.02": at_1200, "worst_exceeded_share_default": worst}
+    validity = [c for c in cells if c["section"] in ("validity", "hard") and c["rule"] == "default"]
+    worst = max((c["exceeded_share"] for c in validity), default=None)
+    runs = [r for c in validity for r in c["runs"] if r["certified"]]
+    pooled = {"certified_runs": len(runs), "exceeded": sum(r["exceeded"] for r in runs),
+              "share": sum(r["exceeded"] for r in runs) / max(len(runs), 1)}
+    return {"power": power, "at_1200_rows_max_loss_0.02": at_1200, "worst_exceeded_share_default": worst,
+            "pooled_default": pooled}
+
+
+def grid_markdown(cells: list[dict[str, Any]]) -> str:
+    """The validity section as one table: per task and metric, per (rows, max_loss) the seeds
+    certified and, in brackets, those over max_loss on fresh data."""
+    mine = [c for c in cells if c["section"] == "validity" and not c["gears"]]
+    columns = [(rows, m) for rows in ROWS for m in MAX_LOSSES]
+    lines = ["| task | metric | " + " | ".join(f"{rows:,} / {m}" for rows, m in columns) + " |",
+             "|---|---|" + "---|" * len(columns)]
+    for name in dict.fromkeys(c["task"] for c in mine):
+        for metric in METRICS:
+            row = {(c["rows"], c["max_loss"]): c for c in mine if c["task"] == name and c["metric"] == metric}
+            if row:
+                lines.append(f"| {name} | {metric} | " + " | ".join(
+                    f"{row[k]['certified']} ({row[k]['exceeded']})" if k in row else "-" for k in columns) + " |")
+    return "\n".join(lines)
 
 
 def _print(cells: list[dict[str, Any]], summary: dict[str, Any], topk: list[dict[str, Any]]) -> None:
+    if any(c["section"] == "validity" for c in cells):
+        print("Validity: seeds certified (over max_loss on fresh data), by labelled rows / max_loss\n")
+        print(grid_markdown(cells) + "\n")
     head = ("| section | task | metric | rows (cert) | max_loss | rule | seeds | over max_loss | certified "
             "| median bound | mean fresh loss |")
     print(head)
@@ -240,31 +268,51 @@ def _print(cells: list[dict[str, Any]], summary: dict[str, Any], topk: list[dict
                   f"{t['work_vs_exact']:.3f} |")
 
 
+class _Serial:
+    """The executor interface, in this process (``--workers 1``)."""
+
+    def __enter__(self) -> _Serial:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    @staticmethod
+    def map(fn, items):
+        return map(fn, items)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=20, help="seeds per validity and power cell")
     parser.add_argument("--hard-seeds", type=int, default=30, help="seeds per hard-regime cell")
     parser.add_argument("--workers", type=int, default=1, help="processes running cells side by side")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="first seed of every cell (another value: an independent replication)")
     parser.add_argument("--only", default="validity,hard,power,user,topk",
                         help="comma-separated sections: validity, hard, power, user, topk")
     parser.add_argument("--user-seeds", type=int, default=5, help="seeds of the user section")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    cells = _cells(args)
-    if args.workers > 1:
-        with ProcessPoolExecutor(args.workers) as pool:
-            done = list(pool.map(run_cell, cells))
-    else:
-        done = [run_cell(c) for c in cells]
+    cells = [c | {"first_seed": args.first_seed} for c in _cells(args)]
+    done = []
+    with ProcessPoolExecutor(args.workers) if args.workers > 1 else _Serial() as pool:
+        for i, out in enumerate(pool.map(run_cell, cells)):
+            done.append(out)
+            print(f"[{i + 1}/{len(cells)} {time.perf_counter() - started:.0f}s] {out['section']} {out['task']} "
+                  f"{out['metric']} rows={out['rows']} max_loss={out['max_loss']} {out['rule']}: "
+                  f"{out['certified']}/{out['seeds']} certified, {out['exceeded']} over", file=sys.stderr, flush=True)
     topk = topk_section(seed=0) if "topk" in args.only.split(",") else []
-    user = user_section(args.user_seeds) if "user" in args.only.split(",") else []
-    summary = summarize(done, args.seeds)
+    user = user_section(args.user_seeds, first_seed=args.first_seed) if "user" in args.only.split(",") else []
+    summary = summarize(done, args.seeds, args.first_seed)
     result = {"cells": done, "summary": summary, "user": user, "topk": topk, "fresh_rows": FRESH_ROWS,
               "seconds": time.perf_counter() - started}
     _print(done, summary, topk)
     _print_user(user)
-    print(f"\nworst share of runs over max_loss (default rule): {summary['worst_exceeded_share_default']}")
+    pooled = summary["pooled_default"]
+    print(f"\nworst share of runs over max_loss in a cell (default rule): {summary['worst_exceeded_share_default']}; "
+          f"pooled: {pooled['exceeded']} of {pooled['certified_runs']} certified runs ({pooled['share']:.2%})")
     print(f"{result['seconds']:.0f} s")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

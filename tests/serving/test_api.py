@@ -80,6 +80,12 @@ def test_single_row_and_top_k(app, synth_opt, request_rows):
     expected = synth_opt.top_k(request_rows, 10)
     assert body["indices"] == expected.indices.tolist()
     assert body["approximate"] == expected.approximate[expected.indices].tolist()
+    # the filter's certificate travels with the answer; an uncertified one was scored exactly
+    if expected.certificate is None:
+        assert body["certificate"] is None
+    else:
+        assert body["certificate"] == expected.certificate.to_dict()
+        assert (body["ratio"] is not None) == expected.certificate.certified
     r = post(app, "/top_k", {"rows": rows_of(request_rows), "k": 5, "label": 0})
     assert r.status_code == 200 and r.json()["label"] == 0
 
