@@ -321,11 +321,30 @@ def certifiable_floor(metric: Metric, method: str, labels: Labels, full: np.ndar
     return rowwise_floor(n, confidence)
 
 
-def rows_needed(metric: Metric, method: str, labels: Labels, max_loss: float, confidence: float) -> int:
+def rows_needed(metric: Metric, method: str, labels: Labels, max_loss: float, confidence: float,
+                full: np.ndarray | None = None) -> int:
     """Certification rows the metric's bound needs for ``max_loss`` at best (ROC AUC: scaled by
-    the minority share of these labels; F1: by the certification rows' own shares)."""
+    the minority share of these labels; F1: at the shares of positives and of the full pipeline's
+    positive predictions these rows show, which ``full`` gives)."""
     base = rowwise_rows_needed(max_loss, confidence, "product" if method == "product" else "exact")
     n = len(labels)
+    if method == "exact" and metric.builtin == "f1" and full is not None and n:
+        targets = metric.f1_targets(labels.classes)
+        _, predicted, positives = f1_flip_counts(full.argmax(axis=1), full.argmax(axis=1), labels, targets)
+
+        def certifies(rows: int) -> bool:
+            scaled = [[round(c * rows / n) for c in counts] for counts in (predicted, positives)]
+            return f1_sensitivity_bound([0] * len(targets), *scaled, rows, confidence) <= max_loss
+
+        lo, hi = 1, max(base, 2)
+        while not certifies(hi):
+            lo, hi = hi, hi * 2
+            if hi > 1 << 40:
+                return math.inf  # type: ignore[return-value]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if certifies(mid) else (mid, hi)
+        return hi
     if method == "exact" and metric.builtin == "roc_auc" and n:
         classes = np.unique(labels.index[labels.index >= 0])
         shares = [min(np.mean(labels.index == c), 1 - np.mean(labels.index == c)) for c in classes]

@@ -280,7 +280,7 @@ def optimize(
 
     n_cert = len(split_labels["cert"])
     floor = certifiable_floor(metric_obj, method, split_labels["cert"], full_proba["cert"], confidence)
-    needed = rows_needed(metric_obj, method, split_labels["cert"], max_loss, confidence)
+    needed = rows_needed(metric_obj, method, split_labels["cert"], max_loss, confidence, full_proba["cert"])
     blocker = _blocker(graph, max_loss, floor, n_cert, needed, metric_obj, confidence)
     if blocker is None and split_segments is not None:
         blocker = _segment_blocker(split_segments["cert"], metric_obj, method, split_labels["cert"],

@@ -22,6 +22,7 @@ from willump._bounds import (
     f1_sensitivity_bound,
     guarded_bootstrap_bound,
     product_paired_upper,
+    rows_needed,
     rowwise_bound,
     rowwise_floor,
     rowwise_rows_needed,
@@ -277,3 +278,17 @@ def test_product_bound_over_arrays_equals_it_count_by_count():
     one_by_one = [product_paired_upper(int(w), int(b), 960, CONFIDENCE) for w, b in zip(worse, better, strict=True)]
     np.testing.assert_allclose(together, one_by_one)
     assert product_paired_upper(960, 0, 960, CONFIDENCE) == 1.0
+
+
+def test_f1_rows_needed_is_where_its_floor_reaches_max_loss():
+    """The spam workload's warning once said F1 needed 299 rows (the rowwise figure) while its
+    floor at 1,308 rows was 0.026: F1's figure comes from its own bound."""
+    rng = np.random.default_rng(0)
+    y = (rng.random(1308) < 0.13).astype(int)
+    full = np.c_[1 - y * 0.9 - 0.05, y * 0.9 + 0.05]
+    labels, f1 = Labels.of(y, np.array([0, 1])), resolve_metric("f1")
+    needed = rows_needed(f1, "exact", labels, 0.01, CONFIDENCE, full)
+    assert needed > 3 * rowwise_rows_needed(0.01, CONFIDENCE)
+    floor = certifiable_floor(f1, "exact", labels, full, CONFIDENCE)
+    at_floor = rows_needed(f1, "exact", labels, floor, CONFIDENCE, full)
+    assert abs(at_floor - 1308) <= 15
