@@ -24,7 +24,7 @@ test: venv
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 bench: venv
-	$(BIN)/python -m pipelines.bench
+	$(BIN)/python -m benchmarks.workloads
 
 lint: venv
 	$(BIN)/ruff check .

@@ -1,4 +1,4 @@
-"""Real workloads for willump and the benchmark that measures them against the baseline.
+"""Real workloads for willump (the benchmarks that measure them live in ``benchmarks/``).
 
 Each workload is a module exposing ``build(data_dir=None, seed=0, n_rows=None) -> Workload``:
 
@@ -12,7 +12,7 @@ adult     UCI Adult income: numeric + one-hot groups -> LightGBM
 ========  ==================================================================================
 
 ``flights_redis`` is the flights workload with its lookups served by a local Redis
-(benchmark only; needs redis-server). ``python -m pipelines.bench`` runs the benchmark.
+(benchmark only; needs redis-server). ``python -m benchmarks.workloads`` runs the benchmark.
 """
 
 from __future__ import annotations

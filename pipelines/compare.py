@@ -1,6 +1,6 @@
 """A quick side-by-side of an optimized pipeline and its baseline, for the examples.
 
-The benchmark (``python -m pipelines.bench``) measures more carefully (repeats,
+The benchmark (``python -m benchmarks.workloads``) measures more carefully (repeats,
 latency percentiles, load average); this is the one-screen version.
 """
 

@@ -17,7 +17,7 @@ unsure of, and serving sees the module.
 ``(input_ids, attention_mask) -> class probabilities`` (MiniLM, then the logistic
 regression fitted on its embeddings, copied into an ``nn.Linear``), which
 :func:`serving.deploy_model` serves, partitions and benchmarks standalone
-(``python -m serving.bench_partition --part deep``); ``FullPipelineModule`` is the whole
+(``python -m benchmarks.partition --part deep``); ``FullPipelineModule`` is the whole
 pipeline as one module (``full_pipeline_module(opt)`` builds it from an optimized one).
 
 Embeddings of the data set are cached outside the project (``$WILLUMP_CACHE`` or

@@ -52,7 +52,7 @@ class HostCosts:
     serving_cores: dict[str, float] = field(default_factory=dict)
     #: physical cores per host (nodes sharing a machine share its cores)
     cores: dict[str, float] = field(default_factory=dict)
-    #: an aiohttp load generator's CPU per request (serving.bench charges it to its host)
+    #: an aiohttp load generator's CPU per request (benchmarks.serving charges it to its host)
     client_ms: float = 0.0
     hop_caller_request_ms: float = 0.0
     hop_callee_request_ms: float = 0.0

@@ -15,7 +15,7 @@ compared, so other users' load on the machine does not leak into the factors.
 InferLine profiles each model in the container that serves it for the same reason.
 
 :func:`probe` runs the measurement against a deployed app (``serving.deploy`` does so before
-it returns, ``insitu=``; ``serving.bench`` reads the result); :func:`unreadable` says why a
+it returns, ``insitu=``; ``benchmarks.serving`` reads the result); :func:`unreadable` says why a
 cluster's processes cannot be read from here (they run on other machines).
 """
 

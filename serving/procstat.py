@@ -1,6 +1,6 @@
 """Processes of this machine from /proc: CPU used, parentage, and which belong to a Ray session.
 
-Used to measure what each process of an app costs (serving.calibrate, serving.bench) and to
+Used to measure what each process of an app costs (serving.calibrate, benchmarks.serving) and to
 check that an app leaves no process behind (tests). Linux only; elsewhere every function
 returns empty results.
 """

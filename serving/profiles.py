@@ -1,7 +1,7 @@
 """Measured costs the planner works from: per stage, per request at the ingress, per node.
 
 Plain data (no Ray, no willump), serialisable into the plan so that a plan carries the
-measurements it was made from (``GET /plan`` shows them; ``serving.bench`` re-simulates
+measurements it was made from (``GET /plan`` shows them; ``benchmarks.serving`` re-simulates
 from them).
 """
 

@@ -18,7 +18,7 @@ added to the p-value, so it is never understated by the window.
 Against the earlier rule (Clopper-Pearson on the disagreement rate times the worse share, each
 at ``alpha / 2``) it certifies the same loss with 20-35% fewer rows: its floor is about
 ``log(1 / alpha) / n`` rather than ``log(2 / alpha) / n``, and it does not multiply two
-worst cases. ``pipelines.bench_guarantee`` checks both on the same draws.
+worst cases. ``benchmarks.guarantee`` checks both on the same draws.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from pipelines import bench
+from benchmarks import workloads as bench
 
 REQUIRED = {"name", "rows", "baseline_rows_per_s", "optimized_rows_per_s", "speedup", "metric",
             "baseline_score", "optimized_score", "loss", "loss_bound", "max_loss", "latency_ms",

@@ -1,13 +1,13 @@
 """The guarantee benchmark's parts run and report what they claim (the figures themselves come
-from ``python -m pipelines.bench_guarantee``, not from tests)."""
+from ``python -m benchmarks.guarantee``, not from tests)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipelines import bench_guarantee
-from pipelines._guarantee_tasks import fresh_loss, task
-from pipelines._guarantee_topk import topk_section
+from benchmarks import guarantee as bench_guarantee
+from benchmarks._guarantee_tasks import fresh_loss, task
+from benchmarks._guarantee_topk import topk_section
 
 
 def test_a_cell_reports_certified_runs_and_their_fresh_loss():

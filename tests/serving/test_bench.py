@@ -1,4 +1,4 @@
-"""serving.bench's accounting and comparison (pure functions; the benchmark itself is not run here)."""
+"""benchmarks.serving's accounting and comparison (pure functions; the benchmark itself is not run here)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from serving.bench import compare, foreign_cores, predict, under_load
+from benchmarks.serving import compare, foreign_cores, predict, under_load
 from serving.procstat import cpu_per_request, process_cpu
 
 from .test_planner import costs, ingress, linear
@@ -15,7 +15,7 @@ from .test_planner import costs, ingress, linear
 
 def test_cpu_is_split_by_deployment_front_load_generator_and_the_rest():
     before = {1: ("ray::ServeReplica:app:app-ingress", 1.0), 2: ("ray::ServeReplica:app:app-expensive", 2.0),
-              3: ("haproxy -f cfg", 0.5), os.getpid(): ("python -m serving.bench", 4.0),
+              3: ("haproxy -f cfg", 0.5), os.getpid(): ("python -m benchmarks.serving", 4.0),
               5: ("ray::ServeReplica:app:app-ingress", 0.0), 7: ("raylet", 1.0), 8: ("someone else's job", 1.0)}
     after = {1: (before[1][0], 1.2), 2: (before[2][0], 2.05), 3: (before[3][0], 0.51),
              os.getpid(): (before[os.getpid()][0], 4.02), 5: (before[5][0], 0.1), 7: ("raylet", 1.03),
@@ -55,7 +55,7 @@ def test_prediction_and_comparison_fields():
 
 
 def test_other_users_load_is_measured_and_slows_the_prediction():
-    before = {1: ("ray::ServeReplica:app:app-ingress", 1.0), os.getpid(): ("python -m serving.bench", 4.0),
+    before = {1: ("ray::ServeReplica:app:app-ingress", 1.0), os.getpid(): ("python -m benchmarks.serving", 4.0),
               8: ("someone else's job", 1.0)}
     after = {1: (before[1][0], 3.0), os.getpid(): (before[os.getpid()][0], 5.0), 8: ("someone else's job", 9.0),
              9: ("started during the phase", 2.0)}

@@ -159,9 +159,9 @@ def test_records_carry_the_gear():
 
 
 def test_time_to_accuracy_fields_for_a_configuration(synth_opt):
-    """serving.bench's time-to-accuracy fields: accuracy of the answers, loss vs the full
+    """benchmarks.serving's time-to-accuracy fields: accuracy of the answers, loss vs the full
     pipeline, the certified bound, and cost per million predictions at the simulated price."""
-    from serving.time_to_accuracy import PRICE_PER_CPU_HOUR, at_accuracy
+    from benchmarks._time_to_accuracy import PRICE_PER_CPU_HOUR, at_accuracy
 
     X, y = make_rows(2000, seed=9)
     fields = at_accuracy({"rows_per_s": 3600.0, "p99_ms": 5.0}, synth_opt, (X, y), baseline=False, cpus=2.0)

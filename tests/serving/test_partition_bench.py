@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import serving.partition as sp
-from serving import bench_partition as bp
-from serving.bench_partition_report import plan_table
+from benchmarks import partition as bp
+from benchmarks.partition_report import plan_table
 
 
 @pytest.mark.datasets

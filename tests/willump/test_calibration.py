@@ -83,11 +83,11 @@ def test_gears_hold_their_losses_jointly(monkeypatch):
 ])
 def test_the_hard_regime_a_rare_pattern_the_cheap_level_misses(metric, rows, max_loss):
     """The issue's hard regime through the public API: a pattern in 0.5% of rows only the costly
-    group sees (pipelines._guarantee_tasks 'rare'), few certification rows, a tight max_loss. At
+    group sees (benchmarks._guarantee_tasks 'rare'), few certification rows, a tight max_loss. At
     (roc_auc, 2,000 rows) the earlier default (a bootstrap) certified 3 of 30 seeds, and all 3
     exceeded max_loss on fresh data; the exact bound refuses there and certifies about half the
     seeds at 4,800 rows."""
-    from pipelines._guarantee_tasks import fresh_loss, task
+    from benchmarks._guarantee_tasks import fresh_loss, task
 
     rare = task("rare")
     exceeded = 0

@@ -1,4 +1,4 @@
-"""The gears section of ``python -m serving.bench_cluster`` (``--only gears``): a 3x burst
+"""The gears section of ``python -m benchmarks.cluster`` (``--only gears``): a 3x burst
 above the planned rate, served with load-adaptive gears and with one gear.
 
 The app is the emulated-device app of :mod:`serving.hetero_app` (one replica per stage on
@@ -119,9 +119,9 @@ def _gear_by_second(log: list[dict[str, Any]]) -> list[float]:
 
 
 def gears(opt, source, requests, labels, args) -> dict[str, Any]:
-    from .gears import GearPolicy, gear_info, ladder
-    from .hetero_app import DeviceEmulation, deploy_hetero
-    from .stages import stage_specs
+    from serving.gears import GearPolicy, gear_info, ladder
+    from serving.hetero_app import DeviceEmulation, deploy_hetero
+    from serving.stages import stage_specs
 
     specs = stage_specs(opt)
     if len(opt.gears_) < 2:
@@ -205,7 +205,7 @@ def gears(opt, source, requests, labels, args) -> dict[str, Any]:
 def run_section(geared: tuple[Any, Any, np.ndarray], requests: list, args) -> dict[str, Any]:
     """The section for ``geared`` (:func:`geared_workload`): the artifact shared with the
     cluster, each request's labels, then :func:`gears`."""
-    from .artifacts import resolve
+    from serving.artifacts import resolve
 
     opt, _, y = geared
     rpr = args.rows_per_request

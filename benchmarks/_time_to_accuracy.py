@@ -1,4 +1,4 @@
-"""Time-to-accuracy (DAWNBench) for ``python -m serving.bench``: throughput alone is a poor
+"""Time-to-accuracy (DAWNBench) for ``python -m benchmarks.serving``: throughput alone is a poor
 metric when approximations change accuracy, so every configuration's speed is reported *at*
 the accuracy its answers measured.
 
@@ -14,7 +14,7 @@ Per configuration (the JSON fields each phase gains):
   named with the accuracy they were reached at;
 * ``cost_per_million_predictions``: the CPUs the configuration holds (``--cpus`` for a served
   one, 1 for in-process) at ``PRICE_PER_CPU_HOUR`` (the simulated on-demand price of
-  :mod:`serving.tiers_bench`, 1.0 per device-hour), over its measured rows/s.
+  :mod:`benchmarks._tiers`, 1.0 per device-hour), over its measured rows/s.
 
 And once per run, ``time_to_first_answer_s``: wall seconds from starting ``willump serve`` on
 the optimized artifact (a fresh process and Ray, plan measured as ``willump serve`` does) to
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-#: simulated on-demand price of one CPU for an hour (serving.tiers_bench.PRICE_RELIABLE)
+#: simulated on-demand price of one CPU for an hour (benchmarks._tiers.PRICE_RELIABLE)
 PRICE_PER_CPU_HOUR = 1.0
 #: rows per request when the held-out rows are posted for scoring
 SCORE_ROWS_PER_REQUEST = 256

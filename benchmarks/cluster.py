@@ -1,6 +1,6 @@
 """Serving on shared, mixed resources, measured on an emulated cluster of several raylets.
 
-    python -m serving.bench_cluster [--workload toxic] [--json PATH] [--repeats 3]
+    python -m benchmarks.cluster [--workload toxic] [--json PATH] [--repeats 3]
 
 Heterogeneity (Gavel): a 3-node Ray cluster on this machine (``ray.cluster_utils.Cluster``):
 the head carries ``FAST_DEVICES`` devices of type ``dev_fast``, two workers ``SLOW_DEVICES``
@@ -20,9 +20,9 @@ without, same jitter, same repeat; ``copies_over_answers``: device seconds of al
 including the straggler's time before it was cancelled, over those of the answers kept).
 
 Load-adaptive gears (CascadeServe): a 3x burst above the planned rate with gears and with one
-gear (:mod:`serving.gears_bench`). Transient tiers (Proteus / Tributary): the tier planner's
-cost and its plan preempted under load, with and without notice (:mod:`serving.tiers_bench`).
-Time-to-accuracy is reported by ``python -m serving.bench``.
+gear (:mod:`benchmarks._gears`). Transient tiers (Proteus / Tributary): the tier planner's
+cost and its plan preempted under load, with and without notice (:mod:`benchmarks._tiers`).
+Time-to-accuracy is reported by ``python -m benchmarks.serving``.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from .gears_bench import GEAR_SLO_MS, geared_workload, run_section, summary
-from .hedge import HEDGE_QUANTILE
-from .hetero import plan_agnostic, plan_max_rate, sustained_rate, uniform_weights
-from .hetero_app import DeviceEmulation, deploy_hetero
-from .hetero_measure import cluster_devices, measure_app, measure_matrix
-from .loadgen import poisson_calls
-from .stages import stage_specs
-from .tiers_bench import PREEMPT_RATE, preemption, tiers_plan
+from benchmarks._gears import GEAR_SLO_MS, geared_workload, run_section, summary
+from benchmarks._tiers import PREEMPT_RATE, preemption, tiers_plan
+from serving.hedge import HEDGE_QUANTILE
+from serving.hetero import plan_agnostic, plan_max_rate, sustained_rate, uniform_weights
+from serving.hetero_app import DeviceEmulation, deploy_hetero
+from serving.hetero_measure import cluster_devices, measure_app, measure_matrix
+from serving.loadgen import poisson_calls
+from serving.stages import stage_specs
 
 #: device types and how many devices each node carries (the head has the fast ones)
 FAST_DEVICES = 2
@@ -321,13 +321,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("--repeats, --seconds, --clients, --rows-per-request, --hedge-rate, --hedge-seconds and "
                      "--preempt-rate must be positive, --hedge-quantile in (0, 1)")
 
-    from .artifacts import resolve
+    from serving.artifacts import resolve
 
     t0 = time.perf_counter()
     opt, X = _optimized(args) if args.only != "gears" else (None, None)
     geared = geared_workload(args) if args.only in (None, "gears") else None
     requests = _requests(X if X is not None else geared[1], args.rows_per_request)
-    print(f"serving.bench_cluster: optimized {args.workload} in {time.perf_counter() - t0:.1f}s; "
+    print(f"benchmarks.cluster: optimized {args.workload} in {time.perf_counter() - t0:.1f}s; "
           f"{len(requests)} requests of {args.rows_per_request} rows; load {load_average():.2f}")
     result: dict[str, Any] = {"workload": args.workload, "rows_per_request": args.rows_per_request,
                               "clients": args.clients, "seconds": args.seconds, "repeats": args.repeats,
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         stop_cluster(cluster)
     result["load_after"] = load_average()
-    result["not_built"] = []  # time-to-accuracy: python -m serving.bench
+    result["not_built"] = []  # time-to-accuracy: python -m benchmarks.serving
     if "heterogeneity" in result:
         h = result["heterogeneity"]
         print(f"heterogeneity: aware {h['aware_rows_per_s']:.0f} rows/s (predicted {h['predicted_rows_per_s']:.0f},"

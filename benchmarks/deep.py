@@ -1,4 +1,4 @@
-"""The deep cascade served: ``python -m serving.bench_deep [--rounds 3] [--out FILE]``.
+"""The deep cascade served: ``python -m benchmarks.deep [--rounds 3] [--out FILE]``.
 
 ``pipelines.toxic_deep`` (Davidson tweets; word TF-IDF fitted through the pipeline's fit
 hook, all-MiniLM-L6-v2 declared as a ``willump.module_feature`` group) optimized with a
@@ -45,7 +45,7 @@ import numpy as np
 TARGET_RATIO = 4.0
 #: ... at a certified loss at most this
 TARGET_MAX_LOSS = 0.005
-#: closed-loop settings (serving.bench's defaults)
+#: closed-loop settings (benchmarks.serving's defaults)
 CLIENTS = 16
 ROWS_PER_REQUEST = 32
 DURATION_S = 20.0
@@ -107,7 +107,7 @@ def held_out(opt: Any, w: Any) -> dict[str, Any]:
 def partition_answer(opt: Any, devices: int, sample: Any) -> dict[str, Any]:
     """What serving.partition.plan says for the MiniLM group's module on ``devices`` devices
     with no memory limit (it fits): the stages and the predicted rows/s."""
-    from . import partition as sp
+    from serving import partition as sp
 
     group = opt.pipeline.graph_features()["minilm"]
     example = group.inputs(sample.iloc[:16])
@@ -122,7 +122,7 @@ def partition_answer(opt: Any, devices: int, sample: Any) -> dict[str, Any]:
 
 
 def measure(url: str, bodies: list[bytes], rows: int, clients: int, duration: float) -> dict[str, Any]:
-    from .loadgen import closed_loop
+    from serving.loadgen import closed_loop
 
     asyncio.run(closed_loop(url, bodies, rows, clients=clients, duration=WARMUP_S, max_requests=MAX_REQUESTS))
     return asyncio.run(closed_loop(url, bodies, rows, clients=clients, duration=duration,
@@ -148,14 +148,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import ray
     from ray import serve
 
-    from . import deploy
-    from .bench import predict
-    from .loadgen import payloads
-    from .proxy import DEFAULT_PROXY, release_proxy_files, use_proxy
+    from benchmarks.serving import predict
+    from serving import deploy
+    from serving.loadgen import payloads
+    from serving.proxy import DEFAULT_PROXY, release_proxy_files, use_proxy
 
     result: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "load_start": _load(), "cpus_machine": os.cpu_count(),
-        "command": " ".join(["python -m serving.bench_deep", *(args.argv or [])]),
+        "command": " ".join(["python -m benchmarks.deep", *(args.argv or [])]),
         "gpu": None, "cpus_per_app": args.cpus, "clients": args.clients,
         "rows_per_request": args.rows_per_request, "duration_s": args.duration, "rounds": args.rounds,
     }
@@ -260,9 +260,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from .model_app import free_port
+    from serving.model_app import free_port
 
-    ap = argparse.ArgumentParser(prog="python -m serving.bench_deep", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.deep", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="bench_deep.json", help="JSON file written at the end")
     ap.add_argument("--data-dir", help="the shared datasets folder (default ../shared/datasets)")
     ap.add_argument("--rows", type=int, default=None, help="subsample the data set (default: all rows)")

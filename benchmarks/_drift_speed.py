@@ -257,7 +257,7 @@ def _day_run(hours: float, rows_per_s: float, report_every_h: float) -> dict[str
 
 def memory(quick: bool) -> dict[str, Any]:
     hours = 3.0 if quick else 24.0
-    cmd = [sys.executable, "-m", "drift.bench", "--_day", str(hours)]
+    cmd = [sys.executable, "-m", "benchmarks.drift", "--_day", str(hours)]
     env = dict(os.environ)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:

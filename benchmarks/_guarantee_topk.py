@@ -1,4 +1,4 @@
-"""Certified top-K on fresh pools of 1,000-100,000 rows (the top-K part of ``bench_guarantee``).
+"""Certified top-K on fresh pools of 1,000-100,000 rows (the top-K part of ``benchmarks.guarantee``).
 
 Scores are simulated (a full score z and a cheap score that tracks it with noise, or that cannot
 see what makes the top 0.3% top); planning and the certificate are the library's own

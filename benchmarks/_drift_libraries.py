@@ -13,7 +13,7 @@ unless ours is measurably needed. Three pairs are compared on the same inputs:
 - weighted sampling: DataSketches var_opt (per-item `update`) vs drift's Reservoir (vectorized
   priority sampling with inclusion thresholds), rows per second.
 
-`python -m drift.bench --sections libraries` prints them; drift/README.md records the choice.
+`python -m benchmarks.drift --sections libraries` prints them; drift/README.md records the choice.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The benchmark: each workload optimized, then measured against its baseline side by side.
 
-    python -m pipelines.bench [--workload NAME ...] [--json PATH] [--repeats N]
+    python -m benchmarks.workloads [--workload NAME ...] [--json PATH] [--repeats N]
 
 For each workload, in one process, on the held-out test split (never seen by the
 optimizer): batch throughput (median of repeats, baseline and optimized timed in
@@ -41,13 +41,12 @@ import scipy.sparse as sp
 from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 
 import willump
+from benchmarks._timing import loadavg, percentile_ms, side_by_side, timed
+from pipelines import WORKLOADS, flights
+from pipelines import build as build_workload
+from pipelines.datasets import REPO_ROOT, DatasetNotFoundError, datasets_available, datasets_dir
+from pipelines.workload import Workload
 from willump._capture import clear_row_caches
-
-from . import WORKLOADS, flights
-from . import build as build_workload
-from .datasets import REPO_ROOT, DatasetNotFoundError, datasets_available, datasets_dir
-from .timing import loadavg, percentile_ms, side_by_side, timed
-from .workload import Workload
 
 #: every workload the benchmark knows, in run order (flights_redis: flights over Redis)
 ALL_WORKLOADS = ("toxic", "toxic3", "spam", "flights", "flights_redis", "credit", "adult")
@@ -294,9 +293,9 @@ def _workload(name: str, args: argparse.Namespace) -> Iterator[Workload]:
     """Build a workload (starting Redis for flights_redis, stopped on exit)."""
     rows = args.rows if args.rows is not None else DEFAULT_ROWS.get(name)
     if name == "flights_redis":
-        from .flights import build as build_flights
-        from .redis_server import local_redis, redis_unavailable_reason
-        from .stores import RedisStore
+        from pipelines.flights import build as build_flights
+        from pipelines.redis_server import local_redis, redis_unavailable_reason
+        from pipelines.stores import RedisStore
 
         reason = redis_unavailable_reason()
         if reason is not None:
@@ -464,7 +463,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.workloads", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", action="append", choices=ALL_WORKLOADS, metavar="NAME",
                         help=f"workload to run (repeatable; default all: {', '.join(ALL_WORKLOADS)})")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"JSON output (default {DEFAULT_JSON})")
@@ -496,7 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = args.workload or list(ALL_WORKLOADS)
     assert set(ALL_WORKLOADS) >= set(WORKLOADS)
     doc: dict[str, Any] = {
-        "command": "python -m pipelines.bench" + ("" if argv is None and len(sys.argv) <= 1 else
+        "command": "python -m benchmarks.workloads" + ("" if argv is None and len(sys.argv) <= 1 else
                                                   " " + " ".join(sys.argv[1:] if argv is None else argv)),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "repeats": args.repeats,

@@ -1,19 +1,19 @@
 """Benchmark of the monitor: quality (exact and sampled regimes), speed, memory, libraries.
 
-    python -m drift.bench [--json PATH] [--quick] [--no-pin]
+    python -m benchmarks.drift [--json PATH] [--quick] [--no-pin]
                           [--sections quality,sampled,speed,memory,libraries]
 
-quality   50 rows/s, nothing sampled (drift._bench_quality): planted causes with an oracle on
+quality   50 rows/s, nothing sampled (benchmarks._drift_quality): planted causes with an oracle on
           the raw window, null streams, always-fire and dummy-ranking baselines.
-sampled   2,000 rows/s with the default reservoirs (drift._bench_sampled): false explanations
+sampled   2,000 rows/s with the default reservoirs (benchmarks._drift_sampled): false explanations
           / drift alarms / change points per hour on i.i.d., seasonal, AR(1) and heavy-tailed
           nulls beside River's ADWIN, Page-Hinkley and KSWIN; top-1 recall and precision on
           planted families; interval coverage by simulation; restart after 1 s batches.
 speed     ingest + classify rows/s on one pinned core (10k-row batches, 8 string attributes);
-          explaining 1M rows x 8 attributes at order 3 end to end (drift._bench_speed).
+          explaining 1M rows x 8 attributes at order 3 end to end (benchmarks._drift_speed).
 memory    a simulated day of 1-minute panes at 1k rows/s (--quick: 3 hours).
 libraries Apache DataSketches (KLL, frequent items, VarOpt) against drift's own sketches
-          (drift._bench_libraries).
+          (benchmarks._drift_libraries).
 Timings are medians over repeats; the process pins itself to one CPU unless --no-pin. The
 optional peers install with `pip install 'willump-serve[bench]'`.
 """
@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from drift import _bench_libraries, _bench_sampled
-from drift._bench_quality import quality
-from drift._bench_speed import _day_run, memory, speed
+from benchmarks import _drift_libraries, _drift_sampled
+from benchmarks._drift_quality import quality
+from benchmarks._drift_speed import _day_run, memory, speed
 
 #: Targets from the issue.
 TARGET_TOP1 = 0.95
@@ -65,7 +65,7 @@ def _fmt(v: Any, pct: bool = False) -> str:
 
 
 def report(res: dict[str, Any]) -> str:
-    lines = [f"drift.bench  ({res['machine']['note']})"]
+    lines = [f"benchmarks.drift  ({res['machine']['note']})"]
     q = res.get("quality")
     if q:
         lines.append("\n== quality (seeded synthetic streams) ==")
@@ -144,16 +144,16 @@ def report(res: dict[str, Any]) -> str:
     sampled = res.get("sampled")
     if sampled:
         lines.append("\n== sampled regime (2,000 rows/s, 1-minute panes, default reservoirs) ==")
-        lines += _bench_sampled.report_lines(sampled)
+        lines += _drift_sampled.report_lines(sampled)
     libs = res.get("libraries")
     if libs:
         lines.append("\n== Apache DataSketches vs drift's sketches ==")
-        lines += _bench_libraries.report_lines(libs)
+        lines += _drift_libraries.report_lines(libs)
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m drift.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.drift", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", metavar="PATH", help="write all results as JSON here")
     parser.add_argument("--quick", action="store_true", help="fewer seeds, windows, repeats")
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     runners: dict[str, Callable[[bool], dict[str, Any]]] = {
         "quality": quality, "speed": speed, "memory": memory,
-        "sampled": _bench_sampled.sampled, "libraries": _bench_libraries.libraries}
+        "sampled": _drift_sampled.sampled, "libraries": _drift_libraries.libraries}
     for name in ("speed", "libraries", "memory", "sampled", "quality"):
         if name in sections:
             res[name] = runners[name](args.quick)

@@ -1,4 +1,4 @@
-"""Benchmark of model partitioning: ``python -m serving.bench_partition [--part ...] [--out FILE]``.
+"""Benchmark of model partitioning: ``python -m benchmarks.partition [--part ...] [--out FILE]``.
 
 Parts (all by default), each printed and written to the JSON file:
 
@@ -17,7 +17,7 @@ Parts (all by default), each printed and written to the JSON file:
 - ``deep``: the full toxic_deep pipeline (word TF-IDF + MiniLM -> logistic regression,
   one torch module) served alone on 2 CPUs: rows/s, p50/p99; test accuracy of it, of
   the cheap level and of the embeddings alone. The certified cascade served against it:
-  ``python -m serving.bench_deep``.
+  ``python -m benchmarks.deep``.
 
 Run it under the shared lock (``flock /tmp/willump-heavy.lock ...``); figures depend on
 the machine's load, which is recorded.
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import partition as sp
-from .model_load import closed_loop, open_loop
+from serving import partition as sp
+from serving.model_load import closed_loop, open_loop
 
 MODELS = ("vgg16", "resnet50", "gnmt")
 DEVICES = (2, 4, 8, 16)
@@ -202,7 +202,7 @@ def _measure(app: Any, prof: sp.Profile, probe: Any, bodies: list[bytes], rows: 
 def part_emulated(data_dir: str | None, probe: Any, duration_s: float,
                   models: tuple[str, ...] = ("vgg16", "resnet50"), devices: tuple[int, ...] = (4, 8),
                   plans_wanted: tuple[str, ...] = ("dp+replication", "even by layers")) -> dict[str, Any]:
-    from .model_app import deploy_model
+    from serving.model_app import deploy_model
 
     print("\n== emulated accelerators: plans served, blocks sleep their profiled GPU time ==")
     out: dict[str, Any] = {"runs": []}
@@ -247,8 +247,7 @@ def _fixed_width(tok: Any, texts: list[str], width: int) -> tuple[torch.Tensor, 
 
 def part_cpu(probe: Any, duration_s: float, device: str = "cpu") -> dict[str, Any]:
     from pipelines._minilm import Tokenizer, load_minilm
-
-    from .model_app import deploy_model
+    from serving.model_app import deploy_model
 
     print(f"\n== real {device}: all-MiniLM-L6-v2 in 2 stages (1 thread each) ==")
     tok = Tokenizer(max_length=64)
@@ -282,8 +281,7 @@ def part_deep(data_dir: str | None, probe: Any, duration_s: float, device: str =
     from scipy import sparse
 
     from pipelines import toxic_deep as td
-
-    from .model_app import deploy_model
+    from serving.model_app import deploy_model
 
     print("\n== toxic_deep: the full pipeline served alone (2 CPUs) ==")
     X_train, y_train, X_test, y_test = td.load_split(data_dir)
@@ -338,7 +336,7 @@ def part_deep(data_dir: str | None, probe: Any, duration_s: float, device: str =
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m serving.bench_partition", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.partition", description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", default=",".join(PARTS), help=f"comma-separated parts of {PARTS}")
     ap.add_argument("--out", default="bench_partition.json", help="JSON file written at the end")
     ap.add_argument("--data-dir", help="the shared datasets folder (default ../shared/datasets)")
@@ -358,14 +356,14 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
-    from .model_app import free_port
-    from .model_transport import HopProbe
+    from serving.model_app import free_port
+    from serving.model_transport import HopProbe
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "load_before": _load(),
                               "cpus": os.cpu_count(), "torch": torch.__version__,
                               "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                              "command": " ".join(["python -m serving.bench_partition", *(argv or sys.argv[1:])])}
+                              "command": " ".join(["python -m benchmarks.partition", *(argv or sys.argv[1:])])}
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: torch sees no GPU here")
     ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)

@@ -5,7 +5,7 @@ pipeline in deploy's default layout (the cheap stage in the ingress replicas, th
 stage its own deployment), (b') the same with a deployment per stage, and (c) the
 optimized pipeline in-process.
 
-    python -m serving.bench [--workload toxic] [--rows-per-request 32] [--clients 16]
+    python -m benchmarks.serving [--workload toxic] [--rows-per-request 32] [--clients 16]
                             [--duration 20] [--json PATH]
 
 Each served phase deploys with costs measured on this machine (``calibrate``: once, at the
@@ -22,7 +22,7 @@ request, predicted and measured (/proc, this Ray's processes only). A final open
 sends single-row requests at half of the measured single-row peak. All phases run in one
 process and one Ray, side by side; the 1-minute load average is recorded.
 
-Time-to-accuracy (:mod:`serving.time_to_accuracy`): every configuration also reports
+Time-to-accuracy (:mod:`benchmarks._time_to_accuracy`): every configuration also reports
 ``accuracy`` (its answers on the labelled held-out rows), ``accuracy_loss`` (vs the full
 pipeline), ``certified_loss_bound``, ``rows_per_s_at_accuracy``, ``p99_ms_at_accuracy`` and
 ``cost_per_million_predictions`` (simulated price per CPU-hour); the run reports
@@ -41,10 +41,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks._time_to_accuracy import at_accuracy, labelled, time_to_first_answer
 from serving.loadgen import closed_loop, http_floor, in_process, open_loop, payloads
 from serving.procstat import cpu_per_request, process_cpu, session_dir, session_processes
 from serving.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS
-from serving.time_to_accuracy import at_accuracy, labelled, time_to_first_answer
 
 #: seconds of closed-loop load per phase
 DURATION_S = 20.0
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     opt, X = _load(args)
-    print(f"serving.bench: optimized {args.workload} in {time.perf_counter() - t0:.1f}s "
+    print(f"benchmarks.serving: optimized {args.workload} in {time.perf_counter() - t0:.1f}s "
           f"({opt.report().plan})", flush=True)
     data = labelled(args)  # time-to-accuracy: the labelled held-out rows
     bodies, frames = payloads(X, args.rows_per_request)
@@ -373,7 +373,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m serving.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.serving", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", default="toxic")
     parser.add_argument("--artifact", help="benchmark a saved artifact on its sample rows instead")

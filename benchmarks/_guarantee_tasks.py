@@ -1,4 +1,4 @@
-"""Tasks the guarantee is simulated on (``pipelines.bench_guarantee``): labelled rows a user would
+"""Tasks the guarantee is simulated on (``benchmarks.guarantee``): labelled rows a user would
 have, and fresh rows from the same distribution to measure the served plan's true loss on.
 
 - ``logistic``: three standard normal columns, label logistic in ``2a + b + c``; the cheap group
@@ -99,8 +99,8 @@ def _logistic_task(name: str, share: float) -> Task:
 
 
 def _adult_task() -> Task:
-    from . import adult
-    from .datasets import load_adult
+    from pipelines import adult
+    from pipelines.datasets import load_adult
 
     frame = load_adult(None)
     draw, fresh = _drawn_from(frame[adult.REQUEST_COLUMNS].reset_index(drop=True),
@@ -126,8 +126,8 @@ def _drawn_from(X_all: pd.DataFrame, y_all: np.ndarray):
 
 
 def _toxic_task() -> Task:
-    from . import toxic
-    from .datasets import load_davidson
+    from pipelines import toxic
+    from pipelines.datasets import load_davidson
 
     frame = load_davidson(None)
     X_all = pd.DataFrame({"tweet": frame["tweet"].astype(str).to_numpy()})

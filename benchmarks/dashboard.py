@@ -1,4 +1,4 @@
-"""What the live dashboard costs: ``python -m serving.dashboard_bench``.
+"""What the live dashboard costs: ``python -m benchmarks.dashboard``.
 
 Prints medians over repeats, on synthetic but realistically sized inputs:
 
@@ -21,11 +21,11 @@ import time
 import numpy as np
 import pandas as pd
 
-from .dashboard_data import monitor_snapshot
-from .dashboard_page import render
-from .dashboard_view import model
-from .metrics import aggregate
-from .timeseries import MetricRing, Snapshot
+from serving.dashboard_data import monitor_snapshot
+from serving.dashboard_page import render
+from serving.dashboard_view import model
+from serving.metrics import aggregate
+from serving.timeseries import MetricRing, Snapshot
 
 T0 = 1_700_000_040.0
 INFO = {

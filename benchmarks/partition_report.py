@@ -1,5 +1,5 @@
-"""Markdown tables from a ``serving.bench_partition`` JSON file:
-``python -m serving.bench_partition_report bench_partition.json``."""
+"""Markdown tables from a ``benchmarks.partition`` JSON file:
+``python -m benchmarks.partition_report bench_partition.json``."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def report(d: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m serving.bench_partition_report BENCH.json", file=sys.stderr)
+        print("usage: python -m benchmarks.partition_report BENCH.json", file=sys.stderr)
         return 2
     print(report(json.loads(Path(args[0]).read_text())))
     return 0

@@ -1,9 +1,9 @@
 """Does the optimizer's guarantee hold where users go, and how many rows does it need? Simulated.
 
-    python -m pipelines.bench_guarantee [--seeds 20] [--hard-seeds 30] [--workers 2] [--json PATH]
+    python -m benchmarks.guarantee [--seeds 20] [--hard-seeds 30] [--workers 2] [--json PATH]
                                         [--only validity,hard,power,topk]
 
-Every run optimizes through the public API on rows a user would have (``pipelines._guarantee_tasks``:
+Every run optimizes through the public API on rows a user would have (``benchmarks._guarantee_tasks``:
 two synthetic tasks and UCI Adult), then measures the served plan's loss against the full pipeline
 on fresh rows. A run *exceeds* when that loss is above ``max_loss``; the guarantee allows
 ``1 - confidence`` (5%) of runs to. Rules, each on the same draws (seed by seed):
@@ -25,7 +25,7 @@ Sections:
 - **user**: Davidson's tweets through ``pipelines.toxic``'s pipeline at 4,000 labelled rows (a
   user's data size) and ``max_loss=0.005``: certified or not, the bound, the expected speedup,
   the loss on the other 20,783 tweets, and top-K@100 on a 1,000-tweet pool, both rules.
-- **topk**: certified top-K on pools of 1,000-100,000 rows (``pipelines._guarantee_topk``).
+- **topk**: certified top-K on pools of 1,000-100,000 rows (``benchmarks._guarantee_topk``).
 """
 
 from __future__ import annotations
@@ -43,9 +43,8 @@ from typing import Any
 import numpy as np
 
 import willump
-
-from ._guarantee_tasks import FRESH_ROWS, fresh_loss, task
-from ._guarantee_topk import topk_section
+from benchmarks._guarantee_tasks import FRESH_ROWS, fresh_loss, task
+from benchmarks._guarantee_topk import topk_section
 
 METRICS = ("accuracy", "roc_auc", "f1")
 ROWS = (500, 1000, 2000, 5000)

@@ -1,6 +1,6 @@
 """Quality at 50 rows/s (nothing sampled): planted causes and null streams, per window.
 
-Why kept beside the sampled regime (drift._bench_sampled): it is the exact-data baseline the
+Why kept beside the sampled regime (benchmarks._drift_sampled): it is the exact-data baseline the
 sampled figures are compared with, with an oracle on the raw window, an always-fire baseline
 and a dummy ranking baseline.
 """
