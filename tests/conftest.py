@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -63,3 +65,23 @@ def shared_datasets() -> Path:
             pytest.fail(reason + "; CI=true requires them", pytrace=False)
         pytest.skip(reason)
     return path
+
+
+# --- helpers every test folder shares (defined once) ----------------------------------------------
+def free_port() -> int:
+    """A TCP port on loopback nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check, timeout: float = 60.0, interval: float = 0.25, message: str = "condition"):
+    """Poll ``check()`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {message} (last: {value!r})")
+        time.sleep(interval)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, free_port
 
 README = REPO_ROOT / "README.md"
 TOUR_START, TOUR_END = "## A five-minute tour", "## Concepts"
@@ -32,12 +31,6 @@ def tour_and_rest() -> tuple[str, str]:
     text = README.read_text()
     start, end = text.index(TOUR_START), text.index(TOUR_END)
     return text[start:end], text[:start] + text[end:]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tour_script(tour: str, port: int) -> str:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import inspect
 import os
-import socket
 import tempfile
-import time
 
 import pytest
 from sklearn.linear_model import LogisticRegression
 
 import willump
+from tests.conftest import free_port, wait_for  # noqa: F401 - shared helpers, imported from here by serving tests
 from tests.willump.synth import FIXED_COSTS, make_rows, three_groups
 
 from .pipelines import CONTROL_ENV, stallable
@@ -23,24 +22,6 @@ from .pipelines import FIXED_COSTS as STALLABLE_COSTS
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault(CONTROL_ENV, tempfile.mkdtemp(prefix="willump-serving-control-"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(check, timeout: float = 60.0, interval: float = 0.25, message: str = "condition"):
-    """Poll ``check()`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {message} (last: {value!r})")
-        time.sleep(interval)
 
 
 def emulated_cluster(head_resources: dict[str, float], worker_resources: list[dict[str, float]]):

@@ -173,18 +173,18 @@ def test_a_stage_replica_killed_under_load_loses_no_request(serve_port):
         threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
         for t in threads:
             t.start()
-        def wait_for(count: int) -> None:  # progress, not wall time: the machine may be slow
+        def wait_for_results(count: int) -> None:  # progress, not wall time: the machine may be slow
             deadline = time.monotonic() + 120
             while len(results) < count and time.monotonic() < deadline:
                 time.sleep(0.1)
 
-        wait_for(10)
+        wait_for_results(10)
         names = [a for a in ray.util.list_named_actors(all_namespaces=True)
                  if a["name"].startswith("SERVE_REPLICA::mlpkill#mlpkill-stage1#")]
         assert len(names) == 2
         before = len(results)
         ray.kill(ray.get_actor(names[0]["name"], namespace=names[0]["namespace"]), no_restart=True)
-        wait_for(before + 30)
+        wait_for_results(before + 30)
         stop.set()
         for t in threads:
             t.join(timeout=60)
