@@ -86,8 +86,7 @@ def optimized(args: argparse.Namespace) -> tuple[Any, Any]:
 def held_out(opt: Any, w: Any) -> dict[str, Any]:
     """Accuracy of the full pipeline and of the cascade on the test split (MiniLM computed
     once for every test row, both models read the same blocks), realized loss, shares."""
-    from willump._blocks import hstack
-    from willump._models import predict_proba
+    from willump.runtime import hstack, predict_proba
 
     X, y = w.X_test, np.asarray(w.y_test)
     t0 = time.perf_counter()

@@ -46,7 +46,7 @@ from pipelines import WORKLOADS, flights
 from pipelines import build as build_workload
 from pipelines.datasets import REPO_ROOT, DatasetNotFoundError, datasets_available, datasets_dir
 from pipelines.workload import Workload
-from willump._capture import clear_row_caches
+from willump.runtime import clear_row_caches
 
 #: every workload the benchmark knows, in run order (flights_redis: flights over Redis)
 ALL_WORKLOADS = ("toxic", "toxic3", "spam", "flights", "flights_redis", "credit", "adult")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from willump import OptimizedPipeline
-from willump._artifact import artifact_version, read_manifest
+from willump.runtime import artifact_version, read_manifest
 
 from .runtime import Bundle, bundle_version, load_bundle, read_bundle
 

@@ -21,9 +21,7 @@ import scipy.sparse as sp
 
 import willump
 from willump import OptimizedPipeline
-from willump._artifact import artifact_version, read_manifest
-from willump._blocks import Block, hstack
-from willump._models import predict_proba
+from willump.runtime import Block, artifact_version, hstack, predict_proba, read_manifest
 
 from .stages import StageSpec
 
@@ -69,8 +67,7 @@ def place_models(opt: OptimizedPipeline, device: str, runtime: str) -> list[str]
         raise ValueError(f"runtime must be 'native' or 'onnx', got {runtime!r}")
     torch_device = "cuda" if device.startswith("cuda") or device == "gpu" else "cpu"
     if runtime == "onnx":
-        from willump._blocks import hstack
-        from willump._cascade import Level
+        from willump.runtime import Level, hstack
 
         sample = opt.sample_rows_
         if sample is None:

@@ -42,3 +42,22 @@ def test_benchmarks_are_not_installed():
     text = (REPO_ROOT / "pyproject.toml").read_text()
     include = text[text.index("[tool.setuptools.packages.find]"):].split("\n")[1]
     assert "benchmarks" not in include and "willump*" in include
+
+
+def private_willump_imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("willump._"):
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("willump._")]
+    return found
+
+
+@pytest.mark.parametrize("package", ["serving", "drift", "pipelines"])
+def test_the_server_reaches_the_optimizer_through_its_public_seam(package):
+    """willump.runtime (and willump's top level) is the seam: no private willump module."""
+    offenders = {str(p.relative_to(REPO_ROOT)): private_willump_imports(p)
+                 for p in sorted((REPO_ROOT / package).rglob("*.py"))}
+    offenders = {k: v for k, v in offenders.items() if v}
+    assert not offenders, offenders
