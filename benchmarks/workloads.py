@@ -38,14 +38,13 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 
 import willump
 from benchmarks._timing import loadavg, percentile_ms, side_by_side, timed
 from pipelines import WORKLOADS, flights
 from pipelines import build as build_workload
 from pipelines.datasets import REPO_ROOT, DatasetNotFoundError, datasets_available, datasets_dir
-from pipelines.workload import Workload
+from pipelines.workload import Workload, score
 from willump.runtime import clear_row_caches
 
 #: every workload the benchmark knows, in run order (flights_redis: flights over Redis)
@@ -70,23 +69,6 @@ MODEL_DOMINATES_SHARE = 0.5
 
 
 # --- quality ------------------------------------------------------------------------------
-def score(metric: str, y: np.ndarray, proba: np.ndarray, classes: np.ndarray) -> float:
-    """The workload metric as willump defines it: accuracy; F1 of the second class (binary)
-    or macro F1; ROC AUC of the second class (binary) or macro one-vs-rest."""
-    pred = classes[np.argmax(proba, axis=1)]
-    if metric == "accuracy":
-        return float(accuracy_score(y, pred))
-    if metric == "f1":
-        if len(classes) == 2:
-            return float(f1_score(y, pred, pos_label=classes[1]))
-        return float(f1_score(y, pred, average="macro", labels=classes))
-    if metric == "roc_auc":
-        if len(classes) == 2:
-            return float(roc_auc_score(y == classes[1], proba[:, 1]))
-        return float(roc_auc_score(y, proba, multi_class="ovr", average="macro", labels=classes))
-    raise ValueError(f"metric {metric!r} is not one the benchmark can score")
-
-
 def _hstack(blocks: list[Any]) -> Any:
     if len(blocks) == 1:
         return blocks[0]

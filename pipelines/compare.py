@@ -13,7 +13,7 @@ import numpy as np
 
 import willump
 
-from .bench import score
+from .workload import score
 
 #: timed calls per pipeline (the median is shown)
 COMPARE_REPEATS = 3

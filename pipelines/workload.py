@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 from sklearn.model_selection import train_test_split
 
 import willump
@@ -117,3 +118,19 @@ def subsample(
     X_sub, _, y_sub, _ = train_test_split(X, y, train_size=n_rows, random_state=seed, stratify=y)
     return X_sub.reset_index(drop=True), y_sub
 
+
+def score(metric: str, y: np.ndarray, proba: np.ndarray, classes: np.ndarray) -> float:
+    """The workload metric as willump defines it: accuracy; F1 of the second class (binary)
+    or macro F1; ROC AUC of the second class (binary) or macro one-vs-rest."""
+    pred = classes[np.argmax(proba, axis=1)]
+    if metric == "accuracy":
+        return float(accuracy_score(y, pred))
+    if metric == "f1":
+        if len(classes) == 2:
+            return float(f1_score(y, pred, pos_label=classes[1]))
+        return float(f1_score(y, pred, average="macro", labels=classes))
+    if metric == "roc_auc":
+        if len(classes) == 2:
+            return float(roc_auc_score(y == classes[1], proba[:, 1]))
+        return float(roc_auc_score(y, proba, multi_class="ovr", average="macro", labels=classes))
+    raise ValueError(f"metric {metric!r} is not one the benchmark can score")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -10,27 +11,25 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: pytest-xdist group of the serving tests that start Ray, servers, subprocess apps or a
-#: browser: they run one module after another on one worker (`make test` runs ``-n 2 --dist
-#: loadgroup``), while every other test (the optimizer's, the monitor's, the workloads', the
-#: serving modules in RAY_FREE and the README's tour, whose `deploy` starts a Ray of its own)
-#: is spread over both workers
+#: pytest-xdist group of the tests that start Ray, servers, subprocess apps or a browser: modules
+#: marked ``pytestmark = pytest.mark.starts_ray`` run one after another on one worker (`make test`
+#: runs ``-n 2 --dist loadgroup``), while every other test (the optimizer's, the monitor's, the
+#: workloads', the serving tests that start nothing and the README's tour, whose `deploy` starts a
+#: Ray of its own) is spread over both workers. tests/serving/test_ray_free.py checks the marks.
 SERIAL_GROUP = "ray-and-servers"
-#: serving test modules that start no Ray, server, subprocess or browser (checked by
-#: tests/serving/test_ray_free.py)
-RAY_FREE = frozenset({
-    "test_bench.py", "test_calls.py", "test_cluster_hedge.py", "test_cluster_hetero.py", "test_cluster_tiers.py",
-    "test_dashboard_ecosystem.py", "test_dashboard_load.py", "test_dashboard_view.py", "test_gears.py",
-    "test_monitor_queries.py", "test_partition_bench.py", "test_partition_capture.py", "test_partition_plan.py",
-    "test_planner.py", "test_records.py", "test_ray_free.py",
-})
+#: what marks a module serial (read from its source: xdist's scheduler sees node ids, not marks)
+SERIAL_MARK = "pytest.mark.starts_ray"
+
+
+@functools.cache
+def _marked(path: str) -> bool:
+    file = REPO_ROOT / path
+    return file.is_file() and SERIAL_MARK in file.read_text()
 
 
 def serial(nodeid: str) -> bool:
-    """Whether a test belongs to the serving tests that start Ray, servers, subprocess apps or
-    a browser."""
-    path = nodeid.split("::", 1)[0]
-    return path.startswith("tests/serving/") and path.rsplit("/", 1)[-1] not in RAY_FREE
+    """Whether a test belongs to a module that starts Ray, servers, subprocess apps or a browser."""
+    return _marked(nodeid.split("::", 1)[0])
 
 
 @pytest.hookimpl(optionalhook=True)  # known only where xdist is loaded

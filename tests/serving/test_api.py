@@ -13,6 +13,9 @@ from serving import deploy
 
 from .conftest import free_port, wait_for
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 
 @pytest.fixture(scope="module")
 def app(ray_cluster, synth_opt):

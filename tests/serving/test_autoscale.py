@@ -16,6 +16,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import requests
 
 from serving import deploy
@@ -24,6 +25,9 @@ from serving.planner import CONCURRENT_BATCHES
 
 from .conftest import wait_for
 from .pipelines import set_row_delay
+
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
 
 #: seconds of idleness before a stage gives its last replica back (short, for the test)
 IDLE_S = 2.0

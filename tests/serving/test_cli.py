@@ -19,6 +19,9 @@ from serving.procstat import alive, descendants
 
 from .conftest import free_port, wait_for
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 WILLUMP = [sys.executable, "-m", "serving.cli"]
 SERVE = str(Path(sys.executable).with_name("serve"))
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}

@@ -12,6 +12,9 @@ import pytest
 from serving.hetero_app import DeviceEmulation, deploy_hetero
 from serving.stages import stage_specs
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 EMULATION = DeviceEmulation(fixed_ms={"cheap": 2.0, "expensive": 2.0}, per_row_ms={"cheap": 0.0, "expensive": 0.0})
 #: replica 0 of the cheap stage: every call 200x slower (0.4 s instead of 2 ms)
 STALL = {"cheap@dev/0": (1.0, 200.0)}

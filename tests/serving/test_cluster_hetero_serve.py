@@ -16,6 +16,9 @@ from serving.stages import stage_specs
 
 from .conftest import emulated_cluster
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 EMULATION = DeviceEmulation(fixed_ms={"cheap": 2.0, "expensive": 4.0}, per_row_ms={"cheap": 0.1, "expensive": 1.0},
                             slowdown={"dev_slow": {"cheap": 2.0, "expensive": 4.0}})
 

@@ -18,6 +18,9 @@ from serving.stages import stage_specs
 
 from .conftest import emulated_cluster
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 #: transient devices are slow here so that calls are in flight on them when they go
 EMULATION = DeviceEmulation(fixed_ms={"cheap": 5.0, "expensive": 2.0}, per_row_ms={"cheap": 0.0, "expensive": 0.0},
                             slowdown={"transient": {"cheap": 8.0}})

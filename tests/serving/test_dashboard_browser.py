@@ -42,8 +42,10 @@ def browser() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(browser() is None, reason="no headless Chromium on this machine "
-                                                           "(.ci/run installs Debian's chromium with apt-get)")
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = [pytest.mark.starts_ray,
+              pytest.mark.skipif(browser() is None, reason="no headless Chromium on this machine "
+                                                           "(.ci/run installs Debian's chromium with apt-get)")]
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,9 @@ from tests.willump.synth import make_rows
 from .conftest import wait_for
 from .pipelines import POISON, set_delay, stall_once
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 #: a stalled lookup takes this long; every deadline below is well under it
 STALL_S = 4.0
 

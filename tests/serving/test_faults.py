@@ -11,6 +11,9 @@ import requests
 
 from serving import deploy
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 #: client threads generating load
 CLIENTS = 4
 ROWS_PER_REQUEST = 16

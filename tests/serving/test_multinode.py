@@ -22,6 +22,9 @@ from serving.config import plan_offline
 
 from .conftest import free_port, wait_for
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 CLIENTS = 4
 ROWS_PER_REQUEST = 16
 #: seconds of load kept up after the worker node is removed

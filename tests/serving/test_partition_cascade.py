@@ -13,6 +13,9 @@ from serving.deploy import _use_gpu
 from serving.runtime import StageRunner, module_groups, place_models
 from serving.stages import StageSpec, stage_specs
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 
 def _rows(n: int, seed: int):
     import pandas as pd

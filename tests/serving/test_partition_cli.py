@@ -18,6 +18,9 @@ from torch import nn
 import serving.partition as sp
 from serving import model_cli
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory):

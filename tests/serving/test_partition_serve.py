@@ -21,6 +21,9 @@ import serving.partition as sp
 from pipelines._minilm import BertConfig, MiniLM
 from serving.model_transport import fit_transport
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 FIXED = sp.Transport(5.0, 5e8, "test")
 

@@ -21,6 +21,9 @@ from serving.proxy import (
     use_proxy,
 )
 
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
 
 def test_haproxy_environment_is_private_to_one_ray():
     a, b = proxy_environment("haproxy"), proxy_environment("haproxy")

@@ -1,23 +1,26 @@
-"""The serving modules that `make test` spreads over both xdist workers (tests.conftest.RAY_FREE)
-start no Ray, server, subprocess or browser: a change that makes one start something must move
-it back into the serial group, or two Rays would run side by side on the CI's two cores."""
+"""Serving test modules that start Ray, a server, a subprocess or a browser carry the
+``starts_ray`` mark (`make test` runs them on one worker, module after module: two Rays side by
+side on CI's two cores would starve each other); the others carry none and are spread over both
+workers. A change that makes a module start something must mark it."""
 
 from __future__ import annotations
 
 import re
 
-from tests.conftest import RAY_FREE, REPO_ROOT, serial
+from tests.conftest import REPO_ROOT, SERIAL_MARK, serial
 
 #: what a module that starts Ray, a server, a subprocess or a browser uses
 STARTS = re.compile(r"ray_cluster|emulated_cluster|ray\.init|\bdeploy\(|deploy_hetero|serve\.(run|start)|"
                     r"subprocess|Popen|chromium|uvicorn|HTTPServer")
 
 
-def test_ray_free_modules_start_nothing():
+def test_modules_that_start_something_are_marked_and_only_they():
     folder = REPO_ROOT / "tests" / "serving"
-    assert RAY_FREE <= {p.name for p in folder.glob("test_*.py")}, "RAY_FREE names a module that is gone"
-    starting = {name: STARTS.findall((folder / name).read_text()) for name in RAY_FREE - {"test_ray_free.py"}}
-    assert not {k: v for k, v in starting.items() if v}, starting
+    modules = {p.name: p.read_text() for p in folder.glob("test_*.py") if p.name != "test_ray_free.py"}
+    unmarked = {name: STARTS.findall(text) for name, text in modules.items() if SERIAL_MARK not in text}
+    assert not {k: v for k, v in unmarked.items() if v}, unmarked
+    marked_idle = [name for name, text in modules.items() if SERIAL_MARK in text and not STARTS.search(text)]
+    assert not marked_idle, marked_idle
 
 
 def test_serial_group():
