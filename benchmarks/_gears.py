@@ -1,12 +1,12 @@
 """The gears section of ``python -m benchmarks.cluster`` (``--only gears``): a 3x burst
 above the planned rate, served with load-adaptive gears and with one gear.
 
-The app is the emulated-device app of :mod:`serving.hetero_app` (one replica per stage on
+The app is the emulated-device app of :mod:`serving.emulation.hetero_app` (one replica per stage on
 the fast device type), whose stage replicas run the workload's real cascade for the gear a
 request is served by and then hold their device for ``fixed_ms + per_row_ms * rows``: a
 cheaper gear sends fewer rows to the expensive stage, so it frees device time the way it
 would free an accelerator. The ingress switches gears with the same
-:class:`serving.gears.GearSwitch` / :class:`serving.gears.GearPolicy` the served app uses.
+:class:`serving.runtime.gears.GearSwitch` / :class:`serving.runtime.gears.GearPolicy` the served app uses.
 
 The planned rate is the rate a plan at ``PLAN_UTILIZATION`` of gear 0's capacity is sized
 for; capacities per gear are predicted from the emulated device time and each gear's unsure
@@ -119,9 +119,9 @@ def _gear_by_second(log: list[dict[str, Any]]) -> list[float]:
 
 
 def gears(opt, source, requests, labels, args) -> dict[str, Any]:
-    from serving.gears import GearPolicy, gear_info, ladder
-    from serving.hetero_app import DeviceEmulation, deploy_hetero
-    from serving.stages import stage_specs
+    from serving.core.specs import stage_specs
+    from serving.emulation.hetero_app import DeviceEmulation, deploy_hetero
+    from serving.runtime.gears import GearPolicy, gear_info, ladder
 
     specs = stage_specs(opt)
     if len(opt.gears_) < 2:
@@ -205,7 +205,7 @@ def gears(opt, source, requests, labels, args) -> dict[str, Any]:
 def run_section(geared: tuple[Any, Any, np.ndarray], requests: list, args) -> dict[str, Any]:
     """The section for ``geared`` (:func:`geared_workload`): the artifact shared with the
     cluster, each request's labels, then :func:`gears`."""
-    from serving.artifacts import resolve
+    from serving.core.artifacts import resolve
 
     opt, _, y = geared
     rpr = args.rows_per_request

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from serving.hetero_app import DeviceEmulation, deploy_hetero, key_deployment
-from serving.loadgen import poisson_calls
+from serving.emulation.hetero_app import DeviceEmulation, deploy_hetero, key_deployment
+from serving.measure.loadgen import poisson_calls
 
 #: tiers (planner only): simulated prices per device-hour, transient pools (the two slow nodes)
 #: and the target as a share of the aware plan's predicted rate
@@ -38,7 +38,7 @@ def tiers_plan(het: dict[str, Any], slow_devices: int) -> dict[str, Any]:
     (reliable and transient devices alike), the two slow nodes as transient pools, the target
     half the aware plan's prediction: the cost against all-reliable at that scale. The
     preemption section deploys a plan of its own and fills the outcome fields."""
-    from serving.tiers import plan_tiers
+    from serving.planning.tiers import plan_tiers
 
     matrix = het["matrix_calls_per_s"]
     rates = {s: r["dev_slow"] for s, r in matrix["rates"].items()}
@@ -106,9 +106,9 @@ def preemption(opt, source, requests, cluster, args, emulation: DeviceEmulation,
     removed with notice (drained, then removed), its capacity comes back (a new node with the
     same pool: Serve starts the lost replicas there, the ingress routes to them again), then
     the second pool's node is removed without notice."""
-    from serving.hetero_measure import measure_matrix
-    from serving.stages import stage_specs
-    from serving.tiers import deployment_of, plan_tiers
+    from serving.core.specs import stage_specs
+    from serving.emulation.measure import measure_matrix
+    from serving.planning.tiers import deployment_of, plan_tiers
 
     specs = stage_specs(opt)
     pools = [f"spot_{i}" for i in range(len(cluster.worker_nodes))]

@@ -5,7 +5,7 @@
 Heterogeneity (Gavel): a 3-node Ray cluster on this machine (``ray.cluster_utils.Cluster``):
 the head carries ``FAST_DEVICES`` devices of type ``dev_fast``, two workers ``SLOW_DEVICES``
 each of type ``dev_slow``, whose emulated devices are slower per stage by ``SLOWDOWN``
-(:mod:`serving.hetero_app`). The bench measures the throughput matrix (each stage on each
+(:mod:`serving.emulation.hetero_app`). The bench measures the throughput matrix (each stage on each
 device type), solves the LP for the heterogeneity-aware plan, and measures side by side,
 alternating, ``--repeats`` times (median): the aware plan (capacity-weighted routing), the
 heterogeneity-agnostic plan (the same number of devices sized on mean rates, placed
@@ -38,12 +38,12 @@ import numpy as np
 
 from benchmarks._gears import GEAR_SLO_MS, geared_workload, run_section, summary
 from benchmarks._tiers import PREEMPT_RATE, preemption, tiers_plan
-from serving.hedge import HEDGE_QUANTILE
-from serving.hetero import plan_agnostic, plan_max_rate, sustained_rate, uniform_weights
-from serving.hetero_app import DeviceEmulation, deploy_hetero
-from serving.hetero_measure import cluster_devices, measure_app, measure_matrix
-from serving.loadgen import poisson_calls
-from serving.stages import stage_specs
+from serving.core.specs import stage_specs
+from serving.emulation.hetero_app import DeviceEmulation, deploy_hetero
+from serving.emulation.measure import cluster_devices, measure_app, measure_matrix
+from serving.measure.loadgen import poisson_calls
+from serving.planning.hetero import plan_agnostic, plan_max_rate, sustained_rate, uniform_weights
+from serving.runtime.hedge import HEDGE_QUANTILE
 
 #: device types and how many devices each node carries (the head has the fast ones)
 FAST_DEVICES = 2
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--hedge-quantile", type=float, default=HEDGE_QUANTILE,
                         help="hedge a stage call still unanswered at this quantile of the stage's latencies")
     parser.add_argument("--hedge-any-replica", action="store_true",
-                        help="hedge to a busy replica too (serving.hedge.HEDGE_IDLE_ONLY off), for comparison")
+                        help="hedge to a busy replica too (serving.runtime.hedge.HEDGE_IDLE_ONLY off), for comparison")
     parser.add_argument("--preempt-rate", type=float, default=PREEMPT_RATE, help="open-loop requests/s")
     parser.add_argument("--preempt-hedging", action=argparse.BooleanOptionalAction, default=False,
                         help="the tier app hedges its stage calls (a call stuck on a lost replica is copied)")
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("--repeats, --seconds, --clients, --rows-per-request, --hedge-rate, --hedge-seconds and "
                      "--preempt-rate must be positive, --hedge-quantile in (0, 1)")
 
-    from serving.artifacts import resolve
+    from serving.core.artifacts import resolve
 
     t0 = time.perf_counter()
     opt, X = _optimized(args) if args.only != "gears" else (None, None)

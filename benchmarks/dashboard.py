@@ -6,7 +6,7 @@ Prints medians over repeats, on synthetic but realistically sized inputs:
   the app's families among a few thousand lines of Ray's and Serve's own, filtered, summed and
   parsed into a snapshot; CPU ms per sample;
 * the monitor's answers (at most every 15 s while someone watches, in the monitor replica):
-  :func:`serving.dashboard_data.monitor_snapshot` on a monitor holding a reference and a
+  :func:`serving.runtime.dashboard.data.monitor_snapshot` on a monitor holding a reference and a
   window with a planted cause;
 * the page (in the dashboard's child process): a full drawing, and a redraw while the
   monitor's answers are unchanged (its plots reused).
@@ -21,11 +21,11 @@ import time
 import numpy as np
 import pandas as pd
 
-from serving.dashboard_data import monitor_snapshot
-from serving.dashboard_page import render
-from serving.dashboard_view import model
-from serving.metrics import aggregate
-from serving.timeseries import MetricRing, Snapshot
+from serving.runtime.dashboard.data import monitor_snapshot
+from serving.runtime.dashboard.page import render
+from serving.runtime.dashboard.timeseries import MetricRing, Snapshot
+from serving.runtime.dashboard.view import model
+from serving.runtime.metrics import aggregate
 
 T0 = 1_700_000_040.0
 INFO = {

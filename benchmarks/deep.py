@@ -121,7 +121,7 @@ def partition_answer(opt: Any, devices: int, sample: Any) -> dict[str, Any]:
 
 
 def measure(url: str, bodies: list[bytes], rows: int, clients: int, duration: float) -> dict[str, Any]:
-    from serving.loadgen import closed_loop
+    from serving.measure.loadgen import closed_loop
 
     asyncio.run(closed_loop(url, bodies, rows, clients=clients, duration=WARMUP_S, max_requests=MAX_REQUESTS))
     return asyncio.run(closed_loop(url, bodies, rows, clients=clients, duration=duration,
@@ -149,8 +149,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from benchmarks.serving import predict
     from serving import deploy
-    from serving.loadgen import payloads
-    from serving.proxy import DEFAULT_PROXY, release_proxy_files, use_proxy
+    from serving.launch.proxy import DEFAULT_PROXY, release_proxy_files, use_proxy
+    from serving.measure.loadgen import payloads
 
     result: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "load_start": _load(), "cpus_machine": os.cpu_count(),
@@ -259,7 +259,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from serving.model_app import free_port
+    from serving.model_app.deploy import free_port
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.deep", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="bench_deep.json", help="JSON file written at the end")

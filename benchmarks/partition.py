@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from serving import partition as sp
-from serving.model_load import closed_loop, open_loop
+from serving.model_app.load import closed_loop, open_loop
 
 MODELS = ("vgg16", "resnet50", "gnmt")
 DEVICES = (2, 4, 8, 16)
@@ -202,7 +202,7 @@ def _measure(app: Any, prof: sp.Profile, probe: Any, bodies: list[bytes], rows: 
 def part_emulated(data_dir: str | None, probe: Any, duration_s: float,
                   models: tuple[str, ...] = ("vgg16", "resnet50"), devices: tuple[int, ...] = (4, 8),
                   plans_wanted: tuple[str, ...] = ("dp+replication", "even by layers")) -> dict[str, Any]:
-    from serving.model_app import deploy_model
+    from serving.model_app.deploy import deploy_model
 
     print("\n== emulated accelerators: plans served, blocks sleep their profiled GPU time ==")
     out: dict[str, Any] = {"runs": []}
@@ -247,7 +247,7 @@ def _fixed_width(tok: Any, texts: list[str], width: int) -> tuple[torch.Tensor, 
 
 def part_cpu(probe: Any, duration_s: float, device: str = "cpu") -> dict[str, Any]:
     from pipelines._minilm import Tokenizer, load_minilm
-    from serving.model_app import deploy_model
+    from serving.model_app.deploy import deploy_model
 
     print(f"\n== real {device}: all-MiniLM-L6-v2 in 2 stages (1 thread each) ==")
     tok = Tokenizer(max_length=64)
@@ -281,7 +281,7 @@ def part_deep(data_dir: str | None, probe: Any, duration_s: float, device: str =
     from scipy import sparse
 
     from pipelines import toxic_deep as td
-    from serving.model_app import deploy_model
+    from serving.model_app.deploy import deploy_model
 
     print("\n== toxic_deep: the full pipeline served alone (2 CPUs) ==")
     X_train, y_train, X_test, y_test = td.load_split(data_dir)
@@ -356,8 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
-    from serving.model_app import free_port
-    from serving.model_transport import HopProbe
+    from serving.model_app.deploy import free_port
+    from serving.model_app.transport import HopProbe
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "load_before": _load(),

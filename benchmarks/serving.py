@@ -14,7 +14,7 @@ and prints the plan's prediction for exactly that load (its simulation, closed l
 same clients, the load generator's own CPU charged to this machine) beside the measurement.
 ``deploy`` itself probes each app before it returns (4 closed-loop clients for a few
 seconds, every process group's CPU read from /proc) and plans again with the measured CPU;
-the prediction is printed again with those in-situ factors (:mod:`serving.insitu`; JSON
+the prediction is printed again with those in-situ factors (:mod:`serving.measure.insitu`; JSON
 ``predicted_rows_per_s_in_situ``, ``predicted_p99_ms_in_situ``, ``in_situ.factors``). The measurement itself:
 ``predicted_rows_per_s`` / ``measured_rows_per_s`` and ``predicted_p99_ms`` /
 ``measured_p99_ms`` per phase in the JSON, with their ratios, and each process's CPU per
@@ -42,9 +42,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks._time_to_accuracy import at_accuracy, labelled, time_to_first_answer
-from serving.loadgen import closed_loop, http_floor, in_process, open_loop, payloads
-from serving.procstat import cpu_per_request, process_cpu, session_dir, session_processes
-from serving.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS
+from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS
+from serving.measure.loadgen import closed_loop, http_floor, in_process, open_loop, payloads
+from serving.measure.procstat import cpu_per_request, process_cpu, session_dir, session_processes
 
 #: seconds of closed-loop load per phase
 DURATION_S = 20.0
@@ -109,8 +109,8 @@ def under_load(plan: Any, cores: float) -> Any:
 def predict(plan: Any, *, clients: int, client_ms: float, seed: int = 0,
             cpu_scale: dict[str, float] | None = None) -> dict[str, Any]:
     """What the plan's simulation says the closed loop will measure (``cpu_scale``: the
-    in-situ factors of serving.insitu)."""
-    from serving.simulate import simulate
+    in-situ factors of serving.measure.insitu)."""
+    from serving.planning.simulate import simulate
 
     sim = simulate(plan, clients=clients, n_requests=SIMULATED_REQUESTS, seed=seed, client_ms=client_ms,
                    cpu_scale=cpu_scale)
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import ray
 
     from serving import deploy
-    from serving.proxy import release_proxy_files, use_proxy
+    from serving.launch.proxy import release_proxy_files, use_proxy
 
     t0 = time.perf_counter()
     opt, X = _load(args)
@@ -248,7 +248,7 @@ def refine_prediction(phase: dict[str, Any], plan: Any, args: argparse.Namespace
     phase["in_situ_within_target"] = (abs(phase["rows_per_s_ratio_in_situ"] - 1.0)
                                       <= PREDICTION_TARGETS["rows_per_s_within"]
                                       and 1.0 / factor <= phase["p99_ratio_in_situ"] <= factor)
-    from serving.insitu import summary
+    from serving.measure.insitu import summary
 
     print(f"      in situ ({probe['clients']} clients for {probe['seconds']:.0f} s, CPU factors "
           f"{summary(probe['factors'])}): the plan predicts {refined['predicted_rows_per_s']:.0f} rows/s, p99 "
@@ -291,7 +291,7 @@ def _ratios(result: dict[str, Any]) -> None:
 
 
 def _factors(phase: dict[str, Any]) -> str:
-    from serving.insitu import summary
+    from serving.measure.insitu import summary
 
     return summary(phase["in_situ"]["factors"])
 

@@ -12,10 +12,9 @@ import threading
 from typing import Any
 
 import willump
-
-from .deploy import API_KEY_ENV, CALIBRATE, INSITU, hedging_options
-from .planner import LAYOUTS
-from .proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
+from serving.launch.deploy import API_KEY_ENV, CALIBRATE, INSITU, hedging_options
+from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
+from serving.planning.planner import LAYOUTS
 
 
 def _csv(value: str) -> list[str]:
@@ -51,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--batch-wait-ms", type=float, help="longest a stage batch waits (overrides the plan)")
     serve.add_argument("--proxy", choices=PROXIES,
                        help=f"HTTP front of the embedded Ray (default {DEFAULT_PROXY} when installed, "
-                            "else serve; see serving.proxy)")
+                            "else serve; see serving.launch.proxy)")
     serve.add_argument("--transport", choices=TRANSPORTS, default="grpc",
                        help="how the ingress calls the stages (default %(default)s)")
     serve.add_argument("--runtime", choices=("native", "onnx"), default="native")
@@ -96,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_gear_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gears", type=_gears, default="off",
                         help="'off' (the plan), 'adaptive' (a cheaper certified gear while the queue puts the SLO, "
-                             "--p99-ms, at risk; see serving.gears), or a gear index to pin")
+                             "--p99-ms, at risk; see serving.runtime.gears), or a gear index to pin")
     parser.add_argument("--gear-slo-ms", type=float, help="the SLO the adaptive gears hold (default: --p99-ms)")
 
 
@@ -125,9 +124,9 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from .cluster import usable_cores
-    from .config import plan_offline, serve_config, write_serve_config
-    from .gears import check_gears, gear_info
+    from serving.launch.cluster import usable_cores
+    from serving.launch.config import plan_offline, serve_config, write_serve_config
+    from serving.runtime.gears import check_gears, gear_info
 
     opt = willump.load(args.artifact)
     check_gears(args.gears, _gear_policy(args), opt, baseline=False)  # before the minutes of profiling
@@ -164,7 +163,7 @@ def _monitor_options(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .config import plan_offline
+    from serving.launch.config import plan_offline
 
     opt = willump.load(args.artifact)
     plan = plan_offline(opt, cpus=args.cpus, rows_per_request=args.rows_per_request, rps=args.rps,
@@ -189,7 +188,7 @@ def _announce_steps() -> None:
     import importlib
     import time
 
-    module = importlib.import_module(f"{__package__}.deploy")  # the module: serving.deploy is also a function
+    module = importlib.import_module(f"{__package__}.launch.deploy")
 
     def wrap(fn: Any, what: str) -> Any:
         def announced(*a: Any, **kw: Any) -> Any:
@@ -210,7 +209,7 @@ def _announce_steps() -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .deploy import _ensure_ray, deploy
+    from serving.launch.deploy import _ensure_ray, deploy
 
     stop = threading.Event()
 
@@ -261,7 +260,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from . import model_cli
+    from serving.model_app import cli as model_cli
 
     if model_cli.is_model_command(argv):  # a saved torch model (a file): partitioned
         return model_cli.main(argv)

@@ -78,3 +78,88 @@ def test_every_module_imports(package):
         except Exception as exc:
             failed[info.name] = f"{type(exc).__name__}: {exc}"
     assert not failed, failed
+
+
+#: serving's wings, each with the wings it may import (its own always). Read as floors: a wing
+#: imports only wings below it, so no arrow runs back up. partition and core are the ground.
+WINGS = {
+    "core": set(),
+    "partition": set(),
+    "runtime": {"core"},
+    "planning": {"core"},
+    "model_app": {"core", "partition"},
+    "measure": {"core", "runtime", "planning"},
+    "emulation": {"core", "runtime", "planning", "measure"},
+    "launch": {"core", "runtime", "planning", "measure"},
+}
+
+
+def serving_imports(path: Path) -> set[str]:
+    """Every serving module (dotted) that ``path`` imports, lazy imports included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("serving"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)  # `from serving.x import module`
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("serving"))
+    modules = {_module_name(p) for p in (REPO_ROOT / "serving").rglob("*.py")}
+    return {m for m in found if m in modules and m != "serving"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _wing(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in WINGS) else None
+
+
+def test_serving_wings_import_only_the_wings_below_them():
+    offenders = {}
+    for path in sorted((REPO_ROOT / "serving").rglob("*.py")):
+        wing = _wing(_module_name(path))
+        if wing is None:
+            continue  # serving/__init__.py, cli.py, graph.py: the face, above every wing
+        assert wing in WINGS, f"{path}: a wing this test does not know ({wing}); add it to WINGS"
+        bad = sorted(m for m in serving_imports(path) if _wing(m) not in WINGS[wing] | {wing})
+        if bad:
+            offenders[str(path.relative_to(REPO_ROOT))] = bad
+    assert not offenders, offenders
+
+
+def test_no_import_loop_inside_serving():
+    graph = {_module_name(p): serving_imports(p) for p in (REPO_ROOT / "serving").rglob("*.py")}
+    for m in graph:  # a package's face imports its modules; count a module's arrows, not its face's
+        graph[m] = {d for d in graph[m] if not m.startswith(d + ".") and d != m}
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                raise AssertionError("import loop: " + " -> ".join([*path[path.index(dep):], dep]))
+            if dep not in state:
+                visit(dep)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+
+
+def test_the_request_path_visits_no_planning_module():
+    """From the ingress to the answer (the runtime wing and what it imports, transitively)."""
+    graph = {_module_name(p): serving_imports(p) for p in (REPO_ROOT / "serving").rglob("*.py")}
+    seen, todo = set(), ["serving.runtime.ingress", "serving.runtime.replicas"]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph.get(m, ()))
+    assert not sorted(m for m in seen if _wing(m) in ("planning", "measure", "launch", "emulation")), seen

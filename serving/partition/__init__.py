@@ -14,9 +14,10 @@ Plain data in, plan out, no Ray (deployment of a plan lives in :func:`serving.de
 ``willump serve m.pt`` read.
 """
 
-from .capture import MAX_BLOCKS, Block, CaptureError, Graph, capture
+from .capture import MAX_BLOCKS, capture
 from .cost import Stage
 from .emulate import EmulatedBlock, emulated
+from .graph import Block, CaptureError, Graph
 from .pipedream import PIPEDREAM_BATCH, read_pipedream
 from .planner import (
     OBJECTIVES,

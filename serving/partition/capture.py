@@ -20,58 +20,18 @@ from __future__ import annotations
 
 import os
 import traceback
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import fx, nn
 
+from .graph import Block, CaptureError, Graph
+from .split import check_composition
+
 #: blocks a captured graph is coarsened to at most (the DP is quadratic in it)
 MAX_BLOCKS = 200
 #: nodes that carry no computation of their own in an exported graph
 _SKIPPED_MODULES = ("_guards_fn",)
-
-
-class CaptureError(ValueError):
-    """The module cannot be cut into blocks; the message says which construct and where."""
-
-
-@dataclass
-class Block:
-    """One unit the planner may put a cut before or after."""
-
-    name: str
-    #: ``sequential``: the child module; traced: the indices of its nodes in ``Graph.nodes``
-    module: nn.Module | None = None
-    nodes: list[int] = field(default_factory=list)
-
-
-@dataclass
-class Graph:
-    """A module captured as blocks; ``len(graph)`` is the number of blocks."""
-
-    module: nn.Module
-    example: tuple
-    blocks: list[Block]
-    kind: str  # "sequential" | "export" | "fx"
-    #: traced routes: the flat graph module and its computing nodes in execution order
-    gm: fx.GraphModule | None = None
-    nodes: list[fx.Node] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    #: export route: how the flat outputs fold back into the module's output structure
-    out_spec: Any = None
-
-    def __len__(self) -> int:
-        return len(self.blocks)
-
-    def __repr__(self) -> str:
-        names = ", ".join(b.name for b in self.blocks[:6])
-        more = ", ..." if len(self.blocks) > 6 else ""
-        return f"Graph({self.kind}, {len(self)} blocks: {names}{more})"
-
-    @property
-    def names(self) -> list[str]:
-        return [b.name for b in self.blocks]
 
 
 def _as_args(example: Any) -> tuple:
@@ -266,7 +226,5 @@ def capture(module: nn.Module, example: Any, *, max_blocks: int = MAX_BLOCKS) ->
         graph = _capture_sequential(module, args, max_blocks)
     else:
         graph = _traced(module, args, max_blocks)
-    from .split import check_composition
-
     check_composition(graph)
     return graph

@@ -15,7 +15,7 @@ import torch
 from torch import fx, nn
 from torch.utils import _pytree as pytree
 
-from .capture import CaptureError, Graph
+from .graph import CaptureError, Graph
 
 #: tolerances of the composition check done at capture and by tests
 RTOL = 1e-4

@@ -15,10 +15,9 @@ from sklearn.linear_model import LogisticRegression
 
 import willump
 from tests.conftest import free_port, wait_for  # noqa: F401 - shared helpers, imported from here by serving tests
+from tests.serving.pipelines import CONTROL_ENV, stallable
+from tests.serving.pipelines import FIXED_COSTS as STALLABLE_COSTS
 from tests.willump.synth import FIXED_COSTS, make_rows, three_groups
-
-from .pipelines import CONTROL_ENV, stallable
-from .pipelines import FIXED_COSTS as STALLABLE_COSTS
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault(CONTROL_ENV, tempfile.mkdtemp(prefix="willump-serving-control-"))
@@ -54,7 +53,7 @@ def ray_cluster():
     import ray
     from ray import serve
 
-    from serving.proxy import release_proxy_files, use_proxy
+    from serving.launch.proxy import release_proxy_files, use_proxy
 
     use_proxy("haproxy")
     # a Ray of its own even when another on this machine was started with `ray start`
@@ -89,7 +88,7 @@ def stallable_opt():
 
 @pytest.fixture(scope="session")
 def geared_opt():
-    """A cascade with a ladder of cheaper certified gears (serving.gears)."""
+    """A cascade with a ladder of cheaper certified gears (serving.runtime.gears)."""
     from tests.willump.synth import quiet
 
     X, y = make_rows(6000, seed=3)

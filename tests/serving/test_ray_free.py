@@ -16,7 +16,7 @@ STARTS = re.compile(r"ray_cluster|emulated_cluster|ray\.init|\bdeploy\(|deploy_h
 
 def test_modules_that_start_something_are_marked_and_only_they():
     folder = REPO_ROOT / "tests" / "serving"
-    modules = {p.name: p.read_text() for p in folder.glob("test_*.py") if p.name != "test_ray_free.py"}
+    modules = {str(p.relative_to(folder)): p.read_text() for p in folder.rglob("test_*.py") if p.name != "test_ray_free.py"}
     unmarked = {name: STARTS.findall(text) for name, text in modules.items() if SERIAL_MARK not in text}
     assert not {k: v for k, v in unmarked.items() if v}, unmarked
     marked_idle = [name for name, text in modules.items() if SERIAL_MARK in text and not STARTS.search(text)]
@@ -24,6 +24,6 @@ def test_modules_that_start_something_are_marked_and_only_they():
 
 
 def test_serial_group():
-    assert serial("tests/serving/test_api.py::test_static_routes")
-    assert not serial("tests/serving/test_planner.py::test_x")
+    assert serial("tests/serving/launch/test_api.py::test_static_routes")
+    assert not serial("tests/serving/planning/test_planner.py::test_x")
     assert not serial("tests/willump/test_optimize.py::test_x") and not serial("tests/test_readme.py::test_the_tour_runs")

@@ -1,0 +1,16 @@
+"""Figures every wing of serving reads: how replicas batch and how large a request may be.
+
+They live here, not with the planner, so the request path (``serving.runtime.stage_runner``) reads them
+without importing planning.
+"""
+
+#: batches a stage replica runs at once (``@serve.batch(max_concurrent_batches=...)``, in
+#: threads, so remote feature lookups overlap); the ingress keeps this many calls in flight
+#: per running replica of a stage, and the cost model counts them
+CONCURRENT_BATCHES = 4
+#: most rows the ingress merges into one stage call
+INGRESS_BATCH_ROWS = 256
+#: largest accepted request body, in bytes (overridable per deployment)
+MAX_BODY_BYTES = 4 * 1024 * 1024
+#: most rows accepted in one request (overridable per deployment)
+MAX_ROWS = 10_000

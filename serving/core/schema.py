@@ -1,0 +1,268 @@
+"""Request and response schemas: static pydantic models plus the per-pipeline row schema.
+
+The row schema is derived from the pipeline: the input columns its feature groups
+read (found at capture) with the types seen in the held-out sample rows. Rows are
+validated column by column, and every problem names its field
+(``rows[3].dep_delay``), so clients can fix requests without guessing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from serving.core.constants import MAX_ROWS
+
+#: at most this many field errors are listed in one response
+MAX_REPORTED_ERRORS = 20
+
+
+class PredictRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rows: list[dict[str, Any]] = Field(description="input rows, one object per row")
+    attributes: dict[str, str | int | float | bool] | None = Field(
+        default=None, description="request-level attributes for the monitor (e.g. source, region)"
+    )
+
+
+class TopKRequest(PredictRequest):
+    k: int = Field(description="how many rows to return (1 <= k <= len(rows))")
+    label: str | int | float | bool | None = Field(default=None, description="class to rank by")
+
+
+class PredictResponse(BaseModel):
+    predictions: list[Any]
+    probabilities: list[list[float]]
+    level: list[int]
+    degraded: list[bool] = Field(description="rows answered by an earlier level because a later "
+                                             "stage missed the deadline or was overloaded (degrade=True)")
+    model_version: str
+    gear: int = Field(0, description="the certified gear that answered (0: the plan; higher: a cheaper plan "
+                                     "certified at a looser max_loss, served under load; see serving.runtime.gears)")
+    gear_max_loss: float | None = Field(None, description="the max_loss that gear was certified for")
+    gear_loss_bound: float | None = Field(None, description="that gear's certified upper bound on the loss "
+                                                            "(None: the full pipeline, no approximation)")
+
+
+class TopKResponse(BaseModel):
+    indices: list[int]
+    scores: list[float]
+    approximate: list[bool]
+    k: int
+    label: Any
+    ratio: float | None
+    #: the filter's certificate (``certified``, ``precision_bound``, what it saw); None when no
+    #: filter was tried. An uncertified filter falls back to exact scoring (``ratio`` None).
+    certificate: dict[str, Any] | None = None
+    model_version: str
+
+
+class ErrorResponse(BaseModel):
+    error: str
+    fields: list[dict[str, str]] = Field(default_factory=list)
+    request_id: str | None = None
+    #: monitor queries (/explain, /drift): why, machine-readable, and when to retry
+    reason: str | None = None
+    retry_after_s: float | None = None
+
+
+class RequestError(Exception):
+    """A client error with an HTTP status and the fields at fault."""
+
+    def __init__(self, status: int, message: str, fields: list[dict[str, str]] | None = None, *,
+                 extra: dict[str, Any] | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.fields = fields or []
+        self.extra = dict(extra or {})  # more JSON fields (e.g. a monitor error's reason)
+        self.headers = dict(headers or {})  # e.g. Retry-After
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.message, "fields": self.fields[:MAX_REPORTED_ERRORS], **self.extra}
+
+
+@dataclass
+class ColumnSpec:
+    name: str
+    kind: str  # number | integer | string | boolean
+    nullable: bool
+    dtype: str
+
+
+@dataclass
+class RowSchema:
+    """Required input columns with their JSON types; ``optional`` columns may be sent too."""
+
+    columns: list[ColumnSpec]
+    optional: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_sample(cls, sample: pd.DataFrame, required: list[str], optional: list[str] = ()) -> RowSchema:
+        if not isinstance(sample, pd.DataFrame):
+            raise TypeError("serving needs a pipeline whose input rows are a DataFrame")
+        missing = [c for c in required if c not in sample.columns]
+        if missing:
+            raise ValueError(f"sample rows lack required columns {missing}")
+        specs = []
+        for name in required:
+            col = sample[name]
+            if pd.api.types.is_bool_dtype(col):
+                kind = "boolean"
+            elif pd.api.types.is_integer_dtype(col):
+                kind = "integer"
+            elif pd.api.types.is_numeric_dtype(col):
+                kind = "number"
+            else:
+                kind = "string"
+            specs.append(ColumnSpec(name, kind, bool(col.isna().any()), str(col.dtype)))
+        return cls(specs, [c for c in optional if c not in required])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"columns": [vars(c).copy() for c in self.columns], "optional": list(self.optional)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RowSchema:
+        return cls([ColumnSpec(**c) for c in data["columns"]], list(data.get("optional", [])))
+
+    def json_schema(self) -> dict[str, Any]:
+        props = {}
+        for c in self.columns:
+            t: Any = c.kind if not c.nullable else [c.kind, "null"]
+            props[c.name] = {"type": t}
+        for name in self.optional:
+            props[name] = {"type": ["string", "number", "integer", "boolean", "null"]}
+        return {
+            "type": "object",
+            "properties": props,
+            "required": [c.name for c in self.columns],
+            "additionalProperties": False,
+        }
+
+    def to_frame(self, rows: list[dict[str, Any]], max_rows: int = MAX_ROWS) -> pd.DataFrame:
+        """Validate rows and build the DataFrame the pipeline expects; RequestError on problems."""
+        if not rows:
+            raise RequestError(422, "rows must not be empty", [{"field": "rows", "error": "empty list"}])
+        if len(rows) > max_rows:
+            raise RequestError(413, f"too many rows: {len(rows)} > {max_rows}",
+                               [{"field": "rows", "error": f"at most {max_rows} rows per request"}])
+        required = {c.name for c in self.columns}
+        allowed = required | set(self.optional)
+        errors: list[dict[str, str]] = []
+        for i, row in enumerate(rows):
+            keys = set(row)
+            for name in sorted(required - keys):
+                errors.append({"field": f"rows[{i}].{name}", "error": "missing column"})
+            for name in sorted(keys - allowed):
+                errors.append({"field": f"rows[{i}].{name}", "error": "unknown column"})
+            if len(errors) >= MAX_REPORTED_ERRORS:
+                break
+        if errors:
+            raise RequestError(422, "rows do not match the input schema", errors)
+        data = {}
+        for spec in self.columns:
+            values = [row[spec.name] for row in rows]
+            data[spec.name] = self._column(spec, values, errors)
+        if errors:
+            raise RequestError(422, "rows have invalid values", errors)
+        frame = pd.DataFrame(data)
+        for name in self.optional:  # dtype inferred from the values sent
+            frame[name] = pd.Series([row.get(name) for row in rows], index=frame.index)
+        return frame
+
+    @staticmethod
+    def _column(spec: ColumnSpec, values: list[Any], errors: list) -> Any:
+        ok = _CHECKS[spec.kind]
+        before = len(errors)
+        for i, v in enumerate(values):
+            if v is None:
+                if not spec.nullable:
+                    errors.append({"field": f"rows[{i}].{spec.name}", "error": "null is not allowed here"})
+            elif isinstance(v, float) and not math.isfinite(v):
+                errors.append({"field": f"rows[{i}].{spec.name}", "error": "NaN/Infinity is not allowed"})
+            elif not ok(v):
+                errors.append({"field": f"rows[{i}].{spec.name}",
+                               "error": f"expected {spec.kind}, got {type(v).__name__}"})
+            if len(errors) >= MAX_REPORTED_ERRORS:
+                return None
+        if len(errors) > before:
+            return None
+        if spec.kind in ("number", "integer"):
+            arr = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+            if spec.kind == "integer" and not spec.nullable and not np.isnan(arr).any():
+                return arr.astype(spec.dtype if spec.dtype.startswith(("int", "uint")) else np.int64)
+            return arr
+        if spec.kind == "boolean":
+            return pd.array(values, dtype="boolean") if spec.nullable else np.array(values, dtype=bool)
+        return pd.array(values, dtype=spec.dtype if spec.dtype in ("str", "string", "object") else "object")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_integer(v: Any) -> bool:
+    return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+
+
+_CHECKS = {
+    "number": _is_number,
+    "integer": _is_integer,
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+}
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready scalar: numpy scalars to Python, non-finite floats to None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def validation_fields(exc: ValidationError) -> list[dict[str, str]]:
+    out = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        out.append({"field": loc or "body", "error": err.get("msg", "invalid")})
+    return out
+
+
+def parse_request(body: bytes, model: type[BaseModel], schema: RowSchema,
+                  max_rows: int = MAX_ROWS) -> tuple[Any, pd.DataFrame]:
+    """A request body as the validated request and its rows as a frame; RequestError (4xx,
+    naming the fields at fault) otherwise. CPU-bound: the ingress runs it off its event loop
+    for large bodies."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"invalid JSON: {exc}") from exc
+    try:
+        parsed = model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestError(422, "request does not match the schema", validation_fields(exc)) from exc
+    return parsed, schema.to_frame(parsed.rows, max_rows)
+
+
+def predict_answer(classes: np.ndarray, proba: np.ndarray, level: np.ndarray, degraded: np.ndarray,
+                   version: str, gear: dict[str, Any] | None = None) -> bytes:
+    """The /predict answer, JSON-encoded (as Starlette's JSONResponse would); ``gear``: the
+    gear fields (:meth:`serving.runtime.gears.GearSwitch.fields`)."""
+    labels = classes[np.argmax(proba, axis=1)]
+    body = {
+        "predictions": [plain(v) for v in labels],
+        "probabilities": np.round(proba, 12).tolist(),
+        "level": level.tolist(),
+        "degraded": degraded.tolist(),
+        "model_version": version,
+        **(gear or {}),
+    }
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()

@@ -1,0 +1,110 @@
+"""A Ray Serve config file for an artifact, for the tools production already runs.
+
+``willump build ARTIFACT -o serve_config.yaml`` plans the app (on a running cluster given
+``--address``, measured there; otherwise for ``--cpus`` logical CPUs on one node, with
+placeholder HTTP costs, as the plan notes) and writes a config that ``serve deploy``,
+``serve run`` and KubeRay's RayService (``serveConfigV2``) accept. Its applications name
+:func:`serving.launch.graph.app_builder` (and :func:`serving.launch.graph.monitor_builder`) with the
+spec deploy() would run as ``args``, so the deployed app is the one ``willump serve``
+would deploy, plan included.
+
+The artifact is referenced by path: every node must read it there (a shared volume, the
+same path baked into the image, a KubeRay volume mount). The nodes need the project
+installed (the image), since ``serve deploy`` does not upload local code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from serving.core.artifacts import ArtifactSource, path_version
+from serving.launch.graph import monitor_settings, row_schema, specs_of
+from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
+from serving.planning.planner import Plan, Resources, plan_stages
+
+
+def plan_offline(opt: Any, *, cpus: float, rows_per_request: int, rps: float | None, p99_ms: float | None,
+                 layout: str, monitor: dict[str, Any] | None, baseline: bool = False, gpus: float = 0.0) -> Plan:
+    """A plan made without a cluster: stage and ingress costs measured here, HTTP and hop
+    costs unmeasured (placeholders, noted in the plan), one node of ``cpus`` logical CPUs."""
+    specs = specs_of(opt, baseline)
+    if baseline:
+        profiles = [profile_baseline(opt, rows_per_request=rows_per_request)]
+    else:
+        profiles = profile_stages(opt, device="gpu" if gpus > 0 else "cpu", rows_per_request=rows_per_request)
+    _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
+    ingress = profile_ingress(opt, rows_per_request, schema=row_schema(opt, record_config),
+                              record_config=record_config if monitor is not None else None)
+    if len(specs) == 1:
+        layout = "staged"
+    return plan_stages(profiles, Resources(cpus=cpus, gpus=gpus), rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request,
+                       monitor=monitor is not None, layout=layout, ingress=ingress)
+
+
+def serve_config(
+    artifact: str | os.PathLike,
+    plan: Plan,
+    *,
+    name: str = "willump",
+    host: str = "0.0.0.0",
+    port: int = 8000,
+    monitor: dict[str, Any] | None = None,
+    runtime: str = "native",
+    batching: bool = True,
+    degrade: bool = False,
+    deadline_ms: float | None = None,
+    api_key: str | None = None,
+    min_replicas: int | None = None,
+    max_replicas: int | None = None,
+    runtime_env: dict[str, Any] | None = None,
+    gears: dict[str, Any] | None = None,
+    hedging: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """The Serve config (a dict ready for YAML) deploying ``artifact`` with ``plan``; ``gears``:
+    :func:`serving.runtime.gears.gear_info` (load-adaptive or pinned gears; None: the plan);
+    ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off)."""
+    path = str(Path(artifact).resolve())
+    source = ArtifactSource(path_version(path), path=path)
+    spec = {
+        "name": name, "artifact": vars(source).copy(), "plan": plan.to_dict(), "baseline": False,
+        "runtime": runtime, "batching": batching, "monitor": monitor, "degrade": degrade,
+        "deadline_ms": deadline_ms if deadline_ms is not None else plan.target_p99_ms,
+        "api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
+        "min_replicas": min_replicas, "max_replicas": max_replicas, "gears": gears, "hedging": hedging,
+    }
+    applications = []
+    if monitor is not None:
+        applications.append({"name": f"{name}-monitor", "route_prefix": None,
+                             "import_path": "serving.launch.graph:monitor_builder", "args": spec})
+    applications.append({"name": name, "route_prefix": f"/{name}", "import_path": "serving.launch.graph:app_builder",
+                         "args": spec})
+    if runtime_env:
+        for entry in applications:
+            entry["runtime_env"] = runtime_env
+    return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port},
+            "logging_config": {"enable_access_log": False, "log_level": "WARNING"},
+            "applications": applications}
+
+
+def write_serve_config(config: dict[str, Any], path: str | os.PathLike) -> Path:
+    out = Path(path)
+    header = ("# Ray Serve config written by `willump build` (serve deploy / serve run / KubeRay RayService).\n"
+              "# The artifact path must be readable on every node; the plan inside was measured as its notes say.\n")
+    out.write_text(header + yaml.safe_dump(_plain(config), sort_keys=False))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """Plain YAML types (tuples to lists, numpy scalars to Python)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return value.item()
+    return value

@@ -1,0 +1,443 @@
+"""serving.deploy: an optimized pipeline (or its artifact) as a Ray Serve application.
+
+deploy() starts or joins Ray, resolves the artifact to a reference every node can load
+(:mod:`serving.core.artifacts`), measures what the planner needs on this cluster (stage costs,
+the ingress's own work, HTTP and hop costs: :mod:`serving.measure.stages`, :mod:`serving.measure.calibrate`),
+plans and places the deployments (:mod:`serving.planning.planner`), refuses a plan no node can hold,
+and runs the app that :mod:`serving.launch.graph` builds from a JSON-able spec (the same spec
+``willump build`` writes into a Serve config file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from serving.core import artifacts
+from serving.core.artifacts import ArtifactSource
+from serving.core.constants import MAX_BODY_BYTES, MAX_ROWS
+from serving.core.costs import HostCosts, load_cached, store_cached
+from serving.core.specs import gpu_capable, unsure_share
+from serving.launch import cluster
+from serving.launch.graph import (
+    DEFAULT_DOWNSCALE_TO_ZERO_S,
+    build_app,
+    build_monitor,
+    monitor_settings,
+    row_schema,
+    specs_of,
+)
+from serving.launch.insitu import refine_in_situ
+from serving.launch.proxy import (
+    PROXIES,
+    TRANSPORTS,
+    release_proxy_files,
+    running_proxy,
+    running_transport,
+    use_proxy,
+)
+from serving.measure import calibrate
+from serving.measure.insitu import probe_blocked
+from serving.measure.stages import profile_gpu_stage, profile_on_cluster
+from serving.planning.planner import LAYOUTS, Plan, Resources, placement_problem, plan_stages
+from serving.runtime.gears import check_gears, gear_info
+from serving.runtime.hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_QUANTILE
+from serving.runtime.stage_runner import module_groups
+from willump import OptimizedPipeline
+
+#: rows per request the plan assumes when none is given
+DEFAULT_ROWS_PER_REQUEST = 32
+#: deploy(calibrate=...): measure HTTP/hop costs "auto" (unless cached for this cluster),
+#: "always", or "never" (placeholder figures, noted in the plan)
+CALIBRATE = ("auto", "always", "never")
+#: environment variable `willump serve` reads the API key from by default
+API_KEY_ENV = "WILLUMP_API_KEY"
+#: deploy(insitu=...): probe the running app and plan again from what it measured (serving.measure.insitu)
+#: "auto" (where this machine can read every process of the app), "always" (an error where it
+#: cannot), or "never"
+INSITU = ("auto", "always", "never")
+
+
+
+@dataclass
+class ServingApp:
+    """A deployed application: where it answers, how it was planned, how to stop it."""
+
+    name: str
+    url: str
+    plan: Plan
+    model_version: str
+    stages: list[str]
+    started_ray: bool
+    notes: list[str] = field(default_factory=list)
+    #: the HTTP front answering at ``url``: "haproxy" or "serve" (see serving.launch.proxy)
+    proxy: str = "serve"
+    artifact: ArtifactSource | None = None
+    monitor_app: str | None = None
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    def shutdown(self, *, stop_ray: bool | None = None) -> None:
+        """Delete the app (ingress first, so it flushes its records to the monitor), then the
+        monitor, release the artifact; stop Serve and Ray too when deploy started them."""
+        from ray import serve
+
+        try:
+            serve.delete(self.name)
+            if self.monitor_app is not None:
+                serve.delete(self.monitor_app)
+            if self.artifact is not None:
+                artifacts.release(self.artifact, self.name)
+        finally:
+            if stop_ray if stop_ray is not None else self.started_ray:
+                import ray
+
+                serve.shutdown()
+                ray.shutdown()
+                release_proxy_files()
+
+
+def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None, proxy: str | None = None,
+                transport: str = "grpc", *, ship_code: str = "auto", monitor: bool = False) -> bool:
+    """Start (or join) Ray; a Ray started here runs ``proxy`` (default HAProxy) as its HTTP
+    front and ``transport`` between stages; a cluster joined here gets the project's code
+    (``ship_code``). Returns whether Ray was started here."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address is not None:
+        if cluster.ships_code(ship_code, address):
+            kwargs["runtime_env"] = cluster.shipped_modules(monitor)
+        ray.init(address=address, **kwargs)
+        return False
+    use_proxy(proxy, transport)
+    if cpus is not None:
+        kwargs["num_cpus"] = int(cpus) if float(cpus).is_integer() else cpus
+    if gpus is not None:
+        kwargs["num_gpus"] = int(gpus) if float(gpus).is_integer() else gpus
+    # "local": a new Ray here even when another one on this machine was started with `ray start`
+    # (ray.init() would join that one, and refuse num_cpus)
+    ray.init(address="local", **kwargs)
+    return True
+
+
+def root_url(host: str, port: int) -> str:
+    """The running Serve's HTTP root: the host and port it was started with, which differ from
+    the ones asked for when Serve was already running (Serve keeps its first http_options)."""
+    try:  # Serve has no public accessor for the running HTTP options
+        from ray.serve.context import _get_global_client
+
+        http = _get_global_client().http_config
+        host, port = http.host, http.port
+    except Exception:
+        pass
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+def measure_costs(mode: Any, base_url: str, nodes: list, *, front: str, transport: str) -> HostCosts:
+    """HTTP, hop and background costs on this cluster: measured, cached per cluster, or
+    the placeholders (``mode="never"``); a HostCosts instance is used as given."""
+
+    if isinstance(mode, HostCosts):
+        return mode
+    cores = cluster.machine_cores(nodes)
+    if mode == "never":
+        return HostCosts.unmeasured(cores, front, transport)
+    key = calibrate.fingerprint(cores, front, transport)
+    if mode == "auto":
+        cached = load_cached(key)
+        if cached is not None:
+            return cached
+    import ray
+
+    costs = calibrate.calibrate(base_url, calibrate.probe_name(), front=front, transport=transport, cores=cores,
+                                host=ray.util.get_node_ip_address())
+    store_cached(key, costs)
+    return costs
+
+
+def _check_arguments(name, min_replicas, device, layout, transport, proxy, monitor, calibrate,
+                     deadline_ms, rows_per_request, insitu_mode="auto") -> None:
+    if not name or not all(ch.isalnum() or ch in "-_" for ch in name):
+        raise ValueError(f"name must be letters, digits, '-' or '_', got {name!r}")
+    if min_replicas is not None and min_replicas < 0:
+        raise ValueError(f"min_replicas must be >= 0, got {min_replicas}")
+    if device not in ("auto", "cpu", "gpu"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}")
+    if layout not in ("auto", *LAYOUTS):
+        raise ValueError(f"layout must be 'auto' or one of {LAYOUTS}, got {layout!r}")
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    if proxy is not None and proxy not in PROXIES:
+        raise ValueError(f"proxy must be one of {PROXIES}, got {proxy!r}")
+    if monitor is not None and not isinstance(monitor, dict):
+        raise TypeError(f"monitor must be a dict of options, True or None, got {type(monitor).__name__}")
+    if not isinstance(calibrate, HostCosts) and calibrate not in CALIBRATE:
+        raise ValueError(f"calibrate must be one of {CALIBRATE} or a HostCosts, got {calibrate!r}")
+    if deadline_ms is not None and not 0 < deadline_ms <= 120_000:
+        raise ValueError(f"deadline_ms must be in (0, 120000], got {deadline_ms}")
+    if rows_per_request < 1:
+        raise ValueError(f"rows_per_request must be >= 1, got {rows_per_request}")
+    if insitu_mode not in INSITU:
+        raise ValueError(f"insitu must be one of {INSITU}, got {insitu_mode!r}")
+
+
+def deploy(
+    target: OptimizedPipeline | str | os.PathLike,
+    name: str = "willump",
+    *,
+    host: str | None = None,
+    port: int = 8000,
+    address: str | None = None,
+    cpus: float | None = None,
+    gpus: float | None = None,
+    plan: Plan | None = None,
+    rps: float | None = None,
+    p99_ms: float | None = None,
+    rows_per_request: int = DEFAULT_ROWS_PER_REQUEST,
+    min_replicas: int | None = None,
+    max_replicas: int | None = None,
+    downscale_to_zero_s: float = DEFAULT_DOWNSCALE_TO_ZERO_S,
+    monitor: dict[str, Any] | bool | None = None,
+    batching: bool = True,
+    max_batch_size: int | None = None,
+    batch_wait_timeout_s: float | None = None,
+    runtime: str = "native",
+    device: str = "auto",
+    baseline: bool = False,
+    layout: str = "auto",
+    access_log: bool = False,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_rows: int = MAX_ROWS,
+    proxy: str | None = None,
+    transport: str = "grpc",
+    calibrate: str | HostCosts = "auto",
+    deadline_ms: float | None = None,
+    degrade: bool = False,
+    api_key: str | None = None,
+    max_in_flight: int | None = None,
+    ship_code: str = "auto",
+    artifact_share: str = "auto",
+    gears: str | int = "off",
+    gear_policy: dict[str, Any] | None = None,
+    insitu: str = "auto",
+    hedging: bool | dict[str, float] = False,
+) -> ServingApp:
+    """Deploy on Ray Serve at ``http://host:port/<name>``.
+
+    Ray starts embedded unless it is already running or ``address`` joins a cluster (then
+    the project's packages are shipped to the nodes, ``ship_code``, and the artifact goes
+    by a path every node reads or through the object store, ``artifact_share``). ``host``
+    defaults to loopback on one node and all interfaces on several. Deployments are planned
+    from costs measured here (or ``plan``) and placed node by node; a plan no node can hold
+    raises ValueError naming what does not fit. ``calibrate`` measures HTTP and hop costs
+    ("auto": once per cluster, cached). ``max_batch_size`` / ``batch_wait_timeout_s``
+    override the plan's batching; ``min_replicas`` (0 allowed) turns on autoscaling of the
+    model stages. ``monitor`` (e.g. ``dict(attributes=["dest"], buckets={"distance": [500,
+    1000]})``) deploys a drift.Monitor fed with one record per served row. ``layout``:
+    "fused" runs the cheap stage inside the ingress replicas, "staged" gives every stage a
+    deployment, "auto" is fused unless ``min_replicas`` is given. ``device='auto'`` puts the
+    later stages on a GPU when the cluster has one and their models can use it.
+
+    Requests: ``deadline_ms`` (default: ``p99_ms``, else 30 s; a client may send
+    ``X-Deadline-Ms``) bounds every request; past it the answer is 504, or with
+    ``degrade=True`` the cheap level's prediction marked ``degraded``. An ingress replica
+    holding ``max_in_flight`` requests (default: 2 s of its planned throughput) answers 503
+    with Retry-After. ``api_key`` requires ``Authorization: Bearer KEY`` (or ``X-API-Key``)
+    on every route but ``/healthz``; only its SHA-256 is stored in the app.
+
+    Gears (an artifact optimized with ``gears=(...)``: a ladder of cheaper plans certified
+    jointly): ``gears="off"`` serves the plan (gear 0); an integer pins that gear;
+    ``gears="adaptive"`` switches to a cheaper certified gear when the ingress's queue puts
+    the SLO at risk and back when it drains (:class:`serving.runtime.gears.GearPolicy`; the SLO is
+    ``p99_ms``, else ``deadline_ms``; ``gear_policy`` overrides the policy's parameters, e.g.
+    ``{"slo_ms": 200, "down_after_s": 5}``). Every answer names its gear and that gear's
+    certified loss bound; ``/metrics`` counts rows per gear; monitor records carry the gear.
+
+    ``hedging=True`` (or ``{"quantile": 0.95, "floor_over_median": 2.0}``) hedges calls to
+    stages of two or more replicas: a call still unanswered after the stage's own latency tail
+    is sent once more, the first answer kept and the other cancelled
+    (:class:`serving.runtime.calls.StageHedge`); ``/metrics`` counts ``willump_stage_hedges``.
+
+    In situ (``insitu``, :mod:`serving.measure.insitu`): once the app runs, a probe of
+    ``DEPLOY_PROBE_CLIENTS`` closed-loop clients sends it the sample rows for a few seconds
+    while every process's CPU is read from /proc; a plan made here is made again with each
+    group's measured-over-modelled CPU and the app redeployed with it, so ``app.plan`` and
+    ``GET /plan`` predict what the running app measures (``plan.in_situ`` holds the factors,
+    the probe's figures and the prediction before). The probe's monitor records are dropped.
+    "auto" probes where this machine can read every process of the app (not on a cluster
+    spanning machines: a note says so), "always" raises where it cannot, "never" skips it.
+    """
+    import ray
+
+    if isinstance(monitor, bool):  # monitor=True: the monitor with default options
+        monitor = {} if monitor else None
+    _check_arguments(name, min_replicas, device, layout, transport, proxy, monitor, calibrate,
+                     deadline_ms, rows_per_request, insitu)
+    hedge_spec = hedging_options(hedging)
+    cluster.ships_code(ship_code, address)  # validates the option before anything starts
+    started = _ensure_ray(address, cpus, gpus, proxy, transport, ship_code=ship_code, monitor=monitor is not None)
+    source, opt = artifacts.resolve(target, name, artifact_share)
+    try:
+        if opt.sample_rows_ is None:
+            raise ValueError("the artifact has no sample rows; re-optimize with keep_sample=True to serve it")
+        nodes = cluster.nodes(free=True)
+        code_note = cluster.check_code_reaches(ship_code, len(nodes))
+        specs = specs_of(opt, baseline)
+        check_gears(gears, gear_policy, opt, baseline=baseline)  # and the SLO, before minutes of profiling:
+        gears_info = gear_info(gears, gear_policy, opt, (plan.target_p99_ms if plan is not None else p99_ms) or deadline_ms)
+        use_gpu, notes = _use_gpu(opt, specs, device, runtime, sum(n.gpus for n in nodes))
+        if layout == "auto":
+            layout = plan.layout if plan is not None else "staged" if min_replicas is not None else "fused"
+        host = cluster.listen_host(host, len(nodes))
+        serve_start(host, port)
+        base = root_url(host, port)
+        front = running_proxy()
+        if proxy is not None and front != proxy:
+            warnings.warn(f"proxy={proxy!r} asked for, but the running Ray Serve uses {front!r}: the front "
+                          "is chosen when Ray starts (see serving.launch.proxy.proxy_environment)", stacklevel=2)
+        made_here = plan is None
+        if plan is None:
+            costs = measure_costs(calibrate, base, nodes, front=front,
+                                  transport=running_transport() if started else transport)
+            plan = make_plan(opt, source, specs, nodes, costs, cpus=cpus, use_gpu=use_gpu, baseline=baseline,
+                             runtime=runtime, rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request,
+                             monitor=monitor, layout=layout)
+        else:
+            problem = placement_problem(plan, nodes)
+            if problem is not None:
+                plan.placeable, plan.feasible = False, False
+                plan.notes.append("cannot be placed: " + problem)
+        _override_batching(plan, max_batch_size, batch_wait_timeout_s)
+        if not plan.placeable:
+            raise ValueError("the plan cannot be placed on this Ray cluster: "
+                             + "; ".join(n for n in plan.notes if n.startswith("cannot be placed")))
+        if not plan.feasible:
+            warnings.warn("the stage plan is not feasible: " + "; ".join(plan.notes), stacklevel=2)
+        spec = {
+            "name": name, "artifact": vars(source).copy(), "plan": plan.to_dict(), "baseline": baseline,
+            "runtime": runtime, "batching": batching, "monitor": monitor, "degrade": degrade,
+            "deadline_ms": deadline_ms if deadline_ms is not None else p99_ms,
+            "api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
+            "max_in_flight": max_in_flight, "max_body_bytes": max_body_bytes, "max_rows": max_rows,
+            "min_replicas": min_replicas, "max_replicas": max_replicas, "downscale_to_zero_s": downscale_to_zero_s,
+            "gears": gears_info, "hedging": hedge_spec,
+        }
+        probe_why = probe_blocked(insitu, nodes, min_replicas)
+        token = secrets.token_hex(16) if probe_why is None else None
+        spec["probe_sha256"] = hashlib.sha256(token.encode()).hexdigest() if token else None
+        monitor_app = run_spec(spec, opt, access_log=access_log)
+        if token is not None:
+            plan, probe_note = refine_in_situ(spec, opt, plan, f"{base}/{name}", token, api_key=api_key,
+                                              replan=made_here, budget_cpus=cpus, access_log=access_log,
+                                              overrides=lambda p: _override_batching(p, max_batch_size,
+                                                                                     batch_wait_timeout_s))
+            notes.append(probe_note)
+        elif probe_why and insitu == "auto":
+            notes.append(f"in-situ probe not run: {probe_why}")
+    except BaseException:
+        if ray.is_initialized():
+            artifacts.release(source, name)
+        raise
+    notes += [code_note] if code_note else []
+    return ServingApp(name, f"{base}/{name}", plan, source.version, [s.name for s in specs], started,
+                      notes + plan.notes, proxy=front, artifact=source, monitor_app=monitor_app, spec=spec)
+
+
+def hedging_options(hedging: bool | dict[str, float] | None) -> dict[str, float] | None:
+    """deploy(hedging=...) as the spec carries it: None (off) or the policy's parameters."""
+
+    if hedging is None or hedging is False:
+        return None
+    options = {"quantile": HEDGE_QUANTILE, "floor_over_median": HEDGE_FLOOR_OVER_MEDIAN}
+    if isinstance(hedging, dict):
+        unknown = sorted(set(hedging) - set(options))
+        if unknown:
+            raise ValueError(f"hedging: unknown options {unknown}; known: {sorted(options)}")
+        options.update({k: float(v) for k, v in hedging.items()})
+    elif hedging is not True:
+        raise TypeError(f"hedging must be True, False or a dict of options, got {type(hedging).__name__}")
+    if not 0 < options["quantile"] < 1 or not options["floor_over_median"] >= 0:
+        raise ValueError(f"hedging: quantile must be in (0, 1) and floor_over_median >= 0, got {options}")
+    return options
+
+
+def serve_start(host: str, port: int) -> None:
+    from ray import serve
+
+    serve.start(http_options={"host": host, "port": port})
+
+
+def _use_gpu(opt: OptimizedPipeline, specs: list, device: str, runtime: str, free_gpus: float) -> tuple[bool, list[str]]:
+    """Whether the later stages go on GPUs: asked for and possible, or 'auto' and useful."""
+    later = specs[1:] if len(specs) > 1 else specs
+
+    capable = all(gpu_capable(opt, s, runtime) or module_groups(opt, s) for s in later)
+    if device == "gpu" and free_gpus <= 0:
+        raise ValueError("device='gpu' but the Ray cluster has no free GPU")
+    if device == "gpu" and not capable:
+        raise ValueError(f"device='gpu', but the models of stage(s) {[s.name for s in later]} cannot run on a "
+                         "GPU (scikit-learn/LightGBM models run on the CPU); use runtime='onnx' (ONNX Runtime's "
+                         "CUDA provider) or torch models, or device='cpu'")
+    notes = []
+    if device == "auto" and free_gpus > 0 and not capable:
+        notes.append("the cluster has GPUs but these stages' models cannot use them: all stages on CPU")
+    return device == "gpu" or (device == "auto" and free_gpus > 0 and capable), notes
+
+
+def make_plan(opt: OptimizedPipeline, source: ArtifactSource, specs: list, nodes: list, costs: HostCosts, *,
+              cpus: float | None, use_gpu: bool, baseline: bool, runtime: str, rps: float | None,
+              p99_ms: float | None, rows_per_request: int, monitor: dict[str, Any] | None, layout: str) -> Plan:
+    """Profile the stages and the ingress's work in a Ray worker here (GPU stages inside GPU
+    actors); plan on the nodes."""
+    _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
+    profiles, ingress = profile_on_cluster(source, baseline=baseline, rows_per_request=rows_per_request,
+                                           schema=row_schema(opt, record_config),
+                                           record_config=record_config if monitor is not None else None)
+    if use_gpu and not baseline:
+        profiles[1:] = [profile_gpu_stage(source, s, unsure_share(opt), runtime=runtime) for s in specs[1:]]
+    free_cpus = sum(n.cpus for n in nodes)
+    budget = min(cpus, free_cpus) if cpus is not None else free_cpus
+    return plan_stages(profiles, Resources(cpus=max(budget, 0.01), gpus=sum(n.gpus for n in nodes), nodes=nodes),
+                       rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request, monitor=monitor is not None,
+                       layout="staged" if len(specs) == 1 else layout, ingress=ingress, costs=costs)
+
+
+def _override_batching(plan: Plan, max_batch_size: int | None, batch_wait_timeout_s: float | None) -> None:
+    if max_batch_size is not None and max_batch_size < 1:
+        raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+    if batch_wait_timeout_s is not None and batch_wait_timeout_s < 0:
+        raise ValueError(f"batch_wait_timeout_s must be >= 0, got {batch_wait_timeout_s}")
+    for stage in plan.stages:
+        if max_batch_size is not None:
+            stage.max_batch_size = int(max_batch_size)
+        if batch_wait_timeout_s is not None:
+            stage.batch_wait_timeout_s = float(batch_wait_timeout_s)
+
+
+def run_spec(spec: dict[str, Any], opt: OptimizedPipeline | None = None, *, access_log: bool = False) -> str | None:
+    """Run the monitor application (if any) and then the app of ``spec``; returns the
+    monitor application's name."""
+    from ray import serve
+
+    # Per-request access logs cost the ingress and stages a large share of their CPU here;
+    # /metrics carries request counts and latencies instead.
+    logging_config = {"enable_access_log": access_log, "log_level": "INFO" if access_log else "WARNING"}
+    monitor_app = None
+    if spec.get("monitor") is not None:
+        try:
+            import drift  # noqa: F401 - the monitor stage needs it on the replicas
+        except ImportError as exc:
+            raise ValueError(f"monitor= needs the drift package: {exc}") from exc
+        monitor_app = f"{spec['name']}-monitor"
+        serve.run(build_monitor(spec, opt), name=monitor_app, route_prefix=None, logging_config=logging_config)
+    serve.run(build_app(spec, opt), name=spec["name"], route_prefix=f"/{spec['name']}", logging_config=logging_config)
+    return monitor_app

@@ -1,0 +1,220 @@
+"""The app as Serve deployments, built from a JSON-able spec.
+
+:func:`serving.deploy` builds the spec (measuring and planning first) and runs what
+:func:`build_app` and :func:`build_monitor` return. The same spec is what ``willump build``
+writes into a Serve config file, whose applications name :func:`app_builder` and
+:func:`monitor_builder` as import paths, so ``serve deploy`` / ``serve run`` / KubeRay's
+RayService start exactly the app deploy() would (see :mod:`serving.launch.config`).
+
+The monitor is an application of its own (``<name>-monitor``): an app is deleted
+ingress first, and the ingress flushes its buffered records to the monitor on the way out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serving.core.artifacts import ArtifactSource
+from serving.core.constants import CONCURRENT_BATCHES, MAX_BODY_BYTES, MAX_ROWS
+from serving.core.schema import RowSchema
+from serving.core.specs import StageSpec, stage_specs
+from serving.planning.planner import Plan
+from serving.runtime.calls import default_deadline_s
+from serving.runtime.records import build_records
+from willump import OptimizedPipeline
+
+#: seconds without traffic before a scaled-to-zero stage gives its replica back
+DEFAULT_DOWNSCALE_TO_ZERO_S = 30.0
+#: ongoing calls per stage replica Serve's autoscaler aims at: half of what the ingress keeps
+#: in flight per running replica, so a saturated stage always reads as over its target
+AUTOSCALE_TARGET_ONGOING = CONCURRENT_BATCHES / 2
+#: seconds of reported load Serve's autoscaler averages over. Ray requires it to exceed the
+#: AutoscalingConfig's (deprecated, default 10 s) ``metrics_interval_s``; replicas and handles
+#: push every serving.launch.proxy.AUTOSCALING_PUSH_S, so a 3x load step crosses the target within
+#: about a third of the window
+AUTOSCALE_LOOK_BACK_S = 10.5
+#: closed panes of live traffic frozen as the monitor's reference (monitor reference="traffic")
+DEFAULT_REFERENCE_PANES = 5
+#: seconds a stage replica waits for its calls in flight when stopping
+GRACEFUL_SHUTDOWN_S = 10.0
+
+
+def specs_of(opt: OptimizedPipeline, baseline: bool) -> list[StageSpec]:
+    return [StageSpec("baseline", 0, len(opt.levels) - 1)] if baseline else stage_specs(opt)
+
+
+def monitor_settings(monitor: dict[str, Any] | None, opt: OptimizedPipeline) -> tuple[dict, dict]:
+    """Split the user's monitor options into the drift.Monitor config and the record config."""
+    if monitor is None:
+        return {}, {}
+    options = dict(monitor)
+    options.pop("reference", None)
+    inputs = set(opt.pipeline.graph.input_columns)
+    sample_columns = set(getattr(opt.sample_rows_, "columns", []))
+    missing = [c for c in [*options.get("features", []), *options.get("buckets", {})] if c not in sample_columns]
+    if missing:
+        raise ValueError(f"monitor features/buckets {missing} are not input columns of the pipeline")
+    wanted = list(options.pop("attributes", []))
+    request_attributes = list(options.pop("request_attributes", []))
+    buckets = dict(options.pop("buckets", {}))
+    features = list(options.pop("features", []))
+    input_attributes = [a for a in wanted if a in inputs]
+    unknown = [a for a in wanted if a not in inputs and a not in request_attributes]
+    request_attributes += unknown  # attributes the client sends with each request
+    attributes = ["model_version", "replica", *input_attributes, *request_attributes,
+                  *[f"{c}_bucket" for c in buckets]]
+    config = {
+        "attributes": attributes, "metrics": ["latency_ms", "score"], "features": features,
+        "level_column": "level", "cheap_level": "0", "confidence_column": "confidence",
+        "error_column": "error", **options,
+    }
+    records = {"input_attributes": input_attributes, "request_attributes": request_attributes,
+               "buckets": buckets, "features": features}
+    return config, records
+
+
+def row_schema(opt: OptimizedPipeline, record_config: dict[str, Any]) -> RowSchema:
+    graph = opt.pipeline.graph
+    required = sorted({c for cols in graph.columns.values() for c in cols})
+    monitored = [*record_config.get("input_attributes", []), *record_config.get("features", []),
+                 *record_config.get("buckets", {})]
+    optional = [c for c in dict.fromkeys(monitored) if c not in required]
+    return RowSchema.from_sample(opt.sample_rows_, required, optional)
+
+
+def _actor_options(spec: dict[str, Any], num_cpus: float, num_gpus: float = 0.0) -> dict[str, Any]:
+    # no runtime_env here: deployments inherit the job's (deploy ships the code that way) or
+    # the Serve config's application-level one
+    return {"num_cpus": num_cpus, "num_gpus": num_gpus}
+
+
+def _opt(spec: dict[str, Any], opt: OptimizedPipeline | None) -> OptimizedPipeline:
+    return opt if opt is not None else ArtifactSource(**spec["artifact"]).load()
+
+
+def build_app(spec: dict[str, Any], opt: OptimizedPipeline | None = None) -> Any:
+    """The main application (ingress and model stages) for ``spec``."""
+    from serving.runtime.ingress import Ingress
+    from serving.runtime.replicas import ModelStage
+
+    opt = _opt(spec, opt)
+    plan = Plan.from_dict(spec["plan"])
+    name = spec["name"]
+    specs = specs_of(opt, spec.get("baseline", False))
+    fused = plan.layout == "fused" and len(specs) > 1
+    monitor = spec.get("monitor")
+    _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
+    degrade = bool(spec.get("degrade", False))
+    autoscale = spec.get("min_replicas") is not None
+    handles: list[Any] = [None] if fused else []
+    for i, stage_spec in enumerate(specs):
+        if fused and i == 0:
+            continue
+        sp = plan.stage(stage_spec.name)
+        on_gpu = sp.device == "gpu"
+        options: dict[str, Any] = {
+            "name": f"{name}-{stage_spec.name}",
+            "max_ongoing_requests": sp.max_ongoing_requests,
+            "max_queued_requests": sp.max_queued_requests,
+            "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
+            "ray_actor_options": _actor_options(spec, sp.num_cpus, sp.num_gpus if on_gpu else 0.0),
+        }
+        if autoscale:
+            low = int(spec["min_replicas"])
+            idle = float(spec.get("downscale_to_zero_s", DEFAULT_DOWNSCALE_TO_ZERO_S))
+            options["autoscaling_config"] = {
+                "min_replicas": low, "initial_replicas": max(low, 1),
+                "max_replicas": max(int(spec.get("max_replicas") or sp.replicas), sp.replicas, 1),
+                "target_ongoing_requests": AUTOSCALE_TARGET_ONGOING,
+                "upscale_delay_s": 0.0, "downscale_delay_s": idle, "downscale_to_zero_delay_s": idle,
+                "look_back_period_s": AUTOSCALE_LOOK_BACK_S,
+            }
+        else:
+            options["num_replicas"] = sp.replicas
+        fallback = degrade and i == 0
+        handles.append(ModelStage.options(**options).bind(
+            ArtifactSource(**spec["artifact"]), stage_spec, baseline=spec.get("baseline", False),
+            device="cuda" if on_gpu else "cpu", runtime=spec.get("runtime", "native"),
+            batching=spec.get("batching", True), max_batch_size=sp.max_batch_size,
+            batch_wait_timeout_s=sp.batch_wait_timeout_s, fallback=fallback,
+        ))
+    schema = row_schema(opt, record_config)
+    target = plan.target_p99_ms
+    deadline_s = (float(spec["deadline_ms"]) / 1000.0 if spec.get("deadline_ms") else default_deadline_s(target))
+    info = {
+        "name": name,
+        "model_version": spec["artifact"]["version"],
+        "classes": [c.item() if hasattr(c, "item") else c for c in opt.classes_],
+        "levels": [list(lv.groups) for lv in opt.levels],
+        "stages": [s.name for s in specs],
+        "first_stage_last_level": specs[0].last,
+        "schema": schema.to_dict(),
+        "report": opt.report().to_dict(),
+        "plan": plan.to_dict(),
+        "layout": plan.layout,
+        "monitor": None if monitor is None else {"app": f"{name}-monitor", "records": record_config},
+        "max_body_bytes": int(spec.get("max_body_bytes", MAX_BODY_BYTES)),
+        "max_rows": int(spec.get("max_rows", MAX_ROWS)),
+        "batching": spec.get("batching", True),
+        "deadline_s": deadline_s,
+        "degrade": degrade,
+        "api_key_sha256": spec.get("api_key_sha256"),
+        "probe_sha256": spec.get("probe_sha256"),
+        "max_in_flight": int(spec.get("max_in_flight") or plan.ingress_max_in_flight),
+        "gears": spec.get("gears"),  # serving.runtime.gears.gear_info: mode, certified ladder, policy
+        "hedging": spec.get("hedging"),  # serving.runtime.calls.StageHedge's options, or None
+    }
+    local_first = None
+    ingress_cpus = plan.ingress_cpus
+    if fused:
+        local_first = {"artifact": spec["artifact"], "spec": vars(specs[0]).copy(),
+                       "runtime": spec.get("runtime", "native"), "fallback": degrade}
+    second = handles[1] if len(handles) > 1 else None
+    ingress = Ingress.options(
+        name=f"{name}-ingress", num_replicas=plan.ingress_replicas,
+        # Serve's own limit sits above the ingress's admission bound, which answers 503 first
+        max_ongoing_requests=info["max_in_flight"] + 64,
+        ray_actor_options=_actor_options(spec, ingress_cpus),
+    )
+    return ingress.bind(handles[0], second, info, local_first)
+
+
+def build_monitor(spec: dict[str, Any], opt: OptimizedPipeline | None = None) -> Any | None:
+    """The monitor application for ``spec`` (None without a monitor)."""
+    monitor = spec.get("monitor")
+    if monitor is None:
+        return None
+    from serving.runtime.replicas import MonitorStage
+
+    opt = _opt(spec, opt)
+    monitor_config, record_config = monitor_settings(monitor, opt)
+    if (spec.get("gears") or {}).get("mode", "off") != "off":  # explain by the gear that answered
+        monitor_config["attributes"] = [*monitor_config["attributes"], "gear"]
+    reference = None
+    if monitor.get("reference", "traffic") == "sample":
+        import numpy as np
+
+        sample = opt.sample_rows_
+        proba, level = opt.predict_with_levels(sample)
+        reference = build_records(sample, proba, level, np.full(len(sample), "offline", dtype=object), np.nan, 0.0,
+                                  "reference", None, record_config, gear=0).to_dict("records")
+    else:
+        monitor_config.setdefault("auto_reference_panes", DEFAULT_REFERENCE_PANES)
+    plan = Plan.from_dict(spec["plan"])
+    return MonitorStage.options(
+        name="monitor", max_ongoing_requests=64, graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_S,
+        ray_actor_options=_actor_options(spec, plan.monitor_cpus or 0.1),
+    ).bind(monitor_config, reference)
+
+
+def app_builder(args: dict[str, Any]) -> Any:
+    """Serve config entry point (``import_path: serving.launch.graph:app_builder``; the spec as args)."""
+    return build_app(dict(args))
+
+
+def monitor_builder(args: dict[str, Any]) -> Any:
+    """Serve config entry point of the monitor application."""
+    app = build_monitor(dict(args))
+    if app is None:
+        raise ValueError("monitor_builder: the spec has no monitor")
+    return app

@@ -1,0 +1,61 @@
+"""Plan a running app again from what its processes measure, and redeploy it with that plan.
+
+The measurement itself (probe traffic, CPU read from /proc, measured over modelled factors)
+is :mod:`serving.measure.insitu`; this module is the launch side: it asks for the probe,
+plans again with the factors, and puts the refined plan in force.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from serving.launch.graph import build_app, monitor_settings, row_schema
+from serving.measure.insitu import PROBE_BODIES, PROBE_HEADER, probe, summary
+from serving.measure.procstat import session_dir
+from serving.measure.stages import request_bodies
+from serving.planning.planner import SIMULATED_LOAD, plan_again, same_deployments, simulated_at
+
+
+def refine_in_situ(spec: dict[str, Any], opt: Any, plan: Any, url: str, token: str, *,
+                   api_key: str | None, replan: bool, budget_cpus: float | None,
+                   access_log: bool = False, overrides: Callable[[Any], None] | None = None) -> tuple[Any, str]:
+    """Probe the app running ``spec``, plan again with the measured CPU factors (``replan``;
+    else the given plan keeps its replicas and only its predictions change; ``overrides``
+    re-applies the caller's settings to the new plan), and redeploy the app with that plan and
+    without the probe's token. Returns the plan in force and a note; a failed probe leaves the
+    app and its plan as they were."""
+    import ray
+    from ray import serve
+
+    monitor = spec.get("monitor")
+    _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
+    bodies = request_bodies(opt.sample_rows_, plan.rows_per_request, row_schema(opt, record_config), PROBE_BODIES)
+    headers = {PROBE_HEADER: token, **({"X-API-Key": api_key} if api_key else {})}
+    try:
+        measured = probe(f"{url}/predict", bodies, plan.rows_per_request, plan, spec["name"],
+                         session=session_dir(ray.get_runtime_context().gcs_address) or "", headers=headers)
+    except Exception as exc:  # the app stays as deployed; the plan says it was not checked
+        return plan, f"in-situ probe failed ({exc}); the plan's predictions are its model's alone"
+    before = {"max_rows_per_s": plan.max_rows_per_s, "predicted": dict(plan.predicted), "bottleneck": plan.bottleneck}
+    refined = plan_again(plan, budget_cpus=budget_cpus, cpu_scale=measured["factors"]) if replan else None
+    if refined is None or not refined.placeable:
+        refined = replace(plan, in_situ={"factors": measured["factors"]}, notes=list(plan.notes))
+        rate = plan.target_rps or SIMULATED_LOAD * plan.max_rows_per_s / plan.rows_per_request
+        refined.predicted = simulated_at(refined, rate)
+    if overrides is not None:
+        overrides(refined)
+    changed = not same_deployments(plan, refined)
+    refined.in_situ.update({**{k: v for k, v in measured.items() if k != "factors"}, "before": before,
+                            "replanned": changed})
+    spec["plan"], spec["probe_sha256"] = refined.to_dict(), None
+    logging_config = {"enable_access_log": access_log, "log_level": "INFO" if access_log else "WARNING"}
+    # deleted first, so that the new replicas are placed on free nodes as planned (an update in
+    # place would start them while the old ones still hold their CPUs); the monitor stays
+    serve.delete(spec["name"])
+    serve.run(build_app(spec, opt), name=spec["name"], route_prefix=f"/{spec['name']}", logging_config=logging_config)
+    what = "replicas planned again" if changed else "replicas unchanged"
+    return refined, (f"in situ ({measured['clients']} clients, {measured['seconds']:g} s): CPU measured over modelled "
+                     f"{summary(measured['factors'])}; {what}; bound {before['max_rows_per_s']:.0f} -> "
+                     f"{refined.max_rows_per_s:.0f} rows/s")

@@ -1,0 +1,363 @@
+"""How an optimized pipeline splits into serving stages, and what each stage and the
+ingress's own work cost here.
+
+Stages are coarse on purpose (each hop costs CPU on both sides): the *cheap* stage runs
+the first cascade level; the *expensive* stage runs every later level and only sees the
+rows the cheap stage was unsure of, together with the feature blocks the cheap stage
+already computed. A pipeline without a cascade has one *model* stage. The *baseline*
+stage (the unoptimized pipeline in one deployment) exists for side-by-side benchmarks.
+
+CPU stages are timed in this process. A GPU stage is timed inside a Ray actor that holds
+a GPU, with the models moved onto it, and again with 2 and 4 such processes sharing one
+GPU (the planner treats a GPU as one server whose throughput with k processes is what
+was measured).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from serving.core.constants import CONCURRENT_BATCHES
+from serving.core.profiles import IngressProfile, StageProfile
+from serving.core.schema import PredictRequest, RowSchema, parse_request, predict_answer
+from serving.core.specs import StageSpec, stage_specs, unsure_share
+from serving.runtime.records import record_columns
+from serving.runtime.stage_runner import StageRunner, place_models, slice_blocks
+from willump import OptimizedPipeline
+
+#: batch sizes (rows) at which stage costs are measured
+PROFILE_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+#: timed repeats per batch size (median)
+PROFILE_REPEATS = 5
+#: batch size (rows) at which the CPU cost of concurrent batches in one process is measured,
+#: and how many times (median)
+INFLATION_BATCH = 32
+INFLATION_ROUNDS = 3
+INFLATION_REPEATS = 12
+#: processes sharing one GPU at which its throughput is measured
+GPU_CONCURRENCY = (1, 2, 4)
+#: timed batches per process when measuring GPU sharing
+GPU_SHARING_BATCHES = 20
+
+
+def profile_rows(opt: OptimizedPipeline, rows: Any = None) -> Any:
+    if rows is not None:
+        return rows
+    if getattr(opt, "sample_rows_", None) is None:
+        raise ValueError(
+            "the optimized pipeline carries no sample rows (optimize(..., keep_sample=False)); "
+            "pass rows= to profile the stages"
+        )
+    return opt.sample_rows_
+
+
+def _batch(rows: Any, size: int) -> Any:
+    return rows.iloc[np.arange(size) % len(rows)].reset_index(drop=True)
+
+
+def request_bodies(rows: Any, rows_per_request: int, schema: Any, count: int = 1) -> list[bytes]:
+    """``count`` JSON bodies of ``POST /predict`` with ``rows_per_request`` of ``rows`` each
+    (cycling through them), holding the columns ``schema`` names."""
+    bodies = []
+    for k in range(count):
+        frame = rows.iloc[(np.arange(rows_per_request) + k * rows_per_request) % len(rows)].reset_index(drop=True)
+        required = [c.name for c in schema.columns] + [c for c in schema.optional if c in frame.columns]
+        bodies.append(json.dumps({"rows": frame[required].to_dict("records")}, default=_plain).encode())
+    return bodies
+
+
+def _timed(fn, repeats: int) -> tuple[float, float]:
+    """Median wall seconds and median CPU seconds of this process over ``repeats`` calls (the
+    CPU clock counts every thread the call uses, e.g. a pipeline computing feature groups in
+    a thread pool, but not waits, nor other processes' use of the machine)."""
+    fn()  # warm-up
+    walls, cpus = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        cpus.append(time.process_time() - c0)
+        walls.append(time.perf_counter() - w0)
+    return float(np.median(walls)), float(np.median(cpus))
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    return _timed(fn, repeats)[1]
+
+
+def time_stage(opt: OptimizedPipeline, spec: StageSpec, rows: Any, batch_sizes: Sequence[int],
+               repeats: int, rows_per_call: float | None = None) -> tuple[dict[int, float], dict[int, float]]:
+    """Seconds per batch of the stage at each batch size: the time it takes when the stage
+    has the machine to itself (its CPU time plus what it waits for), and its CPU time.
+
+    With ``rows_per_call`` the batch is timed the way a replica runs it: as several calls of
+    that many rows (what the ingress sends per request) merged into one pass and split back
+    (``StageRunner.run_many``), so the merging costs are in the figures too."""
+
+    runner = StageRunner(opt, spec, baseline=spec.name == "baseline")
+    wall, cpu = {}, {}
+    for b in batch_sizes:
+        batch = _batch(rows, b)
+        blocks = None
+        if spec.first > 0 and spec.name != "baseline":
+            blocks, _ = opt.pipeline.compute(batch, opt.levels[0].groups)
+        per = max(1, round(rows_per_call)) if rows_per_call else b
+        items = [(batch.iloc[i:i + per].reset_index(drop=True), slice_blocks(blocks, i, i + per))
+                 for i in range(0, b, per)]
+        w, c = _timed(lambda items=items: runner.run_many(items), repeats)
+        cpu[b] = max(c, 1e-7)
+        wall[b] = max(cpu[b], w)  # on a busy machine the wall clock also counts others' turns
+    return wall, cpu
+
+
+def thread_inflation(opt: OptimizedPipeline, spec: StageSpec, rows: Any, batch: int, repeats: int,
+                     threads: int | None = None) -> float:
+    """CPU per batch with ``threads`` (CONCURRENT_BATCHES) batches running at once in this
+    process, as a replica runs them, over CPU per batch one at a time (the process's CPU clock:
+    GIL hand-offs and shared caches cost CPU; waiting for the GIL does not)."""
+    import threading
+
+    threads = CONCURRENT_BATCHES if threads is None else threads
+    repeats = max(repeats, INFLATION_REPEATS)
+    runner = StageRunner(opt, spec, baseline=spec.name == "baseline")
+    data = _batch(rows, batch)
+    blocks = None
+    if spec.first > 0 and spec.name != "baseline":
+        blocks, _ = opt.pipeline.compute(data, opt.levels[0].groups)
+    def together() -> float:
+        def loop() -> None:
+            for _ in range(repeats):
+                runner.run(data, blocks)
+
+        workers = [threading.Thread(target=loop) for _ in range(threads)]
+        c0 = time.process_time()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return (time.process_time() - c0) / (threads * repeats)
+
+    # alternate the two conditions, so that a neighbour's burst of load hits both alike
+    ratios = [together() / max(_timed(lambda: runner.run(data, blocks), repeats)[1], 1e-9)
+              for _ in range(INFLATION_ROUNDS)]
+    return max(1.0, float(np.median(ratios)))
+
+
+def profile_stages(
+    opt: OptimizedPipeline,
+    rows: Any = None,
+    *,
+    batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES,
+    repeats: int = PROFILE_REPEATS,
+    device: str = "cpu",
+    rows_per_request: int | None = None,
+) -> list[StageProfile]:
+    """Seconds per batch for each stage at each batch size, measured in this process.
+
+    ``device="gpu"`` marks the later stages as GPU stages but keeps these CPU timings
+    (``measured_on="cpu"``, which the plan notes); :func:`profile_gpu_stage` measures them
+    on a GPU. ``rows_per_request``: batches are timed as merged calls of the rows a request
+    sends each stage (see :func:`time_stage`).
+    """
+    rows = profile_rows(opt, rows)
+    out = []
+    for spec in stage_specs(opt):
+        scale = 1.0 if spec.first == 0 else unsure_share(opt)
+        on_gpu = device == "gpu" and spec.first > 0
+        per_call = None if rows_per_request is None else max(1.0, rows_per_request * scale)
+        wall, cpu = time_stage(opt, spec, rows, batch_sizes, repeats, per_call)
+        inflation = thread_inflation(opt, spec, rows, INFLATION_BATCH, repeats)
+        out.append(StageProfile(spec.name, wall, scale, "gpu" if on_gpu else "cpu", measured_on="cpu",
+                                cpu_seconds=cpu, thread_inflation=inflation))
+    return out
+
+
+def profile_baseline(
+    opt: OptimizedPipeline, rows: Any = None, *, batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES,
+    repeats: int = PROFILE_REPEATS, rows_per_request: int | None = None,
+) -> StageProfile:
+    """The unoptimized pipeline as one stage (for the baseline deployment)."""
+    rows = profile_rows(opt, rows)
+    spec = StageSpec("baseline", 0, len(opt.levels) - 1)
+    wall, cpu = time_stage(opt, spec, rows, batch_sizes, repeats, rows_per_request)
+    return StageProfile("baseline", wall, 1.0, cpu_seconds=cpu,
+                        thread_inflation=thread_inflation(opt, spec, rows, INFLATION_BATCH, repeats))
+
+
+def profile_ingress(
+    opt: OptimizedPipeline,
+    rows_per_request: int,
+    *,
+    schema: Any = None,
+    record_config: dict[str, Any] | None = None,
+    rows: Any = None,
+    repeats: int = PROFILE_REPEATS * 4,
+) -> IngressProfile:
+    """The ingress route's own CPU per request of ``rows_per_request`` rows (parse and
+    validate the JSON body, build the frame, encode the answer, build monitor records),
+    measured in this process on the sample rows, and the sizes hops and the front move."""
+
+    rows = profile_rows(opt, rows)
+    frame = _batch(rows, rows_per_request)
+    if schema is None:
+        graph = opt.pipeline.graph
+        schema = RowSchema.from_sample(rows, sorted({c for cols in graph.columns.values() for c in cols}))
+    body = request_bodies(frame, rows_per_request, schema)[0]
+    parse_s = _median_seconds(lambda: parse_request(body, PredictRequest, schema, len(frame) + 1), repeats)
+    specs = stage_specs(opt)
+    first = StageRunner(opt, specs[0]).run(frame)
+    proba = np.nan_to_num(first["proba"], nan=0.5)
+    level = np.maximum(first["level"], 0)
+    classes = np.asarray(opt.classes_, dtype=object)
+    degraded = np.zeros(len(frame), dtype=bool)
+    answer = predict_answer(classes, proba, level, degraded, "v")
+    respond_s = _median_seconds(lambda: predict_answer(classes, proba, level, degraded, "v"), repeats)
+    records_s = 0.0
+    if record_config is not None:
+        replica = np.full(len(frame), "r", dtype=object)
+        records_s = _median_seconds(lambda: record_columns(frame, proba, level, replica, 1.0, 0.0, "v", None,
+                                                           record_config), repeats)
+    n = len(frame)
+    result = {"proba": proba, "level": level, "unsure": first["unsure"], "seconds": 0.0, "replica": "r"}
+    blocks = first.get("blocks")
+    if blocks is None and len(specs) > 1:
+        blocks, _ = opt.pipeline.compute(frame, opt.levels[0].groups)
+    blocks_kb = _kb(blocks) / n if blocks else 0.0
+    return IngressProfile(
+        rows_per_request=rows_per_request, parse_ms=1000 * parse_s, respond_ms=1000 * respond_s,
+        records_ms=1000 * records_s, body_kb=len(body) / 1024, response_kb=len(answer) / 1024,
+        rows_kb_per_row=_kb(frame) / n, result_kb_per_row=_kb({**result, "blocks": None}) / n,
+        blocks_kb_per_row=blocks_kb, measured=True,
+    )
+
+
+def _kb(obj: Any) -> float:
+    return len(pickle.dumps(obj, protocol=5)) / 1024
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+# --- GPU stages ---------------------------------------------------------------------------
+class _GpuTimer:
+    """A process holding (a share of) a GPU, with the stage's models on it."""
+
+    def __init__(self, source: Any, spec: StageSpec, runtime: str):
+
+        self.opt = source.load()
+        self.notes = place_models(self.opt, "cuda", runtime)
+        self.spec = spec
+        self.rows = profile_rows(self.opt)
+
+    def device(self) -> str:
+        try:
+            import torch
+
+            return "gpu" if torch.cuda.is_available() else "cpu (no CUDA device visible to the actor)"
+        except ImportError:
+            return "cpu (torch not installed in the actor)"
+
+    def batch_seconds(self, batch_sizes: Sequence[int], repeats: int) -> dict[int, float]:
+        return time_stage(self.opt, self.spec, self.rows, batch_sizes, repeats)[0]
+
+    def rows_per_second(self, batch: int, batches: int, start_at: float) -> float:
+        """Run ``batches`` batches back to back from wall-clock ``start_at`` (so that the
+        processes sharing the GPU overlap); rows per second."""
+        data = _batch(self.rows, batch)
+        blocks = None
+        if self.spec.first > 0:
+            blocks, _ = self.opt.pipeline.compute(data, self.opt.levels[0].groups)
+        time.sleep(max(0.0, start_at - time.time()))
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            self.opt.run_levels(data, self.spec.first, self.spec.last, blocks)
+        return batch * batches / (time.perf_counter() - t0)
+
+
+def profile_gpu_stage(
+    source: Any,
+    spec: StageSpec,
+    scale: float,
+    *,
+    runtime: str = "native",
+    batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES,
+    repeats: int = PROFILE_REPEATS,
+    concurrency: Sequence[int] | None = None,
+) -> StageProfile:
+    """Time a GPU stage inside Ray actors holding a GPU (Ray must be running, with a GPU):
+    batch seconds with one process, then the GPU's throughput with k processes sharing it,
+    relative to one (``speedup``)."""
+    import ray
+
+    timer = ray.remote(_GpuTimer)
+    one = timer.options(num_gpus=1, num_cpus=0).remote(source, spec, runtime)
+    try:
+        measured_on = ray.get(one.device.remote())
+        seconds = ray.get(one.batch_seconds.remote(list(batch_sizes), repeats))
+    finally:
+        ray.kill(one)
+    concurrency = GPU_CONCURRENCY if concurrency is None else concurrency
+    batch = max(b for b in batch_sizes if b <= 64) if any(b <= 64 for b in batch_sizes) else min(batch_sizes)
+    speedup = {1: 1.0}
+    base = None
+    for k in sorted(set(concurrency) | {1}):
+        actors = [timer.options(num_gpus=1.0 / k, num_cpus=0).remote(source, spec, runtime) for _ in range(k)]
+        try:
+            ray.get([a.device.remote() for a in actors])  # all loaded before the clock starts
+            start = time.time() + 0.5
+            total = sum(ray.get([a.rows_per_second.remote(batch, GPU_SHARING_BATCHES, start) for a in actors]))
+        finally:
+            for a in actors:
+                ray.kill(a)
+        base = total if k == 1 else base
+        speedup[k] = total / base
+    return StageProfile(spec.name, seconds, scale, "gpu", speedup=speedup, measured_on=measured_on)
+
+
+# --- profiling where the replicas run -----------------------------------------------------
+class _Profiler:
+    """A Ray worker process like the replicas' (same interpreter settings, one thread for
+    numerical libraries), which times the stages and the ingress's work there."""
+
+    def __init__(self, source: Any):
+        self.opt = source.load()
+
+    def profile(self, baseline: bool, rows_per_request: int, schema: dict[str, Any],
+                record_config: dict[str, Any] | None, batch_sizes: Sequence[int], repeats: int) -> dict:
+
+        if baseline:
+            stages = [profile_baseline(self.opt, batch_sizes=batch_sizes, repeats=repeats,
+                                       rows_per_request=rows_per_request)]
+        else:
+            stages = profile_stages(self.opt, batch_sizes=batch_sizes, repeats=repeats,
+                                    rows_per_request=rows_per_request)
+        ingress = profile_ingress(self.opt, rows_per_request, schema=RowSchema.from_dict(schema),
+                                  record_config=record_config)
+        return {"stages": [p.to_dict() for p in stages], "ingress": ingress.to_dict()}
+
+
+def profile_on_cluster(source: Any, *, baseline: bool, rows_per_request: int, schema: Any,
+                       record_config: dict[str, Any] | None, batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES,
+                       repeats: int = PROFILE_REPEATS) -> tuple[list[StageProfile], IngressProfile]:
+    """Stage and ingress profiles measured in a Ray worker on this node (Ray must be running):
+    a replica's process, not the driver's, whose numerical libraries may use several threads."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    actor = ray.remote(_Profiler).options(
+        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote(source)
+    try:
+        out = ray.get(actor.profile.remote(baseline, rows_per_request, schema.to_dict(), record_config,
+                                           list(batch_sizes), repeats))
+    finally:
+        ray.kill(actor)
+    return [StageProfile.from_dict(p) for p in out["stages"]], IngressProfile.from_dict(out["ingress"])

@@ -1,0 +1,267 @@
+"""Deploy a torch model on Ray Serve as a pipeline of stages planned by serving.partition.
+
+::
+
+    app = deploy_model(module, example, name="bert", plan="auto", devices=4)
+    requests.post(f"{app.url}/predict", json={"inputs": rows}).json()["outputs"]
+    app.shutdown()
+
+``plan="auto"`` captures the module, profiles it on ``device`` at ``batch_sizes``,
+measures the Serve hop on this cluster (:func:`serving.model_app.transport.calibrate_transport`)
+unless ``transport`` is given, and plans with :func:`serving.partition.plan`. Each stage
+is one deployment with the plan's replicas; each replica asks Ray for ``num_gpus=1`` on
+a GPU plan, else ``num_cpus=cpus_per_replica``. Stage modules are written to
+``workdir`` (one file per stage) and every replica loads its own file: on a multi-node
+cluster ``workdir`` must be a path every node sees.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from serving import partition as sp
+from serving.model_app.stages import (
+    MAX_BODY_BYTES,
+    MAX_ROWS,
+    InputSpec,
+    ModelIngress,
+    PartitionStage,
+)
+from serving.model_app.transport import calibrate_transport
+
+#: batch sizes profiled by plan="auto"
+AUTO_BATCH_SIZES = (1, 4, 16, 32)
+#: longest the ingress waits for a micro-batch to fill (ms)
+DEFAULT_BATCH_WAIT_MS = 2.0
+
+_TRANSPORT_CACHE: dict[str, sp.Transport] = {}
+
+
+@dataclass
+class ModelApp:
+    """A deployed partitioned model: where it answers, its plan, how to stop it."""
+
+    name: str
+    url: str
+    plan: sp.Plan
+    profile: sp.Profile | None
+    stage_names: list[str]
+    started_ray: bool
+    workdir: str
+    notes: list[str] = field(default_factory=list)
+    _tmp: Any = None
+
+    def shutdown(self, *, stop_ray: bool | None = None) -> None:
+        """Delete the app (and its stage files if deploy chose the folder); stop Serve and
+        Ray too when deploy started them."""
+        from ray import serve
+
+        try:
+            serve.delete(self.name)
+        finally:
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
+            if stop_ray if stop_ray is not None else self.started_ray:
+                import ray
+
+                serve.shutdown()
+                ray.shutdown()
+
+
+def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None) -> bool:
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address is not None:
+        ray.init(address=address, **kwargs)
+        return False
+    if cpus is not None:
+        kwargs["num_cpus"] = cpus
+    if gpus is not None:
+        kwargs["num_gpus"] = gpus
+    ray.init(address="local", **kwargs)  # a new Ray here, not one another process started
+    return True
+
+
+def _serve_port() -> int | None:
+    """The HTTP port of a Serve already running in this cluster, or None."""
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client(raise_if_no_controller_running=False)
+    return int(client.http_config.port) if client is not None else None
+
+
+def cluster_transport(*, refresh: bool = False) -> sp.Transport:
+    """The Serve hop of the running cluster, measured once per process."""
+    import ray
+
+    key = ray.get_runtime_context().get_node_id() if ray.is_initialized() else "none"
+    if refresh or key not in _TRANSPORT_CACHE:
+
+        _TRANSPORT_CACHE[key] = calibrate_transport()
+    return _TRANSPORT_CACHE[key]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on now (Serve's default 8000 may be another app's)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_" for c in name):
+        raise ValueError(f"name must be a non-empty string of letters, digits, '-' or '_', got {name!r}")
+    return name
+
+
+def _default_devices(device: str, cpus_per_replica: float) -> int:
+    import ray
+
+    res = ray.available_resources()
+    if device == "cuda":
+        return max(int(res.get("GPU", 0)), 1)
+    # one CPU is left for the ingress and the HTTP proxy
+    return max(int((res.get("CPU", 1.0) - 1.0) // cpus_per_replica), 1)
+
+
+def deploy_model(
+    module: torch.nn.Module,
+    example: Any,
+    *,
+    name: str,
+    plan: sp.Plan | str = "auto",
+    devices: int | None = None,
+    memory_per_device: float | None = None,
+    objective: str = "throughput",
+    rate: float | None = None,
+    slo_ms: float | None = None,
+    device: str | None = None,
+    batch_sizes: tuple[int, ...] = AUTO_BATCH_SIZES,
+    transport: sp.Transport | None = None,
+    graph: sp.Graph | None = None,
+    profile: sp.Profile | None = None,
+    cpus_per_replica: float = 1.0,
+    threads: int | None = 1,
+    batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS,
+    max_inflight: int | None = None,
+    max_rows: int = MAX_ROWS,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    workdir: str | os.PathLike | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    address: str | None = None,
+    cpus: float | None = None,
+    gpus: float | None = None,
+) -> ModelApp:
+    """Serve ``module`` at ``/{name}``: ``POST /predict {"inputs": ...}`` ->
+    ``{"outputs": ...}`` equal (allclose) to ``module(*inputs)``.
+
+    ``plan``: "auto" (capture, profile, calibrate, plan; see the module docstring), or a
+    :class:`serving.partition.Plan` computed elsewhere (e.g. from a saved profile);
+    ``graph``/``profile`` skip capture/profiling when already done. ``device`` "cpu" or
+    "cuda" (alias "gpu"); by default the device a given plan was made for (a plan from
+    a GPU profile serves on GPUs, an emulated or CPU one on CPUs), else "cpu". ``cpus_per_replica`` may be fractional (emulated devices).
+    Starts Ray (``cpus``/``gpus``) and Serve on ``host:port`` (a free port by default) when
+    none is running; joins a running Serve otherwise.
+    """
+    from ray import serve
+
+    _check_name(name)
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if device is None:  # a given plan says where it was planned for; "auto" plans on CPU
+        planned = plan.stages[0].device if isinstance(plan, sp.Plan) and plan.stages else "cpu"
+        device = "cuda" if planned in ("cuda", "gpu") else "cpu"
+    device = {"gpu": "cuda"}.get(device, device)
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda' ('gpu'), got {device!r}")
+    if not isinstance(plan, (sp.Plan, str)) or (isinstance(plan, str) and plan != "auto"):
+        raise ValueError(f"plan must be 'auto' or a serving.partition.Plan, got {plan!r}")
+    if not cpus_per_replica > 0 or batch_wait_ms < 0 or max_rows < 1:
+        raise ValueError("cpus_per_replica must be > 0, batch_wait_ms >= 0 and max_rows >= 1")
+    if devices is not None and (not isinstance(devices, int) or devices < 1):
+        raise ValueError(f"devices must be a positive int, got {devices!r}")
+    graph = graph if graph is not None else sp.capture(module, example)
+    args = graph.example
+    started = _ensure_ray(address, cpus, gpus)
+    notes: list[str] = []
+    try:
+        existing = _serve_port()
+        if existing is None:
+            port = port if port is not None else free_port(host)
+            serve.start(http_options={"host": host, "port": port})
+        elif port is not None and port != existing:
+            notes.append(f"Serve already runs on port {existing}; port={port} ignored")
+        http_port = existing if existing is not None else port
+        if isinstance(plan, str):
+            if profile is None:
+                tr = transport or cluster_transport()
+                profile = sp.profile(graph, batch_sizes=batch_sizes, device=device, threads=threads,
+                                     transport=tr, name=name)
+            elif transport is not None:
+                profile = profile.with_transport(transport)
+            m = devices or _default_devices(device, cpus_per_replica)
+            the_plan = sp.plan(profile, m, memory_per_device, objective, rate=rate, slo_ms=slo_ms)
+            if not the_plan.feasible:
+                raise ValueError("no feasible plan: " + "; ".join(the_plan.notes))
+        else:
+            the_plan = plan
+            if not the_plan.stages:
+                raise ValueError("the plan has no stages (an infeasible plan cannot be deployed)")
+        stages = sp.split(graph, the_plan)
+        tmp = None
+        if workdir is None:
+            tmp = tempfile.TemporaryDirectory(prefix=f"willump-model-{name}-")
+            folder = Path(tmp.name)
+        else:
+            folder = Path(workdir)
+            folder.mkdir(parents=True, exist_ok=True)
+        inflight = max_inflight or 2 * the_plan.devices_used + len(the_plan.stages)
+        handles = []
+        stage_names = []
+        for k, (mod, st) in enumerate(zip(stages, the_plan.stages, strict=True)):
+            path = folder / f"stage{k}.pt"
+            torch.save(mod, path)
+            on_gpu = device == "cuda"
+            stage_name = f"{name}-stage{k}"
+            stage_names.append(stage_name)
+            handles.append(PartitionStage.options(
+                # room for every batch the ingress lets in: a full replica would make Serve's
+                # router back off and retry; the replica's lock still runs one batch at a time
+                name=stage_name, num_replicas=st.replicas, max_ongoing_requests=max(4, inflight),
+                ray_actor_options={"num_cpus": 0.0 if on_gpu else cpus_per_replica,
+                                   "num_gpus": 1 if on_gpu else 0},
+            ).bind(str(path), device, threads))
+        info = {
+            "inputs": [vars(InputSpec.of(a)) for a in args], "batch_size": the_plan.batch_size,
+            "batch_wait_ms": batch_wait_ms, "max_inflight": inflight, "max_rows": max_rows,
+            "max_body_bytes": max_body_bytes, "plan": the_plan.to_dict(),
+        }
+        ingress = ModelIngress.options(name=f"{name}-ingress", max_ongoing_requests=4096,
+                                       ray_actor_options={"num_cpus": 0.0}).bind(handles, info)
+        serve.run(ingress, name=name, route_prefix=f"/{name}",
+                  logging_config={"enable_access_log": False, "log_level": "WARNING"})
+    except BaseException:
+        if started:
+            import ray
+
+            serve.shutdown()
+            ray.shutdown()
+        raise
+    if not the_plan.feasible:
+        warnings.warn("deploying an infeasible plan: " + "; ".join(the_plan.notes), stacklevel=2)
+    return ModelApp(name, f"http://{host}:{http_port}/{name}", the_plan, profile, stage_names, started,
+                    str(folder), notes + list(the_plan.notes), tmp)

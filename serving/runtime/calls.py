@@ -1,0 +1,303 @@
+"""Stage calls with a deadline: timeouts that cancel the call, bounded retries with jittered
+backoff, and Serve's back-pressure turned into an answer the client can act on.
+
+Every request carries a :class:`Deadline` (default from the plan's p99 target, overridable
+per request with the ``X-Deadline-Ms`` header). A stage call waits at most until the
+deadline; when it passes, the call is cancelled (``DeploymentResponse.cancel``, which also
+cancels the work on the replica) and :class:`DeadlineExceeded` is raised. A replica that
+died mid-call is retried (predictions are idempotent) at most ``retries`` times, after a
+full-jitter exponential backoff (AWS architecture blog, "Exponential Backoff And Jitter"),
+and never past the deadline. A stage whose queue is full (``max_queued_requests``) raises
+:class:`StageOverloaded`, answered 503 with ``Retry-After``. With a :class:`StageHedge`, a
+call still unanswered after the stage's own latency tail is sent once more (hedged) and the
+first answer kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from serving.core.schema import RequestError
+from serving.runtime.hedge import (
+    HEDGE_FLOOR_OVER_MEDIAN,
+    HEDGE_IDLE_ONLY,
+    HEDGE_QUANTILE,
+    LatencyWindow,
+)
+
+#: header a client sets to give one request its own deadline (milliseconds)
+DEADLINE_HEADER = "x-deadline-ms"
+#: longest deadline a client may ask for (seconds): nothing holds a connection longer
+MAX_DEADLINE_S = 120.0
+#: deadline of a request when the plan has no p99 target and the client sets none (seconds)
+DEFAULT_DEADLINE_S = 30.0
+#: the default deadline is this multiple of the plan's p99 target (Clipper's SLO: the
+#: target itself; rows past it are late by the target's own definition)
+DEADLINE_OVER_P99 = 1.0
+#: times a stage call is retried after its replica died mid-call
+STAGE_RETRIES = 2
+#: first backoff ceiling (seconds); doubles per attempt up to BACKOFF_MAX_S
+BACKOFF_BASE_S = 0.05
+BACKOFF_MAX_S = 1.0
+#: Retry-After (seconds) sent with a 503 when a queue is full
+RETRY_AFTER_S = 1
+
+
+class DeadlineExceeded(Exception):
+    """The request's deadline passed while ``stage`` was working on it."""
+
+    def __init__(self, stage: str, budget_s: float):
+        super().__init__(f"deadline of {1000 * budget_s:.0f} ms exceeded at the {stage} stage")
+        self.stage = stage
+        self.budget_s = budget_s
+
+
+class StageOverloaded(Exception):
+    """A stage's queue is full (``max_queued_requests``): shed the request."""
+
+    def __init__(self, stage: str, retry_after_s: float = RETRY_AFTER_S):
+        super().__init__(f"the {stage} stage is overloaded (its queue is full); retry later")
+        self.stage = stage
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a request must be answered, on the monotonic clock."""
+
+    at: float
+    budget_s: float
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + seconds, seconds)
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+    def reserve(self, share: float) -> Deadline:
+        """The same deadline brought forward by ``share`` of its budget (time kept to answer
+        another way when a stage is late)."""
+        return Deadline(self.at - share * self.budget_s, self.budget_s)
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str], default_s: float) -> Deadline:
+        """The request's deadline: the ``X-Deadline-Ms`` header when given, else ``default_s``.
+        A malformed or out-of-range header is the client's mistake (422), not ignored."""
+        raw = headers.get(DEADLINE_HEADER)
+        if raw is None:
+            return cls.after(default_s)
+        try:
+            ms = float(raw)
+        except ValueError:
+            ms = math.nan
+        if not (0 < ms <= 1000 * MAX_DEADLINE_S):
+            raise RequestError(422, f"{DEADLINE_HEADER} must be a number of milliseconds in "
+                                    f"(0, {1000 * MAX_DEADLINE_S:g}], got {raw!r}",
+                               [{"field": f"header:{DEADLINE_HEADER}", "error": "out of range"}])
+        return cls.after(ms / 1000.0)
+
+
+def default_deadline_s(target_p99_ms: float | None, factor: float = DEADLINE_OVER_P99) -> float:
+    """A request's deadline when the client gives none: ``factor`` times the plan's p99
+    target, or DEFAULT_DEADLINE_S without a target."""
+    if target_p99_ms is None:
+        return DEFAULT_DEADLINE_S
+    return min(MAX_DEADLINE_S, factor * target_p99_ms / 1000.0)
+
+
+def backoff_s(attempt: int, rng: random.Random, base_s: float = BACKOFF_BASE_S,
+              max_s: float = BACKOFF_MAX_S) -> float:
+    """Full jitter: uniform in [0, min(max_s, base_s * 2**attempt)]."""
+    return rng.uniform(0.0, min(max_s, base_s * (2 ** attempt)))
+
+
+async def _resolve(response: Any) -> Any:
+    return await response
+
+
+async def wait_or_cancel(response: Any, timeout_s: float, stage: str, budget_s: float) -> Any:
+    """Await a stage call for at most ``timeout_s``; past it (or if the caller is cancelled,
+    e.g. the client went away), cancel the call so its replica stops working on it."""
+
+    return await _finish(asyncio.ensure_future(_resolve(response)), response, timeout_s, stage, budget_s)
+
+
+async def _finish(task: asyncio.Future, response: Any, timeout_s: float, stage: str, budget_s: float) -> Any:
+    """The result of ``task`` (awaiting ``response``) within ``timeout_s``, else cancel both."""
+    try:
+        done, _ = await asyncio.wait({task}, timeout=max(timeout_s, 0.0))
+    except BaseException:
+        _cancel(response, task)
+        raise
+    if not done:
+        _cancel(response, task)
+        raise DeadlineExceeded(stage, budget_s)
+    return task.result()
+
+
+def _cancel(response: Any, task: asyncio.Future) -> None:
+    cancel = getattr(response, "cancel", None)
+    if callable(cancel):
+        try:
+            cancel()
+        except Exception:  # best effort: the call may have finished meanwhile
+            pass
+    task.cancel()
+
+
+class StageHedge:
+    """Hedged calls to one stage ("The Tail at Scale"; FlexRR's straggler mitigation for
+    serving): a call still unanswered after the stage's own latency quantile, and never
+    before ``floor_over_median`` times its median (:class:`serving.runtime.hedge.LatencyWindow`), is
+    sent once more through the same handle, whose router gives it to the less loaded of two
+    replicas (as a rule not the one holding the first call); the first answer is kept and the
+    other call cancelled. Needs at least two running replicas (``replicas()``) and, with
+    ``idle_only`` (``HEDGE_IDLE_ONLY``), fewer of this ingress's calls in flight to the stage
+    than it has replicas when the hedge is due (``in_flight()``): with every replica busy the
+    tail is queueing, which a copy only lengthens. ``on_hedge`` hears of each hedge once
+    decided (True: the copy answered first)."""
+
+    def __init__(self, replicas: Callable[[], int], quantile: float | None = None,
+                 floor_over_median: float | None = None, on_hedge: Callable[[bool], None] | None = None,
+                 in_flight: Callable[[], int] | None = None, idle_only: bool | None = None):
+
+        self.window = LatencyWindow(
+            quantile=HEDGE_QUANTILE if quantile is None else quantile,
+            floor_over_median=HEDGE_FLOOR_OVER_MEDIAN if floor_over_median is None else floor_over_median)
+        self.replicas, self.on_hedge, self.in_flight = replicas, on_hedge, in_flight
+        self.idle_only = HEDGE_IDLE_ONLY if idle_only is None else bool(idle_only)
+        self.calls = self.hedges = self.wins = self.skipped_busy = 0
+
+    def delay(self) -> float | None:
+        """Seconds after which a call is hedged; None: not now (too few latencies known, or a
+        single replica)."""
+        return self.window.delay() if self.replicas() > 1 else None
+
+    def spare(self) -> bool:
+        """Whether a replica is free for a copy now (always, without ``idle_only`` or a count
+        of calls in flight)."""
+        if not self.idle_only or self.in_flight is None:
+            return True
+        return self.in_flight() < self.replicas()
+
+
+async def hedged(call: Callable[[], Any], timeout_s: float, stage: str, budget_s: float,
+                 hedge: StageHedge) -> Any:
+    """``call()`` (it sends the stage call and returns its response) awaited for at most
+    ``timeout_s``, hedged once after ``hedge.delay()``. A call answered by its copy is recorded
+    at the time the first had taken then (a lower bound), so hedging does not hide from the
+    window the tail it hedges against."""
+    hedge.calls += 1
+    delay = hedge.delay()
+    t0 = time.monotonic()
+    first = call()
+    if delay is None or delay >= timeout_s:
+        out = await wait_or_cancel(first, timeout_s, stage, budget_s)
+        hedge.window.add(time.monotonic() - t0)
+        return out
+    task1 = asyncio.ensure_future(_resolve(first))
+    try:
+        done, _ = await asyncio.wait({task1}, timeout=delay)
+    except BaseException:
+        _cancel(first, task1)
+        raise
+    if not done and not hedge.spare():  # every replica is busy: a copy would queue behind them
+        hedge.skipped_busy += 1
+        out = await _finish(task1, first, t0 + timeout_s - time.monotonic(), stage, budget_s)
+        hedge.window.add(time.monotonic() - t0)
+        return out
+    if done:
+        hedge.window.add(time.monotonic() - t0)
+        return task1.result()
+    hedge.hedges += 1
+    second = call()
+    task2 = asyncio.ensure_future(_resolve(second))
+    pending, winner = {task1, task2}, None
+    try:
+        while pending and winner is None:
+            left = t0 + timeout_s - time.monotonic()
+            done, pending = await asyncio.wait(pending, timeout=max(left, 0.0), return_when=asyncio.FIRST_COMPLETED)
+            if not done:  # the deadline passed with neither answered
+                raise DeadlineExceeded(stage, budget_s)
+            answered = [t for t in done if t.exception() is None]  # every failure retrieved
+            winner = answered[0] if answered else None
+    except BaseException:
+        _cancel(first, task1)
+        _cancel(second, task2)
+        raise
+    hedge.window.add(time.monotonic() - t0)
+    if winner is None:  # both failed: the first call's error is the answer
+        return task1.result()
+    if winner is task2:
+        hedge.wins += 1
+        _cancel(first, task1)
+    else:
+        _cancel(second, task2)
+    if hedge.on_hedge is not None:
+        hedge.on_hedge(winner is task2)
+    return winner.result()
+
+
+def retryable(exc: BaseException) -> bool:
+    """A replica died or vanished mid-call: the same call on another replica may succeed."""
+    import ray.exceptions as rex
+
+    return isinstance(exc, (rex.RayActorError, rex.ActorUnavailableError))
+
+
+def overloaded(exc: BaseException) -> bool:
+    from ray.serve.exceptions import BackPressureError
+
+    return isinstance(exc, BackPressureError)
+
+
+async def call_stage(
+    handle: Any,
+    method: str,
+    args: tuple,
+    deadline: Deadline,
+    stage: str,
+    *,
+    retries: int = STAGE_RETRIES,
+    rng: random.Random | None = None,
+    on_retry: Callable[[], None] | None = None,
+    hedge: StageHedge | None = None,
+) -> Any:
+    """``handle.method.remote(*args)`` within ``deadline``, retried on replica death, hedged
+    with ``hedge``."""
+    rng = rng or random.Random()
+    attempt = 0
+    while True:
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise DeadlineExceeded(stage, deadline.budget_s)
+        try:
+            if hedge is not None:
+                return await hedged(lambda: getattr(handle, method).remote(*args), remaining, stage,
+                                    deadline.budget_s, hedge)
+            return await wait_or_cancel(getattr(handle, method).remote(*args), remaining, stage,
+                                        deadline.budget_s)
+        except DeadlineExceeded:
+            raise
+        except Exception as exc:
+            if overloaded(exc):
+                raise StageOverloaded(stage) from exc
+            if not retryable(exc) or attempt >= retries:
+                raise
+            pause = backoff_s(attempt, rng)
+            if pause >= deadline.remaining():
+                raise DeadlineExceeded(stage, deadline.budget_s) from exc
+            attempt += 1
+            if on_retry is not None:
+                on_retry()
+            await asyncio.sleep(pause)

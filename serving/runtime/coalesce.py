@@ -1,0 +1,171 @@
+"""Ingress-side batching: the rows of concurrent requests go to a stage in one call.
+
+A hop costs several ms of CPU here, so the ingress pays it per batch, not per request. Unlike
+``@serve.batch`` (whose concurrency is fixed when the class is defined), a
+:class:`Coalescer`'s limit on calls in flight follows the stage: it is the stage's running
+replicas times the batches each replica runs at once, so extra replicas never sit idle
+behind the ingress, and a saturated replica holds more calls than Serve's autoscaling target
+(the autoscaler sees the load and adds replicas, which raises the limit in turn).
+
+Each request waits only until its own deadline; a batch call lives until the latest deadline
+among its requests. When a merged call fails on the data (a row the stage cannot handle), each
+request is retried alone, so one bad row fails only its own request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from serving.runtime.calls import Deadline, DeadlineExceeded, StageOverloaded, retryable
+
+
+@dataclass
+class Item:
+    """One request's rows (and the blocks earlier stages computed for them)."""
+
+    rows: Any
+    blocks: dict | None
+    deadline: Deadline
+    future: asyncio.Future = field(repr=False)
+    abandoned: bool = False
+    #: only items with equal keys share a call (the gear that serves them: serving.runtime.gears)
+    key: Any = None
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+
+BatchRunner = Callable[[list[Item], Deadline], Awaitable[list[Any]]]
+
+
+def _consume(future: asyncio.Future) -> None:
+    """Mark an abandoned request's exception as seen (asyncio warns about unseen ones)."""
+    if not future.cancelled():
+        future.exception()
+
+
+class Coalescer:
+    """Merges concurrent requests into batch calls of at most ``max_rows`` rows, with at
+    most ``limit`` calls in flight; ``run(items, deadline)`` makes one call and returns one
+    output per item, in order."""
+
+    def __init__(self, run: BatchRunner, *, stage: str, max_rows: int, limit: int, max_queued: int = 1024):
+        if max_rows < 1 or limit < 1 or max_queued < 1:
+            raise ValueError(f"max_rows, limit and max_queued must be >= 1, got {max_rows}, {limit}, {max_queued}")
+        self.run = run
+        self.stage = stage
+        self.max_rows = int(max_rows)
+        self.max_queued = int(max_queued)
+        self._limit = int(limit)
+        self.queue: deque[Item] = deque()
+        self.in_flight = 0
+        self.batches = 0
+        self.isolated = 0  # merged calls that failed and were retried request by request
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        self._limit = max(1, int(value))
+        self._dispatch()
+
+    async def submit(self, rows: Any, blocks: dict | None, deadline: Deadline, key: Any = None) -> Any:
+        """This request's output of the stage, or DeadlineExceeded when its deadline passes;
+        StageOverloaded at once when ``max_queued`` requests already wait. Requests with
+        different ``key`` never share a call."""
+        if len(self.queue) >= self.max_queued:
+            raise StageOverloaded(self.stage)
+        future = asyncio.get_running_loop().create_future()
+        item = Item(rows, blocks, deadline, future, key=key)
+        self.queue.append(item)
+        self._dispatch()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), max(deadline.remaining(), 0.0))
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            item.abandoned = True
+            future.add_done_callback(_consume)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise DeadlineExceeded(self.stage, deadline.budget_s) from None
+
+    def _take(self) -> list[Item]:
+        items: list[Item] = []
+        rows = 0
+        while self.queue:
+            item = self.queue[0]
+            if item.abandoned or item.future.done():
+                self.queue.popleft()
+                continue
+            if item.deadline.expired():
+                self.queue.popleft()
+                item.future.set_exception(DeadlineExceeded(self.stage, item.deadline.budget_s))
+                continue
+            if items and (rows + item.size > self.max_rows or item.key != items[0].key):
+                break
+            items.append(self.queue.popleft())
+            rows += item.size
+        return items
+
+    def _dispatch(self) -> None:
+        while self.in_flight < self._limit and self.queue:
+            items = self._take()
+            if not items:
+                return
+            self.in_flight += 1
+            self.batches += 1
+            task = asyncio.get_running_loop().create_task(self._call(items))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _call(self, items: list[Item]) -> None:
+        deadline = max((it.deadline for it in items), key=lambda d: d.at)
+        try:
+            try:
+                outs = await self.run(items, deadline)
+            except (DeadlineExceeded, StageOverloaded) as exc:
+                _fail(items, exc)
+                return
+            except Exception as exc:
+                if len(items) == 1 or retryable(exc):
+                    _fail(items, exc)
+                    return
+                self.isolated += 1
+                await asyncio.gather(*(self._alone(it) for it in items))
+                return
+            for item, out in zip(items, outs, strict=True):
+                if item.future.done():
+                    continue
+                if isinstance(out, BaseException):  # this request's rows failed, not the others'
+                    item.future.set_exception(out)
+                else:
+                    item.future.set_result(out)
+        finally:
+            self.in_flight -= 1
+            self._dispatch()
+
+    async def _alone(self, item: Item) -> None:
+        if item.future.done():
+            return
+        try:
+            out = (await self.run([item], item.deadline))[0]
+        except Exception as exc:
+            _fail([item], exc)
+        else:
+            if isinstance(out, BaseException):
+                _fail([item], out)
+            elif not item.future.done():
+                item.future.set_result(out)
+
+
+def _fail(items: list[Item], exc: BaseException) -> None:
+    for item in items:
+        if not item.future.done():
+            item.future.set_exception(exc)

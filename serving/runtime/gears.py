@@ -1,0 +1,264 @@
+"""Load-adaptive gears (CascadeServe): the served app switches to a cheaper certified plan
+when its queue says the SLO is at risk, and back when the queue drains.
+
+``willump.optimize(..., gears=(0.01, 0.02))`` certifies a ladder of plans jointly (see
+``willump._gears``): gear 0 is the plan, gear i > 0 a cheaper one certified at a looser
+``max_loss``. A cheaper gear answers more rows at the cheap level, so fewer rows pay for the
+expensive stage: under a burst, the app keeps its latency by spending certified accuracy,
+and every answer says which gear (and so which certificate) produced it.
+
+Three parts, each testable without Ray:
+
+* :class:`GearPolicy`: when to switch. Its signal is the queueing the ingress sees: the age
+  of the oldest request still in flight, or a quantile of the latencies completed in the
+  last ``window_s``, whichever is larger (the first reacts before any request finishes late,
+  the second remembers a queue that just drained). Above ``up_at`` x SLO it steps one gear
+  cheaper (at most one step per ``up_interval_s``, so the cheaper gear has time to act);
+  only after the signal stays below ``down_at`` x SLO for ``down_after_s`` (counted from the
+  last time it was seen above, or from the last switch: no arrival means nothing queued) does
+  it step one gear back. The gap between the two thresholds and the dwell are the hysteresis: without
+  them a queue at the edge flips gears on every request.
+* :class:`GearSwitch`: the ingress's side: requests in flight, the policy, or a pinned gear.
+* :class:`GearRunners`: a stage replica's side: one :class:`serving.runtime.stage_runner.StageRunner`
+  per gear, over the same stage boundaries (cheap level; every later level).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from serving.core.specs import StageSpec
+from serving.runtime.stage_runner import StageRunner
+
+#: share of the SLO above which the signal steps one gear cheaper: half the SLO is left for
+#: the request's own work once it leaves the queue
+UP_AT = 0.5
+#: share of the SLO the signal must stay below (for DOWN_AFTER_S) before stepping one gear
+#: back; under UP_AT so that a queue at the edge does not flip gears back and forth, but above
+#: the latency an app has at its planned rate (at 0.2 the bench's app, whose p90 at the
+#: planned rate was 0.26-0.42 of its SLO, never came back to gear 0 after a burst)
+DOWN_AT = 0.35
+#: least seconds between two steps up: a cheaper gear needs a moment to drain the queue
+#: before the signal can tell whether it was enough
+UP_INTERVAL_S = 0.25
+#: seconds the signal must stay calm before one step back to a more accurate gear
+DOWN_AFTER_S = 2.0
+#: seconds of completed request latencies the signal looks at
+WINDOW_S = 1.0
+#: quantile of those latencies that counts (the tail the SLO is about, without one outlier)
+SIGNAL_QUANTILE = 0.9
+#: the values ``deploy(gears=...)`` takes besides a gear index
+GEAR_MODES = ("off", "adaptive")
+
+
+@dataclass
+class GearPolicy:
+    """Which gear to serve, from a queueing signal in ms (see the module docstring).
+
+    Deterministic: time comes in as ``now`` (seconds, any monotonic clock), so a test drives
+    it with a fake clock and synthetic signals."""
+
+    gears: int
+    slo_ms: float
+    up_at: float = UP_AT
+    down_at: float = DOWN_AT
+    up_interval_s: float = UP_INTERVAL_S
+    down_after_s: float = DOWN_AFTER_S
+    window_s: float = WINDOW_S
+    quantile: float = SIGNAL_QUANTILE
+    gear: int = 0
+    switches: int = 0
+    _changed_at: float = field(default=-math.inf, repr=False)
+    _calm_since: float | None = field(default=None, repr=False)
+    _last_hot: float = field(default=-math.inf, repr=False)
+    _latencies: deque = field(default_factory=deque, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gears, bool) or not isinstance(self.gears, int) or self.gears < 1:
+            raise ValueError(f"gears must be an integer >= 1, got {self.gears!r}")
+        if not (isinstance(self.slo_ms, (int, float)) and math.isfinite(self.slo_ms) and self.slo_ms > 0):
+            raise ValueError(f"slo_ms must be a positive number, got {self.slo_ms!r}")
+        if not 0 < self.down_at < self.up_at:
+            raise ValueError(f"need 0 < down_at < up_at, got down_at={self.down_at!r}, up_at={self.up_at!r}")
+        for name in ("up_interval_s", "down_after_s", "window_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not 0 < self.quantile <= 1:
+            raise ValueError(f"quantile must be in (0, 1], got {self.quantile!r}")
+
+    def record(self, now: float, latency_ms: float) -> None:
+        """A request finished after ``latency_ms``."""
+        self._latencies.append((now, float(latency_ms)))
+
+    def signal(self, now: float, oldest_ms: float = 0.0) -> float:
+        """The larger of the oldest in-flight request's age and the window's latency quantile."""
+        while self._latencies and self._latencies[0][0] < now - self.window_s:
+            self._latencies.popleft()
+        recent = float(np.quantile([ms for _, ms in self._latencies], self.quantile)) if self._latencies else 0.0
+        return max(float(oldest_ms), recent)
+
+    def update(self, now: float, oldest_ms: float = 0.0) -> int:
+        """The gear to serve now."""
+        signal = self.signal(now, oldest_ms)
+        if signal >= self.down_at * self.slo_ms:
+            self._last_hot = now
+        if signal > self.up_at * self.slo_ms:
+            self._calm_since = None
+            if self.gear < self.gears - 1 and now - self._changed_at >= self.up_interval_s:
+                self._step(now, +1)
+        elif signal < self.down_at * self.slo_ms:
+            if self._calm_since is None:  # calm since the signal was last seen above down_at (no
+                # request arrived in between: nothing queued here), or since the last switch
+                self._calm_since = max(self._last_hot, self._changed_at) if self._last_hot > -math.inf else now
+            if self.gear > 0 and now - self._calm_since >= self.down_after_s:
+                self._step(now, -1)
+                self._calm_since = now  # another full calm period before the next step back
+        else:
+            self._calm_since = None
+        return self.gear
+
+    def _step(self, now: float, by: int) -> None:
+        self.gear += by
+        self.switches += 1
+        self._changed_at = now
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slo_ms": self.slo_ms, "up_at": self.up_at, "down_at": self.down_at,
+                "up_interval_s": self.up_interval_s, "down_after_s": self.down_after_s,
+                "window_s": self.window_s, "quantile": self.quantile}
+
+
+POLICY_FIELDS = ("slo_ms", "up_at", "down_at", "up_interval_s", "down_after_s", "window_s", "quantile")
+
+
+def ladder(opt: Any) -> list[dict[str, Any]]:
+    """The certified gears of an optimized pipeline: max_loss, certified loss bound, method."""
+    return [{"gear": i, "max_loss": None if g.max_loss != g.max_loss else float(g.max_loss),
+             "loss_bound": None if g.loss_bound is None else float(g.loss_bound), "method": g.method}
+            for i, g in enumerate(opt.gears_)]
+
+
+def check_gears(gears: Any, gear_policy: dict[str, Any] | None, opt: Any, *, baseline: bool) -> None:
+    """Validate ``deploy(gears=..., gear_policy=...)`` against the artifact (ValueError naming
+    the argument)."""
+    n = len(opt.gears_)
+    if isinstance(gears, bool) or not (gears in GEAR_MODES or isinstance(gears, int)):
+        raise ValueError(f"gears must be one of {GEAR_MODES} or a gear index, got {gears!r}")
+    if isinstance(gears, int) and not 0 <= gears < n:
+        raise ValueError(f"gears={gears}: the artifact certifies gears 0..{n - 1}")
+    if gears != "off" and baseline:
+        raise ValueError("gears cannot be used with baseline=True (the baseline is the full pipeline)")
+    if gears == "adaptive" and n < 2:
+        raise ValueError("gears='adaptive' needs an artifact with certified gears: optimize(..., gears=(0.01, 0.02))"
+                         f" certified {n - 1} cheaper gear(s) here")
+    if gear_policy is not None:
+        if not isinstance(gear_policy, dict):
+            raise ValueError(f"gear_policy must be a dict, got {type(gear_policy).__name__}")
+        unknown = sorted(set(gear_policy) - set(POLICY_FIELDS))
+        if unknown:
+            raise ValueError(f"gear_policy: unknown key(s) {unknown}; accepted: {list(POLICY_FIELDS)}")
+        if gears != "adaptive":
+            raise ValueError("gear_policy is only used with gears='adaptive'")
+
+
+def gear_info(gears: Any, gear_policy: dict[str, Any] | None, opt: Any, slo_ms: float | None) -> dict[str, Any]:
+    """What the ingress needs (JSON-able): the mode, the ladder, the policy's parameters. The
+    SLO is ``gear_policy['slo_ms']``, else the plan's p99 target or the deadline."""
+    policy = dict(gear_policy or {})
+    if gears == "adaptive":
+        policy.setdefault("slo_ms", slo_ms)
+        if policy["slo_ms"] is None:
+            raise ValueError("gears='adaptive' needs an SLO: give p99_ms=, deadline_ms= or gear_policy={'slo_ms': ...}")
+        GearPolicy(len(opt.gears_), **policy)  # validates the values now, not in the replica
+    return {"mode": gears, "ladder": ladder(opt), "policy": policy}
+
+
+class GearSwitch:
+    """The ingress's gear state: requests in flight (their start times), the policy when
+    adaptive, the pinned gear otherwise."""
+
+    def __init__(self, info: dict[str, Any] | None, clock: Callable[[], float] = time.monotonic):
+        info = info or {"mode": "off", "ladder": [{"gear": 0, "max_loss": None, "loss_bound": None, "method": ""}],
+                        "policy": {}}
+        self.mode = info["mode"]
+        self.ladder = info["ladder"]
+        self.clock = clock
+        self.policy = GearPolicy(len(self.ladder), **info["policy"]) if self.mode == "adaptive" else None
+        self.pinned = self.mode if isinstance(self.mode, int) else 0
+        self._started: dict[int, float] = {}
+        self._ids = itertools.count()
+
+    @property
+    def adaptive(self) -> bool:
+        return self.policy is not None
+
+    def begin(self) -> tuple[int, int]:
+        """A request arrives: its token (for :meth:`end`) and the gear that serves it."""
+        now = self.clock()
+        gear = self.pinned
+        if self.policy is not None:
+            oldest = next(iter(self._started.values()), now)
+            gear = self.policy.update(now, 1000.0 * (now - oldest))
+        token = next(self._ids)
+        self._started[token] = now
+        return token, gear
+
+    def end(self, token: int) -> None:
+        """The request left (answered or failed): its latency feeds the policy."""
+        started = self._started.pop(token, None)
+        if started is not None and self.policy is not None:
+            now = self.clock()
+            self.policy.record(now, 1000.0 * (now - started))
+
+    def fields(self, gear: int) -> dict[str, Any]:
+        """The answer's gear fields: the gear, and the max_loss and certified bound it carries."""
+        row = self.ladder[gear]
+        return {"gear": gear, "gear_max_loss": row["max_loss"], "gear_loss_bound": row["loss_bound"]}
+
+
+def gear_spec(spec: Any, levels: int) -> Any:
+    """The stage boundaries for a gear of ``levels`` levels: the cheap stage keeps level 0,
+    a later stage runs every level from its first on (a gear's chain may be longer or
+    shorter than the plan's)."""
+
+    if spec.first == 0 and spec.last == 0:
+        return spec
+    return StageSpec(spec.name, spec.first, levels - 1)
+
+
+class GearRunners:
+    """A stage replica's runner per gear (built on first use, from the runner of gear 0)."""
+
+    def __init__(self, base: Any):
+        self.base = base
+        self._runners: dict[int, Any] = {0: base}
+
+    def get(self, gear: int) -> Any:
+        runner = self._runners.get(gear)
+        if runner is None:
+
+            opt = self.base.opt.gear(int(gear))
+            runner = StageRunner(opt, gear_spec(self.base.spec, len(opt.levels)), baseline=self.base.baseline,
+                                 fallback=self.base.fallback)
+            self._runners[gear] = runner
+        return runner
+
+    def local(self, gear: int, stage: Any) -> Callable[[list], list]:
+        """``run_many`` of gear ``gear`` for a stage run in the ingress (``LocalStage``), its
+        answers labelled with that stage's replica like the stage's own."""
+        def run_many(items: list) -> list:
+            outs = self.get(gear).run_many(items)
+            for out in outs:
+                if isinstance(out, dict):
+                    out["replica"] = stage.replica
+            return outs
+
+        return run_many

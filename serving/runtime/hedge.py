@@ -1,0 +1,119 @@
+"""Straggler mitigation for stage calls (FlexRR's reassignment; hedged requests as in "The
+Tail at Scale"). Plain Python, so the policy is tested without Ray; the ingress of
+:mod:`serving.emulation.hetero_app` applies it to its stage calls.
+
+* :class:`LatencyWindow`: a stage's own recent call latencies; the hedge delay is its
+  ``quantile``, but never less than ``floor_over_median`` times its median (a call still
+  unanswered then is sent again to another replica, the first answer kept, the other
+  cancelled). The floor keeps hedging off a tail that is only the ordinary spread: without
+  stragglers a quantile alone still hedges 1 - quantile of all calls, whose copies load the
+  replicas and raise the p99 they were meant to cut. A call cut short by its twin's answer is recorded at
+  the time it had already taken (a lower bound), so hedging does not hide the tail it
+  hedges against and drive the delay down.
+* Hedges go only to idle capacity (``HEDGE_IDLE_ONLY``): a copy sent while every replica is
+  busy waits in the same queues as the call it copies and adds to them.
+* :class:`SlowReplicas`: per-replica latency (EWMA); a replica whose recent latency is
+  ``slow_factor`` times its peers' median (same stage and device type) gets no new calls
+  for ``probation_s`` seconds, then one call at a time tells whether it recovered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+#: quantile of the stage's own latency distribution at which a call is hedged
+HEDGE_QUANTILE = 0.95
+#: a call is hedged no earlier than this many times the stage's median latency (0: no floor)
+HEDGE_FLOOR_OVER_MEDIAN = 2.0
+#: a hedge goes only to a replica with nothing in flight from this router: when every replica
+#: is busy the tail is queueing, which a copy only lengthens (it waits behind the same queue
+#: and adds work); a straggler holds one replica while its peers are idle
+HEDGE_IDLE_ONLY = True
+#: latencies kept per stage, and how many are needed before hedging starts
+WINDOW = 256
+MIN_SAMPLES = 32
+#: a replica is slow when its latency EWMA exceeds this many times its peers' median
+SLOW_FACTOR = 3.0
+#: EWMA weight of the newest latency per replica
+EWMA_ALPHA = 0.2
+#: seconds a slow replica gets no new calls before it is tried again
+PROBATION_S = 2.0
+#: completed calls a replica needs before it can be judged
+MIN_REPLICA_SAMPLES = 5
+
+
+class LatencyWindow:
+    """The last ``size`` latencies (seconds) of one stage's calls."""
+
+    def __init__(self, size: int = WINDOW, quantile: float = HEDGE_QUANTILE, min_samples: int = MIN_SAMPLES,
+                 floor_over_median: float = HEDGE_FLOOR_OVER_MEDIAN):
+        if size < 1 or min_samples < 1:
+            raise ValueError(f"size and min_samples must be >= 1, got {size}, {min_samples}")
+        if not 0 < quantile < 1:
+            raise ValueError(f"quantile must be in (0, 1), got {quantile!r}")
+        if not (np.isfinite(floor_over_median) and floor_over_median >= 0):
+            raise ValueError(f"floor_over_median must be finite and >= 0, got {floor_over_median!r}")
+        self.samples: deque[float] = deque(maxlen=size)
+        self.quantile, self.min_samples, self.floor = quantile, min_samples, floor_over_median
+
+    def add(self, seconds: float) -> None:
+        if np.isfinite(seconds) and seconds >= 0:
+            self.samples.append(float(seconds))
+
+    def delay(self) -> float | None:
+        """Seconds after which to hedge, or None while too few latencies are known."""
+        if len(self.samples) < self.min_samples:
+            return None
+        known = np.fromiter(self.samples, float)
+        tail, median = np.quantile(known, [self.quantile, 0.5])
+        return float(max(tail, self.floor * median))
+
+
+class SlowReplicas:
+    """Which replicas of a stage are far slower than their peers right now."""
+
+    def __init__(self, slow_factor: float = SLOW_FACTOR, alpha: float = EWMA_ALPHA,
+                 probation_s: float = PROBATION_S, min_samples: int = MIN_REPLICA_SAMPLES,
+                 clock: Callable[[], float] = time.monotonic):
+        if slow_factor <= 1 or not 0 < alpha <= 1 or probation_s < 0:
+            raise ValueError("slow_factor must be > 1, alpha in (0, 1], probation_s >= 0")
+        self.slow_factor, self.alpha, self.probation_s, self.min_samples = slow_factor, alpha, probation_s, min_samples
+        self.clock = clock
+        self.ewma: dict[str, float] = {}
+        self.count: dict[str, int] = {}
+        self.group: dict[str, str] = {}
+        self.banned_until: dict[str, float] = {}
+        self.reassigned = 0
+
+    def observe(self, replica: str, group: str, seconds: float) -> None:
+        """A completed call on ``replica`` (peers share ``group``, e.g. the device type)."""
+        self.group[replica] = group
+        old = self.ewma.get(replica)
+        self.ewma[replica] = seconds if old is None else (1 - self.alpha) * old + self.alpha * seconds
+        self.count[replica] = self.count.get(replica, 0) + 1
+        peers = [self.ewma[r] for r, g in self.group.items()
+                 if g == group and r != replica and self.count.get(r, 0) >= self.min_samples]
+        if self.count[replica] >= self.min_samples and peers:
+            if self.ewma[replica] > self.slow_factor * float(np.median(peers)):
+                if self.banned_until.get(replica, 0.0) <= self.clock():
+                    self.reassigned += 1
+                self.banned_until[replica] = self.clock() + self.probation_s
+            elif replica in self.banned_until:
+                del self.banned_until[replica]
+
+    def slow(self, replicas: Iterable[str]) -> list[str]:
+        """Those of ``replicas`` on probation now (never all of them). A replica whose
+        probation ended starts afresh: it is judged again on its next calls only."""
+        now = self.clock()
+        for r, until in list(self.banned_until.items()):
+            if until <= now:
+                del self.banned_until[r]
+                self.ewma.pop(r, None)
+                self.count.pop(r, None)
+        candidates = list(replicas)
+        out = [r for r in candidates if r in self.banned_until]
+        return out if len(out) < len(candidates) else []

@@ -1,0 +1,99 @@
+"""The HTTP ingress's helpers (:mod:`serving.runtime.ingress`): its OpenAPI document with the pipeline's
+row schema, handles to other Serve applications, API-key hashing, and the HTTP answers to
+failed requests and to the monitor's error answers.
+
+No ``from __future__ import annotations``, as in :mod:`serving.runtime.ingress`.
+"""
+
+import hashlib
+import math
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from ray import serve
+
+from serving.core.schema import (
+    ErrorResponse,
+    PredictRequest,
+    PredictResponse,
+    RequestError,
+    RowSchema,
+    TopKRequest,
+    TopKResponse,
+)
+from serving.runtime.calls import RETRY_AFTER_S, DeadlineExceeded, StageOverloaded
+from serving.runtime.metrics import ServingMetrics
+
+
+def openapi_document(fastapi_app: FastAPI, schema: RowSchema) -> dict[str, Any]:
+    """The app's OpenAPI document with this pipeline's row schema filled in."""
+    from fastapi.openapi.utils import get_openapi
+
+    doc = get_openapi(title=fastapi_app.title, version="1", description=fastapi_app.description,
+                      routes=fastapi_app.routes)
+    components = doc.setdefault("components", {}).setdefault("schemas", {})
+    components["Row"] = schema.json_schema()
+    predict = PredictRequest.model_json_schema()
+    predict["properties"]["rows"] = {"type": "array", "items": {"$ref": "#/components/schemas/Row"}, "minItems": 1}
+    components["PredictRequestBody"] = predict
+    topk = TopKRequest.model_json_schema()
+    topk["properties"]["rows"] = predict["properties"]["rows"]
+    components["TopKRequestBody"] = topk
+    for model in (PredictResponse, TopKResponse, ErrorResponse):
+        components.setdefault(model.__name__, model.model_json_schema())
+    return doc
+
+
+class LazyHandle:
+    """A deployment handle of another Serve application, fetched on first use."""
+
+    def __init__(self, deployment: str, app_name: str):
+        self.deployment, self.app_name, self._handle = deployment, app_name, None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._handle is None:
+            self._handle = serve.get_deployment_handle(self.deployment, self.app_name)
+        return getattr(self._handle, name)
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def monitor_error(answer: dict[str, Any]) -> RequestError:
+    """A monitor query's error answer (``MonitorStage.query``) as the client's HTTP error: its
+    status, message and fields, the monitor's ``reason`` and ``retry_after_s`` in the body,
+    and ``Retry-After`` (whole seconds, at least 1) when waiting helps."""
+    extra = {k: answer[k] for k in ("reason", "retry_after_s") if answer.get(k) is not None}
+    wait = answer.get("retry_after_s")
+    headers = {"Retry-After": str(max(1, math.ceil(float(wait))))} if wait is not None else None
+    return RequestError(int(answer["status"]), str(answer["error"]), answer.get("fields"), extra=extra,
+                        headers=headers)
+
+
+ROUTE_ERRORS = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
+                422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}}
+
+
+def error_response(exc: Exception, rid: str, route: str, metrics: ServingMetrics) -> tuple[int, JSONResponse]:
+    """The HTTP answer to a request that failed for a known reason, counted in ``metrics``:
+    the client's error (4xx, its body), overload (503 with ``Retry-After``), or a missed
+    deadline (504)."""
+    if isinstance(exc, RequestError):
+        metrics.count("willump_errors", route=route, kind="client")
+        headers = {**exc.headers, **({"WWW-Authenticate": "Bearer"} if exc.status == 401 else {})}
+        return exc.status, JSONResponse(status_code=exc.status, content={**exc.body(), "request_id": rid},
+                                        headers=headers or None)
+    if isinstance(exc, StageOverloaded):
+        metrics.count("willump_errors", route=route, kind="overloaded")
+        if exc.stage != "ingress":
+            metrics.count("willump_shed_requests", stage=exc.stage)
+        wait = str(int(max(1, round(exc.retry_after_s or RETRY_AFTER_S))))
+        return 503, JSONResponse(status_code=503, content={"error": str(exc), "fields": [], "request_id": rid},
+                                 headers={"Retry-After": wait})
+    if isinstance(exc, DeadlineExceeded):
+        metrics.count("willump_errors", route=route, kind="deadline")
+        metrics.count("willump_deadline_exceeded", stage=exc.stage)
+        return 504, JSONResponse(status_code=504, content={"error": str(exc), "fields": [], "request_id": rid})
+    raise TypeError(f"error_response: no HTTP answer for {type(exc).__name__}") from exc

@@ -1,0 +1,505 @@
+"""The HTTP ingress: validates requests, routes rows through the stages within each request's
+deadline, answers, and feeds the monitor.
+
+No ``from __future__ import annotations`` here: FastAPI resolves the route annotations of
+the class Serve pickles by value, so they must be real objects.
+
+Per request: an id (the client's ``X-Request-Id`` or a new one, echoed back and logged with
+any server error, whose text never reaches the client); an optional API key; a deadline
+(``X-Deadline-Ms``, default from the plan's p99 target); admission against a bound on
+requests in flight (503 with ``Retry-After`` beyond it); the body parsed off the event loop
+when large; rows merged with other requests' rows into stage calls (:mod:`serving.runtime.coalesce`),
+a call failing on one request's rows failing only that request; with ``degrade=True``, rows
+whose later stage is late or overloaded answered by the earlier level, marked ``degraded``.
+"""
+
+import asyncio
+import hmac
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from ray import serve
+
+from serving.core.artifacts import ArtifactSource
+from serving.core.constants import CONCURRENT_BATCHES, INGRESS_BATCH_ROWS
+from serving.core.schema import (
+    PredictRequest,
+    PredictResponse,
+    RequestError,
+    RowSchema,
+    TopKRequest,
+    TopKResponse,
+    parse_request,
+    plain,
+    predict_answer,
+)
+from serving.core.specs import StageSpec
+from serving.runtime.calls import (
+    Deadline,
+    DeadlineExceeded,
+    StageHedge,
+    StageOverloaded,
+    call_stage,
+    wait_or_cancel,
+)
+from serving.runtime.coalesce import Coalescer, Item
+from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
+from serving.runtime.gears import GearRunners, GearSwitch
+from serving.runtime.http_support import (
+    ROUTE_ERRORS,
+    LazyHandle,
+    error_response,
+    key_hash,
+    monitor_error,
+    openapi_document,
+)
+from serving.runtime.metrics import ServingMetrics, exact_totals
+from serving.runtime.records import RecordBuffer, record_columns
+from serving.runtime.replicas import LocalStage, coerce
+from serving.runtime.stage_runner import StageRunner, concat_blocks, concat_rows, split_outputs
+
+log = logging.getLogger("ray.serve")
+
+#: bodies up to this size are parsed on the event loop; larger ones in a thread, so that
+#: one big request does not stall every other request on the replica
+PARSE_INLINE_BYTES = 64 * 1024
+#: seconds between looks at how many replicas each stage runs (the ingress keeps
+#: CONCURRENT_BATCHES calls in flight per running replica)
+REPLICA_WATCH_S = 1.0
+#: share of a request's deadline kept to answer degraded when a later stage is late
+DEGRADE_RESERVE = 0.2
+#: seconds a monitor query may take when the client sets no deadline
+MONITOR_QUERY_S = 30.0
+#: routes answered without the API key (load balancers' health checks)
+OPEN_ROUTES = ("healthz",)
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+# The OpenAPI document and /docs are served by the ingress itself (not FastAPI's defaults)
+# because they carry the per-pipeline row schema, known only once the artifact is loaded.
+app = FastAPI(
+    title="willump serving",
+    description="Cascaded ML inference: predictions, top-K, the optimizer's report, and the monitor.",
+    openapi_url=None, docs_url=None, redoc_url=None,
+)
+
+
+# Serve pickles deployment classes when they are decorated: every helper a method uses
+# must be defined above this line.
+@serve.deployment
+@serve.ingress(app)
+class Ingress:
+    """HTTP ingress: validates requests, routes rows through the stages, feeds the monitor."""
+
+    def __init__(self, first: Any, second: Any | None, info: dict[str, Any],
+                 local_first: dict[str, Any] | None = None):
+        if local_first is not None and "runner" in local_first:  # serving.measure.calibrate's stand-in model
+            first = LocalStage(None, None, runner=local_first["runner"])
+        elif local_first is not None:  # layout="fused": the first stage runs in this process
+            first = LocalStage(ArtifactSource(**local_first["artifact"]), StageSpec(**local_first["spec"]),
+                               device="cpu", runtime=local_first["runtime"], fallback=local_first["fallback"])
+        self.info = info
+        self.name = info["name"]
+        self.stage_names = list(info["stages"])
+        self.first, self.second = first, second
+        self.local = isinstance(first, LocalStage)
+        self.version = info["model_version"]
+        self.classes = np.asarray(info["classes"], dtype=object)
+        self.schema = RowSchema.from_dict(info["schema"])
+        self.max_body = int(info["max_body_bytes"])
+        self.max_rows = int(info["max_rows"])
+        self.deadline_s = float(info["deadline_s"])
+        self.degrade = bool(info.get("degrade", False))
+        self.first_level = int(info.get("first_stage_last_level", 0))
+        self.api_key_hash = info.get("api_key_sha256")
+        #: deploy's in-situ probe marks its requests with a one-off token (serving.measure.insitu)
+        self.probe_hash = info.get("probe_sha256")
+        self.max_in_flight = int(info["max_in_flight"])
+        self.in_flight = 0
+        self.metrics = ServingMetrics(self.name)
+        batch_rows = INGRESS_BATCH_ROWS if info.get("batching", True) else 1
+        self.coalescers: dict[str, Coalescer] = {}
+        for i, (stage, target) in enumerate(zip(self.stage_names, (first, second), strict=False)):
+            run = self._local_batch if (i == 0 and self.local) else self._remote_batch(target, stage)
+            self.coalescers[stage] = Coalescer(run, stage=stage, max_rows=batch_rows, limit=CONCURRENT_BATCHES,
+                                               max_queued=max(self.max_in_flight, 1))
+        # hedged calls to the remote stages (serving.runtime.calls.StageHedge), where asked for
+        hedging = info.get("hedging")
+        self.hedges = {} if not hedging else {
+            stage: StageHedge(lambda stage=stage: self.coalescers[stage].limit // CONCURRENT_BATCHES,
+                              hedging.get("quantile"), hedging.get("floor_over_median"),
+                              on_hedge=lambda won, stage=stage: self.metrics.count(
+                                  "willump_stage_hedges", stage=stage, won=str(won).lower()),
+                              in_flight=lambda stage=stage: self.coalescers[stage].in_flight)
+            for i, stage in enumerate(self.stage_names) if not (i == 0 and self.local)}
+        monitor = info.get("monitor")
+        self.monitor = LazyHandle("monitor", monitor["app"]) if monitor else None
+        self.records = None
+        if monitor:
+            self.records = RecordBuffer(
+                self.monitor, monitor["records"],
+                on_drop=lambda reason, n: self.metrics.count("willump_monitor_records_dropped", n, reason=reason),
+                on_sent=lambda n: self.metrics.count("willump_monitor_records_sent", n))
+        self.openapi_doc = openapi_document(app, self.schema)
+        self._watch: asyncio.Task | None = None
+        self.gears = GearSwitch(info.get("gears"))  # load-adaptive gears (serving.runtime.gears)
+        self.gear_now = self.gears.pinned
+        self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
+
+    # --- plumbing ------------------------------------------------------------------------
+    def _remote_batch(self, handle: Any, stage: str):
+        async def run(items: list[Item], deadline: Deadline) -> list[Any]:
+            gear = (items[0].key,) if items[0].key else ()  # gear 0: the plain call
+            merged = await call_stage(
+                handle, "run", (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items]),
+                                *gear), deadline, stage, on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage),
+                hedge=self.hedges.get(stage))
+            self._observe_stage(stage, merged)
+            return split_outputs(merged, [it.size for it in items])
+
+        return run
+
+    async def _local_batch(self, items: list[Item], deadline: Deadline) -> list[Any]:
+        start = time.perf_counter()
+        run = self.local_gears.local(items[0].key, self.first) if items[0].key else self.first.run_many
+        outs = await asyncio.to_thread(run, [(it.rows, it.blocks) for it in items])
+        self.metrics.observe("willump_stage_latency_seconds", time.perf_counter() - start, stage=self.stage_names[0])
+        return outs
+
+    def _observe_stage(self, stage: str, out: Any) -> None:
+        if isinstance(out, dict) and "seconds" in out:
+            self.metrics.observe("willump_stage_compute_seconds", out["seconds"], stage=stage)
+
+    def _start_watch(self) -> None:
+        if self._watch is None and not all(c is None for c in (self.first, self.second)):
+            self._watch = asyncio.get_running_loop().create_task(self._watch_replicas())
+
+            dashboard_of(self).start()  # its sampler: the dashboard has history when first opened
+
+    async def _watch_replicas(self) -> None:
+        """Keep CONCURRENT_BATCHES calls in flight per running replica of each stage, so that
+        replicas added by the plan or by Serve's autoscaler get work."""
+        remote = [s for i, s in enumerate(self.stage_names) if not (i == 0 and self.local)]
+        while remote:
+            try:
+                status = await asyncio.to_thread(serve.status)
+                deployments = status.applications[self.name].deployments
+                for stage in remote:
+                    running = deployments[f"{self.name}-{stage}"].replica_states.get("RUNNING", 0)
+                    self.coalescers[stage].limit = max(1, running) * CONCURRENT_BATCHES
+            except Exception as exc:  # the controller is busy or restarting: keep the last limits
+                log.debug("replica watch: %s", exc)
+            await asyncio.sleep(REPLICA_WATCH_S)
+
+    async def _body(self, request: Request) -> bytes:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            raise RequestError(413, f"request body of {length} bytes exceeds the {self.max_body}-byte limit")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.max_body:
+                raise RequestError(413, f"request body exceeds the {self.max_body}-byte limit")
+        return bytes(body)
+
+    async def _parse(self, request: Request, model: type) -> tuple[Any, Any]:
+        body = await self._body(request)
+        if len(body) <= PARSE_INLINE_BYTES:
+            return parse_request(body, model, self.schema, self.max_rows)
+        return await asyncio.to_thread(parse_request, body, model, self.schema, self.max_rows)
+
+    def _authorized(self, request: Request) -> bool:
+        if not self.api_key_hash:
+            return True
+        given = request.headers.get("x-api-key")
+        auth = request.headers.get("authorization", "")
+        if given is None and auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        return given is not None and hmac.compare_digest(key_hash(given), self.api_key_hash)
+
+    def _probe(self, request: Request) -> bool:
+        """Whether the request is deploy's in-situ probe: its monitor records are dropped and
+        /metrics does not count it (the stage-level series of shared batches do)."""
+        given = request.headers.get("x-willump-probe")
+        return bool(self.probe_hash and given and hmac.compare_digest(key_hash(given), self.probe_hash))
+
+    async def _guarded(self, route: str, request: Request, work, *, admit: bool = False) -> Response:
+        # Serve gives every request an id (the client's X-Request-Id, or a new one) and echoes it
+        # in the response; behind a front that does not, the ingress makes and echoes its own.
+        rid = request.headers.get("x-request-id", "")
+        own = not _REQUEST_ID.match(rid)
+        rid = uuid.uuid4().hex if own else rid
+        start = time.perf_counter()
+        status = 200
+        admitted = False
+        try:
+            if route not in OPEN_ROUTES and not self._authorized(request):
+                raise RequestError(401, "missing or wrong API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key')")
+            if admit:
+                if self.in_flight >= self.max_in_flight:
+                    self.metrics.count("willump_shed_requests", stage="ingress")
+                    raise StageOverloaded("ingress")
+                self.in_flight += 1
+                admitted = True
+                self._start_watch()
+            result = await work()
+            response = result if isinstance(result, Response) else JSONResponse(result)
+        except (RequestError, StageOverloaded, DeadlineExceeded) as exc:
+            status, response = error_response(exc, rid, route, self.metrics)
+        except Exception:
+            status = 500
+            self.metrics.count("willump_errors", route=route, kind="server")
+            log.exception("request %s to %s failed", rid, route)
+            response = JSONResponse(status_code=500, content={
+                "error": "internal error; the server log has the details under this request id",
+                "fields": [], "request_id": rid})
+        finally:
+            if admitted:
+                self.in_flight -= 1
+            if not self._probe(request):  # deploy's in-situ probe is not the users' traffic
+                self.metrics.count("willump_requests", route=route, status=str(status))
+                self.metrics.observe("willump_request_latency_seconds", time.perf_counter() - start, route=route)
+        if own:
+            response.headers["X-Request-Id"] = rid
+        return response
+
+    def _deadline(self, request: Request) -> Deadline:
+        return Deadline.from_headers(request.headers, self.deadline_s)
+
+    async def _call(self, i: int, method: str, *args: Any, deadline: Deadline) -> Any:
+        """One unbatched call (top-K halves) to stage ``i``, within the deadline."""
+        stage = self.stage_names[i]
+        target = self.first if i == 0 else self.second
+        if i == 0 and self.local:
+            fn = getattr(self.first.runner, method)
+            try:
+                return await asyncio.wait_for(asyncio.to_thread(fn, *args), max(deadline.remaining(), 0.0))
+            except asyncio.TimeoutError:
+                raise DeadlineExceeded(stage, deadline.budget_s) from None
+        return await call_stage(target, method, args, deadline, stage,
+                                on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage))
+
+    # --- routes --------------------------------------------------------------------------
+    @app.post("/predict", response_model=PredictResponse, responses=ROUTE_ERRORS, openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/PredictRequestBody"}}}}})
+    async def predict(self, request: Request) -> Response:
+        return await self._guarded("predict", request, lambda: self._geared(request), admit=True)
+
+    async def _geared(self, request: Request) -> Response:
+        """The gear this request is served by (serving.runtime.gears), held for its whole life."""
+        token, gear = self.gears.begin()
+        if gear != self.gear_now:
+            self.gear_now = gear
+            self.metrics.count("willump_gear_switches", gear=str(gear))
+        try:
+            return await self._predict(request, gear)
+        finally:
+            self.gears.end(token)
+
+    async def _predict(self, request: Request, gear: int = 0) -> Response:
+        deadline = self._deadline(request)
+        body, frame = await self._parse(request, PredictRequest)
+        started, t0 = time.time(), time.perf_counter()
+        n = len(frame)
+        out = await self.coalescers[self.stage_names[0]].submit(frame, None, deadline, key=gear)
+        proba, level = np.array(out["proba"], copy=True), np.array(out["level"], copy=True)
+        replica = np.full(n, out["replica"], dtype=object)
+        degraded = np.zeros(n, dtype=bool)
+        unsure = out["unsure"]
+        if unsure.size:
+            if self.second is None:
+                raise RuntimeError("the first stage left rows unanswered but there is no second stage")
+            sub = frame.iloc[unsure].reset_index(drop=True)
+            stage = self.stage_names[1]
+            late = deadline.reserve(DEGRADE_RESERVE) if self.degrade and out.get("fallback") is not None else deadline
+            try:
+                out2 = await self.coalescers[stage].submit(sub, out["blocks"], late, key=gear)
+            except (DeadlineExceeded, StageOverloaded) as exc:
+                if late is deadline:
+                    raise
+                name = "willump_deadline_exceeded" if isinstance(exc, DeadlineExceeded) else "willump_shed_requests"
+                self.metrics.count(name, stage=stage)
+                self.metrics.count("willump_degraded_rows", len(unsure))
+                proba[unsure] = out["fallback"]
+                level[unsure] = self.first_level
+                degraded[unsure] = True
+            else:
+                proba[unsure] = out2["proba"]
+                level[unsure] = out2["level"]
+                replica[unsure] = out2["replica"]
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        probe = self._probe(request)
+        if not probe:
+            for i, c in enumerate(np.bincount(level, minlength=len(self.info["levels"]))):
+                if c:
+                    self.metrics.count("willump_rows", int(c), level=str(i))
+            self.metrics.count("willump_gear_rows", n, gear=str(gear))
+        if self.records is not None:  # built for every request; a probe's are not sent (its CPU counts)
+            columns = record_columns(frame, proba, level, replica, latency_ms, started, self.version,
+                                     body.attributes, self.records.config, gear=gear)
+            if not probe:
+                self.records.add(columns)
+        return Response(predict_answer(self.classes, proba, level, degraded, self.version, self.gears.fields(gear)),
+                        media_type="application/json")
+
+    @app.post("/top_k", response_model=TopKResponse, responses=ROUTE_ERRORS, openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/TopKRequestBody"}}}}})
+    async def top_k(self, request: Request) -> Response:
+        return await self._guarded("top_k", request, lambda: self._top_k(request), admit=True)
+
+    async def _top_k(self, request: Request) -> dict[str, Any]:
+        deadline = self._deadline(request)
+        body, frame = await self._parse(request, TopKRequest)
+        n = len(frame)
+        if not 1 <= body.k <= n:
+            raise RequestError(422, f"k must be between 1 and the number of rows ({n}), got {body.k}",
+                               [{"field": "k", "error": f"1 <= k <= {n}"}])
+        if body.label is None:
+            c = len(self.classes) - 1
+        else:
+            matches = [i for i, v in enumerate(self.classes) if v == body.label or str(v) == str(body.label)]
+            if not matches:
+                raise RequestError(422, f"label {body.label!r} is not a class; classes: {self.classes.tolist()}",
+                                   [{"field": "label", "error": "unknown class"}])
+            c = matches[0]
+        last = 1 if self.second is not None else 0
+        step = await self._call(0, "topk_filter", frame, body.k, c, deadline=deadline)
+        certificate = None
+        if step is not None:
+            ranked = await self._call(last, "topk_rank", frame.iloc[step["kept"]].reset_index(drop=True),
+                                      step["blocks"], c, step["check"], deadline=deadline)
+            certificate = ranked["certificate"]
+            if not certificate["certified"]:
+                step = None  # the filter's answer is not certified: score every row
+        if step is None:
+            scores = await self._call(last, "full_scores", frame, c, deadline=deadline)
+            approximate, kept, ratio = np.zeros(n, dtype=bool), np.arange(n), None
+        else:
+            kept = step["kept"]
+            scores = step["cheap_scores"].copy()
+            scores[kept] = ranked["scores"]
+            approximate = np.ones(n, dtype=bool)
+            approximate[kept] = False
+            ratio = step["ratio"]
+        order = kept[np.lexsort((kept, -scores[kept]))][: body.k]
+        return {"indices": order.tolist(), "scores": [float(s) for s in scores[order]],
+                "approximate": approximate[order].tolist(), "k": body.k, "label": plain(self.classes[c]),
+                "ratio": ratio, "certificate": certificate, "model_version": self.version}
+
+    @app.get("/report")
+    async def report(self, request: Request) -> Response:
+        return await self._guarded("report", request, self._static("report"))
+
+    @app.get("/plan")
+    async def plan(self, request: Request) -> Response:
+        return await self._guarded("plan", request, self._static("plan"))
+
+    def _static(self, key: str):
+        async def work() -> Any:
+            return self.info[key]
+
+        return work
+
+    @app.get("/", include_in_schema=False)
+    async def index(self, request: Request) -> Response:
+        async def work() -> Response:
+            from fastapi.responses import HTMLResponse
+
+            return HTMLResponse(index_page(self.name, request.scope.get("root_path", ""), self.monitor is not None))
+
+        return await self._guarded("index", request, work)
+
+    @app.get("/ui", include_in_schema=False)
+    async def ui(self, request: Request) -> Response:
+
+        return await self._guarded("ui", request, lambda: serve_ui(self, request))
+
+    @app.get("/healthz")
+    async def healthz(self, request: Request) -> Response:
+        async def work() -> dict[str, Any]:
+            return {"status": "ok", "app": self.name, "model_version": self.version,
+                    "stages": self.info["stages"], "monitor": self.monitor is not None}
+
+        return await self._guarded("healthz", request, work)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi_json(self, request: Request) -> Response:
+        async def work() -> dict[str, Any]:
+            return self.openapi_doc
+
+        return await self._guarded("openapi", request, work)
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs(self, request: Request) -> Response:
+        async def work() -> Response:
+            from fastapi.openapi.docs import get_swagger_ui_html
+
+            root = request.scope.get("root_path", "")
+            return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=f"{self.name} - willump")
+
+        return await self._guarded("docs", request, work)
+
+    @app.get("/metrics")
+    async def metrics_route(self, request: Request) -> Response:
+        async def work() -> Response:
+            text = await exact_totals(self.name)
+
+            text += plan_metrics(self.info)
+            if self.monitor is not None:  # the monitor's verdicts: drift_* families
+                try:
+                    text += await call_stage(self.monitor, "prometheus", (), Deadline.after(MONITOR_QUERY_S),
+                                             "monitor")
+                except Exception as exc:
+                    log.warning("monitor metrics unavailable: %s", exc)
+                    text += "# the monitor's metrics are unavailable right now\n"
+            return Response(text, media_type="text/plain; version=0.0.4")
+
+        return await self._guarded("metrics", request, work)
+
+    @app.get("/explain")
+    async def explain(self, request: Request) -> Response:
+        return await self._guarded("explain", request, lambda: self._monitor_query(request, "explain"))
+
+    @app.get("/drift")
+    async def drift(self, request: Request) -> Response:
+        return await self._guarded("drift", request, lambda: self._monitor_query(request, "drift"))
+
+    async def _monitor_query(self, request: Request, route: str) -> Any:
+        if self.monitor is None:
+            raise RequestError(503, "the monitor is not deployed for this app: deploy with monitor=... "
+                                    "(or --monitor-attributes on the command line)")
+        deadline = Deadline.from_headers(request.headers, MONITOR_QUERY_S)
+        params = {k: coerce(v) for k, v in request.query_params.items()}
+        kinds = {"explain": ("anomalies", {"anomalies": "explain", "mix": "mix_shift",
+                                           "conditional": "conditional_shift", "cascade": "cascade_health"}),
+                 "drift": ("columns", {"columns": "drift", "changes": "change_points", "cascade": "cascade_health"})}
+        default, names = kinds[route]
+        kind = params.pop("kind", default)
+        if kind not in names:
+            raise RequestError(422, f"kind must be one of {sorted(names)}", [{"field": "kind", "error": "unknown"}])
+        if self.records is not None:
+            await asyncio.wait_for(self.records.flush(), max(deadline.remaining(), 0.001))
+        answer = await call_stage(self.monitor, "query", (names[kind], params), deadline, "monitor")
+        if answer["status"] != 200:
+            raise monitor_error(answer)
+        answer.pop("status")
+        return answer
+
+    async def __del__(self) -> None:
+        # Serve awaits this on a graceful shutdown: stop watching, send the buffered records.
+        if self._watch is not None:
+            self._watch.cancel()
+        if getattr(self, "_dashboard", None) is not None:
+            self._dashboard.stop()
+        if self.records is not None:
+            try:
+                await wait_or_cancel(self.records.close(), 10.0, "monitor", 10.0)
+            except Exception as exc:  # the monitor is gone: the records are counted as dropped
+                log.warning("records not flushed at shutdown: %s", exc)

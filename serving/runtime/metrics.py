@@ -1,0 +1,150 @@
+"""Application metrics, exported the way Ray exports every replica's metrics.
+
+Each ingress replica records into :mod:`ray.util.metrics`; Ray's metrics agent on every node
+exposes them (prefixed ``ray_``) with Serve's own ``ray_serve_*`` families at the node's
+metrics export port, which Prometheus scrapes through the service-discovery file Ray writes
+on the head node::
+
+    scrape_configs:
+      - job_name: ray
+        file_sd_configs:
+          - files: ["/tmp/ray/prom_metrics_service_discovery.json"]
+
+Sum ``ray_willump_*`` over the ``WorkerId`` label for app totals. The app's own ``GET
+/metrics`` does that sum: it reads every alive node's endpoint and answers exact totals across
+ingress replicas (as of each replica's last export, ``RAY_metrics_report_interval_ms``: 1 s
+in a Ray that deploy starts, Ray's default otherwise), with the names unprefixed. A replica
+that died takes its counts with it (Prometheus sees a counter reset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+from collections import defaultdict
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
+
+#: latency buckets in seconds, from sub-millisecond stage calls to slow cold starts
+LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+#: prefix Ray puts before application metric names
+RAY_PREFIX = "ray_"
+#: how long the list of nodes' metric endpoints is reused (seconds)
+ENDPOINTS_TTL_S = 10.0
+#: per-node read timeout of GET /metrics (seconds)
+SCRAPE_TIMEOUT_S = 5.0
+
+#: name -> (kind, description, tag keys)
+FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "willump_requests": ("counter", "HTTP requests by route and status", ("app", "route", "status")),
+    "willump_errors": ("counter", "failed requests by route and kind", ("app", "route", "kind")),
+    "willump_request_latency_seconds": ("histogram", "request latency by route", ("app", "route")),
+    "willump_stage_latency_seconds": ("histogram", "stage call latency seen by the ingress (hop included)",
+                                      ("app", "stage")),
+    "willump_stage_compute_seconds": ("histogram", "compute time reported by the stage", ("app", "stage")),
+    "willump_rows": ("counter", "rows answered, by cascade level", ("app", "level")),
+    "willump_gear_rows": ("counter", "rows answered, by the certified gear that served them (serving.runtime.gears)",
+                          ("app", "gear")),
+    "willump_gear_switches": ("counter", "gear changes of an adaptive ingress, by the gear switched to",
+                              ("app", "gear")),
+    "willump_degraded_rows": ("counter", "rows answered by the cheap level because a later stage was "
+                                         "late or overloaded (degrade=True)", ("app",)),
+    "willump_stage_retries": ("counter", "stage calls retried after a replica died", ("app", "stage")),
+    "willump_stage_hedges": ("counter", "stage calls sent a second time after the stage's latency tail "
+                                        "(hedging=True), by whether the copy answered first", ("app", "stage", "won")),
+    "willump_deadline_exceeded": ("counter", "requests past their deadline, by the stage that was late",
+                                  ("app", "stage")),
+    "willump_shed_requests": ("counter", "requests refused because a queue was full", ("app", "stage")),
+    "willump_monitor_records_sent": ("counter", "serving records delivered to the monitor", ("app",)),
+    "willump_monitor_records_dropped": ("counter", "serving records dropped, by reason (buffer_full, "
+                                                   "send_failed)", ("app", "reason")),
+}
+
+
+class ServingMetrics:
+    """The app's metrics as recorded by one ingress replica (ray.util.metrics)."""
+
+    def __init__(self, app: str):
+        from ray.util.metrics import Counter, Histogram
+
+        self.app = app
+        self._m: dict[str, Any] = {}
+        for name, (kind, description, tags) in FAMILIES.items():
+            if kind == "counter":
+                self._m[name] = Counter(name, description, tag_keys=tags)
+            else:
+                self._m[name] = Histogram(name, description, boundaries=LATENCY_BUCKETS, tag_keys=tags)
+
+    def count(self, name: str, value: float = 1.0, **tags: str) -> None:
+        if value > 0:
+            self._m[name].inc(value, tags={"app": self.app, **tags})
+
+    def observe(self, name: str, seconds: float, **tags: str) -> None:
+        self._m[name].observe(max(seconds, 0.0), tags={"app": self.app, **tags})
+
+
+_endpoints: tuple[float, list[str]] = (0.0, [])
+
+
+def metric_endpoints() -> list[str]:
+    """``host:port`` of every alive node's Ray metrics export endpoint."""
+    global _endpoints
+    stamp, cached = _endpoints
+    if cached and time.monotonic() - stamp < ENDPOINTS_TTL_S:
+        return cached
+    import ray
+
+    found = [f"{n['NodeManagerAddress']}:{n['MetricsExportPort']}" for n in ray.nodes()
+             if n.get("Alive") and n.get("MetricsExportPort")]
+    _endpoints = (time.monotonic(), found)
+    return found
+
+
+def _read(endpoint: str) -> str:
+    try:
+        with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=SCRAPE_TIMEOUT_S) as r:
+            return r.read().decode()
+    except OSError:  # a node going away: its replicas' counts go with it
+        return ""
+
+
+def aggregate(texts: list[str], app: str) -> str:
+    """Sum the app's ``ray_willump_*`` samples over replicas and nodes; Prometheus text out."""
+    values: dict[str, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            name = family.name[len(RAY_PREFIX):] if family.name.startswith(RAY_PREFIX) else family.name
+            if name not in FAMILIES:
+                continue
+            keep = set(FAMILIES[name][2]) | {"le"}
+            for sample in family.samples:
+                if sample.labels.get("app") != app:
+                    continue
+                labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k in keep))
+                values[name][(sample.name[len(RAY_PREFIX):], labels)] += sample.value
+    lines = []
+    for name in sorted(values):
+        kind, description, _ = FAMILIES[name]
+        lines.append(f"# HELP {name} {description}")
+        lines.append(f"# TYPE {name} {kind}")
+        for (sample, labels), value in sorted(values[name].items(), key=lambda kv: _order(kv[0])):
+            text = ",".join(f'{k}="{v}"' for k, v in labels)
+            lines.append(f"{sample}{{{text}}} {floatToGoString(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _order(key: tuple) -> tuple:
+    sample, labels = key
+    le = dict(labels).get("le")
+    rest = tuple((k, v) for k, v in labels if k != "le")
+    return (sample.endswith("_bucket"), rest, float(le) if le is not None else 0.0, sample)
+
+
+async def exact_totals(app: str) -> str:
+    """The app's metrics summed over every replica on every node (GET /metrics)."""
+    endpoints = await asyncio.to_thread(metric_endpoints)
+    texts = await asyncio.gather(*(asyncio.to_thread(_read, e) for e in endpoints))
+    return aggregate(list(texts), app)

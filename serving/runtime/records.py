@@ -1,0 +1,180 @@
+"""Serving records for the monitor: one per served row, sent in batches off the request path."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from serving.runtime.calls import wait_or_cancel
+
+#: records buffered in the ingress before a send is forced
+FLUSH_ROWS = 2000
+#: longest a record waits in the ingress buffer (seconds)
+FLUSH_DELAY_S = 0.5
+#: most records buffered in the ingress; more are dropped (and counted) until a send frees room
+MAX_BUFFERED_ROWS = 50_000
+#: longest one send to the monitor may take (seconds) before its records count as dropped
+SEND_TIMEOUT_S = 10.0
+
+log = logging.getLogger("serving.runtime.records")
+
+
+def record_columns(
+    frame: pd.DataFrame,
+    proba: np.ndarray,
+    level: np.ndarray,
+    replica: np.ndarray,
+    latency_ms: float,
+    timestamp: float,
+    model_version: str,
+    request_attributes: dict[str, Any] | None,
+    config: dict[str, Any],
+    error: bool = False,
+    gear: int | None = None,
+) -> dict[str, np.ndarray]:
+    """A record per row, as columns: attributes (version, replica, level, gear, configured inputs,
+    bucketed numeric inputs, client attributes), metrics (latency, confidence, score, error)
+    and the configured input features. Plain arrays, not a DataFrame: this runs on every
+    request, and building a DataFrame column by column cost more than the optimized
+    pipeline itself (1.5 ms for 32 rows)."""
+    n = len(frame)
+    columns: dict[str, np.ndarray] = {
+        "timestamp": np.full(n, timestamp, dtype=float),
+        "model_version": np.full(n, model_version, dtype=object),
+        "replica": np.asarray(replica).astype(str).astype(object),
+        "level": np.asarray(level).astype(str).astype(object),
+    }
+    if gear is not None:  # the certified gear that answered (serving.runtime.gears): an attribute to explain by
+        columns["gear"] = np.full(n, str(gear), dtype=object)
+    for column in config.get("input_attributes", ()):
+        columns[column] = frame[column].astype(str).to_numpy(dtype=object)
+    for column, edges in (config.get("buckets") or {}).items():
+        columns[f"{column}_bucket"] = bucket_labels(frame[column].to_numpy(dtype=float), edges)
+    for key in config.get("request_attributes", ()):
+        value = (request_attributes or {}).get(key)
+        columns[key] = np.full(n, "<none>" if value is None else str(value), dtype=object)
+    columns["latency_ms"] = np.full(n, float(latency_ms))
+    columns["confidence"] = proba.max(axis=1) if proba.size else np.zeros(n)
+    columns["score"] = proba[:, -1].astype(float) if proba.size else np.zeros(n)
+    columns["error"] = np.full(n, 1.0 if error else 0.0)
+    for column in config.get("features", ()):
+        values = frame[column]
+        numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+        columns[column] = values.to_numpy(dtype=float) if numeric else values.astype(str).to_numpy(dtype=object)
+    return columns
+
+
+def bucket_labels(values: np.ndarray, edges: Any) -> np.ndarray:
+    """The interval each value falls in, labelled as ``pd.cut`` labels right-closed bins
+    ("(-inf, 500.0]", ...); NaN stays missing (None)."""
+    edges = [float(e) for e in edges]
+    labels = np.asarray([*_interval_labels(tuple(edges)), None], dtype=object)
+    index = np.searchsorted(np.asarray(edges), values, side="left")
+    index[np.isnan(values)] = len(labels) - 1
+    return labels[index]
+
+
+@functools.lru_cache(maxsize=64)
+def _interval_labels(edges: tuple[float, ...]) -> list[str]:
+    return [str(c) for c in pd.cut([], bins=[-np.inf, *edges, np.inf]).categories]
+
+
+def build_records(*args: Any, **kwargs: Any) -> pd.DataFrame:
+    """:func:`record_columns` as a DataFrame, the shape ``drift.Monitor.ingest`` takes."""
+    return pd.DataFrame(record_columns(*args, **kwargs))
+
+
+class RecordBuffer:
+    """Collects records in the ingress and sends them to the monitor in the background.
+
+    Bounded: at most ``max_rows`` records wait; records arriving while the buffer is full are
+    dropped and counted (``dropped``, and ``on_drop(reason, n)`` for /metrics), so a slow or
+    dead monitor costs records, never the ingress's memory or latency. One send at a time,
+    each bounded by ``send_timeout_s``; a failed send's records are counted as dropped too.
+    Every background task is kept (none is fire-and-forget) and :meth:`close` sends what is
+    left, so a graceful shutdown loses nothing.
+    """
+
+    def __init__(self, monitor: Any, config: dict[str, Any], *, flush_rows: int = FLUSH_ROWS,
+                 flush_delay_s: float = FLUSH_DELAY_S, max_rows: int = MAX_BUFFERED_ROWS,
+                 send_timeout_s: float = SEND_TIMEOUT_S,
+                 on_drop: Callable[[str, int], None] | None = None,
+                 on_sent: Callable[[int], None] | None = None):
+        if max_rows < flush_rows:
+            raise ValueError(f"max_rows ({max_rows}) must be >= flush_rows ({flush_rows})")
+        self.monitor = monitor
+        self.config = config
+        self.flush_rows = flush_rows
+        self.flush_delay_s = flush_delay_s
+        self.max_rows = max_rows
+        self.send_timeout_s = send_timeout_s
+        self.on_drop = on_drop
+        self.on_sent = on_sent
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.rows = 0
+        self.sent = 0
+        self.dropped = 0
+        self._timer: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._lock = asyncio.Lock()
+
+    def add(self, records: dict[str, np.ndarray]) -> bool:
+        """Queue one request's records (:func:`record_columns`); False when dropped (buffer full)."""
+        n = len(next(iter(records.values()), ()))
+        if self.rows + n > self.max_rows:
+            self._drop("buffer_full", n)
+            return False
+        self.parts.append(records)
+        self.rows += n
+        if self.rows >= self.flush_rows:
+            self._spawn(self.flush())
+        elif self._timer is None or self._timer.done():
+            self._timer = self._spawn(self._later())
+        return True
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _drop(self, reason: str, n: int) -> None:
+        self.dropped += n
+        if self.on_drop is not None:
+            self.on_drop(reason, n)
+
+    async def _later(self) -> None:
+        await asyncio.sleep(self.flush_delay_s)
+        await self.flush()
+
+    async def flush(self) -> None:
+        async with self._lock:
+            if not self.parts:
+                return
+            parts, self.parts, self.rows = self.parts, [], 0
+            batch = pd.DataFrame({key: np.concatenate([p[key] for p in parts]) for key in parts[0]})
+            try:
+                await wait_or_cancel(self.monitor.ingest.remote(batch), self.send_timeout_s, "monitor",
+                                     self.send_timeout_s)
+            except Exception as exc:
+                self._drop("send_failed", len(batch))
+                log.warning("monitor ingest failed for %d records: %s", len(batch), exc or type(exc).__name__)
+            else:
+                self.sent += len(batch)
+                if self.on_sent is not None:
+                    self.on_sent(len(batch))
+
+    async def close(self) -> None:
+        """Send everything buffered; waits for sends already under way."""
+        if self._timer is not None:
+            self._timer.cancel()
+        pending = [t for t in self._tasks if t is not self._timer]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self.flush()

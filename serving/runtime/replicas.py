@@ -1,0 +1,251 @@
+"""The deployments behind the ingress: model stages and the monitor, plus the in-process
+stage a fused ingress runs.
+
+Composition follows Ray Serve's own examples: one class per deployment, bound deployments
+passed to the ingress constructor, ``@serve.batch`` for batching rows from many calls at a
+stage. A replica loads the artifact by reference (:mod:`serving.core.artifacts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from ray import serve
+
+from serving.core.artifacts import ArtifactSource
+from serving.core.constants import CONCURRENT_BATCHES
+from serving.core.specs import StageSpec
+from serving.runtime.dashboard.data import monitor_snapshot
+from serving.runtime.gears import GearRunners
+from serving.runtime.stage_runner import StageRunner, merge_chunks, place_models, split_rows
+
+
+def _rows_in(items: list) -> int:
+    return sum(len(rows) for rows, _ in items)
+
+
+def replica_id(default: str) -> str:
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # outside a replica (tests, local mode)
+        return default
+
+
+def _code_location() -> dict[str, Any]:
+    """Where this replica imported serving from, and the py_modules its runtime_env shipped."""
+    import ray
+
+    env = ray.get_runtime_context().runtime_env or {}
+    return {"serving": str(Path(__file__).resolve().parents[1] / "__init__.py"), "py_modules": list(env.get("py_modules") or [])}
+
+
+@serve.deployment
+class ModelStage:
+    """One stage replica: loads the artifact, runs its levels, batches across calls."""
+
+    def __init__(
+        self,
+        artifact: ArtifactSource | None,
+        spec: StageSpec | None,
+        *,
+        baseline: bool = False,
+        device: str = "cpu",
+        runtime: str = "native",
+        batching: bool = True,
+        max_batch_size: int = 32,
+        batch_wait_timeout_s: float = 0.002,
+        fallback: bool = False,
+        runner: Any = None,
+    ):
+        if runner is not None:  # serving.measure.calibrate's probe: this code path around a stand-in model
+            self.notes, self.runner = [], runner
+        else:
+            opt = artifact.load()
+            self.notes = place_models(opt, device, runtime)
+            self.runner = StageRunner(opt, spec, baseline=baseline, fallback=fallback)
+        self.batching = batching
+        self.max_batch_size = max(1, int(max_batch_size))
+        if batching:
+            self.run_batch.set_max_batch_size(self.max_batch_size)
+            self.run_batch.set_batch_wait_timeout_s(float(batch_wait_timeout_s))
+        self.replica = replica_id("local")
+
+    async def run(self, rows: pd.DataFrame, blocks: dict | None = None, gear: int = 0) -> dict[str, Any]:
+        if gear:  # a cheaper certified gear (serving.runtime.gears); the ingress merged the rows of its calls
+            if getattr(self, "gears", None) is None:
+
+                self.gears = GearRunners(self.runner)
+            out = await asyncio.to_thread(self.gears.get(gear).run, rows, blocks)
+            out["replica"] = self.replica
+            return out
+        if not self.batching:
+            out = await asyncio.to_thread(self.runner.run, rows, blocks)
+        else:
+            chunks = list(split_rows(rows, blocks, self.max_batch_size))
+            outs = await asyncio.gather(*(self.run_batch((r, b)) for r, b in chunks))
+            for part in outs:
+                if isinstance(part, Exception):  # this call's rows failed; other calls' did not
+                    raise part
+            out = merge_chunks(outs, [len(r) for r, _ in chunks])
+        out["replica"] = self.replica
+        return out
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002, batch_size_fn=_rows_in,
+                 max_concurrent_batches=CONCURRENT_BATCHES)
+    async def run_batch(self, items: list) -> list[dict[str, Any] | Exception]:
+        return await asyncio.to_thread(self.runner.run_many, items)
+
+    async def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict | None:
+        return await asyncio.to_thread(self.runner.topk_filter, rows, k, label_index)
+
+    async def topk_rank(self, rows: pd.DataFrame, blocks: dict, label_index: int, check: dict) -> dict:
+        return await asyncio.to_thread(self.runner.topk_rank, rows, blocks, label_index, check)
+
+    async def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
+        return await asyncio.to_thread(self.runner.full_scores, rows, label_index)
+
+    def info(self) -> dict[str, Any]:
+        import ray
+
+        return {"replica": self.replica, "notes": self.notes, "batching": self.batching,
+                "max_batch_size": self.max_batch_size, "node_id": ray.get_runtime_context().get_node_id(),
+                "code": _code_location(), "calls": getattr(self.runner, "calls", None)}
+
+
+def coerce(value: str) -> Any:
+    """A query-string value as the Python value it spells (bools, None, numbers, text)."""
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+@serve.deployment
+class MonitorStage:
+    """The drift monitor as a deployment of its own, fed off the request path."""
+
+    QUERIES = ("explain", "mix_shift", "conditional_shift", "drift", "change_points", "cascade_health")
+
+    def __init__(self, config: dict[str, Any], reference: list[dict[str, Any]] | None = None):
+        from drift import Monitor
+
+        self.monitor = Monitor(**config)
+        self.reference_rows = 0
+        if reference:
+            self.monitor.set_reference(reference)
+            self.reference_rows = len(reference)
+        self.ingested = 0
+        self.lock = asyncio.Lock()  # the monitor is not thread-safe: one call at a time
+        self.registry = None
+        try:  # the monitor's verdicts in Prometheus form, for the app's GET /metrics
+            from prometheus_client import CollectorRegistry
+
+            from drift import MonitorCollector
+
+            self.registry = CollectorRegistry(auto_describe=False)
+            self.registry.register(MonitorCollector(self.monitor))
+        except ImportError:  # a drift without its Prometheus collector
+            pass
+
+    async def ingest(self, records: Any) -> int:
+        async with self.lock:
+            await asyncio.to_thread(self.monitor.ingest, records)
+            self.ingested += len(records)
+        return self.ingested
+
+    async def flush(self) -> dict[str, Any]:
+        async with self.lock:
+            await asyncio.to_thread(self.monitor.flush)
+        return {"ingested": self.ingested}
+
+    def __del__(self) -> None:
+        # Serve calls __del__ on graceful replica shutdown: persist the open pane.
+        monitor = getattr(self, "monitor", None)
+        if monitor is not None:
+            try:
+                monitor.close()
+            except Exception:  # shutting down: nothing left to report to
+                pass
+
+    async def prometheus(self) -> str:
+        """The monitor's counters and verdicts (drift_*) in Prometheus text format."""
+        if self.registry is None:
+            return ""
+        from prometheus_client import generate_latest
+
+        async with self.lock:
+            return (await asyncio.to_thread(generate_latest, self.registry)).decode()
+
+    async def dashboard(self, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Everything the app's dashboard shows from the monitor, in one call
+        (:func:`serving.runtime.dashboard.data.monitor_snapshot`)."""
+
+        async with self.lock:
+            return await asyncio.to_thread(monitor_snapshot, self.monitor, options)
+
+    async def query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        async with self.lock:
+            return await asyncio.to_thread(self._query, name, params)
+
+    def _query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Run a monitor query; client mistakes come back as {"status": 4xx, ...}, not raised.
+        The monitor's own errors (``drift.DriftError``) keep their status, ``reason`` and
+        ``retry_after_s`` (``exc.to_http()``), so a client can tell "wait" from "ask otherwise"."""
+        from drift import DriftError
+
+        if name not in self.QUERIES:
+            return {"status": 404, "error": f"unknown monitor query {name!r}", "fields": []}
+        method = getattr(self.monitor, name)
+        signature = inspect.signature(method).parameters
+        accepted = [p for p in signature if p != "self"]
+        for key, value in list(params.items()):  # list-typed parameters arrive comma-separated
+            annotation = str(signature[key].annotation) if key in signature else ""
+            if isinstance(value, str) and ("Sequence" in annotation or "tuple" in annotation):
+                parts = [coerce(v.strip()) for v in value.split(",") if v.strip()]
+                params[key] = tuple(parts) if "tuple" in annotation else parts
+        unknown = sorted(set(params) - set(accepted))
+        if unknown:
+            return {"status": 422, "error": f"unknown query parameter(s) {unknown} for {name}",
+                    "fields": [{"field": p, "error": f"accepted: {accepted}"} for p in unknown]}
+        try:
+            result = method(**params)
+        except DriftError as exc:  # before ValueError: a SchemaError is both
+            return {**exc.to_http(), "fields": []}
+        except (TypeError, ValueError, KeyError) as exc:
+            return {"status": 422, "error": f"{name}: {exc}", "fields": []}
+        data = result.to_dict() if hasattr(result, "to_dict") else result
+        return {"status": 200, "query": name, "ingested": self.ingested, "result": data}
+
+
+class LocalStage:
+    """A stage run inside the ingress process (layout="fused"): no hop for the cheap
+    levels, which answer most rows; only unsure rows travel to the expensive stage."""
+
+    def __init__(self, artifact: ArtifactSource | None, spec: StageSpec | None, device: str = "cpu",
+                 runtime: str = "native", fallback: bool = False, runner: Any = None):
+        if runner is not None:
+            self.notes, self.runner = [], runner
+        else:
+            opt = artifact.load()
+            self.notes = place_models(opt, device, runtime)
+            self.runner = StageRunner(opt, spec, fallback=fallback)
+        self.replica = replica_id("ingress")  # records name the ingress replica that answered
+
+    def run_many(self, items: list) -> list[dict[str, Any] | Exception]:
+        outs = self.runner.run_many(items)
+        for out in outs:
+            if isinstance(out, dict):
+                out["replica"] = self.replica
+        return outs

@@ -1,0 +1,250 @@
+"""What a stage replica does, as plain Python (no Ray), so it is testable on its own.
+
+A replica loads the artifact (see :mod:`serving.core.artifacts`: by path or from the object
+store, checksums verified) and runs its range of cascade levels on batches that may merge
+rows from many requests; one request's bad rows fail only that request.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+import willump
+from serving.core.specs import StageSpec
+from willump import OptimizedPipeline
+from willump.runtime import Block, hstack, predict_proba
+
+
+def place_models(opt: OptimizedPipeline, device: str, runtime: str) -> list[str]:
+    """Move or convert the models to run on ``device``; returns notes on what happened.
+
+    ``runtime='onnx'`` swaps every level's model for an ONNX Runtime session
+    (CUDA provider on a GPU device, CPU otherwise), checked numerically against the
+    native model on the sample rows. Torch models move to the device natively.
+    Anything else stays a native CPU model.
+    """
+    notes = []
+    if runtime not in ("native", "onnx"):
+        raise ValueError(f"runtime must be 'native' or 'onnx', got {runtime!r}")
+    torch_device = "cuda" if device.startswith("cuda") or device == "gpu" else "cpu"
+    if runtime == "onnx":
+        from willump.runtime import Level, hstack
+
+        sample = opt.sample_rows_
+        if sample is None:
+            raise ValueError("runtime='onnx' needs the artifact's sample rows to check the export")
+        blocks, _ = opt.pipeline.compute(sample, opt.pipeline.graph.groups)
+        levels = []
+        for level in opt.levels:
+            X = hstack([blocks[g] for g in level.groups])
+            onx = willump.OnnxModel(willump.to_onnx(level.model, X.shape[1]), opt.classes_, torch_device)
+            diff = willump.check_onnx(level.model, onx, X)
+            notes.append(f"level {list(level.groups)}: ONNX on {onx.providers[0]}, max diff {diff:.1e}")
+            levels.append(Level(level.groups, onx, level.threshold))
+        opt.levels = levels
+        return notes
+    for level in opt.levels:
+        if hasattr(level.model, "to") and hasattr(level.model, "module_"):
+            if torch_device == "cuda":
+                import torch
+
+                if not torch.cuda.is_available():
+                    warnings.warn("CUDA requested but torch sees no GPU; staying on CPU", stacklevel=2)
+                    continue
+            level.model.to(torch_device)
+            notes.append(f"level {list(level.groups)}: torch on {torch_device}")
+    notes += _place_module_groups(opt, torch_device)
+    return notes
+
+
+def module_groups(opt: OptimizedPipeline, spec: StageSpec) -> list[str]:
+    """The ``willump.module_feature`` groups (torch modules) a stage computes: those of its
+    levels that no earlier level computed (every one for the baseline stage)."""
+    from willump import ModuleFeature
+
+    features = _graph_features(opt)
+    done = set(opt.levels[spec.first - 1].groups) if spec.first > 0 and spec.name != "baseline" else set()
+    names = {g for i in range(spec.first, spec.last + 1) for g in opt.levels[i].groups} - done
+    return sorted(g for g in names if isinstance(features.get(g), ModuleFeature))
+
+
+def _graph_features(opt: OptimizedPipeline) -> dict[str, Any]:
+    """The feature group behind each node; empty for a pipeline that has none to show."""
+    graph_features = getattr(opt.pipeline, "graph_features", None)
+    if graph_features is None:
+        return {}
+    try:
+        return graph_features()
+    except willump.PipelineError:  # not captured: no groups to place
+        return {}
+
+
+def _place_module_groups(opt: OptimizedPipeline, torch_device: str) -> list[str]:
+    """Move the pipeline's module feature groups to the replica's device (their inputs follow
+    at call time; a replica computes only its stage's groups)."""
+    from willump import ModuleFeature
+
+    notes = []
+    for name, group in _graph_features(opt).items():
+        if not isinstance(group, ModuleFeature) or group.device == torch_device:
+            continue
+        if torch_device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                warnings.warn("CUDA requested but torch sees no GPU; module groups stay on CPU", stacklevel=2)
+                continue
+        group.to(torch_device)
+        notes.append(f"module group {name}: torch on {torch_device}")
+    return notes
+
+
+def concat_rows(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def concat_blocks(parts: Sequence[dict[str, Block] | None]) -> dict[str, Block] | None:
+    if all(p is None for p in parts):
+        return None
+    if any(p is None for p in parts):
+        raise ValueError("cannot merge requests with and without precomputed blocks")
+    if len(parts) == 1:
+        return parts[0]
+    out = {}
+    for g in parts[0]:
+        pieces = [p[g] for p in parts]
+        out[g] = sp.vstack(pieces, format="csr") if sp.issparse(pieces[0]) else np.vstack(pieces)
+    return out
+
+
+def slice_blocks(blocks: dict[str, Block] | None, start: int, stop: int) -> dict[str, Block] | None:
+    return None if blocks is None else {g: b[start:stop] for g, b in blocks.items()}
+
+
+class StageRunner:
+    """Runs cascade levels ``spec.first..spec.last`` (or the baseline) for a replica."""
+
+    def __init__(self, opt: OptimizedPipeline, spec: StageSpec, *, baseline: bool = False,
+                 fallback: bool = False):
+        self.opt = opt
+        self.spec = spec
+        self.baseline = baseline
+        #: also return this stage's own (last level's) prediction for the rows it leaves
+        #: unsure, so the ingress can answer them degraded when a later stage is too late
+        self.fallback = fallback and not baseline and spec.last < len(opt.levels) - 1
+
+    def run(self, rows: pd.DataFrame, blocks: dict[str, Block] | None = None) -> dict[str, Any]:
+        """Probabilities, answering level, unsure positions and their blocks for ``rows``."""
+        start = time.perf_counter()
+        if self.baseline:
+            proba = self.opt.baseline.predict_proba(rows)
+            level = np.full(len(rows), len(self.opt.levels) - 1, dtype=np.int64)
+            out = {"proba": proba, "level": level, "unsure": np.zeros(0, dtype=np.int64), "blocks": None}
+        else:
+            result = self.opt.run_levels(rows, self.spec.first, self.spec.last, blocks)
+            out = {
+                "proba": result.proba,
+                "level": result.level,
+                "unsure": result.unsure,
+                "blocks": result.blocks if result.unsure.size else None,
+            }
+            if self.fallback and result.unsure.size:
+                level = self.opt.levels[self.spec.last]
+                out["fallback"] = predict_proba(level.model, hstack([result.blocks[g] for g in level.groups]))
+        out["seconds"] = time.perf_counter() - start
+        return out
+
+    def run_many(self, items: Sequence[tuple[pd.DataFrame, dict[str, Block] | None]]) -> list[dict[str, Any] | Exception]:
+        """One pass over the rows of several requests; results split back per request. When
+        the merged pass fails, each request runs alone and a failing one gets its exception
+        (in its place in the list) instead of failing the others."""
+        if len(items) == 1:
+            try:
+                return [self.run(*items[0])]
+            except Exception as exc:
+                return [exc]
+        sizes = [len(rows) for rows, _ in items]
+        try:
+            merged = self.run(concat_rows([r for r, _ in items]), concat_blocks([b for _, b in items]))
+        except Exception:
+            return [self.run_many([item])[0] for item in items]
+        return split_outputs(merged, sizes)
+
+    # --- top-K halves ------------------------------------------------------------------
+    def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict[str, Any] | None:
+        step = self.opt.topk_filter_step(rows, k, label_index)
+        if step is None:
+            return None
+        return {"ratio": step.ratio, "cheap_scores": step.cheap_scores, "kept": step.kept,
+                "blocks": step.kept_blocks, "label": step.label, "check": step.check}
+
+    def topk_rank(self, rows: pd.DataFrame, blocks: dict[str, Block], label_index: int,
+                  check: dict[str, Any]) -> dict[str, Any]:
+        """Full scores of the kept rows and the answer's certificate (see willump._topk)."""
+        scores = self.opt.topk_rank_step(rows, blocks, label_index)
+        return {"scores": scores, "certificate": self.opt.topk_certify(label_index, check, scores).to_dict()}
+
+    def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
+        return self.opt.baseline.predict_proba(rows)[:, label_index]
+
+
+def split_outputs(merged: dict[str, Any], sizes: Sequence[int]) -> list[dict[str, Any]]:
+    """A stage output over concatenated requests, split back per request (in order)."""
+    if len(sizes) == 1:
+        return [merged]
+    offsets = np.cumsum([0, *sizes])
+    unsure = merged["unsure"]
+    outs = []
+    for i in range(len(sizes)):
+        lo, hi = offsets[i], offsets[i + 1]
+        mask = (unsure >= lo) & (unsure < hi)
+        first = int(np.searchsorted(unsure, lo))
+        count = int(mask.sum())
+        out = {
+            "proba": merged["proba"][lo:hi],
+            "level": merged["level"][lo:hi],
+            "unsure": unsure[mask] - lo,
+            "blocks": slice_blocks(merged["blocks"], first, first + count) if count else None,
+            "seconds": merged["seconds"],
+            "replica": merged.get("replica"),
+        }
+        if merged.get("fallback") is not None and count:
+            out["fallback"] = merged["fallback"][first:first + count]
+        outs.append(out)
+    return outs
+
+
+def split_rows(rows: pd.DataFrame, blocks: dict[str, Block] | None, max_rows: int):
+    """Chunks of at most ``max_rows`` rows (with their blocks), in order."""
+    n = len(rows)
+    for start in range(0, n, max_rows):
+        stop = min(start + max_rows, n)
+        yield rows.iloc[start:stop], slice_blocks(blocks, start, stop)
+
+
+def merge_chunks(chunks: Sequence[dict[str, Any]], sizes: Sequence[int]) -> dict[str, Any]:
+    """Inverse of split_rows for stage outputs."""
+    if len(chunks) == 1:
+        return chunks[0]
+    offsets = np.cumsum([0, *sizes[:-1]])
+    unsure = np.concatenate([c["unsure"] + off for c, off in zip(chunks, offsets, strict=True)])
+    parts = [c["blocks"] for c in chunks if c["blocks"] is not None]
+    out = {
+        "proba": np.vstack([c["proba"] for c in chunks]),
+        "level": np.concatenate([c["level"] for c in chunks]),
+        "unsure": unsure.astype(np.int64),
+        "blocks": concat_blocks(parts) if parts else None,
+        "seconds": float(sum(c["seconds"] for c in chunks)),
+        "replica": chunks[0].get("replica"),
+    }
+    fallbacks = [c["fallback"] for c in chunks if c.get("fallback") is not None]
+    if fallbacks:
+        out["fallback"] = np.vstack(fallbacks)
+    return out

@@ -1,0 +1,380 @@
+"""The HTTP API end to end on Ray Serve: results, routes, and every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import requests
+
+from serving import deploy
+from tests.serving.conftest import free_port, wait_for
+
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
+
+@pytest.fixture(scope="module")
+def app(ray_cluster, synth_opt):
+    served = deploy(synth_opt, name="api", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
+                    monitor=dict(attributes=["region"], features=["a"], pane_seconds=1.0,
+                                 auto_reference_panes=1), insitu="always")
+    yield served
+    served.shutdown(stop_ray=False)
+
+
+def post(app, path, body, headers=None, **kw):
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return requests.post(app.url + path, data=data, headers={"Content-Type": "application/json", **(headers or {})},
+                         timeout=60, **kw)
+
+
+def rows_of(frame):
+    return frame.to_dict("records")
+
+
+def test_deploy_probed_the_running_app_and_planned_again(app):
+    """deploy(insitu=...) loaded the app for a few seconds before returning, measured each
+    process group's CPU, planned again with measured over modelled CPU, and serves that plan:
+    GET /plan carries the factors and the probe's figures; the probe's rows never reached the
+    monitor (this test runs before any other sends a request)."""
+    probe = app.plan.in_situ
+    assert probe["requests"] > 0 and probe["errors"] == 0 and probe["clients"] >= 1
+    assert probe["factors"] and all(v > 0 for v in probe["factors"].values())
+    assert "ingress" in probe["factors"] and probe["measured_cpu_ms_per_request"]["ingress"] > 0
+    assert "max_rows_per_s" in probe["before"] and isinstance(probe["replanned"], bool)
+    assert any(n.startswith("in situ (") for n in app.notes), app.notes
+    served = requests.get(app.url + "/plan", timeout=30).json()
+    assert served["in_situ"]["factors"] == pytest.approx(probe["factors"])
+    assert served["max_rows_per_s"] == pytest.approx(app.plan.max_rows_per_s)
+    text = requests.get(app.url + "/metrics", timeout=30).text
+    def total(prefix: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+    # neither recorded by the monitor nor counted as the users' requests
+    assert total("drift_rows_ingested_total") == 0
+    assert total('willump_requests_total{app="api",route="predict"') == 0
+
+
+def test_predict_equals_in_process(app, synth_opt, request_rows):
+    batch = request_rows
+    assert (synth_opt.predict_with_levels(batch)[1] > 0).any()
+    r = post(app, "/predict", {"rows": rows_of(batch), "attributes": {"region": "eu"}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    proba, level = synth_opt.predict_with_levels(batch)
+    np.testing.assert_allclose(np.array(body["probabilities"]), proba, atol=1e-9)
+    assert body["level"] == level.tolist()
+    assert body["predictions"] == synth_opt.predict(batch).tolist()
+    assert body["model_version"] == app.model_version
+    assert body["degraded"] == [False] * len(batch)
+    assert len(set(body["level"])) > 1  # both stages answered some rows
+
+
+def test_single_row_and_top_k(app, synth_opt, request_rows):
+    r = post(app, "/predict", {"rows": rows_of(request_rows.iloc[:1])})
+    assert r.status_code == 200 and len(r.json()["predictions"]) == 1
+    r = post(app, "/top_k", {"rows": rows_of(request_rows), "k": 10})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    expected = synth_opt.top_k(request_rows, 10)
+    assert body["indices"] == expected.indices.tolist()
+    assert body["approximate"] == expected.approximate[expected.indices].tolist()
+    # the filter's certificate travels with the answer; an uncertified one was scored exactly
+    if expected.certificate is None:
+        assert body["certificate"] is None
+    else:
+        assert body["certificate"] == expected.certificate.to_dict()
+        assert (body["ratio"] is not None) == expected.certificate.certified
+    r = post(app, "/top_k", {"rows": rows_of(request_rows), "k": 5, "label": 0})
+    assert r.status_code == 200 and r.json()["label"] == 0
+
+
+def test_static_routes(app):
+    report = requests.get(app.url + "/report", timeout=30).json()
+    assert report["plan"] == "cascade" and report["loss_bound"] <= report["max_loss"]
+    plan = requests.get(app.url + "/plan", timeout=30).json()
+    assert [s["name"] for s in plan["stages"]] == ["cheap", "expensive"]
+    health = requests.get(app.url + "/healthz", timeout=30).json()
+    assert health == {"status": "ok", "app": "api", "model_version": app.model_version,
+                      "stages": ["cheap", "expensive"], "monitor": True}
+    doc = requests.get(app.url + "/openapi.json", timeout=30).json()
+    assert set(doc["components"]["schemas"]["Row"]["required"]) == {"a", "b", "c"}
+    assert requests.get(app.url + "/docs", timeout=30).status_code == 200
+
+
+def test_metrics_count_requests_and_levels(app, request_rows):
+    r = post(app, "/predict", {"rows": rows_of(request_rows.iloc[:32])})
+    assert r.status_code == 200
+
+    def scraped():
+        text = requests.get(app.url + "/metrics", timeout=30).text
+        wanted = ['willump_requests_total{app="api",route="predict",status="200"}',
+                  'willump_rows_total{app="api",level="0"}',
+                  'willump_stage_latency_seconds_bucket{app="api",le="0.005",stage="cheap"}']
+        return text if all(w in text for w in wanted) else None
+
+    text = wait_for(scraped, timeout=30, message="the app's metrics in /metrics")
+    # the monitor's verdicts ride along (drift's Prometheus collector), and the records it got
+    assert "drift_rows_ingested_total" in text
+    wait_for(lambda: 'willump_monitor_records_sent_total{app="api"}' in requests.get(app.url + "/metrics",
+                                                                                      timeout=30).text,
+             timeout=30, message="records sent to the monitor, counted")
+
+
+def test_monitor_routes_answer(app, request_rows):
+    for _ in range(3):
+        post(app, "/predict", {"rows": rows_of(request_rows.iloc[:50]), "attributes": {"region": "us"}})
+    r = requests.get(app.url + "/explain", params={"metric": "latency_ms"}, timeout=60)
+    assert r.status_code in (200, 409), r.text  # 409: the traffic reference is not frozen yet
+    r = requests.get(app.url + "/drift", params={"kind": "changes"}, timeout=60)
+    assert r.status_code in (200, 409), r.text
+    r = requests.get(app.url + "/explain", params={"kind": "nonsense"}, timeout=30)
+    assert r.status_code == 422 and r.json()["fields"][0]["field"] == "kind"
+    r = requests.get(app.url + "/explain", params={"bogus_param": 3}, timeout=30)
+    assert r.status_code == 422 and "bogus_param" in r.json()["error"]
+    # the monitor's own errors keep their status and reason (drift.DriftError.to_http())
+    r = requests.get(app.url + "/drift", params={"reference": "nosuch"}, timeout=30)
+    assert r.status_code == 409 and r.json()["reason"] == "no_reference" and "reference=-1h" in r.json()["error"]
+    r = requests.get(app.url + "/explain", params={"metric": "nosuch"}, timeout=30)
+    assert r.status_code == 422 and r.json()["reason"] == "schema", r.text
+
+
+def good_row(frame):
+    return rows_of(frame.iloc[:1])[0]
+
+
+@pytest.mark.parametrize(
+    ("make_body", "status", "field"),
+    [
+        (lambda row: b"{not json", 400, None),
+        (lambda row: {"rows": []}, 422, "rows"),
+        (lambda row: {"rows": [{k: v for k, v in row.items() if k != "b"}]}, 422, "rows[0].b"),
+        (lambda row: {"rows": [{**row, "zzz": 1}]}, 422, "rows[0].zzz"),
+        (lambda row: {"rows": [{**row, "a": "text"}]}, 422, "rows[0].a"),
+        (lambda row: {"rows": [{**row, "a": None}]}, 422, "rows[0].a"),
+        (lambda row: {"rows": [{**row, "a": True}]}, 422, "rows[0].a"),
+        (lambda row: '{"rows": [{"a": NaN, "b": 1, "c": 1}]}', 422, "rows[0].a"),
+        (lambda row: '{"rows": [{"a": Infinity, "b": 1, "c": 1}]}', 422, "rows[0].a"),
+        (lambda row: {"rows": [row], "extra": 1}, 422, "extra"),
+        (lambda row: {"rows": "nope"}, 422, "rows"),
+        (lambda row: [1, 2], 422, "body"),
+    ],
+    ids=["invalid-json", "empty-rows", "missing-column", "extra-column", "wrong-type", "null",
+         "bool-for-number", "nan", "infinity", "extra-field", "rows-not-list", "not-an-object"],
+)
+def test_bad_predict_requests(app, request_rows, make_body, status, field):
+    r = post(app, "/predict", make_body(good_row(request_rows)))
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["error"]
+    if field is not None:
+        assert any(f["field"].startswith(field) for f in body["fields"]), body
+
+
+def test_bad_top_k_requests(app, request_rows):
+    rows = rows_of(request_rows.iloc[:20])
+    for k in (0, 21, -3):
+        r = post(app, "/top_k", {"rows": rows, "k": k})
+        assert r.status_code == 422 and r.json()["fields"][0]["field"] == "k", r.text
+    r = post(app, "/top_k", {"rows": rows, "k": "five"})
+    assert r.status_code == 422 and r.json()["fields"][0]["field"] == "k"
+    r = post(app, "/top_k", {"rows": rows})
+    assert r.status_code == 422 and r.json()["fields"][0]["field"] == "k"
+    r = post(app, "/top_k", {"rows": rows, "k": 3, "label": "purple"})
+    assert r.status_code == 422 and r.json()["fields"][0]["field"] == "label"
+
+
+def test_oversized_body_is_refused(app, request_rows):
+    big = json.dumps({"rows": rows_of(request_rows) * 400})  # well over 4 MiB
+    assert len(big) > 4 * 1024 * 1024
+    r = post(app, "/predict", big)
+    assert r.status_code == 413 and "limit" in r.json()["error"]
+
+
+def test_app_still_answers_correctly_after_bad_input(app, synth_opt, request_rows):
+    post(app, "/predict", b"\x00\xff garbage")
+    post(app, "/predict", {"rows": [{"a": "x"}]})
+    batch = request_rows.iloc[100:140]
+    r = post(app, "/predict", {"rows": rows_of(batch)})
+    assert r.status_code == 200
+    np.testing.assert_allclose(np.array(r.json()["probabilities"]), synth_opt.predict_proba(batch), atol=1e-9)
+
+
+def test_gpu_placement_runs_on_cpu_here(ray_cluster, synth_opt, request_rows, monkeypatch):
+    """With a (logical) GPU the expensive stage asks for it; ONNX falls back to the CPU provider.
+    Batch settings given to deploy override the plan's."""
+    import serving.measure.stages
+
+    monkeypatch.setattr(serving.measure.stages, "GPU_CONCURRENCY", (1, 2))  # (1, 2, 4) by default: time
+    served = deploy(synth_opt, name="gpu", port=ray_cluster, cpus=1.5, device="gpu", runtime="onnx", insitu="never",
+                    max_batch_size=16, batch_wait_timeout_s=0.001, calibrate="never")
+    try:
+        plan = requests.get(served.url + "/plan", timeout=30).json()
+        assert all(s["max_batch_size"] == 16 and s["batch_wait_timeout_s"] == 0.001 for s in plan["stages"])
+        stage = served.plan.stage("expensive")
+        assert stage.device == "gpu" and 0 < stage.num_gpus <= 1
+        # profiled inside GPU actors (here a logical GPU, so on the CPU, which the plan says)
+        profile = served.plan.profiles[1]
+        assert profile.device == "gpu" and set(profile.speedup) == {1, 2}
+        assert profile.measured_on.startswith("cpu") and any("GPU timings" in n for n in served.plan.notes)
+        assert served.plan.stage("cheap").num_gpus == 0
+        batch = request_rows.iloc[:40]
+        r = post(served, "/predict", {"rows": rows_of(batch)})
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(np.array(r.json()["probabilities"]), synth_opt.predict_proba(batch),
+                                   atol=1e-4)
+    finally:
+        served.shutdown(stop_ray=False)
+
+
+def test_haproxy_front_and_staged_layout(ray_cluster, app, synth_opt, request_rows):
+    """The default front here is HAProxy; the staged layout (a deployment per stage) gives the
+    same answers as the default fused layout."""
+    assert app.proxy == "haproxy" and app.plan.layout == "fused"
+    served = deploy(synth_opt, name="staged", port=ray_cluster, cpus=1, device="cpu", layout="staged", insitu="never",
+                    monitor=True, calibrate="never")
+    try:
+        assert served.plan.layout == "staged" and served.plan.ingress_replicas == 1
+        batch = request_rows.iloc[:50]
+        r = post(served, "/predict", {"rows": rows_of(batch)})
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(np.array(r.json()["probabilities"]), synth_opt.predict_proba(batch),
+                                   atol=1e-9)
+        # the default monitor freezes its reference from the first 5 panes of traffic: until then
+        # a query says so, with how long to wait (in the body and as Retry-After)
+        r = requests.get(served.url + "/explain", params={"metric": "latency_ms"}, timeout=30)
+        assert r.status_code == 409 and r.json()["reason"] == "reference_pending", r.text
+        assert int(r.headers["Retry-After"]) >= 1 and r.json()["retry_after_s"] > 0
+    finally:
+        served.shutdown(stop_ray=False)
+
+
+def test_large_request_bypasses_the_ingress_batcher(app, synth_opt):
+    from tests.willump.synth import make_rows
+
+    frame = make_rows(3000, seed=33)[0]
+    r = post(app, "/predict", {"rows": rows_of(frame)})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(np.array(r.json()["probabilities"]), synth_opt.predict_proba(frame), atol=1e-9)
+
+
+def test_gpu_is_refused_for_models_that_cannot_use_it(ray_cluster, synth_opt):
+    with pytest.raises(ValueError, match="cannot run on a GPU"):
+        deploy(synth_opt, name="nogpu", port=ray_cluster, device="gpu", runtime="native", calibrate="never")
+
+
+def test_errors_carry_a_request_id(app):
+    r = post(app, "/predict", {"rows": []}, headers={"X-Request-Id": "client-chosen-42"})
+    assert r.status_code == 422
+    assert r.json()["request_id"] == "client-chosen-42" == r.headers["x-request-id"]
+    r = post(app, "/predict", {"rows": []})
+    assert r.json()["request_id"] == r.headers["x-request-id"] and len(r.json()["request_id"]) >= 16
+
+
+@pytest.fixture(scope="module")
+def keyed(ray_cluster, synth_opt, app):
+    """Two ingress replicas behind an API key, deployed asking for a port Serve does not use."""
+    from dataclasses import replace
+
+    plan = replace(app.plan, ingress_replicas=2, ingress_cpus=0.2)
+    served = deploy(synth_opt, name="keyed", port=free_port(), plan=plan, api_key="s3cret", calibrate="never",
+                    insitu="never")
+    yield served
+    served.shutdown(stop_ray=False)
+
+
+def test_url_is_where_serve_answers(keyed, ray_cluster):
+    """Serve keeps the port it started with; deploy returns that, not the one asked for."""
+    assert keyed.url == f"http://127.0.0.1:{ray_cluster}/keyed"
+    assert requests.get(keyed.url + "/healthz", timeout=30).status_code == 200
+
+
+def test_api_key_is_required_except_for_health(keyed, request_rows):
+    body = {"rows": rows_of(request_rows.iloc[:4])}
+    assert post(keyed, "/predict", body).status_code == 401
+    assert post(keyed, "/predict", body, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert requests.get(keyed.url + "/metrics", timeout=30).status_code == 401
+    ok = post(keyed, "/predict", body, headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200, ok.text
+    assert post(keyed, "/predict", body, headers={"X-API-Key": "s3cret"}).status_code == 200
+    assert "s3cret" not in json.dumps(keyed.spec)  # only its hash travels with the app
+
+
+def test_metrics_are_exact_across_ingress_replicas(keyed, request_rows):
+    """/metrics answers from one ingress replica but counts every replica's requests."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    auth = {"Authorization": "Bearer s3cret", "Content-Type": "application/json"}
+    url = keyed.url + "/metrics"
+
+    def count() -> float:
+        text = requests.get(url, headers=auth, timeout=30).text
+        line = [x for x in text.splitlines()
+                if x.startswith('willump_requests_total{app="keyed",route="predict",status="200"}')]
+        return float(line[0].split()[-1]) if line else 0.0
+
+    # earlier tests' requests reach the totals within an export interval: start from a settled count
+    settled = [count(), -1.0]
+
+    def stable() -> bool:
+        time.sleep(1.5)
+        settled[1], settled[0] = settled[0], count()
+        return settled[0] == settled[1]
+
+    wait_for(stable, timeout=30, message="a settled request count")
+    before = settled[0]
+    body = json.dumps({"rows": rows_of(request_rows.iloc[:8])})
+    n = 60
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: requests.post(keyed.url + "/predict", data=body, headers=auth,
+                                                      timeout=60).status_code, range(n)))
+    assert codes == [200] * n
+    wait_for(lambda: count() == before + n, timeout=30, message=f"{before + n} requests counted")
+    # both replicas served some of them: the total is a sum over replicas, not one replica's count
+    import ray
+
+    from serving.runtime.metrics import _read, metric_endpoints
+
+    raw = "".join(_read(e) for e in metric_endpoints())
+    workers = {line.split('WorkerId="')[1].split('"')[0] for line in raw.splitlines()
+               if line.startswith("ray_willump_requests_total") and 'app="keyed"' in line and 'route="predict"' in line}
+    assert len(workers) == 2, workers
+    assert ray.is_initialized()
+
+
+def test_adaptive_gears_switch_and_every_answer_names_its_gear(ray_cluster, app, geared_opt, request_rows):
+    """An SLO far below any latency puts every request after the first at risk: the ingress
+    steps one certified gear cheaper per request (no interval, no way back), each answer names
+    its gear and certified bound, equals that gear's in-process answer, and /metrics counts
+    rows per gear."""
+    from dataclasses import replace
+
+    ladder = geared_opt.gears_
+    # one ingress replica (each switches on its own queue), small reservations beside the other apps
+    plan = replace(app.plan, ingress_replicas=1, ingress_cpus=0.1,
+                   stages=[replace(s, num_cpus=min(s.num_cpus, 0.1)) for s in app.plan.stages])
+    served = deploy(geared_opt, name="geared", port=ray_cluster, plan=plan, calibrate="never", insitu="never",
+                    gears="adaptive", gear_policy={"slo_ms": 0.001, "up_interval_s": 0.0,
+                                                   "down_after_s": 3600.0, "window_s": 600.0})
+    try:
+        batch = request_rows.iloc[:64]
+        seen = []
+        for i in range(len(ladder) + 1):
+            body = post(served, "/predict", {"rows": rows_of(batch)}).json()
+            gear = min(i, len(ladder) - 1)
+            assert (body["gear"], body["gear_loss_bound"]) == (gear, ladder[gear].loss_bound), body
+            assert body["gear_loss_bound"] <= body["gear_max_loss"] == ladder[gear].max_loss
+            np.testing.assert_allclose(np.array(body["probabilities"]), geared_opt.gear(gear).predict_proba(batch),
+                                       atol=1e-9)
+            seen.append(body["level"])
+        assert seen[-1].count(0) > seen[0].count(0)  # the cheap level answered more rows in the cheapest gear
+        wanted = [f'willump_gear_rows_total{{app="geared",gear="{g}"}}' for g in range(len(ladder))]
+        wait_for(lambda: all(w in requests.get(served.url + "/metrics", timeout=30).text for w in wanted),
+                 timeout=30, message="rows per gear in /metrics")
+        with pytest.raises(ValueError, match="certifies gears"):
+            deploy(geared_opt, name="geared2", port=ray_cluster, plan=app.plan, calibrate="never", gears=7)
+    finally:
+        served.shutdown(stop_ray=False)

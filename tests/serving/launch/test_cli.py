@@ -1,0 +1,199 @@
+"""The willump command and the processes it leaves: plan an artifact, serve it until SIGTERM,
+write a Serve config that `serve run` answers from, and leave no process behind (a clean stop,
+SIGTERM, or the driver killed with SIGKILL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from serving.measure.procstat import alive, descendants
+from tests.serving.conftest import free_port, wait_for
+
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
+WILLUMP = [sys.executable, "-m", "serving.cli"]
+SERVE = str(Path(sys.executable).with_name("serve"))
+ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory, synth_opt):
+    path = tmp_path_factory.mktemp("cli") / "synth.willump"
+    synth_opt.save(path)
+    return path
+
+
+def test_plan_prints_a_plan(artifact):
+    result = subprocess.run([*WILLUMP, "plan", str(artifact), "--cpus", "4", "--rps", "50"],
+                            capture_output=True, text=True, timeout=300, env=ENV)
+    assert result.returncode == 0, result.stderr
+    assert "expensive" in result.stdout and "feasible" in result.stdout and "ingress" in result.stdout
+    result = subprocess.run([*WILLUMP, "plan", str(artifact), "--cpus", "2", "--json", "--layout", "staged"],
+                            capture_output=True, text=True, timeout=300, env=ENV)
+    data = json.loads(result.stdout)
+    assert [s["name"] for s in data["plan"]["stages"]] == ["cheap", "expensive"]
+    assert data["profiles"][1]["scale"] < 1
+    assert data["plan"]["ingress_profile"]["parse_ms"] > 0  # the ingress's own cost, measured
+
+
+def test_plan_rejects_a_bad_artifact(tmp_path):
+    result = subprocess.run([*WILLUMP, "plan", str(tmp_path), "--cpus", "2"],
+                            capture_output=True, text=True, timeout=120, env=ENV)
+    assert result.returncode == 2
+    assert "not a willump artifact" in result.stderr
+
+
+def _serving(proc: subprocess.Popen, lines: list[str], marker: str) -> None:
+    for line in proc.stdout:  # the command says when it serves
+        lines.append(line)
+        if marker in line:
+            return
+    raise AssertionError("".join(lines))
+
+
+def _tree(pid: int) -> set[int]:
+    """The process and everything it started (Ray's GCS and raylet, workers, HAProxy)."""
+    return descendants({pid})
+
+
+def _all_gone(pids: set[int], timeout: float = 90.0) -> None:
+    wait_for(lambda: not alive(pids), timeout=timeout, interval=0.5, message=f"processes {sorted(alive(pids))} to end")
+
+
+def _predict(url: str, rows) -> requests.Response:
+    return requests.post(url + "/predict", json={"rows": rows.iloc[:8].to_dict("records")}, timeout=60)
+
+
+@pytest.mark.slow
+def test_serve_runs_until_sigterm_and_leaves_nothing_behind(artifact, request_rows):
+    port = free_port()
+    lines: list[str] = []
+    proc = subprocess.Popen(
+        [*WILLUMP, "serve", str(artifact), "--name", "cli", "--port", str(port), "--cpus", "2",
+         "--calibrate", "never", "--transport", "ray"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    started: set[int] = set()
+    try:
+        _serving(proc, lines, "willump: serving")
+        assert proc.poll() is None, "".join(lines)
+        url = f"http://127.0.0.1:{port}/cli"
+        assert requests.get(url + "/healthz", timeout=30).status_code == 200
+        assert _predict(url, request_rows).status_code == 200
+        started = _tree(proc.pid) - {proc.pid}
+        assert any("haproxy" in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")
+                   for p in alive(started)), "no HAProxy among the app's processes"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            output, _ = proc.communicate(timeout=120)
+            output = "".join(lines) + output
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert proc.returncode == 0, output
+    assert "shutting down" in output and "stopped" in output
+    assert "via haproxy" in output, output
+    _all_gone(started)
+
+
+#: Ray's per-node agents notice their raylet died within seconds, then spend up to 60 s trying
+#: to report it to the (dead) GCS before they exit: they are checked last in this module
+RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+KILLED: dict[str, set[int]] = {}
+
+
+def _title(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_a_killed_driver_leaves_no_process_behind(artifact, request_rows):
+    """SIGKILL gives the driver no chance to stop anything: Ray's processes and HAProxy must
+    end with it (kernel fate-sharing for Ray's, the HAProxy launcher's PR_SET_PDEATHSIG)."""
+    port = free_port()
+    lines: list[str] = []
+    proc = subprocess.Popen(
+        [*WILLUMP, "serve", str(artifact), "--name", "killed", "--port", str(port), "--cpus", "2",
+         "--calibrate", "never"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    try:
+        _serving(proc, lines, "willump: serving")
+        assert _predict(f"http://127.0.0.1:{port}/killed", request_rows).status_code == 200
+        started = _tree(proc.pid) - {proc.pid}
+        assert any("haproxy" in _title(p) for p in alive(started)), "".join(lines)
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    agents = {p for p in started if _title(p).startswith(RAY_AGENTS)}
+    KILLED["agents"] = agents
+    _all_gone(started - agents, timeout=45)  # raylet, GCS, workers, HAProxy
+
+
+@pytest.mark.slow
+def test_build_writes_a_serve_config_that_serve_run_answers_from(artifact, tmp_path, synth_opt, request_rows):
+    port = free_port()
+    config = tmp_path / "serve_config.yaml"
+    result = subprocess.run(
+        [*WILLUMP, "build", str(artifact), "-o", str(config), "--name", "built", "--host", "127.0.0.1",
+         "--port", str(port), "--cpus", "2", "--api-key-env", "BUILD_KEY"],
+        capture_output=True, text=True, timeout=300, env={**ENV, "BUILD_KEY": "k3y"})
+    assert result.returncode == 0, result.stderr
+    data = yaml.safe_load(config.read_text())
+    app = data["applications"][-1]
+    assert app["import_path"] == "serving.launch.graph:app_builder" and app["route_prefix"] == "/built"
+    assert app["args"]["artifact"]["path"] == str(artifact.resolve())
+    assert "k3y" not in config.read_text()
+    lines: list[str] = []
+    # --address local: a Ray of its own, never one another test (another xdist worker) started
+    proc = subprocess.Popen([SERVE, "run", "--address", "local", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=ENV)
+    started: set[int] = set()
+    try:
+        url = f"http://127.0.0.1:{port}/built"
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError("serve run exited:\n" + proc.stdout.read())
+            try:
+                return requests.get(url + "/healthz", timeout=5).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_for(healthy, timeout=240, interval=1.0, message="serve run to answer")
+        r = requests.post(url + "/predict", json={"rows": request_rows.iloc[:16].to_dict("records")},
+                          headers={"Authorization": "Bearer k3y"}, timeout=60)
+        assert r.status_code == 200, r.text
+        import numpy as np
+
+        np.testing.assert_allclose(np.array(r.json()["probabilities"]),
+                                   synth_opt.predict_proba(request_rows.iloc[:16]), atol=1e-9)
+        started = _tree(proc.pid) - {proc.pid}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=120)
+            lines.append(out)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    _all_gone(started)
+
+
+@pytest.mark.slow
+def test_the_killed_drivers_ray_agents_ended_too():
+    if "agents" not in KILLED:
+        pytest.skip("the killed-driver test did not run")
+    _all_gone(KILLED["agents"], timeout=120)

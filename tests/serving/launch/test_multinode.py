@@ -1,0 +1,205 @@
+"""A real multi-node Ray cluster on this machine: a head and a worker, each its own raylet
+(``ray.cluster_utils.Cluster``). The app is deployed with its code shipped (runtime_env
+py_modules) and the artifact through the object store; replicas land on both nodes (Ray's
+state API says where); predictions through the head's HAProxy are correct, including those
+answered by the ingress replica on the worker; then the worker node is removed under load:
+no request that got a 200 is wrong, failures are few and counted, and throughput recovers.
+
+Both nodes share this machine's cores, so rates here say nothing about multi-node speed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+
+from serving import deploy
+from serving.launch.config import plan_offline
+from tests.serving.conftest import free_port, wait_for
+
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
+CLIENTS = 4
+ROWS_PER_REQUEST = 16
+#: seconds of load kept up after the worker node is removed
+OBSERVE_AFTER_S = 25.0
+WINDOW_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import ray
+    from ray import serve
+    from ray.cluster_utils import Cluster
+
+    from serving.launch.proxy import release_proxy_files, use_proxy
+
+    use_proxy("haproxy")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": True,
+                                                      "dashboard_port": free_port()})
+    worker = c.add_node(num_cpus=2)
+    c.wait_for_nodes()
+    try:
+        yield c, worker
+    finally:
+        if ray.is_initialized():
+            serve.shutdown()
+            ray.shutdown()
+        c.shutdown()
+        release_proxy_files()
+
+
+@pytest.fixture(scope="module")
+def app(cluster, synth_opt):
+    from serving.launch.cluster import nodes
+
+    c, _ = cluster
+    # two replicas of the ingress and of the cheap stage, so that Serve spreads each over both nodes
+    plan = plan_offline(synth_opt, cpus=4, rows_per_request=32, rps=None, p99_ms=None, layout="staged",
+                        monitor=None)
+    plan.ingress_replicas, plan.ingress_cpus = 2, 0.3
+    plan.stage("cheap").replicas, plan.stage("cheap").num_cpus = 2, 0.3
+    plan.stage("expensive").replicas, plan.stage("expensive").num_cpus = 1, 0.3
+    # deploy joins the cluster: it connects with the project's packages as py_modules
+    served = deploy(synth_opt, name="multi", port=free_port(), address=c.address, plan=plan,
+                    artifact_share="object_store", ship_code="always")
+    assert len(nodes()) == 2
+    yield served
+    served.shutdown(stop_ray=False)
+
+
+def _replica_nodes(app_name: str) -> dict[str, set[str]]:
+    import ray
+    from ray.util.state import list_actors
+
+    out: dict[str, set[str]] = {}
+    # this cluster's address: another Ray on the machine must not be picked up instead
+    address = ray.get_runtime_context().gcs_address
+    for actor in list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=1000):
+        if actor.class_name.startswith(f"ServeReplica:{app_name}:"):
+            out.setdefault(actor.class_name.rsplit(":", 1)[1], set()).add(actor.node_id)
+    return out
+
+
+def test_replicas_on_both_nodes_code_shipped_artifact_by_reference(cluster, app, synth_opt, request_rows):
+    import ray
+    from ray import serve
+
+    worker = cluster[1]
+    head_id = ray.get_runtime_context().get_node_id()
+    placed = _replica_nodes("multi")
+    assert placed["multi-ingress"] == {head_id, worker.node_id}, placed
+    assert placed["multi-cheap"] == {head_id, worker.node_id}, placed
+    info = serve.get_deployment_handle("multi-cheap", "multi").info.remote().result()
+    shipped = info["code"]["py_modules"]
+    assert len(shipped) >= 2 and all(uri.startswith("gcs://") for uri in shipped), info  # uploaded by the job
+    assert app.artifact.holder is not None and ray.get_actor(app.artifact.holder, namespace="willump")
+    assert app.url.startswith("http://127.0.0.1:")
+    for start in range(0, 160, 32):
+        batch = request_rows.iloc[start:start + 32]
+        r = requests.post(app.url + "/predict", json={"rows": batch.to_dict("records")}, timeout=60)
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(np.array(r.json()["probabilities"]), synth_opt.predict_proba(batch), atol=1e-9)
+
+
+def test_both_ingress_replicas_answer_through_the_head(app, request_rows):
+    """HAProxy runs on the head; the ingress replica on the worker must be reachable from it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from serving.runtime.metrics import _read, metric_endpoints
+
+    body = {"rows": request_rows.iloc[:8].to_dict("records")}
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: requests.post(app.url + "/predict", json=body, timeout=60).status_code,
+                              range(40)))
+    assert codes == [200] * 40
+
+    def workers() -> set[str]:
+        raw = "".join(_read(e) for e in metric_endpoints())
+        return {line.split('NodeAddress="')[0] + line.split('WorkerId="')[1].split('"')[0]
+                for line in raw.splitlines()
+                if line.startswith("ray_willump_requests_total") and 'app="multi"' in line
+                and 'route="predict"' in line}
+
+    wait_for(lambda: len(workers()) == 2, timeout=30, message="requests counted by both ingress replicas")
+
+
+def ray_node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def _load(url, batches, expected, stop, results):
+    session = requests.Session()
+    i = 0
+    while not stop.is_set():
+        j = i % len(batches)
+        i += 1
+        try:
+            r = session.post(url, json={"rows": batches[j]}, timeout=60)
+            correct = r.status_code == 200 and np.allclose(np.array(r.json()["probabilities"]), expected[j], atol=1e-9)
+            results.append((time.monotonic(), r.status_code, correct))
+        except requests.RequestException:
+            results.append((time.monotonic(), -1, False))
+
+
+def _rate(results, t0, t1):
+    return sum(1 for t, status, _ in results if t0 <= t < t1 and status == 200) / (t1 - t0)
+
+
+def test_removing_the_worker_node_under_load(cluster, app, synth_opt, request_rows):
+    c, worker = cluster
+    batches, expected = [], []
+    for start in range(0, 160, ROWS_PER_REQUEST):
+        frame = request_rows.iloc[start:start + ROWS_PER_REQUEST]
+        batches.append(frame.to_dict("records"))
+        expected.append(synth_opt.predict_proba(frame))
+    results: list = []
+    stop = threading.Event()
+    threads = [threading.Thread(target=_load, args=(app.url + "/predict", batches, expected, stop, results))
+               for _ in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(8)
+        t_remove = time.monotonic()
+        c.remove_node(worker, allow_graceful=False)
+        time.sleep(OBSERVE_AFTER_S)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+    ok = [r for r in results if r[1] == 200]
+    failed = [r for r in results if r[1] != 200]
+    assert ok and all(r[2] for r in ok), "a request answered 200 was wrong"
+    before = _rate(results, t_remove - 6, t_remove)
+    starts = np.arange(t_remove + 5, t_remove + OBSERVE_AFTER_S - WINDOW_S + 1e-9, 1.0)
+    after = max(_rate(results, s, s + WINDOW_S) for s in starts)
+    placed = _replica_nodes("multi")
+    print(f"node removal: {len(ok)} ok, {len(failed)} failed (statuses {sorted({r[1] for r in failed})}); "
+          f"{before:.1f} req/s before, best {WINDOW_S:.0f}s window {after:.1f} req/s after; replicas now on "
+          f"{ {k: len(v) for k, v in placed.items()} } node(s)")
+    # in flight on the worker's replicas when it went: a few requests per client at most
+    assert len(failed) <= 3 * CLIENTS, f"{len(failed)} failed"
+    # recovery is an outcome, not a rate (a rate measures the machine: under a CPU hog it read
+    # 24.5 req/s before and 0.0 in the window after): requests were answered after the loss, and
+    # the app answers every request once it has settled, within a generous deadline
+    assert any(t >= t_remove + 1 for t, _, _ in ok), "no request was answered after the worker node went"
+    session = requests.Session()
+
+    def answers_all() -> bool:
+        for j in range(min(10, len(batches))):
+            r = session.post(app.url + "/predict", json={"rows": batches[j]}, timeout=60)
+            if r.status_code != 200:
+                return False
+            np.testing.assert_allclose(np.array(r.json()["probabilities"]), expected[j], atol=1e-9)
+        return True
+
+    wait_for(answers_all, timeout=180, message="every request answered after the worker node went")
+    assert {c for v in placed.values() for c in v} == {ray_node_id()}  # every replica now on the head

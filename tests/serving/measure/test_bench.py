@@ -1,0 +1,149 @@
+"""benchmarks.serving's accounting and comparison (pure functions; the benchmark itself is not run here)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from benchmarks.serving import compare, foreign_cores, predict, under_load
+from serving.measure.procstat import cpu_per_request, process_cpu
+from tests.serving.planning.test_planner import costs, ingress, linear
+
+
+def test_cpu_is_split_by_deployment_front_load_generator_and_the_rest():
+    before = {1: ("ray::ServeReplica:app:app-ingress", 1.0), 2: ("ray::ServeReplica:app:app-expensive", 2.0),
+              3: ("haproxy -f cfg", 0.5), os.getpid(): ("python -m benchmarks.serving", 4.0),
+              5: ("ray::ServeReplica:app:app-ingress", 0.0), 7: ("raylet", 1.0), 8: ("someone else's job", 1.0)}
+    after = {1: (before[1][0], 1.2), 2: (before[2][0], 2.05), 3: (before[3][0], 0.51),
+             os.getpid(): (before[os.getpid()][0], 4.02), 5: (before[5][0], 0.1), 7: ("raylet", 1.03),
+             8: ("someone else's job", 9.0), 6: ("started during the phase", 9.0)}
+    cpu = cpu_per_request(before, after, requests=100, app="app", ours={1, 2, 3, 5, 7})
+    assert cpu["ingress"] == pytest.approx(3.0)  # two ingress processes: (0.2 + 0.1) s / 100
+    assert cpu["expensive"] == pytest.approx(0.5)
+    assert cpu["front"] == pytest.approx(0.1) and cpu["load generator"] == pytest.approx(0.2)
+    assert cpu["other"] == pytest.approx(0.3)  # the raylet; not another user's process
+    assert cpu["total"] == pytest.approx(4.1)
+    assert cpu_per_request(before, after, requests=0) == {"total": 0.0}
+
+
+def test_process_cpu_sees_this_process_spend_cpu():
+    if not os.path.isdir("/proc"):
+        pytest.skip("no /proc on this platform")
+    before = process_cpu()
+    sum(i * i for i in range(2_000_000))
+    after = process_cpu()
+    assert after[os.getpid()][1] > before[os.getpid()][1]
+
+
+def test_prediction_and_comparison_fields():
+    from serving.planning.planner import Resources, plan_stages
+
+    plan = plan_stages([linear("cheap", 0.0003, 0.00003), linear("expensive", 0.001, 0.0005, scale=0.1)],
+                       Resources(cpus=2), rows_per_request=32, layout="fused", ingress=ingress(), costs=costs())
+    p = predict(plan, clients=16, client_ms=0.4)
+    assert p["predicted_rows_per_s"] <= p["bound_rows_per_s"] * 1.05
+    assert p["predicted_p99_ms"] > p["predicted_p50_ms"] > 0
+    assert p["predicted_cpu_ms_per_request"]["load generator"] == pytest.approx(0.4, rel=0.05)
+    phase = {**p, "measured_rows_per_s": 1.2 * p["predicted_rows_per_s"],
+             "measured_p99_ms": 2.5 * p["predicted_p99_ms"]}
+    c = compare(phase)
+    assert c["rows_per_s_ratio"] == pytest.approx(1.2) and c["rows_per_s_within_target"]
+    assert c["p99_ratio"] == pytest.approx(2.5) and not c["p99_within_target"]
+
+
+def test_other_users_load_is_measured_and_slows_the_prediction():
+    before = {1: ("ray::ServeReplica:app:app-ingress", 1.0), os.getpid(): ("python -m benchmarks.serving", 4.0),
+              8: ("someone else's job", 1.0)}
+    after = {1: (before[1][0], 3.0), os.getpid(): (before[os.getpid()][0], 5.0), 8: ("someone else's job", 9.0),
+             9: ("started during the phase", 2.0)}
+    assert foreign_cores(before, after, seconds=10.0, ours={1}) == pytest.approx(1.0)  # (8 + 2) s / 10 s
+    assert foreign_cores(before, after, seconds=10.0, ours=None) is None
+
+    from serving.planning.planner import Resources, plan_stages
+
+    plan = plan_stages([linear("cheap", 0.0003, 0.00003), linear("expensive", 0.001, 0.0005, scale=0.1)],
+                       Resources(cpus=2), rows_per_request=32, layout="fused", ingress=ingress(), costs=costs())
+    quiet = predict(plan, clients=16, client_ms=0.4)
+    busy = predict(under_load(plan, 1.0), clients=16, client_ms=0.4)
+    assert busy["predicted_rows_per_s"] < 0.75 * quiet["predicted_rows_per_s"]
+    assert plan.costs.background_cores == costs().background_cores  # the plan itself is unchanged
+
+
+def test_in_situ_factors_scale_the_groups_the_probe_measured():
+    """Measured over modelled CPU per group; what the model barely charges, the total, GPU time
+    and groups the probe did not see keep their modelled cost. The simulation then charges each
+    group its factor: told its own figures it predicts the same, and a costlier ingress lowers
+    an ingress-bound prediction."""
+    from serving.measure.insitu import cpu_factors, probe_clients
+    from serving.planning.planner import Resources, plan_stages
+    from serving.planning.simulate import simulate
+
+    measured = {"ingress": 6.0, "expensive": 3.0, "other": 1.2, "front": 0.3, "load generator": 0.5,
+                "cheap": 0.4,
+                "total": 11.0, "gone": 1.0}
+    modelled = {"ingress": 4.0, "expensive": 2.0, "other": 0.3, "front": 0.15, "client": 0.25, "cheap": 0.01,
+                "expensive (GPU)": 1.0}
+    factors = cpu_factors(measured, modelled)
+    assert factors == pytest.approx({"ingress": 1.5, "expensive": 1.5, "front": 2.0, "client": 2.0})
+    assert probe_clients(16) == 4 and probe_clients(1) == 1
+    with pytest.raises(ValueError, match="clients"):
+        probe_clients(0)
+
+    plan = plan_stages([linear("cheap", 0.0003, 0.00003), linear("expensive", 0.001, 0.0005, scale=0.1)],
+                       Resources(cpus=2), rows_per_request=32, layout="fused", ingress=ingress(), costs=costs())
+    plain = simulate(plan, clients=4, n_requests=600)
+    same = cpu_factors({k: v for k, v in plain.cpu_ms.items()}, plain.cpu_ms)
+    assert all(v == pytest.approx(1.0) for v in same.values())
+    again = simulate(plan, clients=4, n_requests=600, cpu_scale=same)
+    assert again.throughput_rows_s == pytest.approx(plain.throughput_rows_s, rel=1e-6)
+    heavier = simulate(plan, clients=16, n_requests=600, cpu_scale={"ingress": 2.0})
+    base = simulate(plan, clients=16, n_requests=600)
+    assert heavier.cpu_ms["ingress"] == pytest.approx(2.0 * base.cpu_ms["ingress"], rel=0.05)
+    assert heavier.throughput_rows_s < 0.8 * base.throughput_rows_s
+    with pytest.raises(ValueError, match="cpu_scale"):
+        simulate(plan, clients=4, n_requests=100, cpu_scale={"ingress": 0.0})
+
+
+def test_ray_processes_split_into_cores_while_serving_and_cpu_per_request():
+    """Calibration phases at different rates: a fixed 0.15 cores plus 0.2 ms per request is
+    recovered; rates that hardly differ count everything per request; the fixed part comes
+    off the machine's cores in the bound (not off each request)."""
+    from dataclasses import replace
+
+    from serving.measure.calibrate import split_rest
+    from serving.planning.planner import Resources, plan_stages
+
+    load = [(rate, 0.15 + 0.0002 * rate) for rate in (100.0, 400.0, 1200.0, 1600.0)]
+    fixed, per_request = split_rest(load)
+    assert fixed == pytest.approx(0.15, abs=1e-6) and per_request == pytest.approx(0.2, abs=1e-6)
+    fixed, per_request = split_rest([(1000.0, 0.35), (1050.0, 0.36)])
+    assert fixed == 0.0 and per_request == pytest.approx(0.35, rel=0.02)
+    assert split_rest([]) == (0.0, 0.0)
+
+    plan = plan_stages([linear("cheap", 0.0003, 0.00003), linear("expensive", 0.001, 0.0005, scale=0.1)],
+                       Resources(cpus=2), rows_per_request=32, layout="fused", ingress=ingress(), costs=costs())
+    host = next(iter(plan.costs.cores))
+    busy = replace(plan.costs, serving_cores={host: 0.5})
+    assert busy.busy_cores(host) == pytest.approx(plan.costs.background_cores.get(host, 0.0) + 0.5)
+    quiet = predict(plan, clients=16, client_ms=0.4)
+    loaded = predict(replace(plan, costs=busy), clients=16, client_ms=0.4)
+    assert loaded["predicted_rows_per_s"] < 0.85 * quiet["predicted_rows_per_s"]
+
+
+def test_poisson_calls_start_every_arrival_below_the_horizon_once():
+    import asyncio
+
+    from serving.measure.loadgen import poisson_calls
+
+    seen: list[tuple[int, float]] = []
+
+    async def call(i: int, t: float) -> None:
+        seen.append((i, t))
+
+    asyncio.run(poisson_calls(2000.0, 0.05, call, seed=3))
+    gaps = np.random.default_rng(3).exponential(1 / 2000.0, 1000)
+    expected = np.cumsum(gaps)[np.cumsum(gaps) < 0.05]
+    assert [i for i, _ in seen] == list(range(len(expected)))
+    np.testing.assert_allclose([t for _, t in seen], expected)

@@ -1,0 +1,232 @@
+"""deploy_model on Ray Serve: stage chains answer like the unsplit module; bad input gets 4xx JSON.
+
+One Ray instance for the module, Serve on a free port. Plans are given with a fixed
+transport (no timing enters any assertion).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+import torch
+from torch import nn
+
+import serving
+import serving.partition as sp
+from pipelines._minilm import BertConfig, MiniLM
+from serving.model_app.transport import fit_transport
+
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+pytestmark = pytest.mark.starts_ray
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+FIXED = sp.Transport(5.0, 5e8, "test")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def serve_port():
+    import ray
+    from ray import serve
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield port
+    serve.shutdown()
+    ray.shutdown()
+
+
+def _mlp() -> nn.Sequential:
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 3)).eval()
+
+
+def _tiny_bert() -> MiniLM:
+    torch.manual_seed(4)
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=32)
+    return MiniLM(cfg).eval()
+
+
+def _post(url: str, body) -> requests.Response:
+    return requests.post(url + "/predict", json=body, timeout=60)
+
+
+def test_three_stage_chain_equals_the_module(serve_port):
+    mlp = _mlp()
+    g = sp.capture(mlp, torch.randn(2, 6))
+    prof = sp.profile(g, batch_sizes=(4,), repeats=1, warmup=0, transport=FIXED)
+    plan = sp.evaluate(prof, [(0, 2, 1), (2, 4, 2), (4, 5, 1)], devices=4)
+    app = serving.deploy_model(mlp, torch.randn(2, 6), name="mlp3", plan=plan, graph=g,
+                               cpus_per_replica=0.25, batch_wait_ms=5.0)
+    try:
+        assert app.url.endswith(f":{serve_port}/mlp3") and len(app.stage_names) == 3
+        files = sorted(os.listdir(app.workdir))
+        assert files == ["stage0.pt", "stage1.pt", "stage2.pt"]  # one file per stage, loaded by its replicas
+        x = torch.randn(11, 6)  # more rows than the batch size: cut into chunks and joined again
+        r = _post(app.url, {"inputs": x.tolist()})
+        assert r.status_code == 200, r.text
+        assert torch.allclose(torch.tensor(r.json()["outputs"]), mlp(x), atol=1e-5)
+        xs = [torch.randn(1 + k % 3, 6) for k in range(24)]
+        with ThreadPoolExecutor(8) as pool:  # concurrent requests coalesce into shared batches
+            outs = list(pool.map(lambda t: _post(app.url, {"inputs": t.tolist()}).json()["outputs"], xs))
+        for t, o in zip(xs, outs, strict=True):
+            assert torch.allclose(torch.tensor(o), mlp(t), atol=1e-5)
+        stats = requests.get(app.url + "/stats", timeout=10).json()
+        assert stats["rows"] == 11 + sum(len(t) for t in xs)
+        assert requests.get(app.url + "/plan", timeout=10).json()["stages"][1]["replicas"] == 2
+    finally:
+        app.shutdown()
+
+
+def test_two_input_transformer_split_between_layers(serve_port):
+    bert = _tiny_bert()
+    ids = torch.randint(1, 50, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.int64)
+    g = sp.capture(bert, (ids, mask))
+    prof = sp.profile(g, batch_sizes=(2, 8), repeats=1, warmup=0, transport=FIXED)
+    plan = sp.plan(prof, 2, memory_per_device=prof.model_bytes * 0.7 + max(w[-1] for w in prof.workspace_bytes))
+    assert len(plan.stages) == 2
+    app = serving.deploy_model(bert, (ids, mask), name="bert2", plan=plan, graph=g, cpus_per_replica=0.25)
+    try:
+        q_ids = torch.randint(1, 50, (5, 12))
+        q_mask = torch.ones(5, 12, dtype=torch.int64)
+        q_mask[2, 7:] = 0
+        r = _post(app.url, {"inputs": [q_ids.tolist(), q_mask.tolist()]})
+        assert r.status_code == 200, r.text
+        assert torch.allclose(torch.tensor(r.json()["outputs"]), bert(q_ids, q_mask), atol=1e-5)
+        # bad input: a clear 4xx with a JSON body naming what is wrong
+        cases = [
+            ({"inputs": q_ids.tolist()}, 422, "2 inputs"),
+            ({"inputs": [q_ids.tolist(), q_mask[:3].tolist()]}, 422, "different numbers of rows"),
+            ({"inputs": [q_ids[:, :5].tolist(), q_mask[:, :5].tolist()]}, 422, "expected rows x 12"),
+            ({"inputs": [(q_ids + 0.5).tolist(), q_mask.tolist()]}, 422, "integers"),
+            ({"inputs": [q_ids.tolist(), q_mask.tolist()], "extra": 1}, 422, "unknown field"),
+            ([1, 2], 422, "JSON object"),
+        ]
+        for body, status, text in cases:
+            r = _post(app.url, body)
+            assert r.status_code == status and text in r.json()["error"], (body, r.text)
+        r = requests.post(app.url + "/predict", data=b"{nope", timeout=30)
+        assert r.status_code == 400 and "invalid JSON" in r.json()["error"]
+    finally:
+        app.shutdown()
+
+
+def test_auto_plan_replicates_a_model_that_fits(serve_port):
+    mlp = _mlp()
+    app = serving.deploy_model(mlp, torch.randn(2, 6), name="mlpauto", plan="auto", devices=2,
+                               transport=FIXED, batch_sizes=(1, 8), cpus_per_replica=0.25, max_rows=20)
+    try:
+        assert [(s.start, s.end, s.replicas) for s in app.plan.stages] == [(0, 5, 2)]
+        assert app.profile is not None and app.profile.transport == FIXED
+        x = torch.randn(3, 6)
+        assert torch.allclose(torch.tensor(_post(app.url, {"inputs": x.tolist()}).json()["outputs"]), mlp(x),
+                              atol=1e-5)
+        r = _post(app.url, {"inputs": torch.randn(21, 6).tolist()})
+        assert r.status_code == 413 and "max_rows" in r.json()["error"]
+        r = requests.post(app.url + "/predict", data=b'{"inputs": [[NaN, 1, 1, 1, 1, 1]]}', timeout=30)
+        assert r.status_code == 422 and "NaN" in r.json()["error"]
+    finally:
+        app.shutdown()
+
+
+def test_a_stage_replica_killed_under_load_loses_no_request(serve_port):
+    import threading
+
+    import ray
+
+    # the second stage takes 40 ms a batch, so the killed replica is almost surely mid-batch
+    torch.manual_seed(5)
+    mlp = nn.Sequential(nn.Linear(8, 8), sp.EmulatedBlock(40.0, 2, 8)).eval()
+    g = sp.capture(mlp, torch.randn(2, 8))
+    prof = sp.profile(g, batch_sizes=(2,), repeats=1, warmup=0, transport=FIXED)
+    plan = sp.evaluate(prof, [(0, 1, 1), (1, 2, 2)], devices=3, batch_size=2)
+    app = serving.deploy_model(mlp, torch.randn(2, 8), name="mlpkill", plan=plan, graph=g, cpus_per_replica=0.25)
+    results: list[bool] = []
+    dropped: list[str] = []  # a connection that failed is counted, not lost with its thread
+    stop = threading.Event()
+
+    def client(seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        with requests.Session() as session:
+            while not stop.is_set() and len(results) < 2000:
+                x = torch.randn(2, 8, generator=gen)
+                try:
+                    r = session.post(app.url + "/predict", json={"inputs": x.tolist()}, timeout=60)
+                except requests.RequestException as exc:
+                    dropped.append(type(exc).__name__)
+                    results.append(False)
+                    continue
+                results.append(r.status_code == 200 and torch.allclose(torch.tensor(r.json()["outputs"]), mlp(x),
+                                                                        atol=1e-5))
+
+    try:
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        def wait_for_results(count: int) -> None:  # progress, not wall time: the machine may be slow
+            deadline = time.monotonic() + 120
+            while len(results) < count and time.monotonic() < deadline:
+                time.sleep(0.1)
+
+        wait_for_results(10)
+        names = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                 if a["name"].startswith("SERVE_REPLICA::mlpkill#mlpkill-stage1#")]
+        assert len(names) == 2
+        before = len(results)
+        ray.kill(ray.get_actor(names[0]["name"], namespace=names[0]["namespace"]), no_restart=True)
+        wait_for_results(before + 30)
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert len(results) > before > 0
+        assert all(results), f"{results.count(False)} of {len(results)} requests failed or differed ({dropped[:5]})"
+    finally:
+        stop.set()
+        app.shutdown()
+
+
+def test_deploy_model_arguments_are_checked(serve_port):
+    mlp = _mlp()
+    with pytest.raises(ValueError, match="name"):
+        serving.deploy_model(mlp, torch.randn(2, 6), name="a/b")
+    with pytest.raises(ValueError, match="plan"):
+        serving.deploy_model(mlp, torch.randn(2, 6), name="x", plan="fastest")
+    with pytest.raises(ValueError, match="device"):
+        serving.deploy_model(mlp, torch.randn(2, 6), name="x", device="tpu")
+    with pytest.raises(TypeError, match="module"):
+        serving.deploy_model(object(), torch.randn(2, 6), name="x")
+
+
+def test_calibration_through_serve(serve_port):
+    from serving.model_app.transport import calibrate_transport
+
+    tr = calibrate_transport(sizes=(1024, 512 * 1024), repeats=3)
+    assert tr.source == "serve-handle" and tr.fixed_ms >= 0 and len(tr.points) == 2
+
+
+def test_fit_transport_recovers_a_line():
+    pts = [(b, 2.0 + b / 1e6) for b in (1e3, 1e5, 1e6, 4e6)]  # 2 ms + 1 ms per MB
+    tr = fit_transport(pts, "x")
+    assert tr.fixed_ms == pytest.approx(2.0) and tr.bytes_per_s == pytest.approx(1e9)
+    flat = fit_transport([(1e3, 3.0), (1e6, 2.9)], "x")
+    assert flat.bytes_per_s == float("inf") and flat.fixed_ms == pytest.approx(2.95)
+    # one disturbed size (a load spike) does not tip the line, as it would a least-squares fit
+    noisy = [(b, 5.0 + b / 5e5) for b in (1e3, 1.3e5, 5e5, 1e6, 2e6, 4e6)]
+    noisy[1] = (1.3e5, 27.0)
+    robust = fit_transport(noisy, "x")
+    assert robust.bytes_per_s == pytest.approx(5e8, rel=0.01) and robust.fixed_ms == pytest.approx(5.0, rel=0.05)
+    with pytest.raises(ValueError):
+        fit_transport([(1.0, 1.0)], "x")

@@ -1,0 +1,351 @@
+"""Stage calls and ingress batching without Ray: deadlines, cancellation, retries with
+jittered backoff, back-pressure, per-request failure isolation, parsing off the event loop.
+Fake handles stand in for Serve's; time is asyncio's, never the machine's speed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import types
+
+import pytest
+from ray.exceptions import RayActorError
+from ray.serve.exceptions import BackPressureError
+
+from serving.core.schema import ColumnSpec, PredictRequest, RequestError, RowSchema
+from serving.runtime.calls import (
+    BACKOFF_BASE_S,
+    MAX_DEADLINE_S,
+    Deadline,
+    DeadlineExceeded,
+    StageOverloaded,
+    backoff_s,
+    call_stage,
+    default_deadline_s,
+)
+from serving.runtime.coalesce import Coalescer
+
+
+class _Response:
+    """Looks like a DeploymentResponse: awaitable, cancellable."""
+
+    def __init__(self, coro):
+        self.task = asyncio.ensure_future(coro)
+        self.cancelled = False
+
+    def __await__(self):
+        return self.task.__await__()
+
+    def cancel(self):
+        self.cancelled = True
+        self.task.cancel()
+
+
+class _Handle:
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+        self.calls = 0
+        self.responses: list[_Response] = []
+        handle = self
+
+        class _Method:
+            def remote(self, *args):
+                handle.calls += 1
+                response = _Response(handle.behaviour(handle.calls, *args))
+                handle.responses.append(response)
+                return response
+
+        self.run = _Method()
+
+
+def test_deadline_from_header_and_its_limits():
+    assert Deadline.from_headers({}, 2.0).budget_s == 2.0
+    assert Deadline.from_headers({"x-deadline-ms": "250"}, 2.0).budget_s == pytest.approx(0.25)
+    for bad in ("0", "-5", "soon", str(1000 * MAX_DEADLINE_S + 1), "nan"):
+        with pytest.raises(RequestError) as info:
+            Deadline.from_headers({"x-deadline-ms": bad}, 2.0)
+        assert info.value.status == 422 and "x-deadline-ms" in info.value.message
+    assert default_deadline_s(None) == 30.0 and default_deadline_s(150.0) == pytest.approx(0.15)
+    d = Deadline.after(1.0)
+    assert d.reserve(0.2).at == pytest.approx(d.at - 0.2)
+
+
+def test_backoff_is_full_jitter_and_capped():
+    rng = random.Random(0)
+    draws = [backoff_s(a, rng) for a in range(10) for _ in range(50)]
+    assert all(0 <= d <= 1.0 for d in draws)
+    first = [backoff_s(0, rng) for _ in range(200)]
+    assert max(first) <= BACKOFF_BASE_S and min(first) < BACKOFF_BASE_S / 4  # jitter, not a fixed pause
+
+
+def test_call_retries_a_dead_replica_with_backoff_then_succeeds():
+    async def behaviour(n, x):
+        if n <= 2:
+            raise RayActorError()
+        return x * 2
+
+    handle, retries = _Handle(behaviour), []
+
+    async def run():
+        return await call_stage(handle, "run", (21,), Deadline.after(5.0), "expensive",
+                                rng=random.Random(1), on_retry=lambda: retries.append(1))
+
+    assert asyncio.run(run()) == 42
+    assert handle.calls == 3 and len(retries) == 2
+
+
+def test_call_gives_up_after_bounded_retries():
+    async def behaviour(n, x):
+        raise RayActorError()
+
+    handle = _Handle(behaviour)
+    with pytest.raises(RayActorError):
+        asyncio.run(call_stage(handle, "run", (1,), Deadline.after(30.0), "s", retries=2, rng=random.Random(2)))
+    assert handle.calls == 3
+
+
+def test_a_late_call_is_cancelled_at_the_deadline():
+    async def behaviour(n, x):
+        await asyncio.sleep(60)
+
+    handle = _Handle(behaviour)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(DeadlineExceeded, match="at the expensive stage"):
+            await call_stage(handle, "run", (1,), Deadline.after(0.05), "expensive")
+        return loop.time() - start
+
+    assert asyncio.run(run()) < 5.0
+    assert handle.responses[0].cancelled
+
+
+def test_back_pressure_becomes_overloaded():
+    async def behaviour(n, x):
+        raise BackPressureError(num_queued_requests=8, max_queued_requests=8)
+
+    with pytest.raises(StageOverloaded) as info:
+        asyncio.run(call_stage(_Handle(behaviour), "run", (1,), Deadline.after(5.0), "expensive"))
+    assert info.value.retry_after_s >= 1
+
+
+def test_coalescer_merges_waiting_requests_and_follows_the_replica_count():
+    in_flight, peak, sizes = [0], [0], []
+
+    async def run(items, deadline):
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        sizes.append(sum(it.size for it in items))
+        await asyncio.sleep(0.01)
+        in_flight[0] -= 1
+        return [it.rows for it in items]
+
+    async def main(limit):
+        co = Coalescer(run, stage="s", max_rows=8, limit=limit)
+        deadline = Deadline.after(30.0)
+        outs = await asyncio.gather(*(co.submit([i] * 2, None, deadline) for i in range(40)))
+        return co, outs
+
+    co, outs = asyncio.run(main(limit=1))
+    assert outs == [[i] * 2 for i in range(40)]  # each request gets its own rows back
+    assert peak[0] == 1 and max(sizes) == 8 and co.batches < 40
+    peak[0] = 0
+    asyncio.run(main(limit=4))  # e.g. 1 replica -> 4 replicas: more calls in flight at once
+    assert peak[0] == 4
+
+
+def test_one_bad_request_fails_alone():
+    async def run(items, deadline):
+        if any(it.rows == "poison" for it in items):
+            raise ValueError("bad row")
+        return [f"ok:{it.rows}" for it in items]
+
+    async def main():
+        co = Coalescer(run, stage="s", max_rows=100, limit=1)
+        deadline = Deadline.after(30.0)
+        blocker = asyncio.ensure_future(co.submit("first", None, deadline))  # holds the one slot
+        rest = [asyncio.ensure_future(co.submit(x, None, deadline)) for x in ("a", "poison", "b")]
+        await blocker
+        return await asyncio.gather(*rest, return_exceptions=True)
+
+    a, bad, b = asyncio.run(main())
+    assert a == "ok:a" and b == "ok:b"
+    assert isinstance(bad, ValueError)
+
+
+def test_queue_is_bounded_and_waiting_requests_time_out():
+    release = asyncio.Event
+
+    async def main():
+        gate = release()
+
+        async def run(items, deadline):
+            await gate.wait()
+            return [it.rows for it in items]
+
+        co = Coalescer(run, stage="expensive", max_rows=1, limit=1, max_queued=2)
+        first = asyncio.ensure_future(co.submit([1], None, Deadline.after(30.0)))
+        await asyncio.sleep(0)
+        queued = [asyncio.ensure_future(co.submit([i], None, Deadline.after(0.05))) for i in (2, 3)]
+        await asyncio.sleep(0)
+        with pytest.raises(StageOverloaded):
+            await co.submit([4], None, Deadline.after(30.0))
+        results = await asyncio.gather(*queued, return_exceptions=True)
+        gate.set()
+        return await first, results
+
+    first, results = asyncio.run(main())
+    assert first == [1] and all(isinstance(r, DeadlineExceeded) for r in results)
+
+
+class _Request:
+    def __init__(self, body: bytes):
+        self.body, self.headers = body, {"content-length": str(len(body))}
+
+    async def stream(self):
+        for start in range(0, len(self.body), 65536):
+            yield self.body[start:start + 65536]
+
+
+@pytest.mark.parametrize("rows", [10, 20_000])
+def test_the_ingress_parses_large_bodies_off_the_event_loop(monkeypatch, rows):
+    """Bodies over PARSE_INLINE_BYTES are parsed in a thread: the event loop keeps serving
+    other requests meanwhile; small ones are parsed inline (a thread hop costs more)."""
+    import serving.runtime.ingress as app_module
+
+    threads = []
+
+    class Schema(RowSchema):  # notes the thread that builds the frame
+        def to_frame(self, rows, max_rows):
+            threads.append(threading.get_ident())
+            return super().to_frame(rows, max_rows)
+
+    schema = Schema([ColumnSpec(c, "number", False, "float64") for c in "abc"])
+    body = json.dumps({"rows": [{"a": 1.5, "b": 2.5, "c": float(i)} for i in range(rows)]}).encode()
+    cls = app_module.Ingress.func_or_class  # the ingress's own methods, on a stand-in instance
+    ingress = types.SimpleNamespace(schema=schema, max_body=10 * len(body), max_rows=50_000)
+    ingress._body = lambda request: cls._body(ingress, request)
+    ingress._parse = lambda request, model: cls._parse(ingress, request, model)
+
+    async def main():
+        ticks, done = 0, False
+
+        async def ticker():
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        tick_task = asyncio.ensure_future(ticker())
+        _, frame = await ingress._parse(_Request(body), PredictRequest)
+        done = True
+        await tick_task
+        return threading.get_ident(), frame
+
+    loop_thread, frame = asyncio.run(main())
+    assert len(frame) == rows
+    assert (threads[0] != loop_thread) == (len(body) > app_module.PARSE_INLINE_BYTES)
+
+
+def _hedge(replicas: int = 2, known: float = 0.01):
+    """A StageHedge whose window already holds 40 latencies of ``known`` seconds (delay: twice
+    that, the floor over the median)."""
+    from serving.runtime.calls import StageHedge
+
+    heard: list[bool] = []
+    hedge = StageHedge(lambda: replicas, on_hedge=heard.append)
+    for _ in range(40):
+        hedge.window.add(known)
+    return hedge, heard
+
+
+def test_a_straggling_call_is_hedged_and_the_first_answer_kept():
+    """The first call stalls; after the stage's latency tail a copy is sent, answers, and the
+    stalled call is cancelled; the window records how long the first had taken by then."""
+    hedge, heard = _hedge()
+
+    async def behaviour(n, *args):
+        if n == 1:
+            await asyncio.sleep(30)  # the straggler
+        return {"call": n}
+
+    handle = _Handle(behaviour)
+    out = asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "expensive", hedge=hedge))
+    assert out == {"call": 2} and handle.calls == 2
+    assert handle.responses[0].cancelled and not handle.responses[1].cancelled
+    assert (hedge.calls, hedge.hedges, hedge.wins) == (1, 1, 1) and heard == [True]
+    assert hedge.window.samples[-1] >= 0.02  # not the copy's own (short) time
+
+
+def test_no_hedge_for_a_prompt_call_a_single_replica_or_an_unknown_tail():
+    async def prompt(n, *args):
+        return {"call": n}
+
+    for replicas, known in ((2, 0.5), (1, 0.001)):  # answers before the delay; one replica
+        hedge, heard = _hedge(replicas, known)
+        handle = _Handle(prompt)
+        assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=hedge)) == {"call": 1}
+        assert handle.calls == 1 and hedge.hedges == 0 and heard == []
+    from serving.runtime.calls import StageHedge
+
+    fresh = StageHedge(lambda: 4)  # too few latencies known yet
+    assert fresh.delay() is None
+
+
+def test_a_hedged_pair_fails_over_and_meets_the_deadline():
+    """One of the pair failing leaves the other's answer; both failing is the first's error
+    (so the caller's retry rules apply); both late is DeadlineExceeded with both cancelled."""
+    async def first_dies(n, *args):
+        if n == 1:
+            await asyncio.sleep(0.1)
+            raise RayActorError()
+        await asyncio.sleep(0.3)
+        return {"call": n}
+
+    hedge, heard = _hedge()
+    out = asyncio.run(call_stage(_Handle(first_dies), "run", (), Deadline.after(60), "s", hedge=hedge, retries=0))
+    assert out == {"call": 2} and heard == [True]
+
+    async def both_fail(n, *args):
+        await asyncio.sleep(0.1 * n)
+        raise ValueError(f"call {n}")
+
+    hedge, _ = _hedge()
+    with pytest.raises(ValueError, match="call 1"):
+        asyncio.run(call_stage(_Handle(both_fail), "run", (), Deadline.after(60), "s", hedge=hedge))
+
+    async def both_stall(n, *args):
+        await asyncio.sleep(30)
+
+    hedge, _ = _hedge()
+    handle = _Handle(both_stall)
+    with pytest.raises(DeadlineExceeded):
+        asyncio.run(call_stage(handle, "run", (), Deadline.after(0.3), "s", hedge=hedge))
+    assert handle.calls == 2 and all(r.cancelled for r in handle.responses)
+
+
+def test_no_copy_is_sent_while_every_replica_is_busy():
+    """With as many of this ingress's calls in flight as the stage has replicas, the tail is
+    queueing: the late call waits for its own answer instead of being copied."""
+    from serving.runtime.calls import StageHedge
+
+    busy = StageHedge(lambda: 2, in_flight=lambda: 2)
+    free = StageHedge(lambda: 2, in_flight=lambda: 1)
+    for hedge in (busy, free):
+        for _ in range(40):
+            hedge.window.add(0.01)
+
+    async def slow_first(n, *args):
+        await asyncio.sleep(0.3 if n == 1 else 0.0)
+        return {"call": n}
+
+    handle = _Handle(slow_first)
+    assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=busy)) == {"call": 1}
+    assert handle.calls == 1 and busy.hedges == 0 and busy.skipped_busy == 1
+    handle = _Handle(slow_first)
+    assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=free)) == {"call": 2}
+    assert free.hedges == 1 and free.skipped_busy == 0
+    assert StageHedge(lambda: 2, in_flight=lambda: 5, idle_only=False).spare()

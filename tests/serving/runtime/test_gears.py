@@ -1,0 +1,205 @@
+"""Load-adaptive gears without Ray: the switching policy on a fake clock and synthetic queue
+signals, the ingress's switch, the stage runners per gear, and the ingress's batching by gear."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from serving.core.specs import stage_specs
+from serving.runtime.calls import Deadline
+from serving.runtime.coalesce import Coalescer
+from serving.runtime.gears import (
+    GearPolicy,
+    GearRunners,
+    GearSwitch,
+    check_gears,
+    gear_info,
+    ladder,
+)
+from serving.runtime.records import record_columns
+from serving.runtime.stage_runner import StageRunner
+from tests.willump.synth import make_rows
+
+
+@pytest.fixture(scope="module")
+def geared(geared_opt):
+    return geared_opt
+
+
+def policy(**kw) -> GearPolicy:
+    return GearPolicy(3, slo_ms=100.0, **{"up_at": 0.5, "down_at": 0.2, "up_interval_s": 0.25,
+                                          "down_after_s": 2.0, "window_s": 1.0, **kw})
+
+
+def test_policy_steps_up_one_gear_per_interval_while_the_queue_is_old():
+    p = policy()
+    assert p.update(0.0, oldest_ms=10.0) == 0  # well inside the SLO
+    assert p.update(0.1, oldest_ms=60.0) == 1  # past half the SLO: one step
+    assert p.update(0.2, oldest_ms=90.0) == 1  # too soon for another
+    assert p.update(0.4, oldest_ms=90.0) == 2
+    assert p.update(0.7, oldest_ms=500.0) == 2  # the cheapest gear is the last
+    assert p.switches == 2
+
+
+def test_policy_steps_back_only_after_a_calm_dwell_and_one_gear_at_a_time():
+    p = policy()
+    for t, gear in ((0.0, 1), (0.3, 2)):
+        assert p.update(t, oldest_ms=80.0) == gear
+    assert p.update(1.0, oldest_ms=5.0) == 2  # calm since 0.3, when the signal was last seen hot
+    assert p.update(2.2, oldest_ms=5.0) == 2  # not calm long enough
+    assert p.update(2.5, oldest_ms=5.0) == 1  # 2 s calm: one step back
+    assert p.update(4.0, oldest_ms=5.0) == 1  # the next step needs another full calm period
+    assert p.update(4.6, oldest_ms=5.0) == 0
+
+
+def test_policy_hysteresis_between_the_thresholds_holds_the_gear_and_resets_the_calm():
+    p = policy()
+    p.update(0.0, oldest_ms=70.0)
+    assert p.gear == 1
+    p.update(1.0, oldest_ms=10.0)  # calm from t=1
+    p.update(2.5, oldest_ms=30.0)  # between down_at (20 ms) and up_at (50 ms): hold, calm broken
+    assert p.update(3.2, oldest_ms=10.0) == 1  # calm again only since 2.5, when it was last seen hot
+    assert p.update(4.4, oldest_ms=10.0) == 1
+    assert p.update(4.5, oldest_ms=10.0) == 0
+
+
+def test_policy_after_idle_steps_back_at_once_but_not_right_after_a_switch():
+    p = policy()
+    p.update(0.0, oldest_ms=80.0)
+    assert p.update(0.1, oldest_ms=80.0) == 1  # hot until 0.1; no request for a minute
+    assert p.update(60.0, oldest_ms=0.0) == 0  # the queue was calm all along: back at once
+    q = policy()
+    assert q.update(0.0, oldest_ms=80.0) == 1  # switched at 0, hot never seen since
+    assert q.update(1.0, oldest_ms=0.0) == 1 and q.update(2.0, oldest_ms=0.0) == 0
+
+
+def test_policy_signal_remembers_recent_latencies_for_its_window():
+    p = policy()
+    for i in range(10):
+        p.record(0.1 * i, 80.0)  # requests that finished late
+    assert p.signal(1.0) == pytest.approx(80.0)
+    assert p.update(1.0, oldest_ms=0.0) == 1  # nothing waits now, but the tail was late
+    assert p.signal(2.5) == 0.0  # out of the window
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(slo_ms=0), "slo_ms"), (dict(down_at=0.6), "down_at < up_at"), (dict(window_s=-1), "window_s"),
+    (dict(quantile=0), "quantile")])
+def test_policy_rejects_bad_parameters(kw, match):
+    with pytest.raises(ValueError, match=match):
+        GearPolicy(2, **{"slo_ms": 100.0, **kw})
+
+
+def test_switch_uses_the_oldest_request_in_flight_and_its_latency():
+    now = [0.0]
+    info = {"mode": "adaptive", "ladder": [{"gear": i, "max_loss": m, "loss_bound": b, "method": "x"}
+                                           for i, (m, b) in enumerate([(0.01, 0.008), (0.02, 0.015)])],
+            "policy": {"slo_ms": 100.0, "up_interval_s": 0.0}}
+    switch = GearSwitch(info, clock=lambda: now[0])
+    slow, gear = switch.begin()
+    assert gear == 0
+    now[0] = 0.06  # the first request has waited 60 ms: the next one is served cheaper
+    fast, gear = switch.begin()
+    assert gear == 1 and switch.fields(gear) == {"gear": 1, "gear_max_loss": 0.02, "gear_loss_bound": 0.015}
+    switch.end(slow)
+    switch.end(fast)
+    pinned = GearSwitch({**info, "mode": 1, "policy": {}})
+    assert pinned.begin()[1] == 1 and not pinned.adaptive
+    assert GearSwitch(None).begin()[1] == 0
+
+
+def test_each_gear_runs_as_opt_gear_does_across_the_two_stages(geared):
+    rows = make_rows(300, seed=5)[0]
+    for g in range(len(geared.gears_)):
+        cheap, expensive = (GearRunners(StageRunner(geared, s)).get(g) for s in stage_specs(geared))
+        first = cheap.run(rows)
+        proba = first["proba"].copy()
+        if first["unsure"].size:
+            rest = expensive.run(rows.iloc[first["unsure"]].reset_index(drop=True), first["blocks"])
+            proba[first["unsure"]] = rest["proba"]
+        np.testing.assert_allclose(proba, geared.gear(g).predict_proba(rows), atol=1e-12)
+
+
+def test_deploy_options_are_checked_against_the_artifact(geared, synth_opt):
+    check_gears("adaptive", {"slo_ms": 50}, geared, baseline=False)
+    for gears, policy_, opt, match in [
+            ("fast", None, geared, "gears must be one of"), (9, None, geared, "certifies gears 0"),
+            ("adaptive", None, synth_opt, "needs an artifact with certified gears"),
+            ("adaptive", {"slo": 1}, geared, "unknown key"), ("off", {"slo_ms": 1}, geared, "only used with")]:
+        with pytest.raises(ValueError, match=match):
+            check_gears(gears, policy_, opt, baseline=False)
+    with pytest.raises(ValueError, match="baseline"):
+        check_gears(1, None, geared, baseline=True)
+    with pytest.raises(ValueError, match="needs an SLO"):
+        gear_info("adaptive", None, geared, None)
+    info = gear_info("adaptive", None, geared, 250.0)
+    assert info["policy"]["slo_ms"] == 250.0 and info["ladder"] == ladder(geared)
+    assert [g["loss_bound"] <= g["max_loss"] for g in info["ladder"]] == [True] * len(geared.gears_)
+
+
+def test_requests_of_different_gears_never_share_a_stage_call():
+    calls: list[list] = []
+
+    async def run(items, deadline):
+        calls.append([it.key for it in items])
+        return [it.rows for it in items]
+
+    async def main():
+        c = Coalescer(run, stage="cheap", max_rows=100, limit=1)
+        deadline = Deadline.after(5.0)
+        return await asyncio.gather(*(c.submit([i], None, deadline, key=k) for i, k in enumerate([0, 0, 1, 1, 0])))
+
+    assert asyncio.run(main()) == [[0], [1], [2], [3], [4]]
+    assert all(len(set(keys)) == 1 for keys in calls) and sorted(k for keys in calls for k in keys) == [0, 0, 0, 1, 1]
+
+
+def test_records_carry_the_gear():
+    frame = make_rows(4, seed=1)[0]
+    proba = np.full((4, 2), 0.5)
+    cols = record_columns(frame, proba, np.zeros(4, dtype=int), np.full(4, "r"), 1.0, 0.0, "v", None, {}, gear=2)
+    assert cols["gear"].tolist() == ["2"] * 4
+    assert "gear" not in record_columns(frame, proba, np.zeros(4, dtype=int), np.full(4, "r"), 1.0, 0.0, "v",
+                                        None, {})
+
+
+def test_time_to_accuracy_fields_for_a_configuration(synth_opt):
+    """benchmarks.serving's time-to-accuracy fields: accuracy of the answers, loss vs the full
+    pipeline, the certified bound, and cost per million predictions at the simulated price."""
+    from benchmarks._time_to_accuracy import PRICE_PER_CPU_HOUR, at_accuracy
+
+    X, y = make_rows(2000, seed=9)
+    fields = at_accuracy({"rows_per_s": 3600.0, "p99_ms": 5.0}, synth_opt, (X, y), baseline=False, cpus=2.0)
+    assert fields["accuracy"] == pytest.approx(np.mean(synth_opt.predict(X) == y))
+    assert fields["accuracy_loss"] == pytest.approx(np.mean(synth_opt.baseline.predict(X) == y) - fields["accuracy"])
+    assert fields["certified_loss_bound"] == synth_opt.gears_[0].loss_bound <= fields["max_loss"]
+    assert fields["cost_per_million_predictions"] == pytest.approx(2.0 * PRICE_PER_CPU_HOUR / 3600.0 ** 2 * 1e6)
+    full = at_accuracy({"rows_per_s": 100.0, "p99_ms": 5.0}, synth_opt, (X, y), baseline=True, cpus=2.0)
+    assert full["accuracy_loss"] == 0.0 and full["certified_loss_bound"] == 0.0
+    assert at_accuracy({"rows_per_s": 0.0}, synth_opt, None, baseline=True, cpus=1.0)["accuracy"] is None
+
+
+def test_willump_serve_takes_the_gear_options():
+    from serving.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "art", "--gears", "adaptive", "--gear-slo-ms", "200"])
+    assert (args.gears, args.gear_slo_ms) == ("adaptive", 200.0)
+    assert build_parser().parse_args(["serve", "art", "--gears", "2"]).gears == 2
+    assert build_parser().parse_args(["serve", "art"]).gears == "off"
+
+
+def test_willump_build_writes_the_gears_into_the_serve_config(geared, tmp_path):
+    import yaml
+
+    from serving.cli import main
+
+    geared.save(tmp_path / "art")
+    out = tmp_path / "serve.yaml"
+    assert main(["build", str(tmp_path / "art"), "-o", str(out), "--cpus", "2", "--gears", "adaptive",
+                 "--p99-ms", "300"]) == 0
+    spec = yaml.safe_load(out.read_text())["applications"][-1]["args"]
+    assert spec["gears"]["mode"] == "adaptive" and spec["gears"]["policy"]["slo_ms"] == 300.0
+    assert [g["loss_bound"] for g in spec["gears"]["ladder"]] == [g.loss_bound for g in geared.gears_]
+    assert main(["build", str(tmp_path / "art"), "-o", str(out), "--cpus", "2", "--gears", "9"]) == 2

@@ -1,0 +1,48 @@
+"""Monitor queries answer the monitor's own errors (drift.DriftError) with their status,
+machine-readable reason and, when waiting helps, Retry-After, instead of a generic 4xx.
+Runs the query code in this process (no Ray); test_api checks the same over HTTP."""
+
+from __future__ import annotations
+
+import time
+
+from serving.runtime.http_support import monitor_error
+from serving.runtime.replicas import MonitorStage
+
+
+def _stage(**config):
+    return MonitorStage.func_or_class({"attributes": ["region"], "metrics": ["latency_ms"], **config})
+
+
+def test_drift_errors_keep_status_reason_and_retry_after():
+    stage = _stage(pane_seconds=1.0, auto_reference_panes=50)
+    empty = stage._query("drift", {})
+    assert empty["status"] == 409 and empty["reason"] == "no_data" and "retry_after_s" not in empty
+
+    now = time.time()
+    stage.monitor.ingest([{"region": "eu", "latency_ms": float(i % 7), "ts": now} for i in range(100)])
+    pending = stage._query("drift", {})
+    assert pending["status"] == 409 and pending["reason"] == "reference_pending"
+    assert pending["retry_after_s"] > 0 and "reference=-1h" in pending["error"]
+
+    missing = stage._query("drift", {"reference": "nosuch"})
+    assert missing["status"] == 409 and missing["reason"] == "no_reference"
+    schema = stage._query("explain", {"metric": "nosuch"})  # a SchemaError is a ValueError too
+    assert schema["status"] == 422 and schema["reason"] == "schema" and "nosuch" in schema["error"]
+
+    # mistakes the monitor does not classify keep the generic answers
+    assert stage._query("explain", {"bogus": 1})["status"] == 422
+    assert stage._query("nosuch", {})["status"] == 404
+
+
+def test_monitor_error_becomes_the_http_answer():
+    err = monitor_error({"status": 409, "reason": "reference_pending", "error": "wait", "retry_after_s": 54.2,
+                         "fields": []})
+    assert err.status == 409 and err.headers == {"Retry-After": "55"}
+    assert err.body() == {"error": "wait", "fields": [], "reason": "reference_pending", "retry_after_s": 54.2}
+    soon = monitor_error({"status": 409, "reason": "reference_pending", "error": "wait", "retry_after_s": 0.2})
+    assert soon.headers == {"Retry-After": "1"}
+    plain = monitor_error({"status": 422, "error": "unknown query parameter(s) ['x']",
+                           "fields": [{"field": "x", "error": "accepted: []"}]})
+    assert plain.headers == {} and plain.body() == {"error": "unknown query parameter(s) ['x']",
+                                                    "fields": [{"field": "x", "error": "accepted: []"}]}

@@ -1,0 +1,126 @@
+"""Serving records: built as plain columns per request, sent to the monitor in batches."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pandas as pd
+
+from serving.runtime.records import RecordBuffer, build_records, record_columns
+
+CONFIG = {"input_attributes": ["dest"], "buckets": {"distance": [500, 1000]},
+          "request_attributes": ["region"], "features": ["distance", "dest"]}
+
+
+def _frame(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    distance = rng.uniform(0, 2000, n)
+    distance[:4] = [np.nan, 500.0, 1000.0, 499.5][:n]
+    return pd.DataFrame({"dest": rng.choice(["DEN", "ORD", None], n), "distance": distance})
+
+
+def _columns(frame: pd.DataFrame, region: str | None = "eu", latency: float = 5.0) -> dict:
+    n = len(frame)
+    proba = np.column_stack([np.linspace(0, 1, n), 1 - np.linspace(0, 1, n)])
+    return record_columns(frame, proba, np.arange(n) % 2, np.full(n, "r1", dtype=object), latency, 100.0,
+                          "v1", {"region": region} if region else None, CONFIG)
+
+
+def test_buckets_match_pandas_cut_and_nan_stays_missing():
+    frame = _frame(50)
+    records = build_records(frame, np.full((50, 2), 0.5), np.zeros(50, dtype=int), np.full(50, "r"), 1.0, 0.0,
+                            "v1", None, CONFIG)
+    expected = pd.cut(frame["distance"], bins=[-np.inf, 500, 1000, np.inf]).astype(str)
+    assert records["distance_bucket"].isna().tolist() == expected.isna().tolist()
+    present = expected.notna()
+    assert records["distance_bucket"][present].tolist() == expected[present].tolist()
+    assert records.loc[1, "distance_bucket"] == "(-inf, 500.0]" and records.loc[2, "distance_bucket"] == "(500.0, 1000.0]"
+
+
+def test_record_columns_hold_every_configured_field():
+    frame = _frame(10)
+    cols = _columns(frame, region=None)
+    assert set(cols) == {"timestamp", "model_version", "replica", "level", "dest", "distance_bucket", "region",
+                         "latency_ms", "confidence", "score", "error", "distance"}
+    assert all(len(v) == 10 for v in cols.values())
+    assert (cols["region"] == "<none>").all() and (cols["level"] == np.array(["0", "1"] * 5)).all()
+    np.testing.assert_allclose(cols["confidence"], np.maximum(np.linspace(0, 1, 10), 1 - np.linspace(0, 1, 10)))
+    missing = frame["dest"].isna().to_numpy()
+    assert missing.any() and pd.isna(cols["dest"][missing]).all()  # a missing input stays missing
+
+
+class _Monitor:
+    def __init__(self):
+        self.batches: list[pd.DataFrame] = []
+
+        class _Ingest:
+            async def remote(_, batch):
+                self.batches.append(batch)
+                return len(batch)
+
+        self.ingest = _Ingest()
+
+
+def test_buffer_sends_one_frame_per_flush_in_arrival_order():
+    monitor = _Monitor()
+
+    async def run() -> RecordBuffer:
+        buffer = RecordBuffer(monitor, CONFIG, flush_rows=25, flush_delay_s=0.05)
+        for i in range(3):  # 30 rows: the third request forces a send
+            buffer.add(_columns(_frame(10, seed=i), latency=float(i)))
+        await asyncio.sleep(0.01)
+        buffer.add(_columns(_frame(5, seed=9), latency=9.0))
+        await buffer.close()
+        return buffer
+
+    buffer = asyncio.run(run())
+    assert [len(b) for b in monitor.batches] == [30, 5] and buffer.sent == 35 and buffer.dropped == 0
+    first = monitor.batches[0]
+    assert first["latency_ms"].tolist() == [0.0] * 10 + [1.0] * 10 + [2.0] * 10
+    assert list(first.columns) == list(_columns(_frame(2)).keys())
+
+
+class _StuckMonitor:
+    """A monitor whose ingest never answers (until cancelled)."""
+
+    def __init__(self):
+        self.cancelled = 0
+
+        class _Ingest:
+            def remote(_, batch):
+                return _Stuck(self)
+
+        self.ingest = _Ingest()
+
+
+class _Stuck:
+    def __init__(self, owner):
+        self.owner = owner
+
+    def __await__(self):
+        return asyncio.sleep(3600).__await__()
+
+    def cancel(self):
+        self.owner.cancelled += 1
+
+
+def test_buffer_is_bounded_and_counts_what_it_drops():
+    monitor = _StuckMonitor()
+    drops: dict[str, int] = {}
+
+    async def run() -> RecordBuffer:
+        buffer = RecordBuffer(monitor, CONFIG, flush_rows=10, flush_delay_s=10.0, max_rows=30, send_timeout_s=0.05,
+                              on_drop=lambda reason, n: drops.__setitem__(reason, drops.get(reason, 0) + n))
+        accepted = [buffer.add(_columns(_frame(10, seed=i))) for i in range(5)]
+        assert accepted[:1] == [True]
+        await asyncio.sleep(0.2)  # the sends time out: their records count as dropped, the buffer frees
+        assert buffer.add(_columns(_frame(10, seed=9)))
+        await buffer.close()
+        return buffer
+
+    buffer = asyncio.run(run())
+    assert buffer.rows == 0 and buffer.sent == 0
+    assert buffer.dropped == 60 == sum(drops.values())
+    assert set(drops) <= {"buffer_full", "send_failed"} and drops["send_failed"] > 0
+    assert monitor.cancelled > 0  # a timed-out send is cancelled, not left running
