@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from serving.core.jsonsafe import clean
+
 #: simulated on-demand price of one CPU for an hour (benchmarks._tiers.PRICE_RELIABLE)
 PRICE_PER_CPU_HOUR = 1.0
 #: rows per request when the held-out rows are posted for scoring
@@ -66,7 +68,7 @@ def served_predictions(url: str, X: Any) -> list[Any]:
     out: list[Any] = []
     for start in range(0, len(X), SCORE_ROWS_PER_REQUEST):
         rows = X.iloc[start:start + SCORE_ROWS_PER_REQUEST]
-        body = json.dumps({"rows": rows.to_dict("records")}, default=_plain)
+        body = json.dumps(clean({"rows": rows.to_dict("records")}))
         r = requests.post(url, data=body, headers={"Content-Type": "application/json"}, timeout=120)
         r.raise_for_status()
         out += r.json()["predictions"]
@@ -112,7 +114,7 @@ def time_to_first_answer(opt: Any, rows: Any, *, cpus: float, port: int, name: s
     folder = tempfile.mkdtemp(prefix="willump-tta-")
     path = os.path.join(folder, "artifact")
     opt.save(path)
-    body = json.dumps({"rows": rows.iloc[:1].to_dict("records")}, default=_plain)
+    body = json.dumps(clean({"rows": rows.iloc[:1].to_dict("records")}))
     url = f"http://127.0.0.1:{port}/{name}/predict"
     log = open(os.path.join(folder, "serve.log"), "w")
     t0 = time.perf_counter()
@@ -151,9 +153,3 @@ def time_to_first_answer(opt: Any, rows: Any, *, cpus: float, port: int, name: s
         log.close()
     return {"time_to_first_answer_s": seconds, "ready_s": ready, "error": error,
             "command": f"willump serve ARTIFACT --cpus {cpus:g}"}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -87,7 +87,7 @@ WINGS = {
     "partition": set(),
     "runtime": {"core"},
     "planning": {"core"},
-    "model_app": {"core", "partition"},
+    "model_app": {"core", "partition", "runtime"},
     "measure": {"core", "runtime", "planning"},
     "emulation": {"core", "runtime", "planning", "measure"},
     "launch": {"core", "runtime", "planning", "measure"},

@@ -18,6 +18,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from serving.core.constants import MAX_ROWS
+from serving.core.jsonsafe import clean
 
 #: at most this many field errors are listed in one response
 MAX_REPORTED_ERRORS = 20
@@ -219,15 +220,6 @@ _CHECKS = {
 }
 
 
-def plain(value: Any) -> Any:
-    """JSON-ready scalar: numpy scalars to Python, non-finite floats to None."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def validation_fields(exc: ValidationError) -> list[dict[str, str]]:
     out = []
     for err in exc.errors():
@@ -258,7 +250,7 @@ def predict_answer(classes: np.ndarray, proba: np.ndarray, level: np.ndarray, de
     gear fields (:meth:`serving.runtime.gears.GearSwitch.fields`)."""
     labels = classes[np.argmax(proba, axis=1)]
     body = {
-        "predictions": [plain(v) for v in labels],
+        "predictions": clean(list(labels), infinity="null"),
         "probabilities": np.round(proba, 12).tolist(),
         "level": level.tolist(),
         "degraded": degraded.tolist(),

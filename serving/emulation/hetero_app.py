@@ -40,6 +40,7 @@ from serving.runtime.hedge import (
     LatencyWindow,
     SlowReplicas,
 )
+from serving.runtime.watch import ReplicaWatch
 
 #: errors meaning a replica is gone (its node was removed or preempted), not a bad request
 LOST = (RayActorError, ActorUnavailableError)
@@ -143,7 +144,7 @@ class HeteroIngress:
         #: of those, the ones the watch found without a running replica (back once one runs)
         self.lost_seen: set[str] = getattr(self, "lost_seen", set())
         self.lost_events: dict[str, asyncio.Event] = getattr(self, "lost_events", {})
-        self._watch: asyncio.Task | None = getattr(self, "_watch", None)
+        self._watch: ReplicaWatch | None = getattr(self, "_watch", None)
         self.counts["lost_seen"] = 0
 
     def drain(self, keys: Sequence[str]) -> dict[str, int]:
@@ -173,30 +174,25 @@ class HeteroIngress:
 
     def _start_watch(self) -> None:
         if self._watch is None:
-            self._watch = asyncio.get_running_loop().create_task(self._watch_replicas())
+            app = serve.get_replica_context().app_name
+            self._watch_keys = {key_deployment(app, key): key
+                                for key in (f"{stage}@{r}" for stage, replicas in self.handles.items() for r in replicas)}
+            self._watch = ReplicaWatch(app, self._watch_keys, self._follow_replicas, WATCH_S)
+            self._watch.start()
 
-    async def _watch_replicas(self) -> None:
-        """Every WATCH_S: a replica whose deployment runs no replica (its node is gone) leaves
-        routing and its waiting calls are re-sent; one found lost this way that runs again
-        comes back. A drained replica stays out until ``restore``."""
-        app = serve.get_replica_context().app_name
-        names = {key: key_deployment(app, key)
-                 for key in (f"{stage}@{r}" for stage, replicas in self.handles.items() for r in replicas)}
-        while True:
-            try:
-                deployments = (await asyncio.to_thread(serve.status)).applications[app].deployments
-                for key, name in names.items():
-                    running = deployments[name].replica_states.get("RUNNING", 0) if name in deployments else 0
-                    if running == 0 and key not in self.unavailable:
-                        self.unavailable.add(key)
-                        self.lost_seen.add(key)
-                        self.counts["lost_seen"] += 1
-                        self._lost_event(key).set()
-                    elif running > 0 and key in self.lost_seen:
-                        self.restore([key])
-            except Exception as exc:  # the controller is busy or restarting: look again later
-                log.debug("replica watch: %s", exc)
-            await asyncio.sleep(WATCH_S)
+    def _follow_replicas(self, running: dict[str, int]) -> None:
+        """A replica whose deployment runs no replica (its node is gone) leaves routing and
+        its waiting calls are re-sent; one found lost this way that runs again comes back.
+        A drained replica stays out until ``restore``."""
+        for name, count in running.items():
+            key = self._watch_keys[name]
+            if count == 0 and key not in self.unavailable:
+                self.unavailable.add(key)
+                self.lost_seen.add(key)
+                self.counts["lost_seen"] += 1
+                self._lost_event(key).set()
+            elif count > 0 and key in self.lost_seen:
+                self.restore([key])
 
     async def _send(self, stage: str, replica: str, rows: pd.DataFrame, blocks: dict | None, gear: int = 0):
         key = f"{stage}@{replica}"

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from serving.core.artifacts import ArtifactSource, path_version
+from serving.core.jsonsafe import clean
 from serving.launch.graph import monitor_settings, row_schema, specs_of
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
 from serving.planning.planner import Plan, Resources, plan_stages
@@ -95,16 +96,5 @@ def write_serve_config(config: dict[str, Any], path: str | os.PathLike) -> Path:
     out = Path(path)
     header = ("# Ray Serve config written by `willump build` (serve deploy / serve run / KubeRay RayService).\n"
               "# The artifact path must be readable on every node; the plan inside was measured as its notes say.\n")
-    out.write_text(header + yaml.safe_dump(_plain(config), sort_keys=False))
+    out.write_text(header + yaml.safe_dump(clean(config), sort_keys=False))
     return out
-
-
-def _plain(value: Any) -> Any:
-    """Plain YAML types (tuples to lists, numpy scalars to Python)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return value.item()
-    return value

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from serving.core.constants import CONCURRENT_BATCHES
+from serving.core.jsonsafe import clean
 from serving.core.profiles import IngressProfile, StageProfile
 from serving.core.schema import PredictRequest, RowSchema, parse_request, predict_answer
 from serving.core.specs import StageSpec, stage_specs, unsure_share
@@ -68,7 +69,7 @@ def request_bodies(rows: Any, rows_per_request: int, schema: Any, count: int = 1
     for k in range(count):
         frame = rows.iloc[(np.arange(rows_per_request) + k * rows_per_request) % len(rows)].reset_index(drop=True)
         required = [c.name for c in schema.columns] + [c for c in schema.optional if c in frame.columns]
-        bodies.append(json.dumps({"rows": frame[required].to_dict("records")}, default=_plain).encode())
+        bodies.append(json.dumps(clean({"rows": frame[required].to_dict("records")})).encode())
     return bodies
 
 
@@ -238,12 +239,6 @@ def profile_ingress(
 
 def _kb(obj: Any) -> float:
     return len(pickle.dumps(obj, protocol=5)) / 1024
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 # --- GPU stages ---------------------------------------------------------------------------

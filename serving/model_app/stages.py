@@ -19,7 +19,6 @@ host -> GPU, the hop :func:`serving.model_app.transport.calibrate_transport` mea
 import asyncio
 import json
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
 from torch.utils import _pytree as pytree
+
+from serving.core.jsonsafe import clean
+from serving.core.schema import RequestError
+from serving.runtime.calls import DEFAULT_DEADLINE_S, Deadline, DeadlineExceeded, StageOverloaded
+from serving.runtime.coalesce import Coalescer, Item
 
 #: most rows one request may carry (overridable per deployment)
 MAX_ROWS = 10_000
@@ -170,83 +174,6 @@ def concat_rows(parts: list[Any]) -> Any:
     return pytree.tree_unflatten(joined, spec)
 
 
-def jsonable(value: Any) -> Any:
-    return pytree.tree_map(lambda a: a.tolist() if isinstance(a, (np.ndarray, np.generic)) else a, value)
-
-
-class Batcher:
-    """Coalesces requests into micro-batches of at most ``batch_size`` rows, waiting at most
-    ``wait_s`` for a batch to fill, with at most ``max_inflight`` batches in the pipeline."""
-
-    def __init__(self, run, batch_size: int, wait_s: float, max_inflight: int):
-        self.run, self.batch_size, self.wait_s = run, batch_size, wait_s
-        self.max_inflight = max_inflight
-        self.queue: asyncio.Queue | None = None
-        self.task: asyncio.Task | None = None
-        self.batches = 0
-        self.rows = 0
-
-    async def submit(self, arrays: tuple[np.ndarray, ...]) -> Any:
-        if self.queue is None:
-            self.queue = asyncio.Queue()
-            self.sem = asyncio.Semaphore(self.max_inflight)
-            self.task = asyncio.get_running_loop().create_task(self._loop())
-        n = len(arrays[0])
-        futures = []
-        for start in range(0, n, self.batch_size):  # a big request becomes several chunks
-            fut = asyncio.get_running_loop().create_future()
-            stop = min(start + self.batch_size, n)
-            await self.queue.put((tuple(a[start:stop] for a in arrays), fut))
-            futures.append(fut)
-        return concat_rows(list(await asyncio.gather(*futures)))
-
-    async def _loop(self) -> None:
-        assert self.queue is not None
-        pending = None
-        while True:
-            first = pending or await self.queue.get()
-            pending = None
-            items, rows = [first], len(first[0][0])
-            deadline = time.monotonic() + self.wait_s
-            while rows < self.batch_size:
-                try:
-                    item = self.queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    try:
-                        item = await asyncio.wait_for(self.queue.get(), left)
-                    except asyncio.TimeoutError:
-                        break
-                if rows + len(item[0][0]) > self.batch_size:
-                    pending = item
-                    break
-                items.append(item)
-                rows += len(item[0][0])
-            await self.sem.acquire()
-            asyncio.get_running_loop().create_task(self._dispatch(items, rows))
-
-    async def _dispatch(self, items: list, rows: int) -> None:
-        try:
-            args = tuple(np.concatenate([it[0][k] for it in items]) for k in range(len(items[0][0])))
-            self.batches += 1
-            self.rows += rows
-            out = await self.run(args)
-            start = 0
-            for arrays, fut in items:
-                n = len(arrays[0])
-                if not fut.done():
-                    fut.set_result(rows_of(out, start, start + n, rows))
-                start += n
-        except Exception as exc:
-            for _, fut in items:
-                if not fut.done():
-                    fut.set_exception(exc)
-        finally:
-            self.sem.release()
-
-
 app = FastAPI(title="partitioned torch model", docs_url=None, redoc_url=None)
 
 
@@ -266,8 +193,30 @@ class ModelIngress:
         self.specs = [InputSpec(tuple(s["trailing"]), s["dtype"]) for s in info["inputs"]]
         self.max_rows = int(info.get("max_rows", MAX_ROWS))
         self.max_body = int(info.get("max_body_bytes", MAX_BODY_BYTES))
-        self.batcher = Batcher(self._chain, int(info["batch_size"]), float(info["batch_wait_ms"]) / 1000.0,
-                               int(info["max_inflight"]))
+        self.batch_size = int(info["batch_size"])
+        self.batcher = Coalescer(self._run, stage="model", max_rows=self.batch_size, limit=int(info["max_inflight"]),
+                                 wait_s=float(info["batch_wait_ms"]) / 1000.0)
+        self.rows = 0
+
+    async def _run(self, items: list[Item], deadline: Deadline) -> list[Any]:
+        """One micro-batch through the chain of stages: the items' arrays joined, the output
+        cut back per item."""
+        total = sum(it.size for it in items)
+        args = tuple(np.concatenate([it.rows[k] for it in items]) for k in range(len(items[0].rows)))
+        self.rows += total
+        out = await self._chain(args)
+        outs, start = [], 0
+        for it in items:
+            outs.append(rows_of(out, start, start + it.size, total))
+            start += it.size
+        return outs
+
+    async def _submit(self, arrays: tuple[np.ndarray, ...], deadline: Deadline) -> Any:
+        """A request larger than a micro-batch goes as several chunks, joined back in order."""
+        n = len(arrays[0])
+        chunks = [tuple(a[i:i + self.batch_size] for a in arrays) for i in range(0, n, self.batch_size)]
+        parts = await asyncio.gather(*(self.batcher.submit(c, None, deadline, size=len(c[0])) for c in chunks))
+        return concat_rows(list(parts))
 
     async def _chain(self, args: tuple[np.ndarray, ...]) -> Any:
         import ray.exceptions as rex
@@ -297,10 +246,19 @@ class ModelIngress:
         except BadInput as exc:
             return JSONResponse(status_code=exc.status, content=exc.body())
         try:
-            out = await self.batcher.submit(arrays)
+            deadline = Deadline.from_headers(request.headers, DEFAULT_DEADLINE_S)
+        except RequestError as exc:
+            return JSONResponse(status_code=exc.status, content=exc.body())
+        try:
+            out = await self._submit(arrays, deadline)
+        except DeadlineExceeded as exc:
+            return _error(504, str(exc), "model")
+        except StageOverloaded as exc:
+            return JSONResponse(status_code=503, content={"error": str(exc), "fields": [{"field": "model", "error": str(exc)}]},
+                                headers={"Retry-After": f"{exc.retry_after_s:g}"})
         except Exception as exc:
             return _error(500, f"internal error: {type(exc).__name__}: {str(exc)[:500]}", "model")
-        return JSONResponse({"outputs": jsonable(out)})
+        return JSONResponse({"outputs": clean(out, infinity="null")})
 
     @app.get("/plan")
     def plan(self) -> dict[str, Any]:
@@ -312,5 +270,5 @@ class ModelIngress:
 
     @app.get("/stats")
     def stats(self) -> dict[str, Any]:
-        b = self.batcher
-        return {"batches": b.batches, "rows": b.rows, "mean_batch": b.rows / b.batches if b.batches else 0.0}
+        batches = self.batcher.batches
+        return {"batches": batches, "rows": self.rows, "mean_batch": self.rows / batches if batches else 0.0}

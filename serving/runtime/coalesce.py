@@ -7,6 +7,10 @@ replicas times the batches each replica runs at once, so extra replicas never si
 behind the ingress, and a saturated replica holds more calls than Serve's autoscaling target
 (the autoscaler sees the load and adds replicas, which raises the limit in turn).
 
+With ``wait_s`` > 0 a batch that is not full waits up to that long after its oldest request
+arrived for more rows (the torch-model app plans such a wait; the pipeline app's is 0: under
+load, calls queue while the limit is reached and batch anyway).
+
 Each request waits only until its own deadline; a batch call lives until the latest deadline
 among its requests. When a merged call fails on the data (a row the stage cannot handle), each
 request is retried alone, so one bad row fails only its own request.
@@ -15,6 +19,7 @@ request is retried alone, so one bad row fails only its own request.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,10 +39,9 @@ class Item:
     abandoned: bool = False
     #: only items with equal keys share a call (the gear that serves them: serving.runtime.gears)
     key: Any = None
-
-    @property
-    def size(self) -> int:
-        return len(self.rows)
+    #: rows in ``rows`` (``len(rows)`` unless the submitter says otherwise)
+    size: int = 0
+    arrived: float = field(default_factory=time.monotonic)
 
 
 BatchRunner = Callable[[list[Item], Deadline], Awaitable[list[Any]]]
@@ -54,10 +58,15 @@ class Coalescer:
     most ``limit`` calls in flight; ``run(items, deadline)`` makes one call and returns one
     output per item, in order."""
 
-    def __init__(self, run: BatchRunner, *, stage: str, max_rows: int, limit: int, max_queued: int = 1024):
+    def __init__(self, run: BatchRunner, *, stage: str, max_rows: int, limit: int, max_queued: int = 1024,
+                 wait_s: float = 0.0):
         if max_rows < 1 or limit < 1 or max_queued < 1:
             raise ValueError(f"max_rows, limit and max_queued must be >= 1, got {max_rows}, {limit}, {max_queued}")
+        if not wait_s >= 0:
+            raise ValueError(f"wait_s must be >= 0, got {wait_s!r}")
         self.run = run
+        self.wait_s = float(wait_s)
+        self._timer: asyncio.TimerHandle | None = None
         self.stage = stage
         self.max_rows = int(max_rows)
         self.max_queued = int(max_queued)
@@ -77,14 +86,16 @@ class Coalescer:
         self._limit = max(1, int(value))
         self._dispatch()
 
-    async def submit(self, rows: Any, blocks: dict | None, deadline: Deadline, key: Any = None) -> Any:
+    async def submit(self, rows: Any, blocks: dict | None, deadline: Deadline, key: Any = None,
+                     size: int | None = None) -> Any:
         """This request's output of the stage, or DeadlineExceeded when its deadline passes;
         StageOverloaded at once when ``max_queued`` requests already wait. Requests with
-        different ``key`` never share a call."""
+        different ``key`` never share a call; ``size`` counts the rows when ``len(rows)`` does
+        not (a tuple of input arrays)."""
         if len(self.queue) >= self.max_queued:
             raise StageOverloaded(self.stage)
         future = asyncio.get_running_loop().create_future()
-        item = Item(rows, blocks, deadline, future, key=key)
+        item = Item(rows, blocks, deadline, future, key=key, size=len(rows) if size is None else int(size))
         self.queue.append(item)
         self._dispatch()
         try:
@@ -114,8 +125,26 @@ class Coalescer:
             rows += item.size
         return items
 
+    def _waiting_for_rows(self) -> bool:
+        """Whether a batch that is not full should wait (``wait_s``) for more rows; arms a
+        timer that dispatches when the oldest request has waited ``wait_s``."""
+        if self.wait_s <= 0 or sum(it.size for it in self.queue) >= self.max_rows:
+            return False
+        left = self.queue[0].arrived + self.wait_s - time.monotonic()
+        if left <= 0:
+            return False
+        if self._timer is None:
+            def fire() -> None:
+                self._timer = None
+                self._dispatch()
+
+            self._timer = asyncio.get_running_loop().call_later(left, fire)
+        return True
+
     def _dispatch(self) -> None:
         while self.in_flight < self._limit and self.queue:
+            if self._waiting_for_rows():
+                return
             items = self._take()
             if not items:
                 return

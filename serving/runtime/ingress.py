@@ -28,6 +28,7 @@ from ray import serve
 
 from serving.core.artifacts import ArtifactSource
 from serving.core.constants import CONCURRENT_BATCHES, INGRESS_BATCH_ROWS
+from serving.core.jsonsafe import clean
 from serving.core.schema import (
     PredictRequest,
     PredictResponse,
@@ -36,7 +37,6 @@ from serving.core.schema import (
     TopKRequest,
     TopKResponse,
     parse_request,
-    plain,
     predict_answer,
 )
 from serving.core.specs import StageSpec
@@ -63,15 +63,13 @@ from serving.runtime.metrics import ServingMetrics, exact_totals
 from serving.runtime.records import RecordBuffer, record_columns
 from serving.runtime.replicas import LocalStage, coerce
 from serving.runtime.stage_runner import StageRunner, concat_blocks, concat_rows, split_outputs
+from serving.runtime.watch import ReplicaWatch
 
 log = logging.getLogger("ray.serve")
 
 #: bodies up to this size are parsed on the event loop; larger ones in a thread, so that
 #: one big request does not stall every other request on the replica
 PARSE_INLINE_BYTES = 64 * 1024
-#: seconds between looks at how many replicas each stage runs (the ingress keeps
-#: CONCURRENT_BATCHES calls in flight per running replica)
-REPLICA_WATCH_S = 1.0
 #: share of a request's deadline kept to answer degraded when a later stage is late
 DEGRADE_RESERVE = 0.2
 #: seconds a monitor query may take when the client sets no deadline
@@ -146,7 +144,7 @@ class Ingress:
                 on_drop=lambda reason, n: self.metrics.count("willump_monitor_records_dropped", n, reason=reason),
                 on_sent=lambda n: self.metrics.count("willump_monitor_records_sent", n))
         self.openapi_doc = openapi_document(app, self.schema)
-        self._watch: asyncio.Task | None = None
+        self._watch: ReplicaWatch | None = None
         self.gears = GearSwitch(info.get("gears"))  # load-adaptive gears (serving.runtime.gears)
         self.gear_now = self.gears.pinned
         self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
@@ -177,24 +175,16 @@ class Ingress:
 
     def _start_watch(self) -> None:
         if self._watch is None and not all(c is None for c in (self.first, self.second)):
-            self._watch = asyncio.get_running_loop().create_task(self._watch_replicas())
+            remote = [s for i, s in enumerate(self.stage_names) if not (i == 0 and self.local)]
+            self._watch = ReplicaWatch(self.name, [f"{self.name}-{s}" for s in remote], self._follow_replicas)
+            self._watch.start()
 
             dashboard_of(self).start()  # its sampler: the dashboard has history when first opened
 
-    async def _watch_replicas(self) -> None:
-        """Keep CONCURRENT_BATCHES calls in flight per running replica of each stage, so that
-        replicas added by the plan or by Serve's autoscaler get work."""
-        remote = [s for i, s in enumerate(self.stage_names) if not (i == 0 and self.local)]
-        while remote:
-            try:
-                status = await asyncio.to_thread(serve.status)
-                deployments = status.applications[self.name].deployments
-                for stage in remote:
-                    running = deployments[f"{self.name}-{stage}"].replica_states.get("RUNNING", 0)
-                    self.coalescers[stage].limit = max(1, running) * CONCURRENT_BATCHES
-            except Exception as exc:  # the controller is busy or restarting: keep the last limits
-                log.debug("replica watch: %s", exc)
-            await asyncio.sleep(REPLICA_WATCH_S)
+    def _follow_replicas(self, running: dict[str, int]) -> None:
+        """Keep CONCURRENT_BATCHES calls in flight per running replica of each remote stage."""
+        for deployment, count in running.items():
+            self.coalescers[deployment[len(self.name) + 1:]].limit = max(1, count) * CONCURRENT_BATCHES
 
     async def _body(self, request: Request) -> bytes:
         length = request.headers.get("content-length")
@@ -390,7 +380,7 @@ class Ingress:
             ratio = step["ratio"]
         order = kept[np.lexsort((kept, -scores[kept]))][: body.k]
         return {"indices": order.tolist(), "scores": [float(s) for s in scores[order]],
-                "approximate": approximate[order].tolist(), "k": body.k, "label": plain(self.classes[c]),
+                "approximate": approximate[order].tolist(), "k": body.k, "label": clean(self.classes[c], infinity="null"),
                 "ratio": ratio, "certificate": certificate, "model_version": self.version}
 
     @app.get("/report")
@@ -495,7 +485,7 @@ class Ingress:
     async def __del__(self) -> None:
         # Serve awaits this on a graceful shutdown: stop watching, send the buffered records.
         if self._watch is not None:
-            self._watch.cancel()
+            self._watch.stop()
         if getattr(self, "_dashboard", None) is not None:
             self._dashboard.stop()
         if self.records is not None:

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from serving.core.jsonsafe import clean
+
 #: explanation / drift / cascade rows kept per part
 TOP_ROWS = 8
 #: columns whose reference and current distributions are drawn (drifted first, then by effect)
@@ -41,26 +43,6 @@ LEVEL_POINTS = 40
 #: per-pane series the page plots (those the monitor has)
 SERIES = ("rows", "latency_ms.p50", "latency_ms.p99", "expensive_fraction", "cheap_fraction",
           "error_rate", "confidence.mean")
-
-
-def clean(value: Any) -> Any:
-    """JSON-safe plain Python (NaN -> None, inf -> "inf", numpy -> Python)."""
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [clean(v) for v in value.tolist()]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        if math.isnan(f):
-            return None
-        return ("inf" if f > 0 else "-inf") if math.isinf(f) else f
-    return value if value is None or isinstance(value, str) else str(value)
 
 
 def _error(exc: BaseException) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from serving.core.jsonsafe import clean
 from serving.core.profiles import StageProfile
-from serving.runtime.dashboard.data import clean
 from serving.runtime.dashboard.timeseries import MetricRing
 
 #: seconds the "now" figures (rates, quantiles, shares) are computed over

@@ -157,6 +157,38 @@ def test_coalescer_merges_waiting_requests_and_follows_the_replica_count():
     assert peak[0] == 4
 
 
+def test_a_batch_waits_for_rows_up_to_wait_s_and_no_longer_when_full():
+    """wait_s (the torch-model app's batch wait): a batch that is not full waits for more
+    rows; a full one goes at once; a lone request still goes when the wait ends. Outcomes
+    only: a wrongly applied wait would hang the full batch for a minute (and fail here)."""
+    calls = []
+
+    async def run(items, deadline):
+        calls.append([it.rows for it in items])
+        return [it.rows for it in items]
+
+    async def full():
+        co = Coalescer(run, stage="s", max_rows=4, limit=1, wait_s=60.0)
+        d = Deadline.after(120.0)
+        first = asyncio.ensure_future(co.submit(("a", "b"), None, d, size=2))
+        await asyncio.sleep(0)  # queued and waiting for rows: nothing sent yet
+        sent_before = len(calls)
+        second = co.submit(("c", "d"), None, d, size=2)  # the batch is full now
+        return sent_before, await asyncio.wait_for(asyncio.gather(first, second), 30.0)
+
+    sent_before, outs = asyncio.run(full())
+    assert sent_before == 0 and outs == [("a", "b"), ("c", "d")] and calls == [[("a", "b"), ("c", "d")]]
+
+    async def lone():
+        co = Coalescer(run, stage="s", max_rows=4, limit=1, wait_s=0.05)
+        return await asyncio.wait_for(co.submit(("x",), None, Deadline.after(120.0), size=1), 30.0)
+
+    calls.clear()
+    assert asyncio.run(lone()) == ("x",) and calls == [[("x",)]]
+    with pytest.raises(ValueError, match="wait_s"):
+        Coalescer(run, stage="s", max_rows=4, limit=1, wait_s=-1.0)
+
+
 def test_one_bad_request_fails_alone():
     async def run(items, deadline):
         if any(it.rows == "poison" for it in items):

@@ -1,0 +1,53 @@
+"""How many replicas each deployment runs, read from Serve's controller every few seconds.
+
+Ingresses act on it: the pipeline app keeps CONCURRENT_BATCHES calls in flight per running
+replica of a stage (so replicas that the plan or Serve's autoscaler adds get work); the
+heterogeneous app takes a replica whose deployment runs none out of routing (its node is gone)
+and back in once it runs again. One watcher serves both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from ray import serve
+
+log = logging.getLogger(__name__)
+
+#: seconds between looks at Serve's status
+WATCH_S = 1.0
+
+
+class ReplicaWatch:
+    """Calls ``on_counts({deployment: running replicas})`` every ``period_s`` for the named
+    deployments of ``app`` (a deployment Serve does not list counts 0). A controller that is
+    busy or restarting skips a look; the last counts stay in force."""
+
+    def __init__(self, app: str, deployments: Iterable[str], on_counts: Callable[[dict[str, int]], None],
+                 period_s: float = WATCH_S):
+        self.app = app
+        self.deployments = sorted(set(deployments))
+        self.on_counts = on_counts
+        self.period_s = float(period_s)
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Start watching on the running event loop (once; later calls do nothing)."""
+        if self._task is None and self.deployments:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                deployments = (await asyncio.to_thread(serve.status)).applications[self.app].deployments
+                self.on_counts({name: deployments[name].replica_states.get("RUNNING", 0) if name in deployments else 0
+                                for name in self.deployments})
+            except Exception as exc:  # the controller is busy or restarting: look again later
+                log.debug("replica watch: %s", exc)
+            await asyncio.sleep(self.period_s)
