@@ -5,64 +5,37 @@ from __future__ import annotations
 import math
 import numbers
 import time
-import warnings
 from collections.abc import Mapping
-from contextlib import contextmanager
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
-import pandas as pd
-from tqdm.auto import tqdm
 
-from ._artifact import unpicklable_groups
-from ._blocks import hstack
-from ._bounds import (
-    BOUNDS,
-    MIN_DISAGREEMENTS,
-    N_BOOTSTRAP,
-    N_BOOTSTRAP_SELECT,
-    Resamples,
-    certifiable_floor,
-    has_exact_bound,
-    rows_needed,
-)
+from ._bounds import BOUNDS, MIN_DISAGREEMENTS, N_BOOTSTRAP, has_exact_bound
 from ._capture import Pipeline
-from ._cascade import BaselinePipeline, Gear, Level, OptimizedPipeline
-from ._gears import certify_ladder
-from ._metrics import Labels, Metric, resolve_metric
-from ._models import check_model, new_model, predict_proba, time_predict
-from ._planner import (
-    Evaluator,
-    bound_method,
-    candidate_subsets,
-    chains_from,
-    describe,
-    full_cost,
-    select_plan,
-    sweep_cost,
-    threshold_grid,
+from ._cascade import OptimizedPipeline
+from ._metrics import Metric, resolve_metric
+from ._models import check_model
+from ._optimize_phases import (
+    _assemble,
+    _attach_gears,
+    _features,
+    _find_blocker,
+    _fit_full_model,
+    _fit_small_models,
+    _plan,
+    _plan_topk,
+    _profile,
+    _report,
+    _Run,
+    _split_and_capture,
+    _verify,
 )
-from ._profile import (
-    IMPORTANCE_REPEATS,
-    MODEL_COST_KEY,
-    PROFILE_BATCH_ROWS,
-    PROFILE_REPEATS,
-    PROFILE_SINGLE_ROWS,
-    Costs,
-    fixed_node_costs,
-    measure_node_costs,
-    permutation_importance,
-)
+from ._planner import bound_method
+from ._profile import IMPORTANCE_REPEATS, PROFILE_BATCH_ROWS, PROFILE_REPEATS, PROFILE_SINGLE_ROWS
 from ._rows import n_rows, take
-from ._speed import choose_serving, measure_speedup
-from ._split import SPLITS, auto_shares, make_splits
-from ._summarize import Decision, build_report, plan_reason
-from ._topk import plan_topk
-from .errors import WillumpWarning
+from ._split import SPLITS, auto_shares
 
-#: smallest number of rows allowed in each of the selection and certification splits
-MIN_SPLIT_ROWS = 30
 #: held-out input rows kept with the optimized pipeline (and its artifact) so that serving can
 #: derive the request schema and profile stages on the serving machine
 SAMPLE_ROWS = 256
@@ -202,366 +175,47 @@ def optimize(
               certify_share, top_k, topk_precision, topk_confidence, max_levels, n_bootstrap,
               split, cost_mode, min_speedup, min_disagreements, routing_tolerance, workers, gears)
     segment_keys = _segment_keys(X, cert, segments, segment_max_loss)
-    if segments is not None and segment_max_loss is None:
-        segment_max_loss = max_loss
     metric_obj = resolve_metric(metric)
-    method = bound_method(metric_obj, bound)
-    if method == "exact" and not has_exact_bound(metric_obj):
-        raise ValueError(f"bound='exact' needs a rowwise metric, 'roc_auc' or 'f1'; {metric_obj.name!r} "
-                         "has no exact bound (use bound='auto' or 'bootstrap')")
-    if method == "product" and metric_obj.kind != "rowwise":
-        raise ValueError(f"bound='product' is the earlier rule for rowwise metrics; {metric_obj.name!r} is "
-                         f"a {metric_obj.kind} metric")
-    if verify_speedup is None:
-        verify_speedup = fixed_costs is None
-    pipeline = pipeline.detached()  # fitted and captured here: the caller's object stays as it was
+    method = _checked_bound_method(metric_obj, bound)
+    detached = pipeline.detached()  # fitted and captured here: the caller's object stays as it was
     auto_holdout, auto_certify = auto_shares(n_rows(X, "X"), cert is not None)
-    holdout = auto_holdout if holdout == "auto" else holdout
-    certify_share = auto_certify if certify_share == "auto" else certify_share
-    rng = np.random.default_rng(seed)
-    labels = np.asarray(y)
-    timings: dict[str, float] = {}
-    notes: list[str] = []
-
-    with _step(timings, "split+capture", verbose):
-        splits = make_splits(X, labels, split=split, holdout=holdout, certify_share=certify_share,
-                             seed=seed, order_by=order_by, groups=groups,
-                             external_cert_rows=None if cert is None else n_rows(cert[0], "cert[0]"))
-        rows = {"train": take(X, splits.train), "select": take(X, splits.select),
-                "cert": cert[0] if cert is not None else take(X, splits.cert)}
-        y_split = {"train": labels[splits.train], "select": labels[splits.select],
-                   "cert": np.asarray(cert[1]) if cert is not None else labels[splits.cert]}
-        _check_split_sizes(splits.sizes())
-        split_segments = None if segment_keys is None else {
-            "select": segment_keys["X"][splits.select],
-            "cert": segment_keys["cert"] if "cert" in segment_keys else segment_keys["X"][splits.cert]}
-        if refit:
-            pipeline.fit_features(rows["train"], y_split["train"])
-        feature_state = _feature_state(pipeline, refit, splits)
-        graph = pipeline.capture(rows["train"])
-        notes.extend(graph.notes)
-        group_names = list(graph.groups)
-
-    with _step(timings, "features", verbose):
-        blocks = {}
-        for name in tqdm(rows, desc="willump: features", disable=not verbose, leave=False):
-            blocks[name], _ = pipeline.compute(rows[name], group_names)
-
-    with _step(timings, "full model", verbose):
-        full_model, full_model_note = _full_model(model, refit, seed, blocks, group_names, y_split,
-                                                  splits)
-        classes = np.asarray(full_model.classes_)
-        if metric_obj.builtin == "f1":
-            metric_obj.f1_targets(classes)  # a pos_label that is no class fails here, not mid-search
-        split_labels = {name: Labels.of(y_split[name], classes) for name in rows}
-        full_proba = {s: predict_proba(full_model, hstack([blocks[s][g] for g in group_names]))
-                      for s in ("select", "cert")}
-        unseen = int(np.sum(split_labels["cert"].index < 0))
-        if unseen:
-            notes.append(f"{unseen} certification rows carry a label the full model never saw "
-                         "(scored as wrong for every pipeline)")
-
-    with _step(timings, "profile", verbose):
-        if fixed_costs is not None:
-            costs = fixed_node_costs(graph.nodes, fixed_costs, graph.groups)
-        else:
-            bar = tqdm(total=profile_repeats + 1, desc="willump: profile", disable=not verbose, leave=False)
-            costs = measure_node_costs(
-                pipeline, rows["select"], batch_rows=profile_batch_rows, repeats=profile_repeats,
-                single_rows=profile_single_rows, rng=rng, progress=bar,
-            )
-            bar.close()
-        _cost_model(costs, tuple(group_names), full_model, blocks["select"], profile_repeats,
-                    profile_single_rows, fixed_costs)
-        importance = permutation_importance(
-            full_model, blocks["select"], group_names, split_labels["select"].index,
-            repeats=importance_repeats, rng=rng,
-        )
-
-    n_cert = len(split_labels["cert"])
-    floor = certifiable_floor(metric_obj, method, split_labels["cert"], full_proba["cert"], confidence)
-    needed = rows_needed(metric_obj, method, split_labels["cert"], max_loss, confidence, full_proba["cert"])
-    blocker = _blocker(graph, max_loss, floor, n_cert, needed, metric_obj, confidence)
-    if blocker is None and split_segments is not None:
-        blocker = _segment_blocker(split_segments["cert"], metric_obj, method, split_labels["cert"],
-                                   full_proba["cert"], confidence, segment_max_loss)
-
-    with _step(timings, "small models", verbose):
-        candidates = candidate_subsets(graph, costs.per_row(cost_mode), importance.mean,
-                                       max_candidates=max_candidates)
-        small: dict[tuple[str, ...], Any] = {}
-        probas: dict[str, dict[tuple[str, ...], np.ndarray]] = {"select": {}, "cert": {}}
-        for subset in tqdm(candidates, desc="willump: small models", disable=not verbose, leave=False):
-            template = small_model(subset) if callable(small_model) and not hasattr(small_model, "fit") \
-                else (small_model if small_model is not None else model)
-            check_model(template, "small_model")
-            fitted = new_model(template, seed).fit(hstack([blocks["train"][g] for g in subset]),
-                                                   y_split["train"])
-            if not np.array_equal(np.asarray(fitted.classes_), classes):
-                notes.append(f"small model on {list(subset)} saw other classes; candidate dropped")
-                continue
-            small[subset] = fitted
-            _cost_model(costs, subset, fitted, blocks["select"], profile_repeats, profile_single_rows,
-                        fixed_costs)
-            for s in ("select", "cert"):
-                probas[s][subset] = predict_proba(fitted, hstack([blocks[s][g] for g in subset]))
-
-    with _step(timings, "plan", verbose):
-        decision = Decision(None, None, [], [], candidates, small, blocker)
-        gear_results: list = []
-        full_cost_mode = full_cost(graph, costs, cost_mode)
-        max_cost = full_cost_mode / min_speedup
-        if blocker is None and small:
-            chains = chains_from(list(small), group_names, max_levels)
-            evaluator = _evaluator(metric_obj, split_labels["select"], full_proba["select"],
-                                   N_BOOTSTRAP_SELECT, confidence, bound, graph, costs, seed,
-                                   routing_tolerance, min_disagreements, project_to=n_cert,
-                                   segments=None if split_segments is None else split_segments["select"],
-                                   segment_max_loss=segment_max_loss)
-            grids = {c: threshold_grid(probas["select"][c[0]].max(axis=1)) for c in chains}
-            decision.chosen, decision.table = select_plan(evaluator, chains, probas["select"], grids,
-                                                          max_loss, cost_mode, max_cost)
-            decision.refused = evaluator.refused
-            if decision.chosen is not None:
-                certifier = _evaluator(metric_obj, split_labels["cert"], full_proba["cert"], n_bootstrap,
-                                       confidence, bound, graph, costs, seed + 1, routing_tolerance,
-                                       min_disagreements,
-                                       segments=None if split_segments is None else split_segments["cert"],
-                                       segment_max_loss=segment_max_loss)
-                ladder = [(max_loss, decision.chosen)] + [
-                    (m, select_plan(evaluator, chains, probas["select"], grids, m, cost_mode, max_cost)[0])
-                    for m in gears]
-                gear_results = certify_ladder(evaluator, certifier, ladder, probas["select"], probas["cert"],
-                                              grids)
-                decision.accepted, decision.tested = gear_results[0].accepted, gear_results[0].tested
-        slow_reason = None
-        accepted = decision.accepted
-        if accepted is not None and sweep_cost(accepted, cost_mode) >= max_cost:
-            slow_reason = (
-                f"full pipeline: the certified cascade {describe(accepted.chain)} (threshold "
-                f"{accepted.threshold:.4f}) is expected at {full_cost_mode / sweep_cost(accepted, cost_mode):.2f}x "
-                f"({cost_mode} cost), below min_speedup {min_speedup:g}"
-            )
-            decision.accepted = None
-
-    with _step(timings, "top-k", verbose):
-        topk_filter, topk_row = plan_topk(top_k, small, probas, full_proba, graph, costs, topk_precision,
-                                          confidence if topk_confidence is None else topk_confidence, notes)
-
-    baseline = BaselinePipeline(pipeline, full_model, classes)
-    levels = _levels(decision.accepted, small, full_model, group_names)
-    reason = slow_reason or plan_reason(decision, max_loss, cost_mode, full_cost_mode, min_speedup)
-    timing = fixed_costs is None and verify_speedup
-
-    def serving_pipeline(levels_: list[Level]) -> tuple[OptimizedPipeline, float | None]:
-        """The optimized pipeline for these levels, with its serving options chosen."""
-        made = OptimizedPipeline(pipeline, levels_, classes, baseline, topk_filter, None, seed)
-        if workers == "auto" and timing:
-            with _step(timings, "serving options", verbose):
-                return made, choose_serving(made, rows["select"], cost_mode, rng)[2]
-        made.workers = 1 if workers == "auto" else workers
-        made.use_cache = bool(graph.cacheable)
-        return made, None
-
-    opt, gain = serving_pipeline(levels)
-    measured = None
-    if decision.accepted is not None and verify_speedup:
-        with _step(timings, "verify", verbose):
-            measured = measure_speedup(opt, rows["select"], cost_mode, rng)  # as it will serve
-        if measured < min_speedup:
-            reason = (
-                f"full pipeline: the certified cascade {describe(decision.accepted.chain)} (threshold "
-                f"{decision.accepted.threshold:.4f}, loss bound {decision.accepted.bound.upper:.4f}) "
-                f"measured {measured:.2f}x against the full pipeline on held-out rows ({cost_mode} "
-                f"mode), below min_speedup {min_speedup:g}"
-            )
-            notes.append(reason)
-            decision.accepted = None
-            levels = _levels(None, small, full_model, group_names)
-            opt, gain = serving_pipeline(levels)
-    if opt.workers > 1 and not graph.concurrent:
-        notes.append(f"workers={opt.workers} asked, but the groups run one after another (see notes above)")
-    if decision.accepted is not None:
-        opt.gears_ = [Gear(max_loss, levels, decision.accepted.bound.upper, decision.accepted.bound.method)] + [
-            Gear(g.max_loss, _levels(g.accepted, small, full_model, group_names), g.accepted.bound.upper,
-                 g.accepted.bound.method)
-            for g in gear_results[1:] if g.accepted is not None]
-    else:
-        opt.gears_ = [Gear(max_loss, levels, None, "")]
-    report = build_report(
-        pipeline=pipeline, graph=graph, costs=costs, importance=importance, levels=levels,
-        decision=decision, reason=reason, metric=metric_obj, max_loss=max_loss,
-        confidence=confidence, bound_request=bound, topk_row=topk_row, full_proba=full_proba,
-        probas=probas, labels=split_labels, splits=splits.sizes(), timings=timings, notes=notes,
-        full_model_note=full_model_note, cost_mode=cost_mode, floor=floor, rows_needed=needed,
-        split_how=splits.how, feature_state=feature_state,
-        costs_source="measured" if fixed_costs is None else "fixed (fixed_costs=)",
+    run = _Run(
+        pipeline=detached, model=model, X=X, labels=np.asarray(y), cert=cert, metric=metric_obj,
+        method=method, bound=bound, max_loss=max_loss, confidence=confidence, split=split,
+        order_by=order_by, groups=groups, refit=refit,
+        holdout=auto_holdout if holdout == "auto" else holdout,
+        certify_share=auto_certify if certify_share == "auto" else certify_share,
+        cost_mode=cost_mode, min_speedup=min_speedup,
+        verify_speedup=fixed_costs is None if verify_speedup is None else verify_speedup,
+        fixed_costs=fixed_costs, small_model=small_model, top_k=top_k, topk_precision=topk_precision,
+        topk_confidence=confidence if topk_confidence is None else topk_confidence,
+        max_candidates=max_candidates, max_levels=max_levels, n_bootstrap=n_bootstrap,
+        min_disagreements=min_disagreements, routing_tolerance=routing_tolerance, gears=gears,
+        segment_keys=segment_keys,
+        segment_max_loss=max_loss if segments is not None and segment_max_loss is None else segment_max_loss,
+        workers=workers, profile_batch_rows=profile_batch_rows, profile_repeats=profile_repeats,
+        profile_single_rows=profile_single_rows, importance_repeats=importance_repeats, seed=seed,
+        verbose=verbose, rng=np.random.default_rng(seed),
     )
-    report.measured_speedup = measured
-    report.workers = opt.workers
-    report.gears = [_gear_row(g, gear_results, graph, costs) for g in opt.gears_[1:]]
-    if gears and len(opt.gears_) < len(gears) + 1:
-        notes.append(f"gears: {len(opt.gears_) - 1} of {len(gears)} certified (the fixed sequence stopped, "
-                     "or a gear had no plan within its max_loss)")
-    report.routing_tolerance = routing_tolerance
-    report.workers_gain = gain
-    report.cached_groups = list(graph.cacheable) if opt.use_cache else []
-    for group, why in unpicklable_groups(pipeline):
-        message = (f"feature group '{group}' cannot be pickled ({why}): opt.save and serving will fail; "
-                   "create what it holds inside the function or in the fit hook")
-        warnings.warn(message, WillumpWarning, stacklevel=2)
-        notes.append(message)
-    timings["total"] = time.perf_counter() - started
-    opt.report_ = report
-    opt.sample_rows_ = take(rows["select"], np.arange(min(SAMPLE_ROWS, len(splits.select)))) \
+    _split_and_capture(run)
+    _features(run)
+    _fit_full_model(run)
+    _profile(run)
+    _find_blocker(run)
+    _fit_small_models(run)
+    _plan(run)
+    _plan_topk(run)
+    _assemble(run)
+    _verify(run)
+    _attach_gears(run)
+    _report(run)
+    run.timings["total"] = time.perf_counter() - started
+    opt = run.opt
+    opt.sample_rows_ = take(run.rows["select"], np.arange(min(SAMPLE_ROWS, len(run.splits.select)))) \
         if keep_sample else None
     if verbose:
-        print(report)
+        print(opt.report_)
     return opt
-
-
-# --- steps ---------------------------------------------------------------------------------
-@contextmanager
-def _step(timings: dict[str, float], name: str, verbose: bool):
-    start = time.perf_counter()
-    yield
-    timings[name] = time.perf_counter() - start
-    if verbose:
-        tqdm.write(f"willump: {name} done in {timings[name]:.1f}s")
-
-
-def _feature_state(pipeline: Pipeline, refit: bool, splits) -> str:
-    state = getattr(pipeline, "has_feature_state", None)
-    if not refit:
-        return ("as given (refit=False): fitted outside willump; the certification rows (cert=) "
-                "must be rows it never saw")
-    if state:
-        return f"fitted by willump on its {len(splits.train)} train rows only"
-    return ("no fit hook: willump cannot tell whether the feature groups hold state fitted on rows "
-            "(vocabularies, label statistics); if they do, fit it in @pipeline.fit or pass cert= rows "
-            "it never saw")
-
-
-def _full_model(model: Any, refit: bool, seed: int, blocks, group_names, y_split, splits):
-    X_train = hstack([blocks["train"][g] for g in group_names])
-    if not refit:
-        if not hasattr(model, "classes_"):
-            raise ValueError("refit=False serves model as given, but model is not fitted "
-                             "(it has no classes_)")
-        return model, (f"{type(model).__name__} on all {len(group_names)} groups, as given "
-                       "(refit=False): trained outside willump; certified on the cert= rows")
-    if hasattr(model, "classes_"):
-        warnings.warn(
-            f"model is already fitted; willump fits its own copy on its {len(splits.train)} train rows "
-            "(the rows it certifies on must be unseen). To serve your fitted model, pass refit=False "
-            "with cert=(X_cert, y_cert) rows it never saw", WillumpWarning, stacklevel=3)
-    fitted = new_model(model, seed).fit(X_train, y_split["train"])
-    return fitted, (f"{type(model).__name__} on all {len(group_names)} groups, fitted by willump on "
-                    f"{len(splits.train)} train rows")
-
-
-def _cost_model(costs: Costs, groups, model, blocks, repeats: int, single_rows: int, fixed) -> None:
-    if fixed is not None:
-        costs.model_batch[tuple(groups)] = costs.model_row[tuple(groups)] = float(fixed.get(MODEL_COST_KEY, 0.0))
-        return
-    X = hstack([blocks[g] for g in groups])
-    batch, row = time_predict(model, X, repeats, single_rows)
-    costs.model_batch[tuple(groups)] = batch
-    costs.model_row[tuple(groups)] = row
-
-
-def _blocker(graph, max_loss, floor, n_cert, needed, metric: Metric, confidence) -> str | None:
-    """A reason no cascade can be certified, known before searching: non-deterministic groups,
-    or a max_loss below what the metric's bound can certify with these rows (every metric)."""
-    bad = getattr(graph, "nondeterministic", [])
-    if bad:
-        return (f"full pipeline: feature group(s) {bad} gave different values on two runs over the same "
-                "rows; the cascade would not be the pipeline that was certified, so its bound would "
-                "be void")
-    if max_loss < floor:
-        rows = "" if not math.isfinite(needed) else (
-            f"; certifying max_loss={max_loss} needs at least {needed} certification rows")
-        scaled = " (ROC AUC: counted in the minority class)" if metric.builtin == "roc_auc" else ""
-        message = (
-            f"max_loss={max_loss} is below the smallest {metric.name} loss the bound can certify with "
-            f"{n_cert} certification rows at confidence {confidence} ({floor:.4f}){scaled}{rows}"
-        )
-        warnings.warn(message, WillumpWarning, stacklevel=3)
-        return "full pipeline: " + message
-    return None
-
-
-def _evaluator(metric: Metric, labels: Labels, full_proba, resamples, confidence, bound, graph,
-               costs, seed, tolerance, min_disagreements, project_to: int | None = None,
-               segments: np.ndarray | None = None, segment_max_loss: float | None = None) -> Evaluator:
-    method = bound_method(metric, bound)
-    draws = None if method != "bootstrap" else Resamples(len(labels), resamples, np.random.default_rng(seed))
-    return Evaluator(metric, labels, full_proba, draws, confidence, bound, graph, costs, tolerance,
-                     min_disagreements, project_to=project_to if method != "bootstrap" else None, seed=seed,
-                     segments=segments, segment_max_loss=segment_max_loss)
-
-
-def _segment_keys(X, cert, segments, segment_max_loss) -> dict[str, np.ndarray] | None:
-    """The segment key of every row of X (and of the cert= rows), validated."""
-    if segments is None:
-        if segment_max_loss is not None:
-            raise ValueError("segment_max_loss needs segments= (a column name of X or one key per row)")
-        return None
-    if segment_max_loss is not None:
-        _number(segment_max_loss, "segment_max_loss", 0, 1, low_open=True, high_open=True)
-    n = n_rows(X, "X")
-    if isinstance(segments, str):
-        columns = getattr(X, "columns", None)
-        if columns is None or segments not in columns:
-            raise ValueError(f"segments={segments!r} names no column of X")
-        keys = {"X": np.asarray(X[segments])}
-        if cert is not None:
-            if segments not in getattr(cert[0], "columns", []):
-                raise ValueError(f"segments={segments!r} names no column of cert[0]")
-            keys["cert"] = np.asarray(cert[0][segments])
-        return keys
-    if cert is not None:
-        raise ValueError("with cert= rows, segments= must be a column name (present in X and cert[0])")
-    array = np.asarray(segments)
-    if array.shape != (n,):
-        raise ValueError(f"segments must be a column name of X or hold one key per row of X ({n}); got shape "
-                         f"{array.shape}")
-    return {"X": array}
-
-
-def _segment_blocker(keys: np.ndarray, metric: Metric, method: str, labels: Labels, full_proba,
-                     confidence: float, segment_max_loss: float) -> str | None:
-    """Segments whose certification rows cannot certify segment_max_loss even with no disagreement."""
-    short = []
-    for key in pd.unique(pd.Series(keys)):
-        mask = np.asarray(keys == key)
-        part = Labels(labels.values[mask], labels.index[mask], labels.classes)
-        floor = certifiable_floor(metric, method, part, full_proba[mask], confidence)
-        if segment_max_loss < floor:
-            short.append(f"{key!r} ({int(mask.sum())} rows, floor {floor:.4f})")
-    if not short:
-        return None
-    message = (f"segment_max_loss={segment_max_loss} is below what the certification rows of segment(s) "
-               f"{', '.join(short[:10])} can certify; each segment needs its own rows")
-    warnings.warn(message, WillumpWarning, stacklevel=3)
-    return "full pipeline: " + message
-
-
-def _gear_row(gear: Gear, results, graph, costs) -> dict[str, Any]:
-    accepted = next(r.accepted for r in results if r.max_loss == gear.max_loss)
-    return {"max_loss": gear.max_loss, "chain": describe(accepted.chain), "threshold": accepted.threshold,
-            "loss_bound": accepted.bound.upper, "method": accepted.bound.method,
-            "answered": list(accepted.fractions),
-            "expected_speedup": full_cost(graph, costs, "batch") / accepted.cost_batch}
-
-
-def _levels(accepted, small, full_model, groups) -> list[Level]:
-    levels = []
-    if accepted is not None:
-        for subset in accepted.chain[:-1]:
-            levels.append(Level(tuple(subset), small[tuple(subset)], accepted.threshold))
-    levels.append(Level(tuple(groups), full_model, None))
-    return levels
 
 
 # --- validation ----------------------------------------------------------------------------
@@ -675,10 +329,41 @@ def _label_kind(labels: np.ndarray) -> str:
     return "other"
 
 
-def _check_split_sizes(sizes: dict[str, int]) -> None:
-    small = {k: v for k, v in sizes.items() if k != "train" and v < MIN_SPLIT_ROWS}
-    if small or sizes["train"] < 2:
-        raise ValueError(
-            f"too few rows to hold out {MIN_SPLIT_ROWS}+ rows for both selection and certification "
-            f"(split sizes {sizes}); pass more rows, a larger holdout, or cert= rows"
-        )
+def _checked_bound_method(metric: Metric, bound: str) -> str:
+    """The bound the metric gets; a ValueError when the one asked for cannot serve it."""
+    method = bound_method(metric, bound)
+    if method == "exact" and not has_exact_bound(metric):
+        raise ValueError(f"bound='exact' needs a rowwise metric, 'roc_auc' or 'f1'; {metric.name!r} "
+                         "has no exact bound (use bound='auto' or 'bootstrap')")
+    if method == "product" and metric.kind != "rowwise":
+        raise ValueError(f"bound='product' is the earlier rule for rowwise metrics; {metric.name!r} is "
+                         f"a {metric.kind} metric")
+    return method
+
+
+def _segment_keys(X, cert, segments, segment_max_loss) -> dict[str, np.ndarray] | None:
+    """The segment key of every row of X (and of the cert= rows), validated."""
+    if segments is None:
+        if segment_max_loss is not None:
+            raise ValueError("segment_max_loss needs segments= (a column name of X or one key per row)")
+        return None
+    if segment_max_loss is not None:
+        _number(segment_max_loss, "segment_max_loss", 0, 1, low_open=True, high_open=True)
+    n = n_rows(X, "X")
+    if isinstance(segments, str):
+        columns = getattr(X, "columns", None)
+        if columns is None or segments not in columns:
+            raise ValueError(f"segments={segments!r} names no column of X")
+        keys = {"X": np.asarray(X[segments])}
+        if cert is not None:
+            if segments not in getattr(cert[0], "columns", []):
+                raise ValueError(f"segments={segments!r} names no column of cert[0]")
+            keys["cert"] = np.asarray(cert[0][segments])
+        return keys
+    if cert is not None:
+        raise ValueError("with cert= rows, segments= must be a column name (present in X and cert[0])")
+    array = np.asarray(segments)
+    if array.shape != (n,):
+        raise ValueError(f"segments must be a column name of X or hold one key per row of X ({n}); got shape "
+                         f"{array.shape}")
+    return {"X": array}

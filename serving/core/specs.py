@@ -10,7 +10,11 @@ benchmarks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from serving.core.constants import MAX_BODY_BYTES, MAX_ROWS
 from willump import OptimizedPipeline
 
 
@@ -49,3 +53,76 @@ def gpu_capable(opt: OptimizedPipeline, spec: StageSpec, runtime: str) -> bool:
     else:
         models = [opt.levels[i].model for i in range(spec.first, spec.last + 1)]
     return all(hasattr(m, "module_") and hasattr(m, "to") for m in models)
+
+
+class AppSpec(BaseModel):
+    """What an app is: written by :func:`serving.deploy` and ``willump build`` (into a Serve
+    config's ``args``), read by :mod:`serving.launch.graph`. Validated once, at that edge: a
+    config file with a misspelt or missing field is refused by name."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    name: str = Field(min_length=1)
+    #: where replicas get the artifact (:class:`serving.core.artifacts.ArtifactSource`'s fields)
+    artifact: dict[str, Any]
+    #: the stage plan (``Plan.to_dict()``)
+    plan: dict[str, Any]
+    baseline: bool = False
+    runtime: Literal["native", "onnx"] = "native"
+    batching: bool = True
+    #: the user's monitor options (None: no monitor)
+    monitor: dict[str, Any] | None = None
+    degrade: bool = False
+    deadline_ms: float | None = Field(default=None, gt=0)
+    api_key_sha256: str | None = None
+    #: deploy's in-situ probe token (its hash; None once the probe is done)
+    probe_sha256: str | None = None
+    max_in_flight: int | None = Field(default=None, ge=1)
+    max_body_bytes: int = Field(default=MAX_BODY_BYTES, ge=1)
+    max_rows: int = Field(default=MAX_ROWS, ge=1)
+    min_replicas: int | None = Field(default=None, ge=0)
+    max_replicas: int | None = Field(default=None, ge=1)
+    downscale_to_zero_s: float | None = Field(default=None, ge=0)
+    #: :func:`serving.runtime.gears.gear_info` (None: the plan's one gear)
+    gears: dict[str, Any] | None = None
+    #: :class:`serving.runtime.calls.StageHedge`'s options (None: no hedging)
+    hedging: dict[str, Any] | None = None
+
+
+class IngressConfig(BaseModel):
+    """Everything an ingress replica is told, built from an :class:`AppSpec` and the artifact
+    by :mod:`serving.launch.graph` (or by the calibration probes). Its JSON form (``info``) is
+    what ``/plan``, ``/report`` and the dashboard read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    model_version: str
+    classes: list[Any]
+    #: feature groups per cascade level
+    levels: list[list[str]]
+    stages: list[str]
+    first_stage_last_level: int = 0
+    #: :meth:`serving.core.schema.RowSchema.to_dict`
+    row_schema: dict[str, Any]
+    report: dict[str, Any] = Field(default_factory=dict)
+    plan: dict[str, Any] = Field(default_factory=dict)
+    layout: Literal["staged", "fused"] = "staged"
+    #: the monitor app's name and the record config, or None
+    monitor: dict[str, Any] | None = None
+    max_body_bytes: int = Field(default=MAX_BODY_BYTES, ge=1)
+    max_rows: int = Field(default=MAX_ROWS, ge=1)
+    batching: bool = True
+    deadline_s: float = Field(gt=0)
+    degrade: bool = False
+    api_key_sha256: str | None = None
+    probe_sha256: str | None = None
+    max_in_flight: int = Field(ge=1)
+    gears: dict[str, Any] | None = None
+    hedging: dict[str, Any] | None = None
+
+    def info(self) -> dict[str, Any]:
+        """The plain-JSON form the dashboard and the ``/plan`` and ``/report`` routes read."""
+        out = self.model_dump()
+        out["schema"] = out.pop("row_schema")
+        return out

@@ -24,6 +24,7 @@ import yaml
 
 from serving.core.artifacts import ArtifactSource, path_version
 from serving.core.jsonsafe import clean
+from serving.core.specs import AppSpec
 from serving.launch.graph import monitor_settings, row_schema, specs_of
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
 from serving.planning.planner import Plan, Resources, plan_stages
@@ -71,13 +72,13 @@ def serve_config(
     ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off)."""
     path = str(Path(artifact).resolve())
     source = ArtifactSource(path_version(path), path=path)
-    spec = {
-        "name": name, "artifact": vars(source).copy(), "plan": plan.to_dict(), "baseline": False,
-        "runtime": runtime, "batching": batching, "monitor": monitor, "degrade": degrade,
-        "deadline_ms": deadline_ms if deadline_ms is not None else plan.target_p99_ms,
-        "api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
-        "min_replicas": min_replicas, "max_replicas": max_replicas, "gears": gears, "hedging": hedging,
-    }
+    spec = AppSpec(
+        name=name, artifact=vars(source).copy(), plan=plan.to_dict(), baseline=False,
+        runtime=runtime, batching=batching, monitor=monitor, degrade=degrade,
+        deadline_ms=deadline_ms if deadline_ms is not None else plan.target_p99_ms,
+        api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
+        min_replicas=min_replicas, max_replicas=max_replicas, gears=gears, hedging=hedging,
+    ).model_dump()
     applications = []
     if monitor is not None:
         applications.append({"name": f"{name}-monitor", "route_prefix": None,

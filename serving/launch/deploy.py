@@ -21,7 +21,7 @@ from serving.core import artifacts
 from serving.core.artifacts import ArtifactSource
 from serving.core.constants import MAX_BODY_BYTES, MAX_ROWS
 from serving.core.costs import HostCosts, load_cached, store_cached
-from serving.core.specs import gpu_capable, unsure_share
+from serving.core.specs import AppSpec, gpu_capable, unsure_share
 from serving.launch import cluster
 from serving.launch.graph import (
     DEFAULT_DOWNSCALE_TO_ZERO_S,
@@ -78,7 +78,7 @@ class ServingApp:
     proxy: str = "serve"
     artifact: ArtifactSource | None = None
     monitor_app: str | None = None
-    spec: dict[str, Any] = field(default_factory=dict)
+    spec: AppSpec | None = None
 
     def shutdown(self, *, stop_ray: bool | None = None) -> None:
         """Delete the app (ingress first, so it flushes its records to the monitor), then the
@@ -311,29 +311,19 @@ def deploy(
             plan = make_plan(opt, source, specs, nodes, costs, cpus=cpus, use_gpu=use_gpu, baseline=baseline,
                              runtime=runtime, rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request,
                              monitor=monitor, layout=layout)
-        else:
-            problem = placement_problem(plan, nodes)
-            if problem is not None:
-                plan.placeable, plan.feasible = False, False
-                plan.notes.append("cannot be placed: " + problem)
-        _override_batching(plan, max_batch_size, batch_wait_timeout_s)
-        if not plan.placeable:
-            raise ValueError("the plan cannot be placed on this Ray cluster: "
-                             + "; ".join(n for n in plan.notes if n.startswith("cannot be placed")))
-        if not plan.feasible:
-            warnings.warn("the stage plan is not feasible: " + "; ".join(plan.notes), stacklevel=2)
-        spec = {
-            "name": name, "artifact": vars(source).copy(), "plan": plan.to_dict(), "baseline": baseline,
-            "runtime": runtime, "batching": batching, "monitor": monitor, "degrade": degrade,
-            "deadline_ms": deadline_ms if deadline_ms is not None else p99_ms,
-            "api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
-            "max_in_flight": max_in_flight, "max_body_bytes": max_body_bytes, "max_rows": max_rows,
-            "min_replicas": min_replicas, "max_replicas": max_replicas, "downscale_to_zero_s": downscale_to_zero_s,
-            "gears": gears_info, "hedging": hedge_spec,
-        }
+        _settle_plan(plan, nodes, made_here, max_batch_size, batch_wait_timeout_s)
         probe_why = probe_blocked(insitu, nodes, min_replicas)
         token = secrets.token_hex(16) if probe_why is None else None
-        spec["probe_sha256"] = hashlib.sha256(token.encode()).hexdigest() if token else None
+        spec = AppSpec(
+            name=name, artifact=vars(source).copy(), plan=plan.to_dict(), baseline=baseline,
+            runtime=runtime, batching=batching, monitor=monitor, degrade=degrade,
+            deadline_ms=deadline_ms if deadline_ms is not None else p99_ms,
+            api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
+            max_in_flight=max_in_flight, max_body_bytes=max_body_bytes, max_rows=max_rows,
+            min_replicas=min_replicas, max_replicas=max_replicas, downscale_to_zero_s=downscale_to_zero_s,
+            gears=gears_info, hedging=hedge_spec,
+            probe_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
+        )
         monitor_app = run_spec(spec, opt, access_log=access_log)
         if token is not None:
             plan, probe_note = refine_in_situ(spec, opt, plan, f"{base}/{name}", token, api_key=api_key,
@@ -411,6 +401,23 @@ def make_plan(opt: OptimizedPipeline, source: ArtifactSource, specs: list, nodes
                        layout="staged" if len(specs) == 1 else layout, ingress=ingress, costs=costs)
 
 
+def _settle_plan(plan: Plan, nodes: list, made_here: bool, max_batch_size: int | None,
+                 batch_wait_timeout_s: float | None) -> None:
+    """A plan made elsewhere is checked against this cluster's nodes; the caller's batching
+    overrides apply; a plan no node can hold is refused, an infeasible one warned about."""
+    if not made_here:
+        problem = placement_problem(plan, nodes)
+        if problem is not None:
+            plan.placeable, plan.feasible = False, False
+            plan.notes.append("cannot be placed: " + problem)
+    _override_batching(plan, max_batch_size, batch_wait_timeout_s)
+    if not plan.placeable:
+        raise ValueError("the plan cannot be placed on this Ray cluster: "
+                         + "; ".join(n for n in plan.notes if n.startswith("cannot be placed")))
+    if not plan.feasible:
+        warnings.warn("the stage plan is not feasible: " + "; ".join(plan.notes), stacklevel=3)
+
+
 def _override_batching(plan: Plan, max_batch_size: int | None, batch_wait_timeout_s: float | None) -> None:
     if max_batch_size is not None and max_batch_size < 1:
         raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -423,7 +430,7 @@ def _override_batching(plan: Plan, max_batch_size: int | None, batch_wait_timeou
             stage.batch_wait_timeout_s = float(batch_wait_timeout_s)
 
 
-def run_spec(spec: dict[str, Any], opt: OptimizedPipeline | None = None, *, access_log: bool = False) -> str | None:
+def run_spec(spec: AppSpec, opt: OptimizedPipeline | None = None, *, access_log: bool = False) -> str | None:
     """Run the monitor application (if any) and then the app of ``spec``; returns the
     monitor application's name."""
     from ray import serve
@@ -432,12 +439,12 @@ def run_spec(spec: dict[str, Any], opt: OptimizedPipeline | None = None, *, acce
     # /metrics carries request counts and latencies instead.
     logging_config = {"enable_access_log": access_log, "log_level": "INFO" if access_log else "WARNING"}
     monitor_app = None
-    if spec.get("monitor") is not None:
+    if spec.monitor is not None:
         try:
             import drift  # noqa: F401 - the monitor stage needs it on the replicas
         except ImportError as exc:
             raise ValueError(f"monitor= needs the drift package: {exc}") from exc
-        monitor_app = f"{spec['name']}-monitor"
+        monitor_app = f"{spec.name}-monitor"
         serve.run(build_monitor(spec, opt), name=monitor_app, route_prefix=None, logging_config=logging_config)
-    serve.run(build_app(spec, opt), name=spec["name"], route_prefix=f"/{spec['name']}", logging_config=logging_config)
+    serve.run(build_app(spec, opt), name=spec.name, route_prefix=f"/{spec.name}", logging_config=logging_config)
     return monitor_app

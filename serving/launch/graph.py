@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from serving.core.artifacts import ArtifactSource
-from serving.core.constants import CONCURRENT_BATCHES, MAX_BODY_BYTES, MAX_ROWS
+from serving.core.constants import CONCURRENT_BATCHES
 from serving.core.schema import RowSchema
-from serving.core.specs import StageSpec, stage_specs
+from serving.core.specs import AppSpec, IngressConfig, StageSpec, stage_specs
 from serving.planning.planner import Plan
 from serving.runtime.calls import default_deadline_s
 from serving.runtime.records import build_records
@@ -82,30 +82,36 @@ def row_schema(opt: OptimizedPipeline, record_config: dict[str, Any]) -> RowSche
     return RowSchema.from_sample(opt.sample_rows_, required, optional)
 
 
-def _actor_options(spec: dict[str, Any], num_cpus: float, num_gpus: float = 0.0) -> dict[str, Any]:
+def _actor_options(num_cpus: float, num_gpus: float = 0.0) -> dict[str, Any]:
     # no runtime_env here: deployments inherit the job's (deploy ships the code that way) or
     # the Serve config's application-level one
     return {"num_cpus": num_cpus, "num_gpus": num_gpus}
 
 
-def _opt(spec: dict[str, Any], opt: OptimizedPipeline | None) -> OptimizedPipeline:
-    return opt if opt is not None else ArtifactSource(**spec["artifact"]).load()
+def _opt(spec: AppSpec, opt: OptimizedPipeline | None) -> OptimizedPipeline:
+    return opt if opt is not None else ArtifactSource(**spec.artifact).load()
 
 
-def build_app(spec: dict[str, Any], opt: OptimizedPipeline | None = None) -> Any:
+def app_spec(spec: AppSpec | dict[str, Any]) -> AppSpec:
+    """``spec`` validated (a dict from a Serve config file is checked here, once)."""
+    return spec if isinstance(spec, AppSpec) else AppSpec.model_validate(spec)
+
+
+def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = None) -> Any:
     """The main application (ingress and model stages) for ``spec``."""
     from serving.runtime.ingress import Ingress
     from serving.runtime.replicas import ModelStage
 
+    spec = app_spec(spec)
     opt = _opt(spec, opt)
-    plan = Plan.from_dict(spec["plan"])
-    name = spec["name"]
-    specs = specs_of(opt, spec.get("baseline", False))
+    plan = Plan.from_dict(spec.plan)
+    name = spec.name
+    specs = specs_of(opt, spec.baseline)
     fused = plan.layout == "fused" and len(specs) > 1
-    monitor = spec.get("monitor")
+    monitor = spec.monitor
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
-    degrade = bool(spec.get("degrade", False))
-    autoscale = spec.get("min_replicas") is not None
+    degrade = spec.degrade
+    autoscale = spec.min_replicas is not None
     handles: list[Any] = [None] if fused else []
     for i, stage_spec in enumerate(specs):
         if fused and i == 0:
@@ -117,14 +123,14 @@ def build_app(spec: dict[str, Any], opt: OptimizedPipeline | None = None) -> Any
             "max_ongoing_requests": sp.max_ongoing_requests,
             "max_queued_requests": sp.max_queued_requests,
             "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
-            "ray_actor_options": _actor_options(spec, sp.num_cpus, sp.num_gpus if on_gpu else 0.0),
+            "ray_actor_options": _actor_options(sp.num_cpus, sp.num_gpus if on_gpu else 0.0),
         }
         if autoscale:
-            low = int(spec["min_replicas"])
-            idle = float(spec.get("downscale_to_zero_s", DEFAULT_DOWNSCALE_TO_ZERO_S))
+            low = spec.min_replicas
+            idle = DEFAULT_DOWNSCALE_TO_ZERO_S if spec.downscale_to_zero_s is None else spec.downscale_to_zero_s
             options["autoscaling_config"] = {
                 "min_replicas": low, "initial_replicas": max(low, 1),
-                "max_replicas": max(int(spec.get("max_replicas") or sp.replicas), sp.replicas, 1),
+                "max_replicas": max(spec.max_replicas or sp.replicas, sp.replicas, 1),
                 "target_ongoing_requests": AUTOSCALE_TARGET_ONGOING,
                 "upscale_delay_s": 0.0, "downscale_delay_s": idle, "downscale_to_zero_delay_s": idle,
                 "look_back_period_s": AUTOSCALE_LOOK_BACK_S,
@@ -133,62 +139,63 @@ def build_app(spec: dict[str, Any], opt: OptimizedPipeline | None = None) -> Any
             options["num_replicas"] = sp.replicas
         fallback = degrade and i == 0
         handles.append(ModelStage.options(**options).bind(
-            ArtifactSource(**spec["artifact"]), stage_spec, baseline=spec.get("baseline", False),
-            device="cuda" if on_gpu else "cpu", runtime=spec.get("runtime", "native"),
-            batching=spec.get("batching", True), max_batch_size=sp.max_batch_size,
+            ArtifactSource(**spec.artifact), stage_spec, baseline=spec.baseline,
+            device="cuda" if on_gpu else "cpu", runtime=spec.runtime,
+            batching=spec.batching, max_batch_size=sp.max_batch_size,
             batch_wait_timeout_s=sp.batch_wait_timeout_s, fallback=fallback,
         ))
     schema = row_schema(opt, record_config)
     target = plan.target_p99_ms
-    deadline_s = (float(spec["deadline_ms"]) / 1000.0 if spec.get("deadline_ms") else default_deadline_s(target))
-    info = {
-        "name": name,
-        "model_version": spec["artifact"]["version"],
-        "classes": [c.item() if hasattr(c, "item") else c for c in opt.classes_],
-        "levels": [list(lv.groups) for lv in opt.levels],
-        "stages": [s.name for s in specs],
-        "first_stage_last_level": specs[0].last,
-        "schema": schema.to_dict(),
-        "report": opt.report().to_dict(),
-        "plan": plan.to_dict(),
-        "layout": plan.layout,
-        "monitor": None if monitor is None else {"app": f"{name}-monitor", "records": record_config},
-        "max_body_bytes": int(spec.get("max_body_bytes", MAX_BODY_BYTES)),
-        "max_rows": int(spec.get("max_rows", MAX_ROWS)),
-        "batching": spec.get("batching", True),
-        "deadline_s": deadline_s,
-        "degrade": degrade,
-        "api_key_sha256": spec.get("api_key_sha256"),
-        "probe_sha256": spec.get("probe_sha256"),
-        "max_in_flight": int(spec.get("max_in_flight") or plan.ingress_max_in_flight),
-        "gears": spec.get("gears"),  # serving.runtime.gears.gear_info: mode, certified ladder, policy
-        "hedging": spec.get("hedging"),  # serving.runtime.calls.StageHedge's options, or None
-    }
+    deadline_s = spec.deadline_ms / 1000.0 if spec.deadline_ms else default_deadline_s(target)
+    config = IngressConfig(
+        name=name,
+        model_version=spec.artifact["version"],
+        classes=[c.item() if hasattr(c, "item") else c for c in opt.classes_],
+        levels=[list(lv.groups) for lv in opt.levels],
+        stages=[s.name for s in specs],
+        first_stage_last_level=specs[0].last,
+        row_schema=schema.to_dict(),
+        report=opt.report().to_dict(),
+        plan=plan.to_dict(),
+        layout=plan.layout,
+        monitor=None if monitor is None else {"app": f"{name}-monitor", "records": record_config},
+        max_body_bytes=spec.max_body_bytes,
+        max_rows=spec.max_rows,
+        batching=spec.batching,
+        deadline_s=deadline_s,
+        degrade=degrade,
+        api_key_sha256=spec.api_key_sha256,
+        probe_sha256=spec.probe_sha256,
+        max_in_flight=spec.max_in_flight or plan.ingress_max_in_flight,
+        gears=spec.gears,
+        hedging=spec.hedging,
+    )
     local_first = None
     ingress_cpus = plan.ingress_cpus
     if fused:
-        local_first = {"artifact": spec["artifact"], "spec": vars(specs[0]).copy(),
-                       "runtime": spec.get("runtime", "native"), "fallback": degrade}
+        local_first = {"artifact": spec.artifact, "spec": vars(specs[0]).copy(),
+                       "runtime": spec.runtime, "fallback": degrade}
     second = handles[1] if len(handles) > 1 else None
     ingress = Ingress.options(
         name=f"{name}-ingress", num_replicas=plan.ingress_replicas,
         # Serve's own limit sits above the ingress's admission bound, which answers 503 first
-        max_ongoing_requests=info["max_in_flight"] + 64,
-        ray_actor_options=_actor_options(spec, ingress_cpus),
+        max_ongoing_requests=config.max_in_flight + 64,
+        ray_actor_options=_actor_options(ingress_cpus),
     )
-    return ingress.bind(handles[0], second, info, local_first)
+    return ingress.bind(handles[0], second, config, local_first)
 
 
-def build_monitor(spec: dict[str, Any], opt: OptimizedPipeline | None = None) -> Any | None:
+def build_monitor(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = None) -> Any | None:
     """The monitor application for ``spec`` (None without a monitor)."""
-    monitor = spec.get("monitor")
+    spec = app_spec(spec)
+    monitor = spec.monitor
     if monitor is None:
         return None
     from serving.runtime.replicas import MonitorStage
 
     opt = _opt(spec, opt)
     monitor_config, record_config = monitor_settings(monitor, opt)
-    if (spec.get("gears") or {}).get("mode", "off") != "off":  # explain by the gear that answered
+    if (spec.gears or {}).get("mode", "off") != "off":  # explain by the gear that answered
         monitor_config["attributes"] = [*monitor_config["attributes"], "gear"]
     reference = None
     if monitor.get("reference", "traffic") == "sample":
@@ -200,21 +207,21 @@ def build_monitor(spec: dict[str, Any], opt: OptimizedPipeline | None = None) ->
                                   "reference", None, record_config, gear=0).to_dict("records")
     else:
         monitor_config.setdefault("auto_reference_panes", DEFAULT_REFERENCE_PANES)
-    plan = Plan.from_dict(spec["plan"])
+    plan = Plan.from_dict(spec.plan)
     return MonitorStage.options(
         name="monitor", max_ongoing_requests=64, graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_S,
-        ray_actor_options=_actor_options(spec, plan.monitor_cpus or 0.1),
+        ray_actor_options=_actor_options(plan.monitor_cpus or 0.1),
     ).bind(monitor_config, reference)
 
 
 def app_builder(args: dict[str, Any]) -> Any:
     """Serve config entry point (``import_path: serving.launch.graph:app_builder``; the spec as args)."""
-    return build_app(dict(args))
+    return build_app(app_spec(dict(args)))
 
 
 def monitor_builder(args: dict[str, Any]) -> Any:
     """Serve config entry point of the monitor application."""
-    app = build_monitor(dict(args))
+    app = build_monitor(app_spec(dict(args)))
     if app is None:
         raise ValueError("monitor_builder: the spec has no monitor")
     return app

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from serving.core.specs import AppSpec
 from serving.launch.graph import build_app, monitor_settings, row_schema
 from serving.measure.insitu import PROBE_BODIES, PROBE_HEADER, probe, summary
 from serving.measure.procstat import session_dir
@@ -18,7 +19,7 @@ from serving.measure.stages import request_bodies
 from serving.planning.planner import SIMULATED_LOAD, plan_again, same_deployments, simulated_at
 
 
-def refine_in_situ(spec: dict[str, Any], opt: Any, plan: Any, url: str, token: str, *,
+def refine_in_situ(spec: AppSpec, opt: Any, plan: Any, url: str, token: str, *,
                    api_key: str | None, replan: bool, budget_cpus: float | None,
                    access_log: bool = False, overrides: Callable[[Any], None] | None = None) -> tuple[Any, str]:
     """Probe the app running ``spec``, plan again with the measured CPU factors (``replan``;
@@ -29,12 +30,12 @@ def refine_in_situ(spec: dict[str, Any], opt: Any, plan: Any, url: str, token: s
     import ray
     from ray import serve
 
-    monitor = spec.get("monitor")
+    monitor = spec.monitor
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
     bodies = request_bodies(opt.sample_rows_, plan.rows_per_request, row_schema(opt, record_config), PROBE_BODIES)
     headers = {PROBE_HEADER: token, **({"X-API-Key": api_key} if api_key else {})}
     try:
-        measured = probe(f"{url}/predict", bodies, plan.rows_per_request, plan, spec["name"],
+        measured = probe(f"{url}/predict", bodies, plan.rows_per_request, plan, spec.name,
                          session=session_dir(ray.get_runtime_context().gcs_address) or "", headers=headers)
     except Exception as exc:  # the app stays as deployed; the plan says it was not checked
         return plan, f"in-situ probe failed ({exc}); the plan's predictions are its model's alone"
@@ -49,12 +50,12 @@ def refine_in_situ(spec: dict[str, Any], opt: Any, plan: Any, url: str, token: s
     changed = not same_deployments(plan, refined)
     refined.in_situ.update({**{k: v for k, v in measured.items() if k != "factors"}, "before": before,
                             "replanned": changed})
-    spec["plan"], spec["probe_sha256"] = refined.to_dict(), None
+    spec.plan, spec.probe_sha256 = refined.to_dict(), None
     logging_config = {"enable_access_log": access_log, "log_level": "INFO" if access_log else "WARNING"}
     # deleted first, so that the new replicas are placed on free nodes as planned (an update in
     # place would start them while the old ones still hold their CPUs); the monitor stays
-    serve.delete(spec["name"])
-    serve.run(build_app(spec, opt), name=spec["name"], route_prefix=f"/{spec['name']}", logging_config=logging_config)
+    serve.delete(spec.name)
+    serve.run(build_app(spec, opt), name=spec.name, route_prefix=f"/{spec.name}", logging_config=logging_config)
     what = "replicas planned again" if changed else "replicas unchanged"
     return refined, (f"in situ ({measured['clients']} clients, {measured['seconds']:g} s): CPU measured over modelled "
                      f"{summary(measured['factors'])}; {what}; bound {before['max_rows_per_s']:.0f} -> "

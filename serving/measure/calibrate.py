@@ -38,6 +38,7 @@ import pandas as pd
 
 from serving.core.costs import HostCosts
 from serving.core.schema import ColumnSpec, PredictRequest, RowSchema, parse_request, predict_answer
+from serving.core.specs import IngressConfig
 from serving.measure.procstat import group_cpu, process_cpu, session_dir, session_processes
 from serving.planning.planner import MIN_IN_FLIGHT
 
@@ -75,7 +76,6 @@ class EchoRunner:
 
 
 def _schema() -> Any:
-
     return RowSchema([ColumnSpec(c, "number", False, "float64") for c in COLUMNS])
 
 
@@ -111,13 +111,10 @@ def _call_kb(rows: int) -> float:
     return (len(pickle.dumps(frame, protocol=5)) + len(pickle.dumps(EchoRunner().run(frame), protocol=5))) / 1024
 
 
-def _info(name: str) -> dict[str, Any]:
-
-    return {"name": name, "model_version": "calibration", "classes": [0, 1], "levels": [["x"]],
-            "stages": ["model"], "first_stage_last_level": 0, "schema": _schema().to_dict(), "report": {},
-            "plan": {}, "layout": "staged", "monitor": None, "max_body_bytes": 4 << 20, "max_rows": 10_000,
-            "batching": True, "deadline_s": 30.0, "degrade": False, "api_key_sha256": None,
-            "max_in_flight": MIN_IN_FLIGHT * 8}
+def _config(name: str, layout: str = "staged") -> IngressConfig:
+    return IngressConfig(name=name, model_version="calibration", classes=[0, 1], levels=[["x"]], stages=["model"],
+                         row_schema=_schema().to_dict(), layout=layout, deadline_s=30.0,
+                         max_in_flight=MIN_IN_FLIGHT * 8)
 
 
 async def _load(url: str, body: bytes | None, seconds: float, clients: int) -> int:
@@ -169,10 +166,10 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
     stage = ModelStage.options(name=f"{app_name}-model", ray_actor_options=pin, max_ongoing_requests=64).bind(
         None, None, max_batch_size=LARGE_ROWS, batch_wait_timeout_s=0.0, runner=EchoRunner())
     ingress = Ingress.options(name=f"{app_name}-ingress", ray_actor_options=pin, max_ongoing_requests=1024).bind(
-        stage, None, _info(app_name))
+        stage, None, _config(app_name))
     fused_name = f"{app_name}-fused"
     fused = Ingress.options(name=f"{fused_name}-ingress", ray_actor_options=pin, max_ongoing_requests=1024).bind(
-        None, None, {**_info(fused_name), "layout": "fused"}, {"runner": EchoRunner()})
+        None, None, _config(fused_name, "fused"), {"runner": EchoRunner()})
     logging = {"enable_access_log": False, "log_level": "WARNING"}
     route = f"/{app_name}"
     serve.run(ingress, name=app_name, route_prefix=route, logging_config=logging)

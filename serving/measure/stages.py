@@ -246,7 +246,6 @@ class _GpuTimer:
     """A process holding (a share of) a GPU, with the stage's models on it."""
 
     def __init__(self, source: Any, spec: StageSpec, runtime: str):
-
         self.opt = source.load()
         self.notes = place_models(self.opt, "cuda", runtime)
         self.spec = spec

@@ -36,6 +36,7 @@ from serving.model_app.stages import (
     PartitionStage,
 )
 from serving.model_app.transport import calibrate_transport
+from serving.runtime.http_support import key_hash
 
 #: batch sizes profiled by plan="auto"
 AUTO_BATCH_SIZES = (1, 4, 16, 32)
@@ -165,6 +166,7 @@ def deploy_model(
     address: str | None = None,
     cpus: float | None = None,
     gpus: float | None = None,
+    api_key: str | None = None,
 ) -> ModelApp:
     """Serve ``module`` at ``/{name}``: ``POST /predict {"inputs": ...}`` ->
     ``{"outputs": ...}`` equal (allclose) to ``module(*inputs)``.
@@ -175,7 +177,9 @@ def deploy_model(
     "cuda" (alias "gpu"); by default the device a given plan was made for (a plan from
     a GPU profile serves on GPUs, an emulated or CPU one on CPUs), else "cpu". ``cpus_per_replica`` may be fractional (emulated devices).
     Starts Ray (``cpus``/``gpus``) and Serve on ``host:port`` (a free port by default) when
-    none is running; joins a running Serve otherwise.
+    none is running; joins a running Serve otherwise. ``api_key`` requires ``Authorization:
+    Bearer KEY`` (or ``X-API-Key``) on every route but ``/healthz``, as the pipeline app does;
+    only its hash is stored in the app.
     """
     from ray import serve
 
@@ -249,6 +253,7 @@ def deploy_model(
             "inputs": [vars(InputSpec.of(a)) for a in args], "batch_size": the_plan.batch_size,
             "batch_wait_ms": batch_wait_ms, "max_inflight": inflight, "max_rows": max_rows,
             "max_body_bytes": max_body_bytes, "plan": the_plan.to_dict(),
+            "api_key_sha256": key_hash(api_key) if api_key else None,
         }
         ingress = ModelIngress.options(name=f"{name}-ingress", max_ongoing_requests=4096,
                                        ray_actor_options={"num_cpus": 0.0}).bind(handles, info)

@@ -18,7 +18,9 @@ host -> GPU, the hop :func:`serving.model_app.transport.calibrate_transport` mea
 
 import asyncio
 import json
+import logging
 import threading
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,7 @@ from serving.core.jsonsafe import clean
 from serving.core.schema import RequestError
 from serving.runtime.calls import DEFAULT_DEADLINE_S, Deadline, DeadlineExceeded, StageOverloaded
 from serving.runtime.coalesce import Coalescer, Item
+from serving.runtime.edge import KEY_MESSAGE, HttpEdge
 
 #: most rows one request may carry (overridable per deployment)
 MAX_ROWS = 10_000
@@ -174,6 +177,8 @@ def concat_rows(parts: list[Any]) -> Any:
     return pytree.tree_unflatten(joined, spec)
 
 
+log = logging.getLogger(__name__)
+
 app = FastAPI(title="partitioned torch model", docs_url=None, redoc_url=None)
 
 
@@ -184,7 +189,7 @@ def _error(status: int, message: str, field: str = "body") -> JSONResponse:
 
 @serve.deployment
 @serve.ingress(app)
-class ModelIngress:
+class ModelIngress(HttpEdge):
     """HTTP front: validation, micro-batching and the chain of stage calls."""
 
     def __init__(self, stages: list[Any], info: dict[str, Any]):
@@ -193,6 +198,7 @@ class ModelIngress:
         self.specs = [InputSpec(tuple(s["trailing"]), s["dtype"]) for s in info["inputs"]]
         self.max_rows = int(info.get("max_rows", MAX_ROWS))
         self.max_body = int(info.get("max_body_bytes", MAX_BODY_BYTES))
+        self.api_key_hash = info.get("api_key_sha256")
         self.batch_size = int(info["batch_size"])
         self.batcher = Coalescer(self._run, stage="model", max_rows=self.batch_size, limit=int(info["max_inflight"]),
                                  wait_s=float(info["batch_wait_ms"]) / 1000.0)
@@ -234,9 +240,12 @@ class ModelIngress:
 
     @app.post("/predict")
     async def predict(self, request: Request) -> JSONResponse:
-        body = await request.body()
-        if len(body) > self.max_body:
-            return _error(413, f"body of {len(body)} bytes is over max_body_bytes={self.max_body}")
+        try:
+            self.check_key(request)
+            body = await self.read_body(request)
+            deadline = Deadline.from_headers(request.headers, DEFAULT_DEADLINE_S)
+        except RequestError as exc:
+            return JSONResponse(status_code=exc.status, content=exc.body())
         try:
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -246,22 +255,24 @@ class ModelIngress:
         except BadInput as exc:
             return JSONResponse(status_code=exc.status, content=exc.body())
         try:
-            deadline = Deadline.from_headers(request.headers, DEFAULT_DEADLINE_S)
-        except RequestError as exc:
-            return JSONResponse(status_code=exc.status, content=exc.body())
-        try:
             out = await self._submit(arrays, deadline)
         except DeadlineExceeded as exc:
             return _error(504, str(exc), "model")
         except StageOverloaded as exc:
             return JSONResponse(status_code=503, content={"error": str(exc), "fields": [{"field": "model", "error": str(exc)}]},
                                 headers={"Retry-After": f"{exc.retry_after_s:g}"})
-        except Exception as exc:
-            return _error(500, f"internal error: {type(exc).__name__}: {str(exc)[:500]}", "model")
+        except Exception:
+            rid = uuid.uuid4().hex
+            log.exception("request %s failed", rid)  # the details stay in the server log
+            return JSONResponse(status_code=500, content={
+                "error": "internal error; the server log has the details under this request id",
+                "fields": [], "request_id": rid}, headers={"X-Request-Id": rid})
         return JSONResponse({"outputs": clean(out, infinity="null")})
 
     @app.get("/plan")
-    def plan(self) -> dict[str, Any]:
+    def plan(self, request: Request) -> Any:
+        if not self.authorized(request):
+            return _error(401, KEY_MESSAGE, "header:Authorization")
         return self.info["plan"]
 
     @app.get("/healthz")
@@ -269,6 +280,8 @@ class ModelIngress:
         return {"ok": True, "stages": len(self.stages)}
 
     @app.get("/stats")
-    def stats(self) -> dict[str, Any]:
+    def stats(self, request: Request) -> Any:
+        if not self.authorized(request):
+            return _error(401, KEY_MESSAGE, "header:Authorization")
         batches = self.batcher.batches
         return {"batches": batches, "rows": self.rows, "mean_batch": self.rows / batches if batches else 0.0}

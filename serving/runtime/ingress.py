@@ -39,7 +39,7 @@ from serving.core.schema import (
     parse_request,
     predict_answer,
 )
-from serving.core.specs import StageSpec
+from serving.core.specs import IngressConfig, StageSpec
 from serving.runtime.calls import (
     Deadline,
     DeadlineExceeded,
@@ -50,6 +50,7 @@ from serving.runtime.calls import (
 )
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
+from serving.runtime.edge import HttpEdge
 from serving.runtime.gears import GearRunners, GearSwitch
 from serving.runtime.http_support import (
     ROUTE_ERRORS,
@@ -91,43 +92,45 @@ app = FastAPI(
 # must be defined above this line.
 @serve.deployment
 @serve.ingress(app)
-class Ingress:
+class Ingress(HttpEdge):
     """HTTP ingress: validates requests, routes rows through the stages, feeds the monitor."""
 
-    def __init__(self, first: Any, second: Any | None, info: dict[str, Any],
+    def __init__(self, first: Any, second: Any | None, config: IngressConfig,
                  local_first: dict[str, Any] | None = None):
         if local_first is not None and "runner" in local_first:  # serving.measure.calibrate's stand-in model
             first = LocalStage(None, None, runner=local_first["runner"])
         elif local_first is not None:  # layout="fused": the first stage runs in this process
             first = LocalStage(ArtifactSource(**local_first["artifact"]), StageSpec(**local_first["spec"]),
                                device="cpu", runtime=local_first["runtime"], fallback=local_first["fallback"])
-        self.info = info
-        self.name = info["name"]
-        self.stage_names = list(info["stages"])
+        self.config = config
+        #: the config's JSON form: what /plan, /report and the dashboard read
+        self.info = config.info()
+        self.name = config.name
+        self.stage_names = list(config.stages)
         self.first, self.second = first, second
         self.local = isinstance(first, LocalStage)
-        self.version = info["model_version"]
-        self.classes = np.asarray(info["classes"], dtype=object)
-        self.schema = RowSchema.from_dict(info["schema"])
-        self.max_body = int(info["max_body_bytes"])
-        self.max_rows = int(info["max_rows"])
-        self.deadline_s = float(info["deadline_s"])
-        self.degrade = bool(info.get("degrade", False))
-        self.first_level = int(info.get("first_stage_last_level", 0))
-        self.api_key_hash = info.get("api_key_sha256")
+        self.version = config.model_version
+        self.classes = np.asarray(config.classes, dtype=object)
+        self.schema = RowSchema.from_dict(config.row_schema)
+        self.max_body = config.max_body_bytes
+        self.max_rows = config.max_rows
+        self.deadline_s = config.deadline_s
+        self.degrade = config.degrade
+        self.first_level = config.first_stage_last_level
+        self.api_key_hash = config.api_key_sha256
         #: deploy's in-situ probe marks its requests with a one-off token (serving.measure.insitu)
-        self.probe_hash = info.get("probe_sha256")
-        self.max_in_flight = int(info["max_in_flight"])
+        self.probe_hash = config.probe_sha256
+        self.max_in_flight = config.max_in_flight
         self.in_flight = 0
         self.metrics = ServingMetrics(self.name)
-        batch_rows = INGRESS_BATCH_ROWS if info.get("batching", True) else 1
+        batch_rows = INGRESS_BATCH_ROWS if config.batching else 1
         self.coalescers: dict[str, Coalescer] = {}
         for i, (stage, target) in enumerate(zip(self.stage_names, (first, second), strict=False)):
             run = self._local_batch if (i == 0 and self.local) else self._remote_batch(target, stage)
             self.coalescers[stage] = Coalescer(run, stage=stage, max_rows=batch_rows, limit=CONCURRENT_BATCHES,
                                                max_queued=max(self.max_in_flight, 1))
         # hedged calls to the remote stages (serving.runtime.calls.StageHedge), where asked for
-        hedging = info.get("hedging")
+        hedging = config.hedging
         self.hedges = {} if not hedging else {
             stage: StageHedge(lambda stage=stage: self.coalescers[stage].limit // CONCURRENT_BATCHES,
                               hedging.get("quantile"), hedging.get("floor_over_median"),
@@ -135,7 +138,7 @@ class Ingress:
                                   "willump_stage_hedges", stage=stage, won=str(won).lower()),
                               in_flight=lambda stage=stage: self.coalescers[stage].in_flight)
             for i, stage in enumerate(self.stage_names) if not (i == 0 and self.local)}
-        monitor = info.get("monitor")
+        monitor = config.monitor
         self.monitor = LazyHandle("monitor", monitor["app"]) if monitor else None
         self.records = None
         if monitor:
@@ -145,7 +148,7 @@ class Ingress:
                 on_sent=lambda n: self.metrics.count("willump_monitor_records_sent", n))
         self.openapi_doc = openapi_document(app, self.schema)
         self._watch: ReplicaWatch | None = None
-        self.gears = GearSwitch(info.get("gears"))  # load-adaptive gears (serving.runtime.gears)
+        self.gears = GearSwitch(config.gears)  # load-adaptive gears (serving.runtime.gears)
         self.gear_now = self.gears.pinned
         self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
 
@@ -186,31 +189,11 @@ class Ingress:
         for deployment, count in running.items():
             self.coalescers[deployment[len(self.name) + 1:]].limit = max(1, count) * CONCURRENT_BATCHES
 
-    async def _body(self, request: Request) -> bytes:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body:
-            raise RequestError(413, f"request body of {length} bytes exceeds the {self.max_body}-byte limit")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > self.max_body:
-                raise RequestError(413, f"request body exceeds the {self.max_body}-byte limit")
-        return bytes(body)
-
     async def _parse(self, request: Request, model: type) -> tuple[Any, Any]:
-        body = await self._body(request)
+        body = await self.read_body(request)
         if len(body) <= PARSE_INLINE_BYTES:
             return parse_request(body, model, self.schema, self.max_rows)
         return await asyncio.to_thread(parse_request, body, model, self.schema, self.max_rows)
-
-    def _authorized(self, request: Request) -> bool:
-        if not self.api_key_hash:
-            return True
-        given = request.headers.get("x-api-key")
-        auth = request.headers.get("authorization", "")
-        if given is None and auth.lower().startswith("bearer "):
-            given = auth[7:].strip()
-        return given is not None and hmac.compare_digest(key_hash(given), self.api_key_hash)
 
     def _probe(self, request: Request) -> bool:
         """Whether the request is deploy's in-situ probe: its monitor records are dropped and
@@ -228,8 +211,8 @@ class Ingress:
         status = 200
         admitted = False
         try:
-            if route not in OPEN_ROUTES and not self._authorized(request):
-                raise RequestError(401, "missing or wrong API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key')")
+            if route not in OPEN_ROUTES:
+                self.check_key(request)
             if admit:
                 if self.in_flight >= self.max_in_flight:
                     self.metrics.count("willump_shed_requests", stage="ingress")
@@ -408,7 +391,6 @@ class Ingress:
 
     @app.get("/ui", include_in_schema=False)
     async def ui(self, request: Request) -> Response:
-
         return await self._guarded("ui", request, lambda: serve_ui(self, request))
 
     @app.get("/healthz")

@@ -189,12 +189,10 @@ class Dashboard:
         return self._monitor_task
 
     def monitor_options(self) -> dict[str, Any]:
-
         # one computation per MONITOR_TTL_S for the whole app, however many replicas ask
         return {"slo_ms": slo_ms(self.info), "max_age_s": MONITOR_TTL_S}
 
     async def _fetch_monitor(self) -> None:
-
         try:
             snap = await wait_or_cancel(self.monitor.dashboard.remote(self.monitor_options()), MONITOR_TIMEOUT_S,
                                         "monitor", MONITOR_TIMEOUT_S)
@@ -210,7 +208,6 @@ class Dashboard:
 
     # --- the page ---------------------------------------------------------------------------
     def view(self) -> dict[str, Any]:
-
         age = None if self.monitor_at is None else time.time() - self.monitor_at
         view = model(self.info, self.ring, self.monitor_snapshot, monitor_age_s=age,
                      monitor_error=self.monitor_error, refresh_s=self.refresh_s)
@@ -329,7 +326,6 @@ def dashboard_of(ingress: Any) -> Dashboard:
 
 
 def _flag(name: str, value: str) -> bool:
-
     if value.lower() in ("1", "true", "yes", "on"):
         return True
     if value.lower() in ("0", "false", "no", "off"):

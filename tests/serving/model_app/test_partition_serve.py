@@ -198,6 +198,33 @@ def test_a_stage_replica_killed_under_load_loses_no_request(serve_port):
         app.shutdown()
 
 
+def test_the_model_app_checks_its_key_and_its_body_size_like_the_pipeline_app(serve_port):
+    """The shared HTTP edge (serving.runtime.edge): a key is required on every route but
+    /healthz; a body over the limit is refused (413) while streaming; a bad deadline header
+    is the client's mistake (422)."""
+    mlp = _mlp()
+    g = sp.capture(mlp, torch.randn(2, 6))
+    plan = sp.evaluate(sp.profile(g, batch_sizes=(4,), repeats=1, warmup=0, transport=FIXED), [(0, 5, 1)], devices=1)
+    app = serving.deploy_model(mlp, torch.randn(2, 6), name="mlpkey", plan=plan, graph=g, cpus_per_replica=0.25,
+                               api_key="s3cret", max_body_bytes=2_000)
+    try:
+        x = torch.randn(3, 6)
+        assert requests.post(app.url + "/predict", json={"inputs": x.tolist()}, timeout=60).status_code == 401
+        assert requests.get(app.url + "/plan", timeout=10).status_code == 401
+        assert requests.get(app.url + "/healthz", timeout=10).status_code == 200
+        keyed = {"X-API-Key": "s3cret"}
+        r = requests.post(app.url + "/predict", json={"inputs": x.tolist()}, headers=keyed, timeout=60)
+        assert r.status_code == 200 and torch.allclose(torch.tensor(r.json()["outputs"]), mlp(x), atol=1e-5)
+        big = requests.post(app.url + "/predict", json={"inputs": torch.randn(200, 6).tolist()}, headers=keyed,
+                            timeout=60)
+        assert big.status_code == 413 and "limit" in big.json()["error"]
+        bad_deadline = requests.post(app.url + "/predict", json={"inputs": x.tolist()},
+                                     headers={**keyed, "X-Deadline-Ms": "-5"}, timeout=60)
+        assert bad_deadline.status_code == 422 and bad_deadline.json()["fields"]
+    finally:
+        app.shutdown()
+
+
 def test_deploy_model_arguments_are_checked(serve_port):
     mlp = _mlp()
     with pytest.raises(ValueError, match="name"):

@@ -259,7 +259,7 @@ def test_the_ingress_parses_large_bodies_off_the_event_loop(monkeypatch, rows):
     body = json.dumps({"rows": [{"a": 1.5, "b": 2.5, "c": float(i)} for i in range(rows)]}).encode()
     cls = app_module.Ingress.func_or_class  # the ingress's own methods, on a stand-in instance
     ingress = types.SimpleNamespace(schema=schema, max_body=10 * len(body), max_rows=50_000)
-    ingress._body = lambda request: cls._body(ingress, request)
+    ingress.read_body = lambda request: cls.read_body(ingress, request)
     ingress._parse = lambda request, model: cls._parse(ingress, request, model)
 
     async def main():
