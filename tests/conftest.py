@@ -11,13 +11,11 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: pytest-xdist group of the tests that start Ray, servers, subprocess apps or a browser: modules
-#: marked ``pytestmark = pytest.mark.starts_ray`` run one after another on one worker (`make test`
-#: runs ``-n 2 --dist loadgroup``), while every other test (the optimizer's, the monitor's, the
-#: workloads', the serving tests that start nothing and the README's tour, whose `deploy` starts a
-#: Ray of its own) is spread over both workers. tests/serving/test_ray_free.py checks the marks.
-SERIAL_GROUP = "ray-and-servers"
-#: what marks a module serial (read from its source: xdist's scheduler sees node ids, not marks)
+#: what marks a module that starts Ray, servers, subprocess apps or a browser (read from its
+#: source: xdist's scheduler sees node ids, not marks). Such a module runs whole on one worker
+#: (its module-scoped Ray is started once), and the two workers each run one such module at a
+#: time, so at most two Rays run side by side; every other test is spread one by one.
+#: tests/serving/test_ray_free.py checks the marks.
 SERIAL_MARK = "pytest.mark.starts_ray"
 
 
@@ -32,21 +30,42 @@ def serial(nodeid: str) -> bool:
     return _marked(nodeid.split("::", 1)[0])
 
 
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """Modules that start Ray first, those with the most tests first, then tests marked slow:
+    the long ones start early, so the short tests fill both workers at the end instead of one
+    long test holding the run's tail."""
+    if config.getvalue("dist") != "loadgroup":
+        return
+    sizes: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        sizes[module] = sizes.get(module, 0) + 1
+    order = {m: i for i, m in enumerate(sizes)}
+
+    def key(item) -> tuple:
+        module = item.nodeid.split("::", 1)[0]
+        if serial(item.nodeid):
+            return (0, -sizes[module], order[module])
+        return (1 if item.get_closest_marker("slow") else 2, 0, order[module])
+
+    items.sort(key=key)  # stable: tests keep their order inside a module
+
+
 @pytest.hookimpl(optionalhook=True)  # known only where xdist is loaded
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadgroup`` as `make test` runs it: the serial tests form one scope that one
-    worker runs, module after module, while the other tests are spread one by one. (xdist's
-    own loadgroup suffixes node ids with the group of an ``xdist_group`` mark, which pytest
-    9.2's node ids no longer take: its groups silently split.)"""
+    """``--dist loadgroup`` as `make test` runs it: a module that starts Ray is one scope (run
+    whole, on one worker), every other test a scope of its own; xdist hands a worker its next
+    scope when it runs out, so both workers stay busy. (xdist's own loadgroup suffixes node ids
+    with the group of an ``xdist_group`` mark, which pytest 9.2's node ids no longer take.)"""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class SerialServers(LoadScopeScheduling):
+    class ModulesThatStartRay(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return SERIAL_GROUP if serial(nodeid) else nodeid
+            return nodeid.split("::", 1)[0] if serial(nodeid) else nodeid
 
-    return SerialServers(config, log)
+    return ModulesThatStartRay(config, log)
 
 
 def datasets_dir() -> Path:

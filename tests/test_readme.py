@@ -56,6 +56,7 @@ def test_only_the_set_up_block_lies_outside_the_tour() -> None:
     assert "python" in langs and "bash" in langs
 
 
+@pytest.mark.slow
 def test_the_tour_runs(shared_datasets: Path, tmp_path: Path) -> None:
     tour, _ = tour_and_rest()
     script = tmp_path / "tour.py"

@@ -45,6 +45,8 @@ INFLATION_REPEATS = 12
 GPU_CONCURRENCY = (1, 2, 4)
 #: timed batches per process when measuring GPU sharing
 GPU_SHARING_BATCHES = 20
+#: seconds a GPU profiling step may take (starting the processes, timing) before it is refused
+GPU_PROFILE_TIMEOUT_S = 300.0
 
 
 def profile_rows(opt: OptimizedPipeline, rows: Any = None) -> Any:
@@ -276,6 +278,17 @@ class _GpuTimer:
         return batch * batches / (time.perf_counter() - t0)
 
 
+def _get(ray: Any, refs: Any, what: str, timeout_s: float | None = None) -> Any:
+    """``ray.get`` with a deadline: a GPU the cluster cannot give (a fraction of one still
+    taken) is refused with a clear error instead of a hang."""
+    timeout_s = GPU_PROFILE_TIMEOUT_S if timeout_s is None else timeout_s
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise TimeoutError(f"GPU profiling: {what} took over {timeout_s:g} s (is a GPU free on the "
+                           "cluster? a fraction of one held elsewhere leaves too little)") from None
+
+
 def profile_gpu_stage(
     source: Any,
     spec: StageSpec,
@@ -291,28 +304,29 @@ def profile_gpu_stage(
     relative to one (``speedup``)."""
     import ray
 
-    timer = ray.remote(_GpuTimer)
-    one = timer.options(num_gpus=1, num_cpus=0).remote(source, spec, runtime)
-    try:
-        measured_on = ray.get(one.device.remote())
-        seconds = ray.get(one.batch_seconds.remote(list(batch_sizes), repeats))
-    finally:
-        ray.kill(one)
     concurrency = GPU_CONCURRENCY if concurrency is None else concurrency
+    counts = sorted(set(concurrency) | {1})
+    timer = ray.remote(_GpuTimer)
+    # every process that will share the GPU is started (and loads the stage) once: one of
+    # them times the batches alone, then the first k of them run at once for each k
+    actors = [timer.options(num_gpus=1.0 / counts[-1], num_cpus=0).remote(source, spec, runtime)
+              for _ in range(counts[-1])]
     batch = max(b for b in batch_sizes if b <= 64) if any(b <= 64 for b in batch_sizes) else min(batch_sizes)
-    speedup = {1: 1.0}
-    base = None
-    for k in sorted(set(concurrency) | {1}):
-        actors = [timer.options(num_gpus=1.0 / k, num_cpus=0).remote(source, spec, runtime) for _ in range(k)]
-        try:
-            ray.get([a.device.remote() for a in actors])  # all loaded before the clock starts
+    speedup: dict[int, float] = {}
+    try:
+        devices = _get(ray, [a.device.remote() for a in actors], f"{counts[-1]} GPU profiling processes to start")
+        measured_on = devices[0]
+        seconds = _get(ray, actors[0].batch_seconds.remote(list(batch_sizes), repeats), "the GPU batch timings")
+        base = None
+        for k in counts:
             start = time.time() + 0.5
-            total = sum(ray.get([a.rows_per_second.remote(batch, GPU_SHARING_BATCHES, start) for a in actors]))
-        finally:
-            for a in actors:
-                ray.kill(a)
-        base = total if k == 1 else base
-        speedup[k] = total / base
+            total = sum(_get(ray, [a.rows_per_second.remote(batch, GPU_SHARING_BATCHES, start) for a in actors[:k]],
+                             f"{k} processes sharing the GPU"))
+            base = total if base is None else base
+            speedup[k] = total / base
+    finally:
+        for a in actors:
+            ray.kill(a)
     return StageProfile(spec.name, seconds, scale, "gpu", speedup=speedup, measured_on=measured_on)
 
 

@@ -1,7 +1,11 @@
-"""One Ray instance per test module; small optimized pipelines to serve.
+"""One Ray per pytest worker, shared by the modules that serve on the standard cluster; small
+optimized pipelines to serve.
 
-Every Ray a serving test starts gets HAProxy as its front, private HAProxy files and ports,
-and a private control directory for the stallable test pipeline (tests/serving/pipelines.py).
+That Ray gets HAProxy as its front, private HAProxy files and ports, and a private control
+directory for the stallable test pipeline (tests/serving/pipelines.py). A module that needs a
+cluster of another shape (several raylets, custom resources) calls :func:`release_worker_ray`
+first and starts its own; the next module that asks for ``ray_cluster`` starts the shared one
+again.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def emulated_cluster(head_resources: dict[str, float], worker_resources: list[di
     from ray import serve
     from ray.cluster_utils import Cluster
 
+    release_worker_ray()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": head_resources,
                                                       "include_dashboard": False})
@@ -46,24 +51,68 @@ def emulated_cluster(head_resources: dict[str, float], worker_resources: list[di
         c.shutdown()
 
 
+class _WorkerRay:
+    """This worker's shared Ray: 4 logical CPUs and 1 logical GPU for placement, Serve on a
+    free port behind HAProxy (the front deploy() starts Ray with)."""
+
+    port: int | None = None
+
+    def acquire(self) -> int:
+        import ray
+        from ray import serve
+
+        from serving.launch.proxy import use_proxy
+
+        if self.port is None or not ray.is_initialized():
+            use_proxy("haproxy")
+            # a Ray of its own even when another on this machine was started with `ray start`
+            ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+            self.port = free_port()
+            serve.start(http_options={"host": "127.0.0.1", "port": self.port})
+        return self.port
+
+    def clear(self) -> None:
+        """Delete every app a module left (the next module starts from an empty Serve)."""
+        import ray
+        from ray import serve
+
+        if self.port is not None and ray.is_initialized():
+            for name in list(serve.status().applications):
+                serve.delete(name)
+
+    def release(self) -> None:
+        import ray
+        from ray import serve
+
+        from serving.launch.proxy import release_proxy_files
+
+        if self.port is not None:
+            if ray.is_initialized():
+                serve.shutdown()
+                ray.shutdown()
+            release_proxy_files()
+            self.port = None
+
+
+_WORKER_RAY = _WorkerRay()
+
+
+def release_worker_ray() -> None:
+    """Stop this worker's shared Ray (before a module starts a cluster of another shape)."""
+    _WORKER_RAY.release()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_ray_stops_at_the_end():
+    yield
+    _WORKER_RAY.release()
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """Ray with logical resources for placement (4 CPUs, 1 GPU), Serve on a free port behind
-    HAProxy, the front deploy() starts Ray with."""
-    import ray
-    from ray import serve
-
-    from serving.launch.proxy import release_proxy_files, use_proxy
-
-    use_proxy("haproxy")
-    # a Ray of its own even when another on this machine was started with `ray start`
-    ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    yield port
-    serve.shutdown()
-    ray.shutdown()
-    release_proxy_files()
+    """The port of this worker's shared Ray's Serve; the module's apps are deleted after it."""
+    yield _WORKER_RAY.acquire()
+    _WORKER_RAY.clear()
 
 
 def _optimize(pipeline, seed: int, costs: dict[str, float]):

@@ -11,6 +11,7 @@ import pytest
 
 from serving.core.specs import stage_specs
 from serving.emulation.hetero_app import DeviceEmulation, deploy_hetero
+from tests.serving.conftest import release_worker_ray
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
 pytestmark = pytest.mark.starts_ray
@@ -27,6 +28,7 @@ def cluster():
     import ray
     from ray import serve
 
+    release_worker_ray()  # a cluster of another shape: custom device resources
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address="local", num_cpus=2, resources={"dev": 3}, include_dashboard=False, log_to_driver=False)
     serve.start(proxy_location="Disabled")

@@ -19,7 +19,7 @@ import requests
 
 from serving import deploy
 from serving.launch.config import plan_offline
-from tests.serving.conftest import free_port, wait_for
+from tests.serving.conftest import free_port, release_worker_ray, wait_for
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
 pytestmark = pytest.mark.starts_ray
@@ -39,6 +39,7 @@ def cluster():
 
     from serving.launch.proxy import release_proxy_files, use_proxy
 
+    release_worker_ray()  # two raylets of its own
     use_proxy("haproxy")
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": True,
                                                       "dashboard_port": free_port()})

@@ -7,7 +7,6 @@ transport (no timing enters any assertion).
 from __future__ import annotations
 
 import os
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -28,23 +27,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 FIXED = sp.Transport(5.0, 5e8, "test")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def serve_port():
-    import ray
-    from ray import serve
-
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    port = _free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    yield port
-    serve.shutdown()
-    ray.shutdown()
+def serve_port(ray_cluster):
+    """This worker's shared Ray (tests/serving/conftest.py): deploy_model joins its Serve."""
+    return ray_cluster
 
 
 def _mlp() -> nn.Sequential:
