@@ -58,6 +58,11 @@ REFERENCE_PANES = 3
 PHASE1_S = 40.0
 PHASE2_S = 60.0
 RATE = 20.0
+#: ``--quick`` (the test suite's smoke run): fewer rows, phases just long enough to fill the
+#: reference and one window
+QUICK_ROWS = 8_000
+QUICK_PHASE1_S = (REFERENCE_PANES + 1) * PANE_SECONDS
+QUICK_PHASE2_S = (WINDOW_PANES + 1) * PANE_SECONDS
 
 
 #: round trip of one lookup call to the feature store: the demo stands in for a remote store
@@ -213,7 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action=argparse.BooleanOptionalAction, default=None,
                         help="keep the app up until Ctrl-C at the end (default: when stdin is a terminal)")
     parser.add_argument("--screenshot", help="save a PNG of the dashboard here (needs chromium)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a smoke run: {QUICK_ROWS} flights (unless --rows) and phases of "
+                             f"{QUICK_PHASE1_S:g}s and {QUICK_PHASE2_S:g}s")
     args = parser.parse_args(argv)
+    phase1_s, phase2_s = (QUICK_PHASE1_S, QUICK_PHASE2_S) if args.quick else (PHASE1_S, PHASE2_S)
+    if args.quick and "--rows" not in (argv if argv is not None else sys.argv[1:]):
+        args.rows = QUICK_ROWS
     keep = sys.stdin.isatty() if args.keep is None else args.keep
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     started = time.time()
@@ -248,15 +259,15 @@ def main(argv: list[str] | None = None) -> int:
         rng = np.random.default_rng(0)
         schema = get(f"{app.url}/openapi.json")["components"]["schemas"]["Row"]
         X = workload.X_test[[c for c in workload.X_test.columns if c in schema["properties"]]]
-        step(f"3/5 phase 1: normal traffic for {PHASE1_S:.0f}s (its first panes become the reference)")
-        stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 6000, False, rng), PHASE1_S,
+        step(f"3/5 phase 1: normal traffic for {phase1_s:.0f}s (its first panes become the reference)")
+        stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 6000, False, rng), phase1_s,
                                     RATE, "normal", (slow_attribute, store.key)))
         print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['req_per_s']:.0f} req/s")
         switch.touch()  # the incident starts now, in every replica
         step(f"4/5 phase 2: incident: {INCIDENT_DEST} grows to {INCIDENT_SHARE:.0%} of traffic with departures "
              f"+{INCIDENT_SHIFT_HOURS}h, and '{store.table}' lookups for {slow_attribute}={store.key} take "
-             f"+{INCIDENT_DELAY_S * 1000:.0f} ms, for {PHASE2_S:.0f}s")
-        stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 8000, True, rng), PHASE2_S,
+             f"+{INCIDENT_DELAY_S * 1000:.0f} ms, for {phase2_s:.0f}s")
+        stats = asyncio.run(traffic(app.url + "/predict", rows_for_phase(X, 8000, True, rng), phase2_s,
                                     RATE, "incident", (slow_attribute, store.key)))
         print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['req_per_s']:.0f} req/s")
         # the queries look at the window that ends with the incident, however long they come after

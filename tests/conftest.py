@@ -11,11 +11,14 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: what marks a module that starts Ray, servers, subprocess apps or a browser (read from its
-#: source: xdist's scheduler sees node ids, not marks). Such a module runs whole on one worker
-#: (its module-scoped Ray is started once), and the two workers each run one such module at a
-#: time, so at most two Rays run side by side; every other test is spread one by one.
-#: tests/serving/test_ray_free.py checks the marks.
+#: pytest-xdist scope of the tests that start Ray, servers, subprocess apps or a browser: the
+#: modules marked ``pytestmark = pytest.mark.starts_ray`` run one after another on one worker
+#: (`make test` runs ``-n 2 --dist loadgroup``), sharing that worker's Ray where they can, while
+#: every other test is spread over both workers. Two such modules side by side were tried: on
+#: two cores their Rays' HAProxy ports collided and a replica-kill test's requests ran past their
+#: 30 s deadline, so they stay serial. tests/serving/test_ray_free.py checks the marks.
+SERIAL_GROUP = "ray-and-servers"
+#: what marks a module serial (read from its source: xdist's scheduler sees node ids, not marks)
 SERIAL_MARK = "pytest.mark.starts_ray"
 
 
@@ -25,15 +28,22 @@ def _marked(path: str) -> bool:
     return file.is_file() and SERIAL_MARK in file.read_text()
 
 
+@functools.cache
+def _own_cluster(path: str) -> bool:
+    """Whether a module starts a Ray cluster of another shape (stopping the worker's shared one)."""
+    text = (REPO_ROOT / path).read_text()
+    return "release_worker_ray" in text or "emulated_cluster(" in text
+
+
 def serial(nodeid: str) -> bool:
     """Whether a test belongs to a module that starts Ray, servers, subprocess apps or a browser."""
     return _marked(nodeid.split("::", 1)[0])
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    """Modules that start Ray first, those with the most tests first, then tests marked slow:
-    the long ones start early, so the short tests fill both workers at the end instead of one
-    long test holding the run's tail."""
+    """The serial scope first (one worker takes it at once), then the tests marked slow, then
+    the rest: the long work starts early, so short tests fill both workers at the end instead
+    of one long test holding the run's tail."""
     if config.getvalue("dist") != "loadgroup":
         return
     sizes: dict[str, int] = {}
@@ -44,28 +54,28 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     def key(item) -> tuple:
         module = item.nodeid.split("::", 1)[0]
-        if serial(item.nodeid):
-            return (0, -sizes[module], order[module])
-        return (1 if item.get_closest_marker("slow") else 2, 0, order[module])
+        if serial(item.nodeid):  # modules that stop the worker's shared Ray for a cluster of their own last
+            return (0, _own_cluster(module), -sizes[module], order[module])
+        return (1 if item.get_closest_marker("slow") else 2, False, 0, order[module])
 
     items.sort(key=key)  # stable: tests keep their order inside a module
 
 
 @pytest.hookimpl(optionalhook=True)  # known only where xdist is loaded
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadgroup`` as `make test` runs it: a module that starts Ray is one scope (run
-    whole, on one worker), every other test a scope of its own; xdist hands a worker its next
-    scope when it runs out, so both workers stay busy. (xdist's own loadgroup suffixes node ids
-    with the group of an ``xdist_group`` mark, which pytest 9.2's node ids no longer take.)"""
+    """``--dist loadgroup`` as `make test` runs it: the serial tests form one scope that one
+    worker runs, module after module, while the other tests are spread one by one. (xdist's
+    own loadgroup suffixes node ids with the group of an ``xdist_group`` mark, which pytest
+    9.2's node ids no longer take: its groups silently split.)"""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class ModulesThatStartRay(LoadScopeScheduling):
+    class SerialServers(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return nodeid.split("::", 1)[0] if serial(nodeid) else nodeid
+            return SERIAL_GROUP if serial(nodeid) else nodeid
 
-    return ModulesThatStartRay(config, log)
+    return SerialServers(config, log)
 
 
 def datasets_dir() -> Path:

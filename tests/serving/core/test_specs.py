@@ -44,3 +44,12 @@ def test_the_ingress_config_json_form():
     assert info["schema"] == {"columns": []} and "row_schema" not in info and info["layout"] == "staged"
     with pytest.raises(ValidationError, match="deadline_s"):
         IngressConfig(**{**config.model_dump(), "deadline_s": 0})
+
+
+def test_configs_written_before_the_wings_still_import():
+    """A Serve config from an earlier `willump build` names serving.graph:app_builder."""
+    import serving.graph
+    import serving.launch.graph
+
+    assert serving.graph.app_builder is serving.launch.graph.app_builder
+    assert serving.graph.monitor_builder is serving.launch.graph.monitor_builder
