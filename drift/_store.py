@@ -77,24 +77,29 @@ class Store:
     def __init__(self, directory: str | os.PathLike, fsync: bool = False) -> None:
         self.directory = Path(directory)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            # the monitor's state holds attribute values (possibly personal data): this user only
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StateError(f"cannot create directory {str(self.directory)!r}: {exc}") from exc
-        self._lock_file = open(self.directory / LOCK_NAME, "a+")
-        if fcntl is not None:
-            try:
-                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                self._lock_file.close()
-                raise StateError(
-                    f"directory {str(self.directory)!r} is in use by another Monitor "
-                    "(close it first; one writer per directory)"
-                ) from exc
-        self.path = self.directory / DB_NAME
-        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
-        self.conn.executescript(_DDL)
+        previous = os.umask(0o077)  # the database, its WAL and lock files: 0600
+        try:
+            self._lock_file = open(self.directory / LOCK_NAME, "a+")
+            if fcntl is not None:
+                try:
+                    fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as exc:
+                    self._lock_file.close()
+                    raise StateError(
+                        f"directory {str(self.directory)!r} is in use by another Monitor "
+                        "(close it first; one writer per directory)"
+                    ) from exc
+            self.path = self.directory / DB_NAME
+            self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
+            self.conn.executescript(_DDL)
+        finally:
+            os.umask(previous)
 
     def close(self) -> None:
         if self.conn is not None:

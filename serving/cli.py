@@ -111,7 +111,11 @@ def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hedge stage calls: one still unanswered after the stage's latency tail is sent "
                              "again to another replica, the first answer kept")
     parser.add_argument("--api-key-env", metavar="VAR",
-                        help=f"require the API key held in this environment variable (e.g. {API_KEY_ENV})")
+                        help=f"require the API key held in this environment variable (e.g. {API_KEY_ENV}); "
+                             "`build` writes the variable's name, and each replica reads the key where it runs "
+                             "(a Kubernetes Secret), so the key never enters the config")
+    parser.add_argument("--require-key", action="store_true",
+                        help="refuse to serve beyond loopback without an API key (otherwise a loud warning)")
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
@@ -121,6 +125,19 @@ def _api_key(args: argparse.Namespace) -> str | None:
     if not key:
         raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
     return key
+
+
+def _check_exposure(host: str | None, key_env: str | None, require_key: bool) -> None:
+    """Serving beyond loopback without a key: refused with --require-key, else a loud warning."""
+    from serving.runtime.edge import LOOPBACK_HOSTS
+
+    if host is None or host in LOOPBACK_HOSTS or key_env:
+        return
+    message = (f"willump: HTTP on {host} (beyond loopback) without an API key: whoever reaches the port can call "
+               f"every route, /plan and the monitor's answers included; pass --api-key-env {API_KEY_ENV}")
+    if require_key:
+        raise ValueError(message.removeprefix("willump: ") + " (--require-key)")
+    print("WARNING " + message, file=sys.stderr, flush=True)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -137,9 +154,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     if not plan.placeable:
         raise ValueError("the plan cannot be placed: " + "; ".join(plan.notes))
     gears = gear_info(args.gears, _gear_policy(args), opt, plan.target_p99_ms or args.deadline_ms)
+    _check_exposure(args.host, args.api_key_env, args.require_key)
     config = serve_config(args.artifact, plan, name=args.name, host=args.host, port=args.port, monitor=monitor,
-                          degrade=args.degrade, deadline_ms=args.deadline_ms, api_key=_api_key(args), gears=gears,
-                          hedging=hedging_options(args.hedging))
+                          degrade=args.degrade, deadline_ms=args.deadline_ms, api_key_env=args.api_key_env or None,
+                          gears=gears, hedging=hedging_options(args.hedging))
     out = write_serve_config(config, args.output)
     print(plan, flush=True)
     print(f"willump: wrote {out} (serve run {out} / serve deploy {out})", flush=True)
@@ -221,6 +239,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # any later point (even mid-deploy) shuts Serve and Ray down in order.
     print("willump: " + (f"joining the Ray cluster at {args.address}" if args.address else "starting Ray")
           + " ...", flush=True)
+    _check_exposure(args.host, args.api_key_env, args.require_key)
     _announce_steps()
     started_ray = _ensure_ray(args.address, args.cpus, args.gpus, None if args.address else args.proxy,
                               args.transport, monitor=args.monitor_attributes is not None)

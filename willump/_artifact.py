@@ -18,6 +18,7 @@ you trust. Checksums catch tampering and truncation; versions are checked too.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import platform
@@ -40,6 +41,8 @@ from .errors import ArtifactError
 FORMAT = "willump-artifact"
 #: 3: certified top-K (held-out scores per class), pipelines' fit-state tokens
 FORMAT_VERSION = 3
+#: the manifest's HMAC-SHA256 when saved with a signing_key
+SIGNATURE_FILE = "signature"
 #: libraries whose version must match between save and load: name -> leading parts compared
 VERSION_CHECKS = {
     "python": 2,
@@ -178,10 +181,12 @@ def unpicklable_groups(pipeline: Any) -> list[tuple[str, str]]:
     return found
 
 
-def save(opt: Any, path: Any) -> Path:
+def save(opt: Any, path: Any, *, signing_key: str | bytes | None = None) -> Path:
     """Write ``opt`` to directory ``path``, atomically: the artifact is written beside it and
     renamed into place, so a failed save leaves an existing artifact as it was (and leaves
-    nothing behind for a first one)."""
+    nothing behind for a first one). With ``signing_key`` the manifest (which holds every
+    file's sha256) is signed (HMAC-SHA256, file ``signature``): ``load(path, trusted_key=...)``
+    then refuses anything not signed with that key before it unpickles a byte."""
     from ._cascade import OptimizedPipeline
 
     if not isinstance(opt, OptimizedPipeline):
@@ -194,6 +199,8 @@ def save(opt: Any, path: Any) -> Path:
     staging = root.parent / f".{root.name}.saving-{tag}"
     try:
         _write(opt, staging)
+        if signing_key is not None:
+            (staging / SIGNATURE_FILE).write_text(_signature(staging / "manifest.json", signing_key))
         if root.exists():
             retired = root.parent / f".{root.name}.replaced-{tag}"
             os.replace(root, retired)
@@ -280,6 +287,26 @@ def _willump_version() -> str:
     return __version__
 
 
+def _signature(manifest: Path, key: str | bytes) -> str:
+    secret = key.encode() if isinstance(key, str) else bytes(key)
+    if not secret:
+        raise ValueError("signing_key / trusted_key must not be empty")
+    return hmac.new(secret, manifest.read_bytes(), hashlib.sha256).hexdigest()
+
+
+def verify_signature(path: Any, key: str | bytes) -> None:
+    """ArtifactError unless ``path``'s manifest is signed with ``key`` (see :func:`save`)."""
+    root = Path(path)
+    signature = root / SIGNATURE_FILE
+    if not signature.is_file():
+        raise ArtifactError(f"{root} is not signed (no {SIGNATURE_FILE}); a trusted_key was given, so it is refused")
+    if not (root / "manifest.json").is_file():
+        raise ArtifactError(f"{root} is not a willump artifact: its manifest is missing")
+    if not hmac.compare_digest(signature.read_text().strip(), _signature(root / "manifest.json", key)):
+        raise ArtifactError(f"{root}'s signature does not match trusted_key: it was altered or signed with "
+                            "another key")
+
+
 def read_manifest(path: Any) -> dict[str, Any]:
     """The manifest of an artifact directory, validated for format."""
     root = Path(path)
@@ -320,20 +347,27 @@ def version_mismatches(saved: dict[str, str]) -> list[str]:
     return problems
 
 
-def load(path: Any, *, check_versions: bool = True) -> Any:
+def load(path: Any, *, check_versions: bool = True, trusted_key: str | bytes | None = None) -> Any:
     """Load an artifact written by ``OptimizedPipeline.save``.
 
     Verifies every file's sha256 and the library versions (``check_versions=False``
-    turns a version mismatch into a warning). Only load artifacts you trust:
-    loading runs the feature code stored inside.
+    turns a version mismatch into a warning); only files the manifest lists are read. Loading
+    runs the feature code stored inside: checksums catch accidents, not someone who can write
+    the files. ``trusted_key`` (the ``signing_key`` it was saved with) refuses, before anything
+    is unpickled, an artifact whose manifest is not signed with that key.
     """
     from ._cascade import BaselinePipeline, Gear, Level, OptimizedPipeline
     from ._report import Report
 
     root = Path(path)
+    if trusted_key is not None:
+        verify_signature(root, trusted_key)
     manifest = read_manifest(root)
+    inside = root.resolve()
     for name, info in manifest["files"].items():
         file = root / name
+        if inside not in (root / name).resolve().parents:
+            raise ArtifactError(f"the manifest lists {name!r}, which is outside the artifact {root}")
         if not file.is_file():
             raise ArtifactError(f"artifact file {file} is missing")
         if _sha256(file) != info["sha256"]:
@@ -348,6 +382,9 @@ def load(path: Any, *, check_versions: bool = True) -> Any:
         warnings.warn(message, stacklevel=2)
 
     def unpickle(name: str) -> Any:
+        if name not in manifest["files"]:  # only what was checked is read
+            raise ArtifactError(f"the manifest names {name!r} but does not list its checksum; the artifact "
+                                "was altered after saving")
         try:
             with (root / name).open("rb") as fh:
                 return cloudpickle.load(fh)

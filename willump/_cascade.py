@@ -383,11 +383,11 @@ class OptimizedPipeline(_Scoring):
     def is_cascade(self) -> bool:
         return len(self.levels) > 1
 
-    def save(self, path: Any) -> None:
+    def save(self, path: Any, *, signing_key: str | bytes | None = None) -> None:
         """Write the artifact directory (manifest, checksums, models); see willump.load."""
         from ._artifact import save
 
-        save(self, path)
+        save(self, path, signing_key=signing_key)
 
     def __repr__(self) -> str:
         shape = " -> ".join(f"{list(lv.groups)}" for lv in self.levels)

@@ -10,25 +10,44 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from serving.core.constants import MAX_ROWS
 from serving.core.jsonsafe import clean
 
 #: at most this many field errors are listed in one response
 MAX_REPORTED_ERRORS = 20
+#: most request-level attributes one request may carry, and longest name and string value: they
+#: become monitor attributes, metric label values and dashboard text, so one client cannot
+#: flood them
+MAX_ATTRIBUTES = 32
+MAX_ATTRIBUTE_NAME_CHARS = 64
+MAX_ATTRIBUTE_CHARS = 256
+#: integers a JSON body may carry: int64's range (a larger one would wrap or overflow)
+INT_LIMIT = 2**63
+#: a JSON escape of a UTF-16 surrogate (``\ud800``-``\udfff``): only such an escape can put a
+#: lone surrogate (a string no UTF-8 encoder takes) into a decoded body
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+AttributeName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ATTRIBUTE_NAME_CHARS)]
+AttributeValue = Annotated[str, StringConstraints(max_length=MAX_ATTRIBUTE_CHARS)] | int | float | bool
 
 
 class PredictRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rows: list[dict[str, Any]] = Field(description="input rows, one object per row")
-    attributes: dict[str, str | int | float | bool] | None = Field(
-        default=None, description="request-level attributes for the monitor (e.g. source, region)"
+    attributes: dict[AttributeName, AttributeValue] | None = Field(
+        default=None, max_length=MAX_ATTRIBUTES,
+        description=f"request-level attributes for the monitor (e.g. source, region): at most "
+                    f"{MAX_ATTRIBUTES}, names up to {MAX_ATTRIBUTE_NAME_CHARS} and strings up to "
+                    f"{MAX_ATTRIBUTE_CHARS} characters",
     )
 
 
@@ -187,6 +206,8 @@ class RowSchema:
                     errors.append({"field": f"rows[{i}].{spec.name}", "error": "null is not allowed here"})
             elif isinstance(v, float) and not math.isfinite(v):
                 errors.append({"field": f"rows[{i}].{spec.name}", "error": "NaN/Infinity is not allowed"})
+            elif isinstance(v, int) and not isinstance(v, bool) and not -INT_LIMIT <= v < INT_LIMIT:
+                errors.append({"field": f"rows[{i}].{spec.name}", "error": "integer out of range (|v| >= 2^63)"})
             elif not ok(v):
                 errors.append({"field": f"rows[{i}].{spec.name}",
                                "error": f"expected {spec.kind}, got {type(v).__name__}"})
@@ -194,11 +215,19 @@ class RowSchema:
                 return None
         if len(errors) > before:
             return None
+        if spec.kind == "integer" and not spec.nullable:
+            # exact, not through float64 (which rounds past 2^53 and wraps at 2^63)
+            target = np.dtype(spec.dtype if spec.dtype.startswith(("int", "uint")) else np.int64)
+            ints = [int(v) for v in values]
+            info = np.iinfo(target)
+            for i, v in enumerate(ints):
+                if not info.min <= v <= info.max:
+                    errors.append({"field": f"rows[{i}].{spec.name}",
+                                   "error": f"out of range for {target.name} ({info.min}..{info.max})"})
+                    return None
+            return np.array(ints, dtype=target)
         if spec.kind in ("number", "integer"):
-            arr = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-            if spec.kind == "integer" and not spec.nullable and not np.isnan(arr).any():
-                return arr.astype(spec.dtype if spec.dtype.startswith(("int", "uint")) else np.int64)
-            return arr
+            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
         if spec.kind == "boolean":
             return pd.array(values, dtype="boolean") if spec.nullable else np.array(values, dtype=bool)
         return pd.array(values, dtype=spec.dtype if spec.dtype in ("str", "string", "object") else "object")
@@ -235,13 +264,49 @@ def parse_request(body: bytes, model: type[BaseModel], schema: RowSchema,
     for large bodies."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:  # a 5,000-digit integer is a ValueError too
         raise RequestError(400, f"invalid JSON: {exc}") from exc
+    except RecursionError:
+        raise RequestError(400, "invalid JSON: nested too deeply") from None
+    if _SURROGATE_ESCAPE.search(body):
+        _refuse_lone_surrogates(data)
     try:
         parsed = model.model_validate(data)
     except ValidationError as exc:
         raise RequestError(422, "request does not match the schema", validation_fields(exc)) from exc
     return parsed, schema.to_frame(parsed.rows, max_rows)
+
+
+def _refuse_lone_surrogates(data: Any) -> None:
+    """422 naming the first field that holds a lone UTF-16 surrogate (valid JSON, but no UTF-8
+    text: the monitor, the dashboard and every answer that echoes it would fail on it)."""
+    stack: list[tuple[str, Any]] = [("body", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if not _utf8(value):
+                raise RequestError(422, f"{_safe(where)} holds a lone UTF-16 surrogate (not text)",
+                                   [{"field": _safe(where), "error": "invalid unicode"}])
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if not _utf8(key):
+                    raise RequestError(422, f"a key in {_safe(where)} holds a lone UTF-16 surrogate (not text)",
+                                       [{"field": _safe(where), "error": "invalid unicode in a key"}])
+                stack.append((f"{where}.{key}", item))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _safe(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def predict_answer(classes: np.ndarray, proba: np.ndarray, level: np.ndarray, degraded: np.ndarray,

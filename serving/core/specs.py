@@ -75,6 +75,12 @@ class AppSpec(BaseModel):
     degrade: bool = False
     deadline_ms: float | None = Field(default=None, gt=0)
     api_key_sha256: str | None = None
+    #: an environment variable every ingress replica reads its API key from when it starts (a
+    #: Kubernetes Secret injected into the pods): the key itself never enters the config; a
+    #: replica whose variable is unset or empty refuses to start
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: Host names the app answers to (None: any; deploy sets the loopback names when it binds there)
+    allowed_hosts: list[str] | None = None
     #: deploy's in-situ probe token (its hash; None once the probe is done)
     probe_sha256: str | None = None
     max_in_flight: int | None = Field(default=None, ge=1)
@@ -116,6 +122,8 @@ class IngressConfig(BaseModel):
     deadline_s: float = Field(gt=0)
     degrade: bool = False
     api_key_sha256: str | None = None
+    api_key_env: str | None = None
+    allowed_hosts: list[str] | None = None
     probe_sha256: str | None = None
     max_in_flight: int = Field(ge=1)
     gears: dict[str, Any] | None = None

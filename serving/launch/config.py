@@ -28,6 +28,7 @@ from serving.core.specs import AppSpec
 from serving.launch.graph import monitor_settings, row_schema, specs_of
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
 from serving.planning.planner import Plan, Resources, plan_stages
+from serving.runtime.edge import LOOPBACK_HOSTS
 
 
 def plan_offline(opt: Any, *, cpus: float, rows_per_request: int, rps: float | None, p99_ms: float | None,
@@ -61,6 +62,7 @@ def serve_config(
     degrade: bool = False,
     deadline_ms: float | None = None,
     api_key: str | None = None,
+    api_key_env: str | None = None,
     min_replicas: int | None = None,
     max_replicas: int | None = None,
     runtime_env: dict[str, Any] | None = None,
@@ -69,7 +71,11 @@ def serve_config(
 ) -> dict[str, Any]:
     """The Serve config (a dict ready for YAML) deploying ``artifact`` with ``plan``; ``gears``:
     :func:`serving.runtime.gears.gear_info` (load-adaptive or pinned gears; None: the plan);
-    ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off)."""
+    ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off).
+    ``api_key_env``: the environment variable every ingress replica reads the API key from
+    (the key stays out of the file; ``api_key`` instead stores its hash in it). Serving beyond
+    loopback with neither is allowed here; ``willump build`` warns about it or refuses it.
+    """
     path = str(Path(artifact).resolve())
     source = ArtifactSource(path_version(path), path=path)
     spec = AppSpec(
@@ -77,7 +83,8 @@ def serve_config(
         runtime=runtime, batching=batching, monitor=monitor, degrade=degrade,
         deadline_ms=deadline_ms if deadline_ms is not None else plan.target_p99_ms,
         api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
-        min_replicas=min_replicas, max_replicas=max_replicas, gears=gears, hedging=hedging,
+        api_key_env=api_key_env, min_replicas=min_replicas,
+        allowed_hosts=list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None, max_replicas=max_replicas, gears=gears, hedging=hedging,
     ).model_dump()
     applications = []
     if monitor is not None:

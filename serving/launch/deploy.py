@@ -44,6 +44,7 @@ from serving.measure import calibrate
 from serving.measure.insitu import probe_blocked
 from serving.measure.stages import profile_gpu_stage, profile_on_cluster
 from serving.planning.planner import LAYOUTS, Plan, Resources, placement_problem, plan_stages
+from serving.runtime.edge import LOOPBACK_HOSTS
 from serving.runtime.gears import check_gears, gear_info
 from serving.runtime.hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_QUANTILE
 from serving.runtime.stage_runner import module_groups
@@ -298,6 +299,11 @@ def deploy(
         if layout == "auto":
             layout = plan.layout if plan is not None else "staged" if min_replicas is not None else "fused"
         host = cluster.listen_host(host, len(nodes))
+        allowed_hosts = list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None
+        if allowed_hosts is None and api_key is None:
+            warnings.warn(f"serving on {host} (beyond loopback) without an API key: whoever reaches the port can "
+                          f"call every route, /plan and the monitor's answers included; pass api_key= (or "
+                          f"`willump serve --api-key-env {API_KEY_ENV}`)", stacklevel=2)
         serve_start(host, port)
         base = root_url(host, port)
         front = running_proxy()
@@ -319,7 +325,7 @@ def deploy(
             runtime=runtime, batching=batching, monitor=monitor, degrade=degrade,
             deadline_ms=deadline_ms if deadline_ms is not None else p99_ms,
             api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
-            max_in_flight=max_in_flight, max_body_bytes=max_body_bytes, max_rows=max_rows,
+            allowed_hosts=allowed_hosts, max_in_flight=max_in_flight, max_body_bytes=max_body_bytes, max_rows=max_rows,
             min_replicas=min_replicas, max_replicas=max_replicas, downscale_to_zero_s=downscale_to_zero_s,
             gears=gears_info, hedging=hedge_spec,
             probe_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,

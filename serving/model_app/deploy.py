@@ -17,6 +17,7 @@ cluster ``workdir`` must be a path every node sees.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import tempfile
@@ -36,6 +37,7 @@ from serving.model_app.stages import (
     PartitionStage,
 )
 from serving.model_app.transport import calibrate_transport
+from serving.runtime.edge import LOOPBACK_HOSTS
 from serving.runtime.http_support import key_hash
 
 #: batch sizes profiled by plan="auto"
@@ -232,13 +234,18 @@ def deploy_model(
             folder = Path(tmp.name)
         else:
             folder = Path(workdir)
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         inflight = max_inflight or 2 * the_plan.devices_used + len(the_plan.stages)
         handles = []
         stage_names = []
         for k, (mod, st) in enumerate(zip(stages, the_plan.stages, strict=True)):
             path = folder / f"stage{k}.pt"
-            torch.save(mod, path)
+            # written for this user only, and its digest travels with the replica, which checks it
+            # before it unpickles (a stage module is code: torch.load(weights_only=True) cannot load it)
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
+                torch.save(mod, fh)
+            os.chmod(path, 0o600)
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
             on_gpu = device == "cuda"
             stage_name = f"{name}-stage{k}"
             stage_names.append(stage_name)
@@ -248,12 +255,13 @@ def deploy_model(
                 name=stage_name, num_replicas=st.replicas, max_ongoing_requests=max(4, inflight),
                 ray_actor_options={"num_cpus": 0.0 if on_gpu else cpus_per_replica,
                                    "num_gpus": 1 if on_gpu else 0},
-            ).bind(str(path), device, threads))
+            ).bind(str(path), device, threads, digest))
         info = {
             "inputs": [vars(InputSpec.of(a)) for a in args], "batch_size": the_plan.batch_size,
             "batch_wait_ms": batch_wait_ms, "max_inflight": inflight, "max_rows": max_rows,
             "max_body_bytes": max_body_bytes, "plan": the_plan.to_dict(),
             "api_key_sha256": key_hash(api_key) if api_key else None,
+            "allowed_hosts": list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None,
         }
         ingress = ModelIngress.options(name=f"{name}-ingress", max_ongoing_requests=4096,
                                        ray_actor_options={"num_cpus": 0.0}).bind(handles, info)

@@ -17,6 +17,8 @@ host -> GPU, the hop :func:`serving.model_app.transport.calibrate_transport` mea
 
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import threading
@@ -35,7 +37,7 @@ from serving.core.jsonsafe import clean
 from serving.core.schema import RequestError
 from serving.runtime.calls import DEFAULT_DEADLINE_S, Deadline, DeadlineExceeded, StageOverloaded
 from serving.runtime.coalesce import Coalescer, Item
-from serving.runtime.edge import KEY_MESSAGE, HttpEdge
+from serving.runtime.edge import HttpEdge
 
 #: most rows one request may carry (overridable per deployment)
 MAX_ROWS = 10_000
@@ -62,7 +64,13 @@ def from_wire(value: Any, device: torch.device) -> Any:
 class PartitionStageImpl:
     """Loads a stage module from ``path`` and runs batches on ``device``."""
 
-    def __init__(self, path: str, device: str = "cpu", threads: int | None = 1):
+    def __init__(self, path: str, device: str = "cpu", threads: int | None = 1, sha256: str | None = None):
+        if sha256 is not None:  # checked before anything is unpickled
+            with open(path, "rb") as fh:
+                found = hashlib.sha256(fh.read()).hexdigest()
+            if not hmac.compare_digest(found, sha256):
+                raise RuntimeError(f"stage file {path} does not match the digest deploy_model wrote; refusing "
+                                   "to load it (it was changed after it was written)")
         if threads is not None:
             torch.set_num_threads(int(threads))
         self.device = torch.device(device)
@@ -199,6 +207,7 @@ class ModelIngress(HttpEdge):
         self.max_rows = int(info.get("max_rows", MAX_ROWS))
         self.max_body = int(info.get("max_body_bytes", MAX_BODY_BYTES))
         self.api_key_hash = info.get("api_key_sha256")
+        self.allowed_hosts = info.get("allowed_hosts")
         self.batch_size = int(info["batch_size"])
         self.batcher = Coalescer(self._run, stage="model", max_rows=self.batch_size, limit=int(info["max_inflight"]),
                                  wait_s=float(info["batch_wait_ms"]) / 1000.0)
@@ -241,6 +250,7 @@ class ModelIngress(HttpEdge):
     @app.post("/predict")
     async def predict(self, request: Request) -> JSONResponse:
         try:
+            self.check_origin(request, body=True)
             self.check_key(request)
             body = await self.read_body(request)
             deadline = Deadline.from_headers(request.headers, DEFAULT_DEADLINE_S)
@@ -271,8 +281,11 @@ class ModelIngress(HttpEdge):
 
     @app.get("/plan")
     def plan(self, request: Request) -> Any:
-        if not self.authorized(request):
-            return _error(401, KEY_MESSAGE, "header:Authorization")
+        try:
+            self.check_origin(request, body=False)
+            self.check_key(request)
+        except RequestError as exc:
+            return JSONResponse(status_code=exc.status, content=exc.body())
         return self.info["plan"]
 
     @app.get("/healthz")
@@ -281,7 +294,10 @@ class ModelIngress(HttpEdge):
 
     @app.get("/stats")
     def stats(self, request: Request) -> Any:
-        if not self.authorized(request):
-            return _error(401, KEY_MESSAGE, "header:Authorization")
+        try:
+            self.check_origin(request, body=False)
+            self.check_key(request)
+        except RequestError as exc:
+            return JSONResponse(status_code=exc.status, content=exc.body())
         batches = self.batcher.batches
         return {"batches": batches, "rows": self.rows, "mean_batch": self.rows / batches if batches else 0.0}

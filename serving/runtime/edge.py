@@ -2,28 +2,73 @@
 
 The pipeline app's :class:`serving.runtime.ingress.Ingress` and the torch-model app's
 ingress (:mod:`serving.model_app.stages`) both inherit it, so a key or a size limit means the
-same on either: a key is compared by its hash in constant time; a body is read in chunks and
-refused (413) as soon as it passes the limit, before it is all in memory.
+same on either: a key is compared by its hash in constant time; a body is read in chunks,
+refused (413) as soon as it passes the limit, before it is all in memory, and refused (408)
+when it has not all arrived in time. The pipeline app reads it before it takes one of its
+admission slots, so clients that trickle bodies cannot starve the others.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import os
 from typing import Any
 
 from serving.core.schema import RequestError
 from serving.runtime.http_support import key_hash
 
+#: seconds a request's whole body may take to arrive
+BODY_TIMEOUT_S = 10.0
+#: Host names an app bound to loopback answers to: any other Host is a DNS-rebinding attempt
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+#: the body types a browser sends cross-site without asking first (no CORS preflight): a POST
+#: carrying one is refused, so a web page cannot make a visitor's browser call the app
+SIMPLE_BODY_TYPES = ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data")
 #: what a request without the right key is told
 KEY_MESSAGE = "missing or wrong API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key')"
 
 
+def key_hash_of(stored_hash: str | None, key_env: str | None) -> str | None:
+    """The hash a replica checks keys against: read from ``$key_env`` where it runs (a
+    Kubernetes Secret; RuntimeError, so the replica does not start, when that variable is unset
+    or empty: an app built to require a key never serves without one), else the stored one."""
+    if not key_env:
+        return stored_hash
+    key = os.environ.get(key_env, "")
+    if not key:
+        raise RuntimeError(f"the app requires the API key in ${key_env}, which is unset or empty in this "
+                           "replica: set it on every node (e.g. from a Secret), or build without --api-key-env")
+    return key_hash(key)
+
+
 class HttpEdge:
-    """Mixed into an ingress deployment that sets ``max_body`` (bytes) and ``api_key_hash``
-    (None: no key)."""
+    """Mixed into an ingress deployment that sets ``max_body`` (bytes), ``api_key_hash``
+    (None: no key) and ``allowed_hosts`` (None: any Host)."""
 
     max_body: int
     api_key_hash: str | None
+    allowed_hosts: list[str] | None = None
+
+    def check_origin(self, request: Any, *, body: bool) -> None:
+        """Refuse a Host the app does not serve (421: DNS rebinding), a browser's cross-site
+        call (403: an ``Origin`` naming another host) and, on routes that take a body, the body
+        types browsers send cross-site without a preflight (415)."""
+        if self.allowed_hosts is not None:
+            host = _hostname(request.headers.get("host", ""))
+            if host not in self.allowed_hosts:
+                raise RequestError(421, f"this app does not answer to Host {host!r} (allowed: "
+                                        f"{', '.join(self.allowed_hosts)})", [{"field": "header:Host",
+                                                                              "error": "not allowed"}])
+            origin = request.headers.get("origin")
+            if origin is not None and _hostname(origin.split("://", 1)[-1]) not in self.allowed_hosts:
+                raise RequestError(403, f"cross-site request from {origin!r} refused",
+                                   [{"field": "header:Origin", "error": "not allowed"}])
+        if body:
+            kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if kind in SIMPLE_BODY_TYPES:
+                raise RequestError(415, f"send the body as application/json, not {kind}",
+                                   [{"field": "header:Content-Type", "error": "unsupported"}])
 
     def authorized(self, request: Any) -> bool:
         """Whether the request carries the key (``X-API-Key`` or ``Authorization: Bearer``)."""
@@ -39,9 +84,17 @@ class HttpEdge:
         if not self.authorized(request):
             raise RequestError(401, KEY_MESSAGE)
 
-    async def read_body(self, request: Any) -> bytes:
+    async def read_body(self, request: Any, timeout_s: float | None = None) -> bytes:
         """The body, refused with 413 once it passes ``max_body`` (a declared length over it is
-        refused before a byte is read)."""
+        refused before a byte is read) and with 408 when it has not all arrived within
+        ``timeout_s`` (default :data:`BODY_TIMEOUT_S`): a slow client cannot hold the app."""
+        timeout_s = BODY_TIMEOUT_S if timeout_s is None else timeout_s
+        try:
+            return await asyncio.wait_for(self._read_body(request), timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestError(408, f"the request body did not arrive within {timeout_s:g} s") from None
+
+    async def _read_body(self, request: Any) -> bytes:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             raise RequestError(413, f"request body of {length} bytes exceeds the {self.max_body}-byte limit")
@@ -51,3 +104,11 @@ class HttpEdge:
             if len(body) > self.max_body:
                 raise RequestError(413, f"request body exceeds the {self.max_body}-byte limit")
         return bytes(body)
+
+
+def _hostname(value: str) -> str:
+    """``host[:port]`` (or ``[v6]:port``) -> the host, lower case, without brackets."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:value.index("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value

@@ -72,7 +72,9 @@ def monitor_error(answer: dict[str, Any]) -> RequestError:
                         headers=headers)
 
 
-ROUTE_ERRORS = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
+ROUTE_ERRORS = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 403: {"model": ErrorResponse},
+                408: {"model": ErrorResponse}, 415: {"model": ErrorResponse}, 421: {"model": ErrorResponse},
+                413: {"model": ErrorResponse},
                 422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}}
 
 

@@ -50,7 +50,7 @@ from serving.runtime.calls import (
 )
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
-from serving.runtime.edge import HttpEdge
+from serving.runtime.edge import HttpEdge, key_hash_of
 from serving.runtime.gears import GearRunners, GearSwitch
 from serving.runtime.http_support import (
     ROUTE_ERRORS,
@@ -117,7 +117,8 @@ class Ingress(HttpEdge):
         self.deadline_s = config.deadline_s
         self.degrade = config.degrade
         self.first_level = config.first_stage_last_level
-        self.api_key_hash = config.api_key_sha256
+        self.api_key_hash = key_hash_of(config.api_key_sha256, config.api_key_env)
+        self.allowed_hosts = config.allowed_hosts
         #: deploy's in-situ probe marks its requests with a one-off token (serving.measure.insitu)
         self.probe_hash = config.probe_sha256
         self.max_in_flight = config.max_in_flight
@@ -190,7 +191,8 @@ class Ingress(HttpEdge):
             self.coalescers[deployment[len(self.name) + 1:]].limit = max(1, count) * CONCURRENT_BATCHES
 
     async def _parse(self, request: Request, model: type) -> tuple[Any, Any]:
-        body = await self.read_body(request)
+        body = getattr(request.state, "body", None)
+        body = await self.read_body(request) if body is None else body
         if len(body) <= PARSE_INLINE_BYTES:
             return parse_request(body, model, self.schema, self.max_rows)
         return await asyncio.to_thread(parse_request, body, model, self.schema, self.max_rows)
@@ -211,9 +213,13 @@ class Ingress(HttpEdge):
         status = 200
         admitted = False
         try:
+            self.check_origin(request, body=admit)
             if route not in OPEN_ROUTES:
                 self.check_key(request)
             if admit:
+                # the body first, under its own time limit, and only then a slot: a client that
+                # trickles its body holds a connection, never one of the ingress's slots
+                request.state.body = await self.read_body(request)
                 if self.in_flight >= self.max_in_flight:
                     self.metrics.count("willump_shed_requests", stage="ingress")
                     raise StageOverloaded("ingress")
@@ -456,8 +462,11 @@ class Ingress(HttpEdge):
         kind = params.pop("kind", default)
         if kind not in names:
             raise RequestError(422, f"kind must be one of {sorted(names)}", [{"field": "kind", "error": "unknown"}])
-        if self.records is not None:
-            await asyncio.wait_for(self.records.flush(), max(deadline.remaining(), 0.001))
+        if self.records is not None:  # what is buffered first; a short deadline waits less, never cancels it
+            try:
+                await asyncio.wait_for(asyncio.shield(self.records.flush_soon()), max(deadline.remaining(), 0.001))
+            except asyncio.TimeoutError:
+                raise DeadlineExceeded("monitor", deadline.budget_s) from None
         answer = await call_stage(self.monitor, "query", (names[kind], params), deadline, "monitor")
         if answer["status"] != 200:
             raise monitor_error(answer)

@@ -153,6 +153,12 @@ class RecordBuffer:
         await asyncio.sleep(self.flush_delay_s)
         await self.flush()
 
+    def flush_soon(self) -> asyncio.Task:
+        """A flush that runs to its end whoever waits on it: a caller with a deadline (a monitor
+        query sends what is buffered first) waits on ``asyncio.shield`` of this task, so a
+        client's short deadline never cancels a send half done."""
+        return self._spawn(self.flush())
+
     async def flush(self) -> None:
         async with self._lock:
             if not self.parts:
@@ -162,6 +168,9 @@ class RecordBuffer:
             try:
                 await wait_or_cancel(self.monitor.ingest.remote(batch), self.send_timeout_s, "monitor",
                                      self.send_timeout_s)
+            except asyncio.CancelledError:  # taken out of the buffer, not sent: counted, never silent
+                self._drop("cancelled", len(batch))
+                raise
             except Exception as exc:
                 self._drop("send_failed", len(batch))
                 log.warning("monitor ingest failed for %d records: %s", len(batch), exc or type(exc).__name__)

@@ -133,3 +133,21 @@ def test_reopen_adopts_retention_but_refuses_a_different_meaning(tmp_path: Path)
         assert again.config.retention_panes == 90
     with pytest.raises(StateError, match="reservoir_size"):
         Monitor(**{**args, "reservoir_size": 301}, retention_panes=90)
+
+
+def test_the_state_is_readable_by_its_owner_only(tmp_path):
+    """The monitor's state holds attribute values (possibly personal data): the directory is
+    created 0700 and the database files 0600, whatever the process's umask."""
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        with Monitor(**MONITOR_ARGS, directory=tmp_path / "state", durability="batch") as monitor:
+            monitor.ingest(records(200, 1))
+            files = [p for p in (tmp_path / "state").iterdir() if p.is_file()]
+            assert files
+            assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in files}
+            assert all(mode & 0o077 == 0 for mode in modes.values()), modes
+    finally:
+        os.umask(old)

@@ -160,3 +160,70 @@ def test_loads_in_a_fresh_process_without_the_users_code(tmp_path):
     np.testing.assert_array_equal(np.load(got), np.load(expected))
     manifest = json.loads((art / "manifest.json").read_text())
     assert manifest["stored_by_value"] == ["local_helpers"]
+
+
+class _Tripwire:
+    """Unpickling it writes a file: proof that a load ran code it should have refused."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _rewrite_manifest(root, change) -> None:
+    manifest = json.loads((root / "manifest.json").read_text())
+    change(manifest)
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_file_the_manifest_names_but_does_not_list_is_refused_before_unpickling(saved, tmp_path):
+    """Someone who can write the artifact points a level at a file of their own that the manifest
+    does not list (so no checksum covers it): refused, and the file is never unpickled."""
+    import pickle
+    import shutil
+
+    _, path, _ = saved
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    marker = tmp_path / "ran"
+    (copy / "models" / "evil.pkl").write_bytes(pickle.dumps(_Tripwire(str(marker))))
+    _rewrite_manifest(copy, lambda m: m["levels"][0].update(file="models/evil.pkl"))
+    with pytest.raises(ArtifactError, match="does not list"):
+        willump.load(copy)
+    assert not marker.exists()
+    _rewrite_manifest(copy, lambda m: m["files"].update({"../outside.pkl": {"sha256": "0" * 64, "bytes": 1}}))
+    with pytest.raises(ArtifactError, match="outside the artifact"):
+        willump.load(copy)
+
+
+def test_a_signed_artifact_loads_only_with_its_key_and_unaltered(saved, tmp_path):
+    """Checksums catch accidents; a signature catches someone who rewrote a file *and* its
+    checksum: with trusted_key, nothing is unpickled unless the manifest is signed with it."""
+    import pickle
+    import shutil
+
+    opt, _, X = saved
+    signed = tmp_path / "signed.willump"
+    opt.save(signed, signing_key="k" * 32)
+    np.testing.assert_array_equal(willump.load(signed, trusted_key="k" * 32).predict_proba(X), opt.predict_proba(X))
+    with pytest.raises(ArtifactError, match="does not match"):
+        willump.load(signed, trusted_key="another key")
+    tampered = tmp_path / "tampered.willump"
+    shutil.copytree(signed, tampered)
+    marker = tmp_path / "ran"
+    evil = tampered / "models" / "level_0.pkl"
+    evil.write_bytes(pickle.dumps(_Tripwire(str(marker))))
+    from willump._artifact import _sha256
+
+    _rewrite_manifest(tampered, lambda m: m["files"]["models/level_0.pkl"].update(sha256=_sha256(evil)))
+    with pytest.raises(ArtifactError, match="does not match"):
+        willump.load(tampered, trusted_key="k" * 32)
+    assert not marker.exists()
+    unsigned = tmp_path / "unsigned.willump"
+    opt.save(unsigned)
+    with pytest.raises(ArtifactError, match="not signed"):
+        willump.load(unsigned, trusted_key="k" * 32)
+    with pytest.raises(ValueError, match="empty"):
+        opt.save(tmp_path / "x.willump", signing_key="")

@@ -48,8 +48,11 @@ def figure(name: str, caption: str, draw: Callable[[Any], int], size: tuple[floa
     import matplotlib
     from matplotlib.figure import Figure
 
+    # text.parse_math off: labels carry attribute values clients chose, and "$\\foo$" would be
+    # parsed as mathtext (and raise) instead of drawn as the characters it is
     with matplotlib.rc_context({"svg.fonttype": "none", "font.size": 8, "axes.titlesize": 9,
-                                "axes.spines.top": False, "axes.spines.right": False}):
+                                "axes.spines.top": False, "axes.spines.right": False,
+                                "text.parse_math": False, "text.usetex": False}):
         fig = Figure(figsize=size)
         points = int(draw(fig))
         buf = io.StringIO()

@@ -161,9 +161,19 @@ def good_row(frame):
         (lambda row: {"rows": [row], "extra": 1}, 422, "extra"),
         (lambda row: {"rows": "nope"}, 422, "rows"),
         (lambda row: [1, 2], 422, "body"),
+        (lambda row: '{"rows": [{"a": ' + "9" * 5000 + ', "b": 1, "c": 1}]}', 400, None),
+        (lambda row: '{"rows": [{"a": 1' + "0" * 400 + ', "b": 1, "c": 1}]}', 422, "rows[0].a"),
+        (lambda row: '{"rows": ' + "[" * 50_000 + "]" * 50_000 + "}", 400, None),
+        (lambda row: json.dumps({"rows": [row]})[:-1] + ', "attributes": {"source": "\\ud800"}}', 422,
+         "body.attributes.source"),
+        (lambda row: json.dumps({"rows": [{**row, "a": 1.0}], "attributes": {f"k{i}": 1 for i in range(40)}}), 422,
+         "attributes"),
+        (lambda row: json.dumps({"rows": [row], "attributes": {"source": "x" * 1000}}), 422, "attributes.source"),
     ],
     ids=["invalid-json", "empty-rows", "missing-column", "extra-column", "wrong-type", "null",
-         "bool-for-number", "nan", "infinity", "extra-field", "rows-not-list", "not-an-object"],
+         "bool-for-number", "nan", "infinity", "extra-field", "rows-not-list", "not-an-object",
+         "huge-integer-literal", "integer-beyond-float", "deep-nesting", "lone-surrogate",
+         "too-many-attributes", "long-attribute"],
 )
 def test_bad_predict_requests(app, request_rows, make_body, status, field):
     r = post(app, "/predict", make_body(good_row(request_rows)))
@@ -192,6 +202,20 @@ def test_oversized_body_is_refused(app, request_rows):
     assert len(big) > 4 * 1024 * 1024
     r = post(app, "/predict", big)
     assert r.status_code == 413 and "limit" in r.json()["error"]
+
+
+def test_cross_site_calls_and_foreign_hosts_are_refused(app, request_rows):
+    """An app bound to loopback: a web page's cross-site text/plain POST (no CORS preflight) is
+    refused (415), as is a browser call whose Origin is another site (403) and a request whose
+    Host is not a loopback name (421: DNS rebinding); each with the usual JSON error."""
+    body = json.dumps({"rows": rows_of(request_rows.iloc[:2])})
+    r = requests.post(app.url + "/predict", data=body, headers={"Content-Type": "text/plain"}, timeout=60)
+    assert r.status_code == 415 and r.json()["fields"][0]["field"] == "header:Content-Type"
+    r = post(app, "/predict", body, headers={"Origin": "http://evil.example"})
+    assert r.status_code == 403 and r.json()["fields"][0]["field"] == "header:Origin"
+    r = requests.get(app.url + "/plan", headers={"Host": "evil.example"}, timeout=60)
+    assert r.status_code == 421 and "evil.example" in r.json()["error"]
+    assert post(app, "/predict", body).status_code == 200  # the app's own clients still pass
 
 
 def test_app_still_answers_correctly_after_bad_input(app, synth_opt, request_rows):

@@ -212,3 +212,20 @@ def test_device_sleep_takes_overshoot_off_the_next_sleep(monkeypatch):
     assert clock[0] == pytest.approx(0.040 + 0.001)  # ten 4 ms sleeps cost 41 ms, not 50
     emulate.device_sleep(0.0005)  # shorter than the credit: no sleep at all
     assert len(calls) == 10
+
+
+def test_a_stage_file_changed_after_deploy_wrote_it_is_refused_before_loading(tmp_path):
+    """deploy_model writes each stage file 0600 and hands its replicas the digest; a replica
+    refuses a file that does not match it, before torch.load unpickles anything."""
+    import hashlib
+
+    from serving.model_app.stages import PartitionStageImpl
+
+    path = tmp_path / "stage0.pt"
+    torch.save(torch.nn.Linear(2, 2), path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert PartitionStageImpl(str(path), sha256=digest).module is not None
+    with path.open("ab") as fh:
+        fh.write(b"x")
+    with pytest.raises(RuntimeError, match="does not match"):
+        PartitionStageImpl(str(path), sha256=digest)

@@ -236,6 +236,7 @@ def test_queue_is_bounded_and_waiting_requests_time_out():
 class _Request:
     def __init__(self, body: bytes):
         self.body, self.headers = body, {"content-length": str(len(body))}
+        self.state = types.SimpleNamespace()
 
     async def stream(self):
         for start in range(0, len(self.body), 65536):
@@ -260,6 +261,7 @@ def test_the_ingress_parses_large_bodies_off_the_event_loop(monkeypatch, rows):
     cls = app_module.Ingress.func_or_class  # the ingress's own methods, on a stand-in instance
     ingress = types.SimpleNamespace(schema=schema, max_body=10 * len(body), max_rows=50_000)
     ingress.read_body = lambda request: cls.read_body(ingress, request)
+    ingress._read_body = lambda request: cls._read_body(ingress, request)
     ingress._parse = lambda request, model: cls._parse(ingress, request, model)
 
     async def main():
@@ -381,3 +383,56 @@ def test_no_copy_is_sent_while_every_replica_is_busy():
     assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=free)) == {"call": 2}
     assert free.hedges == 1 and free.skipped_busy == 0
     assert StageHedge(lambda: 2, in_flight=lambda: 5, idle_only=False).spare()
+
+
+class _Trickle(_Request):
+    """A client that sends its body a byte at a time, every ``every_s``, and never finishes."""
+
+    def __init__(self, every_s: float):
+        super().__init__(b"")
+        self.headers = {}
+        self.every_s = every_s
+
+    async def stream(self):
+        while True:
+            await asyncio.sleep(self.every_s)
+            yield b" "
+
+
+class _Metrics:
+    def count(self, *a, **k):
+        pass
+
+    def observe(self, *a, **k):
+        pass
+
+
+def test_a_trickling_body_holds_no_admission_slot_and_times_out():
+    """The ingress reads a body before it takes one of its admission slots, under a time limit:
+    with one slot, a client trickling its body does not stop another client's request, and gets
+    408 itself (the slot count is back to 0 after both)."""
+    import serving.runtime.ingress as app_module
+
+    cls = app_module.Ingress.func_or_class
+    ingress = types.SimpleNamespace(api_key_hash=None, probe_hash=None, max_body=1000, in_flight=0,
+                                    max_in_flight=1, metrics=_Metrics(), _start_watch=lambda: None)
+    for name in ("check_key", "authorized", "_read_body", "_probe", "_guarded"):
+        setattr(ingress, name, getattr(cls, name).__get__(ingress))
+    ingress.read_body = lambda request, timeout_s=None: cls.read_body(ingress, request, timeout_s=0.5)
+
+    async def answer(request):
+        body = request.state.body
+        return {"bytes": len(body)}
+
+    async def main():
+        slow = _Trickle(0.01)
+        slow_task = asyncio.ensure_future(ingress._guarded("predict", slow, lambda: answer(slow), admit=True))
+        await asyncio.sleep(0.05)  # the trickler is reading its body now
+        fast = _Request(b'{"rows": []}')
+        fast_response = await ingress._guarded("predict", fast, lambda: answer(fast), admit=True)
+        return fast_response, await slow_task
+
+    fast, slow = asyncio.run(main())
+    assert fast.status_code == 200 and json.loads(fast.body) == {"bytes": 12}
+    assert slow.status_code == 408 and "did not arrive" in json.loads(slow.body)["error"]
+    assert ingress.in_flight == 0

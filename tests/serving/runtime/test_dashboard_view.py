@@ -222,3 +222,18 @@ def test_an_unbounded_ratio_is_still_drawn():
 
     rows = [{"region": PLANTED, "ratio": "inf", "ci_low": None, "ci_high": "inf"}]
     assert plots_of(explanations_plot(rows, ["region"], "why")) == {"explanations": 1}
+
+
+def test_a_tex_looking_attribute_value_is_drawn_as_text():
+    """Attribute values are clients' text: "$\\foo$" in a label is drawn, not parsed as mathtext
+    (which raised and made /ui answer 500)."""
+    from serving.runtime.dashboard.plots import figure
+
+    def draw(fig):
+        ax = fig.add_subplot()
+        ax.barh(["region=$\\foo$", "region=$x^2$"], [1.0, 2.0])
+        ax.set_title("$\\foo$")
+        return 2
+
+    svg = figure("segments", "a TeX-looking value", draw)
+    assert 'data-points="2"' in svg and "foo" in svg

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import numpy as np
 import pandas as pd
@@ -124,3 +125,53 @@ def test_buffer_is_bounded_and_counts_what_it_drops():
     assert buffer.dropped == 60 == sum(drops.values())
     assert set(drops) <= {"buffer_full", "send_failed"} and drops["send_failed"] > 0
     assert monitor.cancelled > 0  # a timed-out send is cancelled, not left running
+
+
+class _SlowMonitor:
+    """A monitor whose ingest answers after ``delay_s``."""
+
+    def __init__(self, delay_s: float):
+        self.batches: list[pd.DataFrame] = []
+
+        class _Ingest:
+            async def remote(_, batch):
+                await asyncio.sleep(delay_s)
+                self.batches.append(batch)
+                return len(batch)
+
+        self.ingest = _Ingest()
+
+
+def test_a_client_deadline_never_cancels_the_flush_before_a_query():
+    """GET /explain with X-Deadline-Ms: 1 waits on the flush through asyncio.shield: the query
+    gives up, the send goes on, and every record arrives (none lost, none uncounted)."""
+    monitor = _SlowMonitor(0.2)
+
+    async def run() -> tuple[RecordBuffer, bool]:
+        buffer = RecordBuffer(monitor, CONFIG, flush_rows=1000, flush_delay_s=60.0)
+        buffer.add(_columns(_frame(7)))
+        gave_up = False
+        try:
+            await asyncio.wait_for(asyncio.shield(buffer.flush_soon()), 0.001)
+        except asyncio.TimeoutError:
+            gave_up = True
+        await buffer.close()
+        return buffer, gave_up
+
+    buffer, gave_up = asyncio.run(run())
+    assert gave_up and buffer.sent == 7 and buffer.dropped == 0 and [len(b) for b in monitor.batches] == [7]
+
+
+def test_a_cancelled_send_counts_its_records_as_dropped():
+    drops: dict[str, int] = {}
+
+    async def run() -> RecordBuffer:
+        buffer = RecordBuffer(_SlowMonitor(5.0), CONFIG, flush_rows=1000, flush_delay_s=60.0,
+                              on_drop=lambda reason, n: drops.__setitem__(reason, drops.get(reason, 0) + n))
+        buffer.add(_columns(_frame(4)))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(buffer.flush(), 0.01)  # not shielded: the send is cancelled
+        return buffer
+
+    buffer = asyncio.run(run())
+    assert buffer.dropped == 4 and drops == {"cancelled": 4} and buffer.sent == 0

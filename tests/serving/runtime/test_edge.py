@@ -1,0 +1,82 @@
+"""The HTTP edge both ingresses share (serving.runtime.edge), on stand-in requests (no Ray):
+a Host the app does not serve (DNS rebinding), a browser's cross-site call and the body types
+browsers send cross-site without a preflight are refused; API clients that send JSON, or no
+Content-Type at all, pass. Over HTTP: tests/serving/launch/test_api.py."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from serving.core.schema import RequestError
+from serving.runtime.edge import LOOPBACK_HOSTS, HttpEdge
+
+
+def _request(**headers):
+    return types.SimpleNamespace(headers={k.replace("_", "-"): v for k, v in headers.items()})
+
+
+def _edge(allowed):
+    edge = HttpEdge()
+    edge.allowed_hosts = allowed
+    return edge
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8000", "localhost:8000", "LOCALHOST", "[::1]:8000", "127.0.0.1"])
+def test_loopback_names_are_served(host):
+    _edge(list(LOOPBACK_HOSTS)).check_origin(_request(host=host, content_type="application/json"), body=True)
+
+
+@pytest.mark.parametrize(("headers", "status", "field"), [
+    ({"host": "evil.example:8000"}, 421, "header:Host"),
+    ({"host": "127.0.0.1.evil.example"}, 421, "header:Host"),
+    ({"host": "127.0.0.1:8000", "origin": "http://evil.example"}, 403, "header:Origin"),
+    ({"host": "127.0.0.1:8000", "origin": "null"}, 403, "header:Origin"),
+    ({"host": "127.0.0.1:8000", "content_type": "text/plain"}, 415, "header:Content-Type"),
+    ({"host": "127.0.0.1:8000", "content_type": "application/x-www-form-urlencoded"}, 415, "header:Content-Type"),
+    ({"host": "127.0.0.1:8000", "content_type": "multipart/form-data; boundary=x"}, 415, "header:Content-Type"),
+])
+def test_cross_site_and_rebinding_requests_are_refused(headers, status, field):
+    with pytest.raises(RequestError) as caught:
+        _edge(list(LOOPBACK_HOSTS)).check_origin(_request(**headers), body=True)
+    assert caught.value.status == status and caught.value.fields[0]["field"] == field
+
+
+def test_api_clients_pass_and_an_unbound_app_takes_any_host():
+    loopback = _edge(list(LOOPBACK_HOSTS))
+    loopback.check_origin(_request(host="127.0.0.1:8000"), body=True)  # no Content-Type: python requests' data=
+    loopback.check_origin(_request(host="localhost:8000", origin="http://localhost:8000",
+                                   content_type="application/json; charset=utf-8"), body=True)
+    loopback.check_origin(_request(host="localhost", content_type="text/plain"), body=False)  # a GET
+    _edge(None).check_origin(_request(host="models.example.com", content_type="application/json"), body=True)
+    with pytest.raises(RequestError):  # bound beyond loopback: the body type rule still holds
+        _edge(None).check_origin(_request(host="models.example.com", content_type="text/plain"), body=True)
+
+
+def test_a_replica_reads_its_key_where_it_runs_and_will_not_start_without_it(monkeypatch):
+    """`willump build --api-key-env VAR` writes the variable's name, not the key: each replica
+    reads the key from its own environment (a Kubernetes Secret) and refuses to start without it."""
+    from serving.runtime.edge import key_hash_of
+    from serving.runtime.http_support import key_hash
+
+    assert key_hash_of("stored", None) == "stored"
+    monkeypatch.setenv("WILLUMP_TEST_KEY", "s3cret")
+    assert key_hash_of(None, "WILLUMP_TEST_KEY") == key_hash("s3cret")
+    monkeypatch.setenv("WILLUMP_TEST_KEY", "")
+    with pytest.raises(RuntimeError, match="WILLUMP_TEST_KEY"):
+        key_hash_of(None, "WILLUMP_TEST_KEY")
+    monkeypatch.delenv("WILLUMP_TEST_KEY")
+    with pytest.raises(RuntimeError, match="unset or empty"):
+        key_hash_of("stored", "WILLUMP_TEST_KEY")
+
+
+def test_build_warns_or_refuses_beyond_loopback_without_a_key(capsys):
+    from serving.cli import _check_exposure
+
+    _check_exposure("127.0.0.1", None, require_key=True)  # loopback: fine
+    _check_exposure("0.0.0.0", "WILLUMP_API_KEY", require_key=True)  # a key: fine
+    _check_exposure("0.0.0.0", None, require_key=False)
+    assert "WARNING" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="require-key"):
+        _check_exposure("0.0.0.0", None, require_key=True)
