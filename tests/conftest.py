@@ -30,9 +30,10 @@ def _marked(path: str) -> bool:
 
 @functools.cache
 def _own_cluster(path: str) -> bool:
-    """Whether a module starts a Ray cluster of another shape (stopping the worker's shared one)."""
-    text = (REPO_ROOT / path).read_text()
-    return "release_worker_ray" in text or "emulated_cluster(" in text
+    """Whether a module that starts Ray does without the worker's shared one (a cluster of
+    another shape, or subprocesses that start their own)."""
+    file = REPO_ROOT / path
+    return file.is_file() and _marked(path) and "ray_cluster" not in file.read_text()
 
 
 def serial(nodeid: str) -> bool:
@@ -76,6 +77,74 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return SERIAL_GROUP if serial(nodeid) else nodeid
 
     return SerialServers(config, log)
+
+
+# --- one Ray per pytest worker, shared by the serving modules that use the standard cluster -----
+class _WorkerRay:
+    """This worker's shared Ray: 4 logical CPUs and 1 logical GPU for placement, Serve on a
+    free port behind HAProxy (the front deploy() starts Ray with)."""
+
+    port: int | None = None
+
+    def acquire(self) -> int:
+        import ray
+        from ray import serve
+
+        from serving.launch.proxy import use_proxy
+
+        if self.port is None or not ray.is_initialized():
+            use_proxy("haproxy")
+            # a Ray of its own even when another on this machine was started with `ray start`
+            ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+            self.port = free_port()
+            serve.start(http_options={"host": "127.0.0.1", "port": self.port})
+        return self.port
+
+    def clear(self) -> None:
+        """Delete every app a module left (the next module starts from an empty Serve)."""
+        import ray
+        from ray import serve
+
+        if self.port is not None and ray.is_initialized():
+            for name in list(serve.status().applications):
+                serve.delete(name)
+
+    def release(self) -> None:
+        import ray
+        from ray import serve
+
+        from serving.launch.proxy import release_proxy_files
+
+        if self.port is not None:
+            if ray.is_initialized():
+                serve.shutdown()
+                ray.shutdown()
+            release_proxy_files()
+            self.port = None
+
+
+WORKER_RAY = _WorkerRay()
+
+
+def release_worker_ray() -> None:
+    """Stop this worker's shared Ray (before a module starts a cluster of another shape)."""
+    WORKER_RAY.release()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_ray_stops_at_the_end():
+    yield
+    WORKER_RAY.release()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _own_ray_modules_stop_the_shared_one(request):
+    """A module that does not serve on the shared Ray (it starts a cluster of another shape, or a
+    subprocess that starts its own Ray) runs with the shared one stopped: their HAProxy ports and
+    environment would collide, and two Rays on two cores starve each other."""
+    if _own_cluster(request.node.nodeid.split("::", 1)[0]):
+        WORKER_RAY.release()
+    yield
 
 
 def datasets_dir() -> Path:

@@ -18,7 +18,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 import willump
-from tests.conftest import free_port, wait_for  # noqa: F401 - shared helpers, imported from here by serving tests
+from tests.conftest import WORKER_RAY, free_port, release_worker_ray, wait_for  # noqa: F401 - shared helpers
 from tests.serving.pipelines import CONTROL_ENV, stallable
 from tests.serving.pipelines import FIXED_COSTS as STALLABLE_COSTS
 from tests.willump.synth import FIXED_COSTS, make_rows, three_groups
@@ -51,68 +51,11 @@ def emulated_cluster(head_resources: dict[str, float], worker_resources: list[di
         c.shutdown()
 
 
-class _WorkerRay:
-    """This worker's shared Ray: 4 logical CPUs and 1 logical GPU for placement, Serve on a
-    free port behind HAProxy (the front deploy() starts Ray with)."""
-
-    port: int | None = None
-
-    def acquire(self) -> int:
-        import ray
-        from ray import serve
-
-        from serving.launch.proxy import use_proxy
-
-        if self.port is None or not ray.is_initialized():
-            use_proxy("haproxy")
-            # a Ray of its own even when another on this machine was started with `ray start`
-            ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
-            self.port = free_port()
-            serve.start(http_options={"host": "127.0.0.1", "port": self.port})
-        return self.port
-
-    def clear(self) -> None:
-        """Delete every app a module left (the next module starts from an empty Serve)."""
-        import ray
-        from ray import serve
-
-        if self.port is not None and ray.is_initialized():
-            for name in list(serve.status().applications):
-                serve.delete(name)
-
-    def release(self) -> None:
-        import ray
-        from ray import serve
-
-        from serving.launch.proxy import release_proxy_files
-
-        if self.port is not None:
-            if ray.is_initialized():
-                serve.shutdown()
-                ray.shutdown()
-            release_proxy_files()
-            self.port = None
-
-
-_WORKER_RAY = _WorkerRay()
-
-
-def release_worker_ray() -> None:
-    """Stop this worker's shared Ray (before a module starts a cluster of another shape)."""
-    _WORKER_RAY.release()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _worker_ray_stops_at_the_end():
-    yield
-    _WORKER_RAY.release()
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
     """The port of this worker's shared Ray's Serve; the module's apps are deleted after it."""
-    yield _WORKER_RAY.acquire()
-    _WORKER_RAY.clear()
+    yield WORKER_RAY.acquire()
+    WORKER_RAY.clear()
 
 
 def _optimize(pipeline, seed: int, costs: dict[str, float]):

@@ -155,11 +155,13 @@ def test_build_writes_a_serve_config_that_serve_run_answers_from(artifact, tmp_p
     app = data["applications"][-1]
     assert app["import_path"] == "serving.launch.graph:app_builder" and app["route_prefix"] == "/built"
     assert app["args"]["artifact"]["path"] == str(artifact.resolve())
-    assert "k3y" not in config.read_text()
+    # the key never enters the config: its variable's name does, and each replica reads the key
+    # where it runs (the KubeRay example injects it from a Secret)
+    assert "k3y" not in config.read_text() and app["args"]["api_key_env"] == "BUILD_KEY"
     lines: list[str] = []
     # --address local: a Ray of its own, never one another test (another xdist worker) started
     proc = subprocess.Popen([SERVE, "run", "--address", "local", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=ENV)
+                            text=True, env={**ENV, "BUILD_KEY": "k3y"})
     started: set[int] = set()
     try:
         url = f"http://127.0.0.1:{port}/built"

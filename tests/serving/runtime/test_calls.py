@@ -414,9 +414,9 @@ def test_a_trickling_body_holds_no_admission_slot_and_times_out():
     import serving.runtime.ingress as app_module
 
     cls = app_module.Ingress.func_or_class
-    ingress = types.SimpleNamespace(api_key_hash=None, probe_hash=None, max_body=1000, in_flight=0,
-                                    max_in_flight=1, metrics=_Metrics(), _start_watch=lambda: None)
-    for name in ("check_key", "authorized", "_read_body", "_probe", "_guarded"):
+    ingress = types.SimpleNamespace(api_key_hash=None, probe_hash=None, allowed_hosts=None, max_body=1000,
+                                    in_flight=0, max_in_flight=1, metrics=_Metrics(), _start_watch=lambda: None)
+    for name in ("check_origin", "check_key", "authorized", "_read_body", "_probe", "_guarded"):
         setattr(ingress, name, getattr(cls, name).__get__(ingress))
     ingress.read_body = lambda request, timeout_s=None: cls.read_body(ingress, request, timeout_s=0.5)
 
