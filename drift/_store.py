@@ -81,25 +81,26 @@ class Store:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StateError(f"cannot create directory {str(self.directory)!r}: {exc}") from exc
-        previous = os.umask(0o077)  # the database, its WAL and lock files: 0600
-        try:
-            self._lock_file = open(self.directory / LOCK_NAME, "a+")
-            if fcntl is not None:
-                try:
-                    fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError as exc:
-                    self._lock_file.close()
-                    raise StateError(
-                        f"directory {str(self.directory)!r} is in use by another Monitor "
-                        "(close it first; one writer per directory)"
-                    ) from exc
-            self.path = self.directory / DB_NAME
-            self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
-            self.conn.executescript(_DDL)
-        finally:
-            os.umask(previous)
+        self._lock_file = open(self.directory / LOCK_NAME, "a+")
+        if fcntl is not None:
+            try:
+                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                self._lock_file.close()
+                raise StateError(
+                    f"directory {str(self.directory)!r} is in use by another Monitor "
+                    "(close it first; one writer per directory)"
+                ) from exc
+        self.path = self.directory / DB_NAME
+        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
+        self.conn.executescript(_DDL)
+        # the database, its WAL and lock files: this user only (chmod, not umask: umask is the
+        # whole process's, and a monitor replica runs other threads)
+        for name in (LOCK_NAME, DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm"):
+            if (self.directory / name).exists():
+                os.chmod(self.directory / name, 0o600)
 
     def close(self) -> None:
         if self.conn is not None:

@@ -190,9 +190,9 @@ log = logging.getLogger(__name__)
 app = FastAPI(title="partitioned torch model", docs_url=None, redoc_url=None)
 
 
-def _error(status: int, message: str, field: str = "body") -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": message, "fields": [{"field": field,
-                                                                                    "error": message}]})
+def _error(status: int, message: str, field: str = "body", headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": message, "fields": [{"field": field, "error": message}]},
+                        headers=headers)
 
 
 @serve.deployment
@@ -269,8 +269,7 @@ class ModelIngress(HttpEdge):
         except DeadlineExceeded as exc:
             return _error(504, str(exc), "model")
         except StageOverloaded as exc:
-            return JSONResponse(status_code=503, content={"error": str(exc), "fields": [{"field": "model", "error": str(exc)}]},
-                                headers={"Retry-After": f"{exc.retry_after_s:g}"})
+            return _error(503, str(exc), "model", {"Retry-After": f"{exc.retry_after_s:g}"})
         except Exception:
             rid = uuid.uuid4().hex
             log.exception("request %s failed", rid)  # the details stay in the server log
