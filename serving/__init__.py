@@ -6,45 +6,54 @@ batches per stage from costs measured on this machine, and serves HTTP at
 ``/healthz``, ``/metrics``, and ``/explain`` / ``/drift`` when the monitor is deployed.
 The planner (:mod:`serving.planning.planner`) and simulation are plain Python. A Ray that deploy
 starts runs HAProxy in front of the ingress replicas (:mod:`serving.launch.proxy`).
+
+The names below are imported when first used (PEP 562), so ``serving.partition`` (plain
+torch: capture, profile, plan, split) imports on a machine without Ray, such as a GPU box
+that only profiles.
 """
 
-from serving import partition
-from serving.core.specs import stage_specs
-from serving.launch.deploy import ServingApp, deploy
-from serving.launch.proxy import proxy_environment
-from serving.measure.stages import profile_baseline, profile_stages
-from serving.model_app.deploy import ModelApp, deploy_model
-from serving.model_app.transport import calibrate_transport
-from serving.planning.hetero import (
-    HeteroPlan,
-    ThroughputMatrix,
-    plan_agnostic,
-    plan_max_rate,
-    plan_min_cost,
-)
-from serving.planning.planner import Plan, Resources, StageProfile, plan_again, plan_stages
-from serving.planning.simulate import simulate
+from __future__ import annotations
 
-__all__ = [
-    "HeteroPlan",
-    "ModelApp",
-    "Plan",
-    "Resources",
-    "ServingApp",
-    "StageProfile",
-    "ThroughputMatrix",
-    "calibrate_transport",
-    "deploy",
-    "deploy_model",
-    "partition",
-    "plan_again",
-    "plan_agnostic",
-    "plan_max_rate",
-    "plan_min_cost",
-    "plan_stages",
-    "profile_baseline",
-    "profile_stages",
-    "proxy_environment",
-    "simulate",
-    "stage_specs",
-]
+import importlib
+from typing import Any
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "HeteroPlan": "serving.planning.hetero",
+    "ModelApp": "serving.model_app.deploy",
+    "Plan": "serving.planning.planner",
+    "Resources": "serving.planning.planner",
+    "ServingApp": "serving.launch.deploy",
+    "StageProfile": "serving.planning.planner",
+    "ThroughputMatrix": "serving.planning.hetero",
+    "calibrate_transport": "serving.model_app.transport",
+    "deploy": "serving.launch.deploy",
+    "deploy_model": "serving.model_app.deploy",
+    "plan_again": "serving.planning.planner",
+    "plan_agnostic": "serving.planning.hetero",
+    "plan_max_rate": "serving.planning.hetero",
+    "plan_min_cost": "serving.planning.hetero",
+    "plan_stages": "serving.planning.planner",
+    "profile_baseline": "serving.measure.stages",
+    "profile_stages": "serving.measure.stages",
+    "proxy_environment": "serving.launch.proxy",
+    "simulate": "serving.planning.simulate",
+    "stage_specs": "serving.core.specs",
+}
+
+__all__ = sorted([*_EXPORTS, "partition"])
+
+
+def __getattr__(name: str) -> Any:
+    if name == "partition":
+        return importlib.import_module("serving.partition")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'serving' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

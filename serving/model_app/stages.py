@@ -22,6 +22,7 @@ import hmac
 import json
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from torch.utils import _pytree as pytree
 
 from serving.core.jsonsafe import clean
 from serving.core.schema import RequestError
+from serving.partition.device import retarget_module
 from serving.runtime.calls import DEFAULT_DEADLINE_S, Deadline, DeadlineExceeded, StageOverloaded
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.edge import HttpEdge
@@ -45,6 +47,8 @@ MAX_ROWS = 10_000
 MAX_BODY_BYTES = 16 * 1024 * 1024
 #: times a batch is sent through the stages again when a replica died under it
 STAGE_RETRIES = 1
+#: seconds /readyz waits for each stage's canary
+READY_TIMEOUT_S = 10.0
 
 
 def to_wire(value: Any) -> Any:
@@ -64,7 +68,8 @@ def from_wire(value: Any, device: torch.device) -> Any:
 class PartitionStageImpl:
     """Loads a stage module from ``path`` and runs batches on ``device``."""
 
-    def __init__(self, path: str, device: str = "cpu", threads: int | None = 1, sha256: str | None = None):
+    def __init__(self, path: str, device: str = "cpu", threads: int | None = 1, sha256: str | None = None,
+                 canary: Any = None):
         if sha256 is not None:  # checked before anything is unpickled
             with open(path, "rb") as fh:
                 found = hashlib.sha256(fh.read()).hexdigest()
@@ -76,9 +81,29 @@ class PartitionStageImpl:
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("this stage was planned for a GPU but the replica sees none")
-        self.module = torch.load(path, weights_only=False, map_location=self.device).eval()
+        # device constants an exported graph baked in (aten.arange(device=cpu)) follow the stage
+        self.module = retarget_module(torch.load(path, weights_only=False, map_location=self.device),
+                                      self.device).eval()
         self.path = path
         self._lock = threading.Lock()
+        #: one row of this stage's input (the example run through the stages before it)
+        self.canary_args = canary
+
+    def canary(self) -> dict[str, Any]:
+        """The canary row through this stage on its device; RuntimeError when it fails or
+        answers a non-finite value (a broken CUDA context, a corrupted module)."""
+        if self.canary_args is None:
+            return {"canary": "none"}
+        start = time.perf_counter()
+        try:
+            out = self.run(self.canary_args)
+        except Exception as exc:
+            raise RuntimeError(f"stage {self.path}: the canary row failed: {type(exc).__name__}: {exc}") from exc
+        for leaf in pytree.tree_leaves(out):  # tensors, or the arrays they travel as
+            arr = leaf.detach().cpu().numpy() if isinstance(leaf, torch.Tensor) else leaf
+            if isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                raise RuntimeError(f"stage {self.path}: the canary row answered a non-finite value")
+        return {"canary": "ok", "seconds": time.perf_counter() - start, "device": str(self.device)}
 
     def run(self, args: Any) -> Any:
         args = from_wire(args, self.device)
@@ -93,6 +118,10 @@ class PartitionStageImpl:
 class PartitionStage(PartitionStageImpl):
     def __call__(self, args: Any) -> Any:
         return self.run(args)
+
+    def check_health(self) -> None:
+        """Serve's periodic health check: the canary row (an exception replaces the replica)."""
+        self.canary()
 
 
 @dataclass(frozen=True)
@@ -290,6 +319,25 @@ class ModelIngress(HttpEdge):
     @app.get("/healthz")
     def healthz(self) -> dict[str, Any]:
         return {"ok": True, "stages": len(self.stages)}
+
+    @app.get("/readyz")
+    async def readyz(self, request: Request) -> Any:
+        """Every stage runs its canary row (one replica each): 200 when all answer, 503
+        naming the stage that does not."""
+        try:
+            self.check_origin(request, body=False)
+            self.check_key(request)
+        except RequestError as exc:
+            return JSONResponse(status_code=exc.status, content=exc.body())
+        stages: dict[str, Any] = {}
+        for k, handle in enumerate(self.stages):
+            try:
+                stages[f"stage{k}"] = await asyncio.wait_for(handle.canary.remote(), READY_TIMEOUT_S)
+            except Exception as exc:  # reported, never raised
+                stages[f"stage{k}"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        ready = all("error" not in v for v in stages.values())
+        return JSONResponse(status_code=200 if ready else 503,
+                            content={"status": "ready" if ready else "not ready", "stages": clean(stages)})
 
     @app.get("/stats")
     def stats(self, request: Request) -> Any:

@@ -16,6 +16,7 @@ Plain data in, plan out, no Ray (deployment of a plan lives in :func:`serving.de
 
 from .capture import MAX_BLOCKS, capture
 from .cost import Stage
+from .device import on_device, retarget, retarget_module, to_device
 from .emulate import EmulatedBlock, emulated
 from .graph import Block, CaptureError, Graph
 from .pipedream import PIPEDREAM_BATCH, read_pipedream
@@ -69,12 +70,16 @@ __all__ = [
     "load_model",
     "load_profile",
     "nbytes",
+    "on_device",
     "plan",
     "profile",
     "read_pipedream",
+    "retarget",
+    "retarget_module",
     "save_model",
     "save_profile",
     "simulate",
     "split",
+    "to_device",
     "with_replicas",
 ]
