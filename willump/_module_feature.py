@@ -2,13 +2,13 @@
 
 ``willump.module_feature(module, prepare=..., finish=...)`` is a feature group computing
 ``finish(module(*prepare(rows)))``: ``prepare`` turns request rows into the module's input
-tensors on the CPU (tokenizing, say), the module runs on the group's device under
-``torch.inference_mode``, and ``finish`` turns its output into a 2-D array (default: the
+tensors on the CPU (tokenizing, say), the module runs on the group's device (moved there
+when the group is declared) under ``torch.inference_mode``, and ``finish`` turns its output into a 2-D array (default: the
 tensor itself). Declared this way, the module is visible: ``serving.deploy`` can place the
 group on GPU replicas and partition the module PipeDream-style (``serving.partition``), and
 ``prepare(sample_rows)`` is its example input. Float32 networks give a row slightly different
 values with different batch-mates (padding, blocking), so capture's checks use a float32
-tolerance.
+tolerance. A group pickles with its module on the CPU (artifacts are device-neutral).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class ModuleFeature(FeatureGroup):
             raise TypeError("finish must be a function (module output) -> 2-D array")
         if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
             raise ValueError(f"batch_rows must be a positive integer, got {batch_rows!r}")
-        self.module = module.eval()
+        self.module = module.to(device).eval()  # where _run sends its inputs
         self.prepare = prepare
         self.finish = finish
         self.device = device
@@ -60,6 +60,18 @@ class ModuleFeature(FeatureGroup):
         self.module.to(device)
         self.device = device
         return self
+
+    def __getstate__(self) -> dict[str, Any]:
+        # saved device-neutral: the module pickles on the CPU, so an artifact optimized with
+        # it on a GPU loads where no GPU is visible; serving (or ``to``) places it again
+        state = self.__dict__.copy()
+        if self.device != "cpu":
+            import copy
+
+            state["module"] = copy.deepcopy(self.module).to("cpu")
+            state["device"] = "cpu"
+            state["saved_from_device"] = self.device
+        return state
 
     def _run(self, rows: Any) -> Any:
         import torch

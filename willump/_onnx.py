@@ -69,23 +69,41 @@ def _torch_to_onnx(model: Any, n_features: int) -> bytes:
 
 
 def providers_for(device: str) -> list[str]:
-    """ONNX Runtime providers for a device, CPU last as the fallback."""
+    """ONNX Runtime providers for a device, CPU last as the fallback (an OnnxModel checks
+    which one the session really took: :func:`fallback_reason`)."""
     import onnxruntime as ort
 
     if device.startswith("cuda"):
         if "CUDAExecutionProvider" in ort.get_available_providers():
             return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-        warnings.warn("CUDA provider not available in ONNX Runtime; running on CPU", stacklevel=3)
     return ["CPUExecutionProvider"]
+
+
+#: what an OnnxModel asked for a GPU does when ONNX Runtime runs it on the CPU instead
+FALLBACK_POLICIES = ("warn", "error")
+
+
+def fallback_reason(device: str, providers: list[str]) -> str | None:
+    """Why a session asked to run on ``device`` is not on it (ONNX Runtime's CUDA provider
+    falls back to the CPU quietly when it cannot load CUDA), or None when it is."""
+    if not device.startswith("cuda"):
+        return None
+    if providers and providers[0] == "CUDAExecutionProvider":
+        return None
+    return (f"ONNX Runtime was asked for {device!r} but runs on {providers[0] if providers else 'nothing'} "
+            "(no CUDAExecutionProvider in this onnxruntime, or it could not load CUDA)")
 
 
 class OnnxModel:
     """predict_proba through ONNX Runtime; drop-in for a native model in a Level."""
 
-    def __init__(self, onnx_bytes: bytes, classes: Any, device: str = "cpu"):
+    def __init__(self, onnx_bytes: bytes, classes: Any, device: str = "cpu", *, on_fallback: str = "warn"):
+        if on_fallback not in FALLBACK_POLICIES:
+            raise ValueError(f"on_fallback must be one of {FALLBACK_POLICIES}, got {on_fallback!r}")
         self.onnx_bytes = onnx_bytes
         self.classes_ = np.asarray(classes)
         self.device = device
+        self.on_fallback = on_fallback
         self._open()
 
     def _open(self) -> None:
@@ -96,6 +114,12 @@ class OnnxModel:
         self._session = ort.InferenceSession(
             self.onnx_bytes, sess_options=options, providers=providers_for(self.device)
         )
+        #: why the session runs on the CPU although a GPU was asked for (None when it does not)
+        self.fallback = fallback_reason(self.device, self._session.get_providers())
+        if self.fallback is not None:
+            if self.on_fallback == "error":
+                raise RuntimeError(self.fallback)
+            warnings.warn(self.fallback, stacklevel=3)
         outputs = [o.name for o in self._session.get_outputs()]
         self._output = "probabilities" if "probabilities" in outputs else outputs[-1]
         self._input = self._session.get_inputs()[0].name
@@ -119,10 +143,11 @@ class OnnxModel:
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"onnx_bytes": self.onnx_bytes, "classes_": self.classes_, "device": self.device}
+        return {"onnx_bytes": self.onnx_bytes, "classes_": self.classes_, "device": self.device,
+                "on_fallback": self.on_fallback}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"on_fallback": "warn", **state})
         self._open()
 
 

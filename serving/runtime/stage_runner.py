@@ -46,7 +46,8 @@ def place_models(opt: OptimizedPipeline, device: str, runtime: str) -> list[str]
             X = hstack([blocks[g] for g in level.groups])
             onx = willump.OnnxModel(willump.to_onnx(level.model, X.shape[1]), opt.classes_, torch_device)
             diff = willump.check_onnx(level.model, onx, X)
-            notes.append(f"level {list(level.groups)}: ONNX on {onx.providers[0]}, max diff {diff:.1e}")
+            fell_back = f" (asked for {torch_device}: {onx.fallback})" if onx.fallback else ""
+            notes.append(f"level {list(level.groups)}: ONNX on {onx.providers[0]}{fell_back}, max diff {diff:.1e}")
             levels.append(Level(level.groups, onx, level.threshold))
         opt.levels = levels
         return notes
@@ -160,6 +161,26 @@ class StageRunner:
                 out["fallback"] = predict_proba(level.model, hstack([result.blocks[g] for g in level.groups]))
         out["seconds"] = time.perf_counter() - start
         return out
+
+    def canary(self) -> dict[str, Any]:
+        """One sample row (the artifact's own) through this stage on its device: raises
+        RuntimeError when it fails or answers something that is not a probability row. What
+        a replica's health check runs, so a broken CUDA context or a stage that can no
+        longer compute reads as unhealthy rather than as a replica that answers nothing."""
+        sample = getattr(self.opt, "sample_rows_", None)
+        if sample is None or len(sample) == 0:
+            return {"canary": "skipped: the artifact has no sample rows"}
+        start = time.perf_counter()
+        try:
+            out = self.run(sample.iloc[:1])
+        except Exception as exc:
+            raise RuntimeError(f"stage {self.spec.name}: the canary row failed: {type(exc).__name__}: {exc}") from exc
+        proba = np.asarray(out["proba"], dtype=float)
+        if proba.shape != (1, len(self.opt.classes_)) or not np.all(np.isfinite(proba)) or not np.isclose(
+                proba.sum(), 1.0, atol=1e-3):
+            raise RuntimeError(f"stage {self.spec.name}: the canary row answered {proba.tolist()}, not one "
+                               f"probability row over {len(self.opt.classes_)} classes")
+        return {"canary": "ok", "seconds": time.perf_counter() - start}
 
     def run_many(self, items: Sequence[tuple[pd.DataFrame, dict[str, Block] | None]]) -> list[dict[str, Any] | Exception]:
         """One pass over the rows of several requests; results split back per request. When

@@ -95,13 +95,29 @@ def test_onnx_matches_native(xy, model):
     assert runner.providers[-1] == "CPUExecutionProvider"
 
 
-def test_onnx_cuda_request_falls_back_to_cpu(xy):
+def test_onnx_cuda_request_on_a_cpu_machine_is_never_silent(xy):
+    """Asked for CUDA where ONNX Runtime cannot run it, the session says so: a warning naming
+    the provider it took (and ``fallback`` set), or an error with ``on_fallback="error"``."""
+    import onnxruntime as ort
+
     X, y = xy
     model = LogisticRegression().fit(X, y)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runner = OnnxModel(to_onnx(model, X.shape[1]), model.classes_, device="cuda")
+    onnx = to_onnx(model, X.shape[1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runner = OnnxModel(onnx, model.classes_, device="cuda")
+    if runner.providers[0] == "CUDAExecutionProvider":  # pragma: no cover - a machine with a GPU
+        assert runner.fallback is None
+        return
+    assert runner.fallback is not None and "CPUExecutionProvider" in runner.fallback
+    assert any("ONNX Runtime was asked for 'cuda'" in str(w.message) for w in caught)
     assert check_onnx(model, runner, X) < 1e-4
+    with pytest.raises(RuntimeError, match="asked for 'cuda'"):
+        OnnxModel(onnx, model.classes_, device="cuda", on_fallback="error")
+    with pytest.raises(ValueError, match="on_fallback"):
+        OnnxModel(onnx, model.classes_, on_fallback="ignore")
+    assert OnnxModel(onnx, model.classes_).fallback is None  # the CPU asked for, the CPU taken
+    assert "CPUExecutionProvider" in ort.get_available_providers()
 
 
 def test_export_whole_cascade(tmp_path):

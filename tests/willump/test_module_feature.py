@@ -69,3 +69,23 @@ def test_bad_module_features_are_named():
         willump.module_feature(_net(), prepare=_prepare, batch_rows=0)
     with pytest.raises(ValueError, match="tolerance"):
         willump.feature(tolerance=(-1, 0))(lambda df: df)
+
+
+def test_a_module_group_pickles_device_neutral():
+    """A group whose module sat on a GPU pickles with it on the CPU, so the artifact loads
+    where no GPU is visible (the device is stood in for: this machine has none)."""
+    import pickle
+
+    deep = willump.module_feature(_net(), prepare=_prepare, name="deep")
+    assert deep.device == "cpu" and pickle.loads(pickle.dumps(deep)).device == "cpu"
+    deep.device = "cuda"  # as if declared with device="cuda" on a GPU machine
+    state = deep.__getstate__()
+    assert state["device"] == "cpu" and state["saved_from_device"] == "cuda"
+    assert all(p.device.type == "cpu" for p in state["module"].parameters())
+    assert state["module"] is not deep.module  # the live group is not moved by saving it
+
+
+def test_a_module_group_is_placed_on_its_device_when_declared():
+    net = _net()
+    deep = willump.module_feature(net, prepare=_prepare, name="deep", device="meta")
+    assert all(p.device.type == "meta" for p in deep.module.parameters())
