@@ -19,7 +19,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from serving.core.nodes import nodes
 from serving.core.profiles import NodeSpec
+
+__all__ = ["SHIP_CODE", "check_code_reaches", "listen_host", "machine_cores", "nodes", "shipped_modules", "ships_code",
+           "usable_cores"]
 
 #: deploy(ship_code=...): "auto" ships the project's packages when joining an existing
 #: cluster (``address=``) or when the cluster has more than one node
@@ -45,29 +49,6 @@ def _node_facts() -> tuple[str, float]:
     import ray
 
     return ray.util.get_node_ip_address(), usable_cores()
-
-
-def nodes(*, free: bool = True) -> list[NodeSpec]:
-    """Alive nodes with their free (or total) logical CPUs and GPUs."""
-    import ray
-
-    try:  # per-node free resources: Ray exposes them only through its state module
-        from ray._private.state import available_resources_per_node
-
-        available = available_resources_per_node() if free else {}
-    except (ImportError, AttributeError):
-        available = {}
-    out = []
-    for n in ray.nodes():
-        if not n.get("Alive"):
-            continue
-        total = n.get("Resources", {})
-        have = available.get(n["NodeID"], total) if free else total
-        out.append(NodeSpec(node_id=n["NodeID"], host=n["NodeManagerAddress"], cpus=float(have.get("CPU", 0.0)),
-                            gpus=float(have.get("GPU", 0.0)), head="node:__internal_head__" in total))
-    if not out:
-        raise RuntimeError("the Ray cluster has no alive node")
-    return out
 
 
 def machine_cores(node_list: list[NodeSpec]) -> dict[str, float]:

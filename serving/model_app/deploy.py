@@ -29,6 +29,8 @@ from typing import Any
 import torch
 
 from serving import partition as sp
+from serving.core.nodes import nodes
+from serving.model_app.placement import check_placeable, replica_resources
 from serving.model_app.stages import (
     MAX_BODY_BYTES,
     MAX_ROWS,
@@ -140,6 +142,29 @@ def _default_devices(device: str, cpus_per_replica: float) -> int:
     return max(int((res.get("CPU", 1.0) - 1.0) // cpus_per_replica), 1)
 
 
+def write_stage_file(module: torch.nn.Module, path: str | os.PathLike) -> str:
+    """Save a stage module for this user only (0600); returns its sha256, which travels with
+    the replica and is checked before the file is unpickled (a stage module is code:
+    ``torch.load(weights_only=True)`` cannot load it)."""
+    path = Path(path)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
+        torch.save(module, fh)
+    os.chmod(path, 0o600)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _canary_inputs(stages: list[torch.nn.Module], args: tuple) -> list[Any]:
+    """One row of each stage's input: the example's first row run through the stages before
+    it (on the CPU, here); the replicas' health checks run it."""
+    value: Any = sp.batch_of(tuple(a.cpu() for a in args), 1)
+    out = []
+    with torch.inference_mode():
+        for stage in stages:
+            out.append(value)
+            value = stage(*value) if isinstance(value, tuple) else stage(value)
+    return out
+
+
 def deploy_model(
     module: torch.nn.Module,
     example: Any,
@@ -157,6 +182,7 @@ def deploy_model(
     graph: sp.Graph | None = None,
     profile: sp.Profile | None = None,
     cpus_per_replica: float = 1.0,
+    gpus_per_replica: float | None = None,
     threads: int | None = 1,
     batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS,
     max_inflight: int | None = None,
@@ -178,6 +204,10 @@ def deploy_model(
     ``graph``/``profile`` skip capture/profiling when already done. ``device`` "cpu" or
     "cuda" (alias "gpu"); by default the device a given plan was made for (a plan from
     a GPU profile serves on GPUs, an emulated or CPU one on CPUs), else "cpu". ``cpus_per_replica`` may be fractional (emulated devices).
+    Each replica is one device: ``gpus_per_replica`` (default: 1, or the free GPUs shared
+    among the plan's replicas when there are fewer GPUs than replicas, see
+    :mod:`serving.model_app.placement`). A plan the cluster's free resources cannot hold is
+    refused with a ValueError naming the shortfall before anything is deployed.
     Starts Ray (``cpus``/``gpus``) and Serve on ``host:port`` (a free port by default) when
     none is running; joins a running Serve otherwise. ``api_key`` requires ``Authorization:
     Bearer KEY`` (or ``X-API-Key``) on every route but ``/healthz``, as the pipeline app does;
@@ -227,7 +257,15 @@ def deploy_model(
             the_plan = plan
             if not the_plan.stages:
                 raise ValueError("the plan has no stages (an infeasible plan cannot be deployed)")
+        # each replica is one device: refuse a plan the free resources cannot hold, now
+        node_list = nodes(free=True)
+        need = replica_resources(the_plan.devices_used, device, node_list, cpus_per_replica=cpus_per_replica,
+                                 gpus_per_replica=gpus_per_replica)
+        check_placeable(the_plan.devices_used, need, node_list)
+        if 0 < need.num_gpus < 1:
+            notes.append(f"{the_plan.devices_used} replicas share the GPUs: {need.num_gpus:g} GPU each")
         stages = sp.split(graph, the_plan)
+        canaries = _canary_inputs(stages, args)
         tmp = None
         if workdir is None:
             tmp = tempfile.TemporaryDirectory(prefix=f"willump-model-{name}-")
@@ -240,22 +278,15 @@ def deploy_model(
         stage_names = []
         for k, (mod, st) in enumerate(zip(stages, the_plan.stages, strict=True)):
             path = folder / f"stage{k}.pt"
-            # written for this user only, and its digest travels with the replica, which checks it
-            # before it unpickles (a stage module is code: torch.load(weights_only=True) cannot load it)
-            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
-                torch.save(mod, fh)
-            os.chmod(path, 0o600)
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            on_gpu = device == "cuda"
+            digest = write_stage_file(mod, path)
             stage_name = f"{name}-stage{k}"
             stage_names.append(stage_name)
             handles.append(PartitionStage.options(
                 # room for every batch the ingress lets in: a full replica would make Serve's
                 # router back off and retry; the replica's lock still runs one batch at a time
                 name=stage_name, num_replicas=st.replicas, max_ongoing_requests=max(4, inflight),
-                ray_actor_options={"num_cpus": 0.0 if on_gpu else cpus_per_replica,
-                                   "num_gpus": 1 if on_gpu else 0},
-            ).bind(str(path), device, threads, digest))
+                ray_actor_options=need.as_options(),
+            ).bind(str(path), device, threads, digest, canaries[k]))
         info = {
             "inputs": [vars(InputSpec.of(a)) for a in args], "batch_size": the_plan.batch_size,
             "batch_wait_ms": batch_wait_ms, "max_inflight": inflight, "max_rows": max_rows,

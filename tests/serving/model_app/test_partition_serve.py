@@ -72,6 +72,9 @@ def test_three_stage_chain_equals_the_module(serve_port):
         stats = requests.get(app.url + "/stats", timeout=10).json()
         assert stats["rows"] == 11 + sum(len(t) for t in xs)
         assert requests.get(app.url + "/plan", timeout=10).json()["stages"][1]["replicas"] == 2
+        ready = requests.get(app.url + "/readyz", timeout=60)  # every stage's canary row, on its device
+        assert ready.status_code == 200, ready.text
+        assert [v["canary"] for v in ready.json()["stages"].values()] == ["ok", "ok", "ok"]
     finally:
         app.shutdown()
 
@@ -221,6 +224,52 @@ def test_deploy_model_arguments_are_checked(serve_port):
         serving.deploy_model(mlp, torch.randn(2, 6), name="x", device="tpu")
     with pytest.raises(TypeError, match="module"):
         serving.deploy_model(object(), torch.randn(2, 6), name="x")
+
+
+def test_a_plan_the_cluster_cannot_hold_is_refused_at_once(serve_port):
+    """Refused before anything deploys, naming the shortfall (it used to wait forever)."""
+    mlp = _mlp()
+    g = sp.capture(mlp, torch.randn(2, 6))
+    prof = sp.profile(g, batch_sizes=(4,), repeats=1, warmup=0, transport=FIXED)
+    plan = sp.evaluate(prof, [(0, 2, 2), (2, 5, 2)], devices=4)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"needs 4 replicas of 1000 CPU"):
+        serving.deploy_model(mlp, torch.randn(2, 6), name="too-big", plan=plan, graph=g, cpus_per_replica=1000.0)
+    # the shared Ray has one logical GPU: four whole-GPU replicas do not fit (by default they
+    # would share it, a quarter each: serving.model_app.placement)
+    with pytest.raises(ValueError, match=r"needs 4 replicas of 0 CPU and 1 GPU each.*hold 1"):
+        serving.deploy_model(mlp, torch.randn(2, 6), name="whole-gpus", plan=plan, graph=g, device="cuda",
+                             gpus_per_replica=1.0)
+    assert time.monotonic() - started < 60
+    from ray import serve
+
+    assert "too-big" not in serve.status().applications and "whole-gpus" not in serve.status().applications
+
+
+def test_a_stage_canary_names_a_stage_that_cannot_compute(tmp_path):
+    """What a stage replica's health check runs, without Ray: the canary row through the
+    loaded stage; a stage answering NaN or raising is unhealthy, by name."""
+    from serving.model_app.deploy import _canary_inputs
+    from serving.model_app.stages import PartitionStageImpl
+
+    mlp = _mlp()
+    g = sp.capture(mlp, torch.randn(2, 6))
+    stages = sp.split(g, [2])
+    canaries = _canary_inputs(stages, g.example)
+    assert canaries[0][0].shape == (1, 6)
+    for k, stage in enumerate(stages):
+        torch.save(stage, tmp_path / f"s{k}.pt")
+        replica = PartitionStageImpl(str(tmp_path / f"s{k}.pt"), "cpu", canary=canaries[k])
+        assert replica.canary()["canary"] == "ok"
+    broken = nn.Sequential(nn.Linear(6, 6))
+    with torch.no_grad():
+        broken[0].weight.fill_(float("nan"))
+    torch.save(broken, tmp_path / "nan.pt")
+    with pytest.raises(RuntimeError, match="non-finite"):
+        PartitionStageImpl(str(tmp_path / "nan.pt"), "cpu", canary=(torch.ones(1, 6),)).canary()
+    with pytest.raises(RuntimeError, match="canary row failed"):
+        PartitionStageImpl(str(tmp_path / "nan.pt"), "cpu", canary=(torch.ones(1, 5),)).canary()
+    assert PartitionStageImpl(str(tmp_path / "nan.pt"), "cpu").canary() == {"canary": "none"}
 
 
 def test_calibration_through_serve(serve_port):

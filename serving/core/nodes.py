@@ -1,0 +1,32 @@
+"""The Ray cluster's alive nodes with the logical CPUs and GPUs free (or in total) on each.
+
+Read by the planner's deploy (replicas placed node by node) and by ``deploy_model``'s
+placement check; a Serve replica never spans nodes, so a cluster-wide sum is not enough.
+"""
+
+from __future__ import annotations
+
+from serving.core.profiles import NodeSpec
+
+
+def nodes(*, free: bool = True) -> list[NodeSpec]:
+    """Alive nodes with their free (or total) logical CPUs and GPUs."""
+    import ray
+
+    try:  # per-node free resources: Ray exposes them only through its state module
+        from ray._private.state import available_resources_per_node
+
+        available = available_resources_per_node() if free else {}
+    except (ImportError, AttributeError):
+        available = {}
+    out = []
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        total = n.get("Resources", {})
+        have = available.get(n["NodeID"], total) if free else total
+        out.append(NodeSpec(node_id=n["NodeID"], host=n["NodeManagerAddress"], cpus=float(have.get("CPU", 0.0)),
+                            gpus=float(have.get("GPU", 0.0)), head="node:__internal_head__" in total))
+    if not out:
+        raise RuntimeError("the Ray cluster has no alive node")
+    return out
