@@ -32,6 +32,12 @@ from serving.launch.graph import (
     specs_of,
 )
 from serving.launch.insitu import refine_in_situ
+from serving.launch.module_chains import (
+    DEFAULT_MODULE_CPUS,
+    DEFAULT_MODULE_DEVICES,
+    chain_cpus,
+    plan_module_chains,
+)
 from serving.launch.proxy import (
     PROXIES,
     TRANSPORTS,
@@ -231,6 +237,9 @@ def deploy(
     gear_policy: dict[str, Any] | None = None,
     insitu: str = "auto",
     hedging: bool | dict[str, float] = False,
+    module_memory: float | None = None,
+    module_devices: int = DEFAULT_MODULE_DEVICES,
+    module_cpus: float = DEFAULT_MODULE_CPUS,
 ) -> ServingApp:
     """Deploy on Ray Serve at ``http://host:port/<name>``.
 
@@ -267,6 +276,13 @@ def deploy(
     stages of two or more replicas: a call still unanswered after the stage's own latency tail
     is sent once more, the first answer kept and the other cancelled
     (:class:`serving.runtime.calls.StageHedge`); ``/metrics`` counts ``willump_stage_hedges``.
+
+    ``module_memory`` (bytes per device): a ``willump.module_feature`` group of a later stage
+    whose module does not fit is served as a chain of partition stages planned on
+    ``module_devices`` such devices, ``module_cpus`` logical CPUs per replica on a CPU
+    (:mod:`serving.launch.module_chains`); the expensive stage's replicas call the chain in
+    place of the module. Its stage files live on this machine (one-node clusters, or a
+    folder every node mounts). The stages' plan still times the module in-process.
 
     In situ (``insitu``, :mod:`serving.measure.insitu`): once the app runs, a probe of
     ``DEPLOY_PROBE_CLIENTS`` closed-loop clients sends it the sample rows for a few seconds
@@ -311,6 +327,17 @@ def deploy(
             warnings.warn(f"proxy={proxy!r} asked for, but the running Ray Serve uses {front!r}: the front "
                           "is chosen when Ray starts (see serving.launch.proxy.proxy_environment)", stacklevel=2)
         made_here = plan is None
+        # module groups too big for module_memory: chains of partition stages, whose CPUs come
+        # out of the budget the stages' plan may use
+        chains, chain_notes = plan_module_chains(opt, specs, module_memory=module_memory, devices=module_devices,
+                                                 device="gpu" if use_gpu else "cpu", cpus_per_replica=module_cpus,
+                                                 name=name)
+        notes += chain_notes
+        if chains:
+            cpus = (cpus if cpus is not None else sum(n.cpus for n in nodes)) - chain_cpus(chains)
+            if cpus <= 0:
+                raise ValueError(f"the module chains take {chain_cpus(chains):g} CPUs, all the budget: "
+                                 "lower module_cpus or give deploy more cpus")
         if plan is None:
             costs = measure_costs(calibrate, base, nodes, front=front,
                                   transport=running_transport() if started else transport)
@@ -329,6 +356,7 @@ def deploy(
             min_replicas=min_replicas, max_replicas=max_replicas, downscale_to_zero_s=downscale_to_zero_s,
             gears=gears_info, hedging=hedge_spec,
             probe_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
+            module_chains=chains or None,
         )
         monitor_app = run_spec(spec, opt, access_log=access_log)
         if token is not None:
@@ -395,11 +423,18 @@ def make_plan(opt: OptimizedPipeline, source: ArtifactSource, specs: list, nodes
     """Profile the stages and the ingress's work in a Ray worker here (GPU stages inside GPU
     actors); plan on the nodes."""
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
-    profiles, ingress = profile_on_cluster(source, baseline=baseline, rows_per_request=rows_per_request,
-                                           schema=row_schema(opt, record_config),
-                                           record_config=record_config if monitor is not None else None)
-    if use_gpu and not baseline:
-        profiles[1:] = [profile_gpu_stage(source, s, unsure_share(opt), runtime=runtime) for s in specs[1:]]
+    # the stages a GPU will run are timed there only (the baseline too: cascade and full
+    # pipeline compared on the same device)
+    gpu_specs = (specs if baseline else specs[1:]) if use_gpu else []
+    on_gpu = {s.name for s in gpu_specs}
+    cpu_profiles, ingress = profile_on_cluster(source, baseline=baseline, rows_per_request=rows_per_request,
+                                               schema=row_schema(opt, record_config),
+                                               record_config=record_config if monitor is not None else None,
+                                               skip=sorted(on_gpu))
+    timed = {p.name: p for p in cpu_profiles}
+    for s in gpu_specs:
+        timed[s.name] = profile_gpu_stage(source, s, 1.0 if baseline else unsure_share(opt), runtime=runtime)
+    profiles = [timed[s.name] for s in specs]
     free_cpus = sum(n.cpus for n in nodes)
     budget = min(cpus, free_cpus) if cpus is not None else free_cpus
     return plan_stages(profiles, Resources(cpus=max(budget, 0.01), gpus=sum(n.gpus for n in nodes), nodes=nodes),

@@ -159,17 +159,21 @@ def profile_stages(
     repeats: int = PROFILE_REPEATS,
     device: str = "cpu",
     rows_per_request: int | None = None,
+    skip: Sequence[str] = (),
 ) -> list[StageProfile]:
     """Seconds per batch for each stage at each batch size, measured in this process.
 
     ``device="gpu"`` marks the later stages as GPU stages but keeps these CPU timings
     (``measured_on="cpu"``, which the plan notes); :func:`profile_gpu_stage` measures them
     on a GPU. ``rows_per_request``: batches are timed as merged calls of the rows a request
-    sends each stage (see :func:`time_stage`).
+    sends each stage (see :func:`time_stage`). Stages named in ``skip`` (those a GPU
+    will time, :func:`profile_gpu_stage`) are left out rather than timed on the CPU for nothing.
     """
     rows = profile_rows(opt, rows)
     out = []
     for spec in stage_specs(opt):
+        if spec.name in skip:
+            continue
         scale = 1.0 if spec.first == 0 else unsure_share(opt)
         on_gpu = device == "gpu" and spec.first > 0
         per_call = None if rows_per_request is None else max(1.0, rows_per_request * scale)
@@ -268,13 +272,17 @@ class _GpuTimer:
         """Run ``batches`` batches back to back from wall-clock ``start_at`` (so that the
         processes sharing the GPU overlap); rows per second."""
         data = _batch(self.rows, batch)
+        baseline = self.spec.name == "baseline"
         blocks = None
-        if self.spec.first > 0:
+        if self.spec.first > 0 and not baseline:
             blocks, _ = self.opt.pipeline.compute(data, self.opt.levels[0].groups)
         time.sleep(max(0.0, start_at - time.time()))
         t0 = time.perf_counter()
         for _ in range(batches):
-            self.opt.run_levels(data, self.spec.first, self.spec.last, blocks)
+            if baseline:  # the full pipeline, as the baseline's replicas run it
+                self.opt.baseline.predict_proba(data)
+            else:
+                self.opt.run_levels(data, self.spec.first, self.spec.last, blocks)
         return batch * batches / (time.perf_counter() - t0)
 
 
@@ -339,14 +347,17 @@ class _Profiler:
         self.opt = source.load()
 
     def profile(self, baseline: bool, rows_per_request: int, schema: dict[str, Any],
-                record_config: dict[str, Any] | None, batch_sizes: Sequence[int], repeats: int) -> dict:
+                record_config: dict[str, Any] | None, batch_sizes: Sequence[int], repeats: int,
+                skip: Sequence[str] = ()) -> dict:
 
-        if baseline:
+        if baseline and "baseline" in skip:
+            stages = []
+        elif baseline:
             stages = [profile_baseline(self.opt, batch_sizes=batch_sizes, repeats=repeats,
                                        rows_per_request=rows_per_request)]
         else:
             stages = profile_stages(self.opt, batch_sizes=batch_sizes, repeats=repeats,
-                                    rows_per_request=rows_per_request)
+                                    rows_per_request=rows_per_request, skip=skip)
         ingress = profile_ingress(self.opt, rows_per_request, schema=RowSchema.from_dict(schema),
                                   record_config=record_config)
         return {"stages": [p.to_dict() for p in stages], "ingress": ingress.to_dict()}
@@ -354,9 +365,11 @@ class _Profiler:
 
 def profile_on_cluster(source: Any, *, baseline: bool, rows_per_request: int, schema: Any,
                        record_config: dict[str, Any] | None, batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES,
-                       repeats: int = PROFILE_REPEATS) -> tuple[list[StageProfile], IngressProfile]:
+                       repeats: int = PROFILE_REPEATS,
+                       skip: Sequence[str] = ()) -> tuple[list[StageProfile], IngressProfile]:
     """Stage and ingress profiles measured in a Ray worker on this node (Ray must be running):
-    a replica's process, not the driver's, whose numerical libraries may use several threads."""
+    a replica's process, not the driver's, whose numerical libraries may use several threads.
+    Stages named in ``skip`` are not timed (a GPU times them)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -365,7 +378,7 @@ def profile_on_cluster(source: Any, *, baseline: bool, rows_per_request: int, sc
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote(source)
     try:
         out = ray.get(actor.profile.remote(baseline, rows_per_request, schema.to_dict(), record_config,
-                                           list(batch_sizes), repeats))
+                                           list(batch_sizes), repeats, list(skip)))
     finally:
         ray.kill(actor)
     return [StageProfile.from_dict(p) for p in out["stages"]], IngressProfile.from_dict(out["ingress"])

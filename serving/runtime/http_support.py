@@ -99,3 +99,24 @@ def error_response(exc: Exception, rid: str, route: str, metrics: ServingMetrics
         metrics.count("willump_deadline_exceeded", stage=exc.stage)
         return 504, JSONResponse(status_code=504, content={"error": str(exc), "fields": [], "request_id": rid})
     raise TypeError(f"error_response: no HTTP answer for {type(exc).__name__}") from exc
+
+
+#: the Swagger UI files /docs/assets serves, and their media types (nothing else is served)
+SWAGGER_ASSETS = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
+                  "favicon-32x32.png": "image/png"}
+
+
+def swagger_asset(name: str) -> Any:
+    """One of :data:`SWAGGER_ASSETS` from the installed ``swagger-ui-bundle``; a 404 for any
+    other name (no path is ever joined from the request)."""
+    from fastapi.responses import Response
+
+    media = SWAGGER_ASSETS.get(name)
+    if media is None:
+        return JSONResponse({"error": f"no docs asset {name!r}"}, status_code=404)
+    from pathlib import Path
+
+    import swagger_ui_bundle
+
+    body = (Path(swagger_ui_bundle.swagger_ui_path) / name).read_bytes()
+    return Response(body, media_type=media, headers={"Cache-Control": "public, max-age=86400"})

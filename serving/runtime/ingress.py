@@ -59,6 +59,7 @@ from serving.runtime.http_support import (
     key_hash,
     monitor_error,
     openapi_document,
+    swagger_asset,
 )
 from serving.runtime.metrics import ServingMetrics, exact_totals
 from serving.runtime.records import RecordBuffer, record_columns
@@ -77,6 +78,8 @@ DEGRADE_RESERVE = 0.2
 MONITOR_QUERY_S = 30.0
 #: routes answered without the API key (load balancers' health checks)
 OPEN_ROUTES = ("healthz",)
+#: seconds /readyz waits for each stage's canary before it counts the stage as not ready
+READY_TIMEOUT_S = 10.0
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 # The OpenAPI document and /docs are served by the ingress itself (not FastAPI's defaults)
@@ -407,6 +410,32 @@ class Ingress(HttpEdge):
 
         return await self._guarded("healthz", request, work)
 
+    @app.get("/readyz")
+    async def readyz(self, request: Request) -> Response:
+        """Every stage runs its canary row on its device (one replica each): 200 when all
+        answer, 503 naming the stage that does not. ``/healthz`` says the ingress is up;
+        this says the pipeline can answer."""
+        async def work() -> Response:
+            stages, ready = await self.stage_health()
+            return JSONResponse({"status": "ready" if ready else "not ready", "stages": clean(stages)},
+                                status_code=200 if ready else 503)
+
+        return await self._guarded("readyz", request, work)
+
+    async def stage_health(self) -> tuple[dict[str, Any], bool]:
+        stages: dict[str, Any] = {}
+        for i, (name, target) in enumerate(zip(self.stage_names, (self.first, self.second), strict=False)):
+            try:
+                if i == 0 and self.local:
+                    canary = getattr(target.runner, "canary", None)
+                    stages[name] = {"canary": "none"} if canary is None else await asyncio.wait_for(
+                        asyncio.to_thread(canary), READY_TIMEOUT_S)
+                else:
+                    stages[name] = await asyncio.wait_for(target.health.remote(), READY_TIMEOUT_S)
+            except Exception as exc:  # a stage that cannot answer is reported, never raised
+                stages[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        return stages, all("error" not in v for v in stages.values())
+
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi_json(self, request: Request) -> Response:
         async def work() -> dict[str, Any]:
@@ -420,7 +449,19 @@ class Ingress(HttpEdge):
             from fastapi.openapi.docs import get_swagger_ui_html
 
             root = request.scope.get("root_path", "")
-            return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=f"{self.name} - willump")
+            return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=f"{self.name} - willump",
+                                       swagger_js_url=f"{root}/docs/assets/swagger-ui-bundle.js",
+                                       swagger_css_url=f"{root}/docs/assets/swagger-ui.css",
+                                       swagger_favicon_url=f"{root}/docs/assets/favicon-32x32.png")
+
+        return await self._guarded("docs", request, work)
+
+    @app.get("/docs/assets/{name}", include_in_schema=False)
+    async def docs_asset(self, name: str, request: Request) -> Response:
+        """Swagger UI's own files, from the installed bundle: the docs page loads nothing
+        from a CDN (whose script would run with this origin's rights, unchecked)."""
+        async def work() -> Response:
+            return swagger_asset(name)
 
         return await self._guarded("docs", request, work)
 

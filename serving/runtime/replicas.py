@@ -22,6 +22,7 @@ from serving.core.constants import CONCURRENT_BATCHES
 from serving.core.specs import StageSpec
 from serving.runtime.dashboard.data import monitor_snapshot
 from serving.runtime.gears import GearRunners
+from serving.runtime.module_chain import attach_chains
 from serving.runtime.stage_runner import StageRunner, merge_chunks, place_models, split_rows
 
 
@@ -61,12 +62,15 @@ class ModelStage:
         batch_wait_timeout_s: float = 0.002,
         fallback: bool = False,
         runner: Any = None,
+        module_chains: dict[str, list] | None = None,
     ):
         if runner is not None:  # serving.measure.calibrate's probe: this code path around a stand-in model
             self.notes, self.runner = [], runner
         else:
             opt = artifact.load()
             self.notes = place_models(opt, device, runtime)
+            # a deep level too big for one device: its module runs as partition stages elsewhere
+            self.notes += attach_chains(opt, module_chains)
             self.runner = StageRunner(opt, spec, baseline=baseline, fallback=fallback)
         self.batching = batching
         self.max_batch_size = max(1, int(max_batch_size))
@@ -108,6 +112,19 @@ class ModelStage:
 
     async def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
         return await asyncio.to_thread(self.runner.full_scores, rows, label_index)
+
+    def check_health(self) -> None:
+        """Ray Serve calls this every ``health_check_period_s``: an exception marks the replica
+        unhealthy and Serve replaces it. The canary runs one sample row on the stage's device."""
+        canary = getattr(self.runner, "canary", None)
+        if canary is not None:
+            canary()
+
+    async def health(self) -> dict[str, Any]:
+        """The canary's answer, for the ingress's readiness route."""
+        canary = getattr(self.runner, "canary", None)
+        out = {"canary": "none"} if canary is None else await asyncio.to_thread(canary)
+        return {"replica": self.replica, **out}
 
     def info(self) -> dict[str, Any]:
         import ray

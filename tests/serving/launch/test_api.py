@@ -102,7 +102,11 @@ def test_static_routes(app):
                       "stages": ["cheap", "expensive"], "monitor": True}
     doc = requests.get(app.url + "/openapi.json", timeout=30).json()
     assert set(doc["components"]["schemas"]["Row"]["required"]) == {"a", "b", "c"}
-    assert requests.get(app.url + "/docs", timeout=30).status_code == 200
+    docs = requests.get(app.url + "/docs", timeout=30)
+    assert docs.status_code == 200 and "https://" not in docs.text  # Swagger UI served by the app
+    asset = requests.get(app.url + "/docs/assets/swagger-ui-bundle.js", timeout=30)
+    assert asset.status_code == 200 and asset.headers["content-type"].startswith("text/javascript")
+    assert requests.get(app.url + "/docs/assets/index.html", timeout=30).status_code == 404
 
 
 def test_metrics_count_requests_and_levels(app, request_rows):

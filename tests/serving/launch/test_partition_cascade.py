@@ -6,45 +6,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from sklearn.linear_model import LogisticRegression
 
-import willump
 from serving.core.specs import StageSpec, stage_specs
 from serving.launch.deploy import _use_gpu
 from serving.runtime.stage_runner import StageRunner, module_groups, place_models
+
+from .module_cascade import optimized_with, rows
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
 pytestmark = pytest.mark.starts_ray
 
 
-def _rows(n: int, seed: int):
-    import pandas as pd
-
-    rng = np.random.default_rng(seed)
-    X = pd.DataFrame(rng.standard_normal((n, 3)), columns=["a", "b", "c"])
-    y = (3.0 * X["a"] + X["b"] - X["c"] + 0.3 * rng.standard_normal(n) > 0).astype(int).to_numpy()
-    return X, y
-
-
 def _optimized():
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
-    deep = willump.module_feature(net, prepare=lambda df: (torch.tensor(df[["a", "b", "c"]].to_numpy(),
-                                                                        dtype=torch.float32),), name="deep")
-
-    @willump.feature
-    def cheap_a(df):
-        return df[["a"]].to_numpy()
-
-    @willump.pipeline
-    def with_module(df):
-        return [cheap_a(df), deep(df)]
-
-    X, y = _rows(3000, 1)
-    opt = willump.optimize(with_module, LogisticRegression(max_iter=500), X, y, max_loss=0.03, verbose=False,
-                           fixed_costs={"cheap_a": 1e-6, "deep": 5e-4}, top_k=None)
-    assert opt.report().plan == "cascade"
-    return opt, deep
+    return optimized_with(torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)))
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +59,7 @@ def test_a_module_stage_may_ask_for_a_gpu(optimized):
 
 def test_stages_answer_like_the_cascade(optimized):
     opt, _ = optimized
-    X, _ = _rows(400, 7)
+    X, _ = rows(400, 7)
     cheap, expensive = stage_specs(opt)
     first = StageRunner(opt, cheap).run(X)
     want_proba, want_level = opt.predict_with_levels(X)
@@ -97,10 +72,76 @@ def test_stages_answer_like_the_cascade(optimized):
     assert np.array_equal(np.where(np.isin(np.arange(len(X)), unsure), 1, 0), want_level)
 
 
+def test_stage_canaries_run_one_row_and_name_a_broken_stage(optimized):
+    """The replicas' health check: one sample row through the stage on its device."""
+    opt, deep = optimized
+    cheap, expensive = stage_specs(opt)
+    assert StageRunner(opt, cheap).canary()["canary"] == "ok"
+    runner = StageRunner(opt, expensive)
+    assert runner.canary()["canary"] == "ok"
+    module = deep.module
+
+    class Broken(torch.nn.Module):  # a stage whose device can no longer compute
+        def forward(self, x):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    deep.module = Broken()
+    try:
+        with pytest.raises(RuntimeError, match="stage expensive: the canary row failed.*illegal memory"):
+            runner.canary()
+        assert StageRunner(opt, cheap).canary()["canary"] == "ok"  # the cheap stage never runs the module
+    finally:
+        deep.module = module
+
+
+def test_stages_a_gpu_will_time_are_not_timed_on_the_cpu(optimized):
+    """deploy(device="gpu") times the GPU stages on the GPU only: the CPU profile skips them."""
+    from serving.measure.stages import profile_stages
+
+    opt, _ = optimized
+    X, _ = rows(64, 5)
+    kept = profile_stages(opt, X, batch_sizes=(4,), repeats=1, skip=["expensive"])
+    assert [p.name for p in kept] == ["cheap"]
+
+
+@pytest.mark.parametrize("baseline", [False, True])
+def test_deploy_times_gpu_stages_on_the_gpu_only_and_the_baseline_too(optimized, monkeypatch, baseline):
+    """make_plan: the stages a GPU runs are skipped by the CPU profiler and timed in GPU actors;
+    the full-pipeline baseline goes on the GPU as well, so cascade and baseline compare on one device."""
+    import serving.launch.deploy as d
+    from serving.core.profiles import StageProfile
+    from serving.launch.graph import specs_of
+
+    opt, _ = optimized
+    calls: dict = {}
+
+    def cpu_profiles(source, *, skip=(), **_):
+        calls["skip"] = list(skip)
+        names = [s.name for s in specs_of(opt, baseline) if s.name not in skip]
+        return [StageProfile(n, {1: 0.001}, 1.0) for n in names], None
+
+    def gpu_profile(source, spec, scale, *, runtime):
+        calls.setdefault("gpu", []).append((spec.name, scale))
+        return StageProfile(spec.name, {1: 0.001}, scale, "gpu")
+
+    monkeypatch.setattr(d, "profile_on_cluster", cpu_profiles)
+    monkeypatch.setattr(d, "profile_gpu_stage", gpu_profile)
+    monkeypatch.setattr(d, "plan_stages", lambda profiles, *a, **k: profiles)
+    specs = specs_of(opt, baseline)
+    profiles = d.make_plan(opt, None, specs, [], None, cpus=2, use_gpu=True, baseline=baseline, runtime="native",
+                           rps=None, p99_ms=None, rows_per_request=8, monitor=None, layout="fused")
+    assert [p.name for p in profiles] == [s.name for s in specs]
+    if baseline:
+        assert calls["skip"] == ["baseline"] and calls["gpu"] == [("baseline", 1.0)]
+    else:
+        assert calls["skip"] == ["expensive"] and [n for n, _ in calls["gpu"]] == ["expensive"]
+    assert [p.device for p in profiles] == (["gpu"] if baseline else ["cpu", "gpu"])
+
+
 def _answers_like_in_process(app, opt) -> None:
     import requests
 
-    X, _ = _rows(64, 11)
+    X, _ = rows(64, 11)
     r = requests.post(app.url + "/predict", json={"rows": X.to_dict("records")}, timeout=120)
     assert r.status_code == 200, r.text
     body = r.json()
@@ -124,6 +165,12 @@ def test_served_cascade_answers_like_in_process(ray_cluster, optimized):
     try:
         assert {s.name: s.device for s in app.plan.stages}["expensive"] == "cpu"
         _answers_like_in_process(app, opt)
+        import requests
+
+        ready = requests.get(app.url + "/readyz", timeout=60)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["status"] == "ready"
+        assert {k: v["canary"] for k, v in ready.json()["stages"].items()} == {"cheap": "ok", "expensive": "ok"}
         plan = app.plan
     finally:
         app.shutdown(stop_ray=False)

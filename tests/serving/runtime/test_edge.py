@@ -80,3 +80,23 @@ def test_build_warns_or_refuses_beyond_loopback_without_a_key(capsys):
     assert "WARNING" in capsys.readouterr().err
     with pytest.raises(ValueError, match="require-key"):
         _check_exposure("0.0.0.0", None, require_key=True)
+
+
+def test_the_docs_page_loads_nothing_from_another_origin():
+    """Swagger UI's files come from the app (/docs/assets), not a CDN; any other asset name,
+    a path among them, is a 404 (no request text is ever joined into a path)."""
+    import re
+
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    from serving.runtime.http_support import SWAGGER_ASSETS, swagger_asset
+
+    for name, media in SWAGGER_ASSETS.items():
+        response = swagger_asset(name)
+        assert response.status_code == 200 and response.media_type == media and len(response.body) > 100
+    for bad in ("../../etc/passwd", "index.html", "swagger-ui-bundle.js.map", ""):
+        assert swagger_asset(bad).status_code == 404
+    page = get_swagger_ui_html(openapi_url="/a/openapi.json", title="t", swagger_js_url="/a/docs/assets/swagger-ui-bundle.js",
+                               swagger_css_url="/a/docs/assets/swagger-ui.css",
+                               swagger_favicon_url="/a/docs/assets/favicon-32x32.png").body.decode()
+    assert re.findall(r"https?://", page) == []
