@@ -90,7 +90,7 @@ WINGS = {
     "model_app": {"core", "partition", "runtime"},
     "measure": {"core", "runtime", "planning"},
     "emulation": {"core", "runtime", "planning", "measure"},
-    "launch": {"core", "runtime", "planning", "measure"},
+    "launch": {"core", "runtime", "planning", "measure", "partition", "model_app"},
 }
 
 

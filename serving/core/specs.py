@@ -55,6 +55,31 @@ def gpu_capable(opt: OptimizedPipeline, spec: StageSpec, runtime: str) -> bool:
     return all(hasattr(m, "module_") and hasattr(m, "to") for m in models)
 
 
+class ChainStageSpec(BaseModel):
+    """One partition stage of a module group's chain: the file deploy wrote and its digest."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    replicas: int = Field(default=1, ge=1)
+    #: the stage plan's blocks [start, end) (for /plan and the docs)
+    blocks: tuple[int, int]
+
+
+class ModuleChainSpec(BaseModel):
+    """A module group served as a chain of partition stages (``deploy(module_memory=...)``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: Literal["cpu", "cuda"] = "cpu"
+    num_cpus: float = Field(default=1.0, ge=0)
+    num_gpus: float = Field(default=0.0, ge=0)
+    stages: list[ChainStageSpec] = Field(min_length=1)
+    #: the partition plan (``serving.partition.Plan.to_dict()``)
+    plan: dict[str, Any] = Field(default_factory=dict)
+
+
 class AppSpec(BaseModel):
     """What an app is: written by :func:`serving.deploy` and ``willump build`` (into a Serve
     config's ``args``), read by :mod:`serving.launch.graph`. Validated once, at that edge: a
@@ -93,6 +118,8 @@ class AppSpec(BaseModel):
     gears: dict[str, Any] | None = None
     #: :class:`serving.runtime.calls.StageHedge`'s options (None: no hedging)
     hedging: dict[str, Any] | None = None
+    #: module groups served as chains of partition stages, by group name
+    module_chains: dict[str, ModuleChainSpec] | None = None
 
 
 class IngressConfig(BaseModel):

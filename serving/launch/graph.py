@@ -17,10 +17,11 @@ from typing import Any
 from serving.core.artifacts import ArtifactSource
 from serving.core.constants import CONCURRENT_BATCHES
 from serving.core.schema import RowSchema
-from serving.core.specs import AppSpec, IngressConfig, StageSpec, stage_specs
+from serving.core.specs import AppSpec, IngressConfig, ModuleChainSpec, StageSpec, stage_specs
 from serving.planning.planner import Plan
 from serving.runtime.calls import default_deadline_s
 from serving.runtime.records import build_records
+from serving.runtime.stage_runner import module_groups
 from willump import OptimizedPipeline
 
 #: seconds without traffic before a scaled-to-zero stage gives its replica back
@@ -37,6 +38,8 @@ AUTOSCALE_LOOK_BACK_S = 10.5
 DEFAULT_REFERENCE_PANES = 5
 #: seconds a stage replica waits for its calls in flight when stopping
 GRACEFUL_SHUTDOWN_S = 10.0
+#: calls a partition stage of a module chain may hold (its lock still runs one batch at a time)
+CHAIN_MAX_ONGOING = 64
 
 
 def specs_of(opt: OptimizedPipeline, baseline: bool) -> list[StageSpec]:
@@ -97,6 +100,27 @@ def app_spec(spec: AppSpec | dict[str, Any]) -> AppSpec:
     return spec if isinstance(spec, AppSpec) else AppSpec.model_validate(spec)
 
 
+def chain_apps(name: str, chains: dict[str, ModuleChainSpec] | None, groups: list[str]) -> dict[str, list] | None:
+    """The partition-stage deployments of the module groups a stage computes that are served
+    as chains (``deploy(module_memory=...)``); None when there are none."""
+    if not chains or not any(g in chains for g in groups):
+        return None
+    from serving.model_app.stages import PartitionStage
+
+    out: dict[str, list] = {}
+    for group in groups:
+        chain = chains.get(group)
+        if chain is None:
+            continue
+        out[group] = [
+            PartitionStage.options(
+                name=f"{name}-{group}-part{k}", num_replicas=st.replicas, max_ongoing_requests=CHAIN_MAX_ONGOING,
+                ray_actor_options=_actor_options(chain.num_cpus, chain.num_gpus),
+            ).bind(st.path, chain.device, 1, st.sha256)
+            for k, st in enumerate(chain.stages)]
+    return out
+
+
 def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = None) -> Any:
     """The main application (ingress and model stages) for ``spec``."""
     from serving.runtime.ingress import Ingress
@@ -143,6 +167,7 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
             device="cuda" if on_gpu else "cpu", runtime=spec.runtime,
             batching=spec.batching, max_batch_size=sp.max_batch_size,
             batch_wait_timeout_s=sp.batch_wait_timeout_s, fallback=fallback,
+            module_chains=chain_apps(name, spec.module_chains, module_groups(opt, stage_spec)),
         ))
     schema = row_schema(opt, record_config)
     target = plan.target_p99_ms

@@ -1,0 +1,84 @@
+"""Module groups too big for one device, served inside the cascade as chains of partition stages.
+
+``deploy(opt, module_memory=BYTES)``: every ``willump.module_feature`` group that a later
+stage computes and whose module (parameters plus its largest block workspace) does not fit
+``module_memory`` is captured on its sample input, profiled on the stage's device, planned
+with :func:`serving.partition.plan` on ``module_devices`` devices of that memory, cut, and
+written as stage files (0600, sha256 checked by the replica). The spec's
+``module_chains`` then tells :mod:`serving.launch.graph` to deploy one ``PartitionStage``
+per stage and hand their handles to the expensive stage, whose replicas call the chain in
+place of the module (:mod:`serving.runtime.module_chain`). A group that fits is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from serving import partition as sp
+from serving.core.specs import ChainStageSpec, ModuleChainSpec, StageSpec
+from serving.model_app.deploy import write_stage_file
+from serving.runtime.stage_runner import module_groups
+
+#: batch sizes a chained module is profiled at (rows per forward)
+CHAIN_BATCH_SIZES = (1, 8, 32)
+#: devices a chained module is planned on when deploy is not told
+DEFAULT_MODULE_DEVICES = 2
+#: logical CPUs each partition-stage replica of a chain asks for on a CPU device
+DEFAULT_MODULE_CPUS = 0.5
+
+
+def plan_module_chains(opt: Any, specs: list[StageSpec], *, module_memory: float | None, devices: int,
+                       device: str, cpus_per_replica: float, name: str,
+                       workdir: str | os.PathLike | None = None) -> tuple[dict[str, ModuleChainSpec], list[str]]:
+    """The chains to deploy (by group) and notes; ``{}`` when every module fits or no cap is set."""
+    if module_memory is None:
+        return {}, []
+    if not module_memory > 0:
+        raise ValueError(f"module_memory must be a positive number of bytes, got {module_memory!r}")
+    if not isinstance(devices, int) or devices < 1:
+        raise ValueError(f"module_devices must be a positive int, got {devices!r}")
+    features = opt.pipeline.graph_features()
+    groups = sorted({g for s in specs[1:] or specs for g in module_groups(opt, s)})
+    chains: dict[str, ModuleChainSpec] = {}
+    notes: list[str] = []
+    folder: Path | None = None
+    torch_device = "cuda" if device == "gpu" else "cpu"
+    for group in groups:
+        feature = features[group]
+        example = feature.inputs(opt.sample_rows_.iloc[:8])
+        graph = sp.capture(feature.module, example)
+        prof = sp.profile(graph, batch_sizes=CHAIN_BATCH_SIZES, device=torch_device, name=group)
+        if prof.model_bytes + float(max(max(r) for r in prof.workspace_bytes)) <= module_memory:
+            notes.append(f"module group {group}: fits module_memory ({prof.model_bytes / 2**20:.1f} MiB of "
+                         "parameters): served in the stage's replicas")
+            continue
+        plan = sp.plan(prof, devices=devices, memory_per_device=module_memory)
+        if not plan.feasible or not plan.stages:
+            raise ValueError(f"module group {group!r} ({prof.model_bytes / 2**20:.1f} MiB of parameters) does not "
+                             f"fit {devices} device(s) of module_memory={module_memory:g} bytes: "
+                             + "; ".join(plan.notes))
+        if folder is None:
+            folder = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix=f"willump-{name}-chains-"))
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        stages = []
+        for k, (module, st) in enumerate(zip(sp.split(graph, plan), plan.stages, strict=True)):
+            path = folder / f"{group}-stage{k}.pt"
+            stages.append(ChainStageSpec(path=str(path), sha256=write_stage_file(module, path),
+                                         replicas=st.replicas, blocks=(st.start, st.end)))
+        on_gpu = torch_device == "cuda"
+        chains[group] = ModuleChainSpec(device=torch_device, num_cpus=0.0 if on_gpu else cpus_per_replica,
+                                        num_gpus=1.0 if on_gpu else 0.0, stages=stages,
+                                        plan=plan.to_dict())
+        notes.append(f"module group {group}: {prof.model_bytes / 2**20:.2f} MiB of parameters over "
+                     f"module_memory={module_memory:g} B: served as {len(stages)} partition stages "
+                     f"{[s.blocks for s in stages]} x {[s.replicas for s in stages]} replicas, "
+                     f"{plan.throughput:.0f} rows/s predicted for the chain")
+    return chains, notes
+
+
+def chain_cpus(chains: dict[str, ModuleChainSpec]) -> float:
+    """Logical CPUs the chains' replicas take (out of the budget the main plan may use)."""
+    return sum(c.num_cpus * s.replicas for c in chains.values() for s in c.stages)
