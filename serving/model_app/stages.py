@@ -40,6 +40,7 @@ from serving.partition.device import retarget_module
 from serving.runtime.calls import DEFAULT_DEADLINE_S, Deadline, DeadlineExceeded, StageOverloaded
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.edge import HttpEdge
+from serving.runtime.wire import from_wire, to_wire
 
 #: most rows one request may carry (overridable per deployment)
 MAX_ROWS = 10_000
@@ -49,20 +50,6 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 STAGE_RETRIES = 1
 #: seconds /readyz waits for each stage's canary
 READY_TIMEOUT_S = 10.0
-
-
-def to_wire(value: Any) -> Any:
-    """Tensors -> numpy (on the host), everything else unchanged, in any nesting."""
-    return pytree.tree_map(lambda t: t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t, value)
-
-
-def from_wire(value: Any, device: torch.device) -> Any:
-    def conv(a: Any) -> Any:
-        if isinstance(a, np.ndarray):
-            t = torch.from_numpy(a) if a.flags.writeable else torch.from_numpy(a.copy())
-            return t.to(device, non_blocking=True)
-        return a
-    return pytree.tree_map(conv, value)
 
 
 class PartitionStageImpl:
