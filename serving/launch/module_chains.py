@@ -19,7 +19,7 @@ from typing import Any
 
 from serving import partition as sp
 from serving.core.specs import ChainStageSpec, ModuleChainSpec, StageSpec
-from serving.model_app.deploy import write_stage_file
+from serving.model_app.stage_replica import write_stage_file
 from serving.runtime.stage_runner import module_groups
 
 #: batch sizes a chained module is profiled at (rows per forward)

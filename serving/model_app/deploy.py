@@ -17,7 +17,6 @@ cluster ``workdir`` must be a path every node sees.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import tempfile
@@ -31,6 +30,7 @@ import torch
 from serving import partition as sp
 from serving.core.nodes import nodes
 from serving.model_app.placement import check_placeable, replica_resources
+from serving.model_app.stage_replica import canary_inputs, write_stage_file
 from serving.model_app.stages import (
     MAX_BODY_BYTES,
     MAX_ROWS,
@@ -142,29 +142,6 @@ def _default_devices(device: str, cpus_per_replica: float) -> int:
     return max(int((res.get("CPU", 1.0) - 1.0) // cpus_per_replica), 1)
 
 
-def write_stage_file(module: torch.nn.Module, path: str | os.PathLike) -> str:
-    """Save a stage module for this user only (0600); returns its sha256, which travels with
-    the replica and is checked before the file is unpickled (a stage module is code:
-    ``torch.load(weights_only=True)`` cannot load it)."""
-    path = Path(path)
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
-        torch.save(module, fh)
-    os.chmod(path, 0o600)
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _canary_inputs(stages: list[torch.nn.Module], args: tuple) -> list[Any]:
-    """One row of each stage's input: the example's first row run through the stages before
-    it (on the CPU, here); the replicas' health checks run it."""
-    value: Any = sp.batch_of(tuple(a.cpu() for a in args), 1)
-    out = []
-    with torch.inference_mode():
-        for stage in stages:
-            out.append(value)
-            value = stage(*value) if isinstance(value, tuple) else stage(value)
-    return out
-
-
 def deploy_model(
     module: torch.nn.Module,
     example: Any,
@@ -265,7 +242,7 @@ def deploy_model(
         if 0 < need.num_gpus < 1:
             notes.append(f"{the_plan.devices_used} replicas share the GPUs: {need.num_gpus:g} GPU each")
         stages = sp.split(graph, the_plan)
-        canaries = _canary_inputs(stages, args)
+        canaries = canary_inputs(stages, args)
         tmp = None
         if workdir is None:
             tmp = tempfile.TemporaryDirectory(prefix=f"willump-model-{name}-")

@@ -17,12 +17,8 @@ host -> GPU, the hop :func:`serving.model_app.transport.calibrate_transport` mea
 
 
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
-import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -36,11 +32,10 @@ from torch.utils import _pytree as pytree
 
 from serving.core.jsonsafe import clean
 from serving.core.schema import RequestError
-from serving.partition.device import retarget_module
+from serving.model_app.stage_replica import PartitionStageImpl
 from serving.runtime.calls import DEFAULT_DEADLINE_S, Deadline, DeadlineExceeded, StageOverloaded
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.edge import HttpEdge
-from serving.runtime.wire import from_wire, to_wire
 
 #: most rows one request may carry (overridable per deployment)
 MAX_ROWS = 10_000
@@ -50,55 +45,6 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 STAGE_RETRIES = 1
 #: seconds /readyz waits for each stage's canary
 READY_TIMEOUT_S = 10.0
-
-
-class PartitionStageImpl:
-    """Loads a stage module from ``path`` and runs batches on ``device``."""
-
-    def __init__(self, path: str, device: str = "cpu", threads: int | None = 1, sha256: str | None = None,
-                 canary: Any = None):
-        if sha256 is not None:  # checked before anything is unpickled
-            with open(path, "rb") as fh:
-                found = hashlib.sha256(fh.read()).hexdigest()
-            if not hmac.compare_digest(found, sha256):
-                raise RuntimeError(f"stage file {path} does not match the digest deploy_model wrote; refusing "
-                                   "to load it (it was changed after it was written)")
-        if threads is not None:
-            torch.set_num_threads(int(threads))
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("this stage was planned for a GPU but the replica sees none")
-        # device constants an exported graph baked in (aten.arange(device=cpu)) follow the stage
-        self.module = retarget_module(torch.load(path, weights_only=False, map_location=self.device),
-                                      self.device).eval()
-        self.path = path
-        self._lock = threading.Lock()
-        #: one row of this stage's input (the example run through the stages before it)
-        self.canary_args = canary
-
-    def canary(self) -> dict[str, Any]:
-        """The canary row through this stage on its device; RuntimeError when it fails or
-        answers a non-finite value (a broken CUDA context, a corrupted module)."""
-        if self.canary_args is None:
-            return {"canary": "none"}
-        start = time.perf_counter()
-        try:
-            out = self.run(self.canary_args)
-        except Exception as exc:
-            raise RuntimeError(f"stage {self.path}: the canary row failed: {type(exc).__name__}: {exc}") from exc
-        for leaf in pytree.tree_leaves(out):  # tensors, or the arrays they travel as
-            arr = leaf.detach().cpu().numpy() if isinstance(leaf, torch.Tensor) else leaf
-            if isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and not np.isfinite(arr).all():
-                raise RuntimeError(f"stage {self.path}: the canary row answered a non-finite value")
-        return {"canary": "ok", "seconds": time.perf_counter() - start, "device": str(self.device)}
-
-    def run(self, args: Any) -> Any:
-        args = from_wire(args, self.device)
-        with self._lock, torch.inference_mode():
-            out = self.module(*args) if isinstance(args, tuple) else self.module(args)
-            if self.device.type == "cuda":  # pragma: no cover - no GPU where this was written
-                torch.cuda.synchronize(self.device)
-        return to_wire(out)
 
 
 @serve.deployment

@@ -16,10 +16,14 @@ def to_wire(value: Any) -> Any:
 
 
 def from_wire(value: Any, device: torch.device) -> Any:
-    """numpy arrays -> tensors on ``device`` (a read-only array is copied first)."""
+    """numpy arrays (a read-only one copied first) and tensors -> tensors on ``device``: a
+    canary row or a local caller may hand over CPU tensors, which a GPU stage cannot mix
+    with its own."""
     def conv(a: Any) -> Any:
         if isinstance(a, np.ndarray):
             t = torch.from_numpy(a) if a.flags.writeable else torch.from_numpy(a.copy())
             return t.to(device, non_blocking=True)
+        if isinstance(a, torch.Tensor):
+            return a.to(device, non_blocking=True)
         return a
     return pytree.tree_map(conv, value)

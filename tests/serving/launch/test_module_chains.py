@@ -14,7 +14,7 @@ import torch
 
 from serving.core.specs import stage_specs
 from serving.launch.module_chains import chain_cpus, plan_module_chains
-from serving.model_app.stages import PartitionStageImpl
+from serving.model_app.stage_replica import PartitionStageImpl
 from serving.runtime.module_chain import RemoteModule, attach_chains
 
 from .module_cascade import optimized_with, rows

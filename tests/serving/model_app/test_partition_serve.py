@@ -249,13 +249,12 @@ def test_a_plan_the_cluster_cannot_hold_is_refused_at_once(serve_port):
 def test_a_stage_canary_names_a_stage_that_cannot_compute(tmp_path):
     """What a stage replica's health check runs, without Ray: the canary row through the
     loaded stage; a stage answering NaN or raising is unhealthy, by name."""
-    from serving.model_app.deploy import _canary_inputs
-    from serving.model_app.stages import PartitionStageImpl
+    from serving.model_app.stage_replica import PartitionStageImpl, canary_inputs
 
     mlp = _mlp()
     g = sp.capture(mlp, torch.randn(2, 6))
     stages = sp.split(g, [2])
-    canaries = _canary_inputs(stages, g.example)
+    canaries = canary_inputs(stages, g.example)
     assert canaries[0][0].shape == (1, 6)
     for k, stage in enumerate(stages):
         torch.save(stage, tmp_path / f"s{k}.pt")

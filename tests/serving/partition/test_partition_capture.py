@@ -219,7 +219,7 @@ def test_a_stage_file_changed_after_deploy_wrote_it_is_refused_before_loading(tm
     refuses a file that does not match it, before torch.load unpickles anything."""
     import hashlib
 
-    from serving.model_app.stages import PartitionStageImpl
+    from serving.model_app.stage_replica import PartitionStageImpl
 
     path = tmp_path / "stage0.pt"
     torch.save(torch.nn.Linear(2, 2), path)
