@@ -10,8 +10,10 @@ device it names:
    captures), profiled on the device (``serving.partition.profile``, which works on a copy
    there: the caller's module must stay on the CPU, checked), planned for one device and
    for two devices with a memory cap that forces a split; the split run on the device
-   against the module on the device (equal within float32 tolerance), and each stage's
-   predicted time (the profile's block times summed) next to the stage timed whole.
+   against the module on the device (equal within float32 tolerance); the same split as
+   ``deploy_model``'s replicas load it (stage files written on the CPU, loaded on the
+   device, canary rows, chained); and each stage's predicted time (the profile's block
+   times summed) next to the stage timed whole.
 3. **cascade**: ``pipelines.toxic_deep`` (word TF-IDF cheap level; MiniLM on the device as
    the expensive feature group) optimized with a certified bound (accuracy, max_loss
    0.005, confidence 0.95); the certified cascade against the full pipeline, **both with
@@ -162,6 +164,8 @@ def partition_check(device: str, tweets: list[str], repeats: int,
     out["split_equals_model"] = bool(sp.allclose(want, got))
     out["split_max_abs_diff"] = float((want - got).abs().max())
 
+    out.update(stage_replicas(graph, two, device, args, want))
+
     time_ms = _timer(device)
     b = two.batch_size
     batch = sp.batch_of(tuple(a.to(device) for a in moved.example), b)
@@ -180,6 +184,37 @@ def partition_check(device: str, tweets: list[str], repeats: int,
     whole_ms = time_ms(lambda: moved.module(*batch), repeats=max(repeats, 10))
     out["whole_model_ms"] = {"predicted": round(float(prof.compute(b).sum()), 3), "measured": round(whole_ms, 3)}
     return out
+
+
+def stage_replicas(graph: Any, plan: Any, device: str, args: tuple, want: Any) -> dict[str, Any]:
+    """What ``deploy_model``'s replicas do with the same split, without Ray: stage files
+    written from the graph captured on the CPU (``torch.export`` baked ``device=cpu`` into
+    them), each loaded by ``PartitionStageImpl`` on ``device`` (digest checked, device
+    constants rewritten), its canary row run, then the stages chained on real tweets."""
+    import tempfile
+
+    import torch
+
+    from serving import partition as sp
+    from serving.model_app.stage_replica import PartitionStageImpl, canary_inputs, write_stage_file
+    from serving.runtime.wire import to_wire
+
+    cpu_stages = sp.split(graph, plan)
+    canaries = canary_inputs(cpu_stages, graph.example)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-stages-") as tmp:
+        replicas = []
+        for k, module in enumerate(cpu_stages):
+            path = Path(tmp) / f"stage{k}.pt"
+            digest = write_stage_file(module, path)
+            replicas.append(PartitionStageImpl(str(path), device, threads=None, sha256=digest, canary=canaries[k]))
+        canary = [r.canary() for r in replicas]
+        value: Any = to_wire(tuple(a.cpu() for a in args))
+        for r in replicas:
+            value = r.run(value)
+    got = torch.from_numpy(np.asarray(value))
+    return {"replica_canaries": [c["canary"] for c in canary], "replica_devices": [c.get("device") for c in canary],
+            "replicas_equal_model": bool(sp.allclose(want.cpu(), got)),
+            "replicas_max_abs_diff": float((want.cpu() - got).abs().max())}
 
 
 def cascade_check(device: str, args: argparse.Namespace) -> tuple[dict[str, Any], Any, Any]:
@@ -274,6 +309,7 @@ def targets(result: dict[str, Any]) -> dict[str, Any]:
         "cascade_speedup>=4 at bound<=0.005": None if not casc else bool(
             casc["speedup"] >= TARGET_CASCADE_SPEEDUP and casc["loss_bound"] <= TARGET_MAX_LOSS),
         "split_equals_model": part.get("split_equals_model"),
+        "stage_replicas_equal_model": part.get("replicas_equal_model"),
         "stages_equal_in_process": (result.get("stages") or {}).get("stages_equal_in_process"),
         "stage_prediction_within_25%": None if not ratios else all(
             abs(r - 1.0) <= TARGET_STAGE_PREDICTION for r in ratios),

@@ -21,9 +21,11 @@ def test_partition_section_on_the_cpu(tmp_path):
     assert part["callers_model_stayed_on_cpu"] is True
     assert len(part["plan_two_devices_capped"]["stages"]) == 2  # the memory cap forces a split
     assert part["split_equals_model"] is True
+    assert part["replicas_equal_model"] is True and part["replica_canaries"] == ["ok", "ok"]
     assert len(part["stage_times"]) == 2 and all(r["measured_ms"] > 0 for r in part["stage_times"])
     assert set(result["targets"]) == {"cascade_speedup>=4 at bound<=0.005", "split_equals_model",
-                                      "stages_equal_in_process", "stage_prediction_within_25%"}
+                                      "stage_replicas_equal_model", "stages_equal_in_process",
+                                      "stage_prediction_within_25%"}
     assert result["targets"]["cascade_speedup>=4 at bound<=0.005"] is None  # not run: not claimed
 
 
