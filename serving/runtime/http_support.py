@@ -120,3 +120,30 @@ def swagger_asset(name: str) -> Any:
 
     body = (Path(swagger_ui_bundle.swagger_ui_path) / name).read_bytes()
     return Response(body, media_type=media, headers={"Cache-Control": "public, max-age=86400"})
+
+
+def public_plan(plan: dict[str, Any]) -> dict[str, Any]:
+    """``plan`` with the cluster's addresses replaced by stable names: every node's host and
+    Ray node id, wherever they appear (as values or as keys, e.g. per-host costs), become
+    ``host-0``, ``node-0``, ... What ``GET /plan`` answers on an app without an API key,
+    where anyone who reaches the port may ask."""
+    names: dict[str, str] = {}
+    for i, node in enumerate(plan.get("nodes") or []):
+        host, node_id = node.get("host"), node.get("node_id")
+        if isinstance(host, str) and host not in names:
+            names[host] = f"host-{len([n for n in names.values() if n.startswith('host-')])}"
+        if isinstance(node_id, str):
+            names.setdefault(node_id, f"node-{i}")
+
+    def scrub(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {scrub(k) if isinstance(k, str) else k: scrub(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [scrub(v) for v in value]
+        if isinstance(value, str):  # also inside text (a plan's notes name nodes)
+            for name, alias in names.items():
+                value = value.replace(name, alias)
+            return value
+        return value
+
+    return scrub(plan)

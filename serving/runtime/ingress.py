@@ -59,6 +59,7 @@ from serving.runtime.http_support import (
     key_hash,
     monitor_error,
     openapi_document,
+    public_plan,
     swagger_asset,
 )
 from serving.runtime.metrics import ServingMetrics, exact_totals
@@ -381,7 +382,14 @@ class Ingress(HttpEdge):
 
     @app.get("/plan")
     async def plan(self, request: Request) -> Response:
-        return await self._guarded("plan", request, self._static("plan"))
+        """The plan; on an app without an API key, with the cluster's addresses replaced
+        (:func:`serving.runtime.http_support.public_plan`)."""
+        async def work() -> Any:
+            if self.api_key_hash is None:
+                return public_plan(self.info["plan"])
+            return self.info["plan"]
+
+        return await self._guarded("plan", request, work)
 
     def _static(self, key: str):
         async def work() -> Any:
@@ -404,9 +412,8 @@ class Ingress(HttpEdge):
 
     @app.get("/healthz")
     async def healthz(self, request: Request) -> Response:
-        async def work() -> dict[str, Any]:
-            return {"status": "ok", "app": self.name, "model_version": self.version,
-                    "stages": self.info["stages"], "monitor": self.monitor is not None}
+        async def work() -> dict[str, Any]:  # open to all: says nothing about the app
+            return {"status": "ok"}
 
         return await self._guarded("healthz", request, work)
 
@@ -417,8 +424,9 @@ class Ingress(HttpEdge):
         this says the pipeline can answer."""
         async def work() -> Response:
             stages, ready = await self.stage_health()
-            return JSONResponse({"status": "ready" if ready else "not ready", "stages": clean(stages)},
-                                status_code=200 if ready else 503)
+            return JSONResponse({"status": "ready" if ready else "not ready", "app": self.name,
+                                 "model_version": self.version, "monitor": self.monitor is not None,
+                                 "stages": clean(stages)}, status_code=200 if ready else 503)
 
         return await self._guarded("readyz", request, work)
 

@@ -97,9 +97,17 @@ def test_static_routes(app):
     assert report["plan"] == "cascade" and report["loss_bound"] <= report["max_loss"]
     plan = requests.get(app.url + "/plan", timeout=30).json()
     assert [s["name"] for s in plan["stages"]] == ["cheap", "expensive"]
-    health = requests.get(app.url + "/healthz", timeout=30).json()
-    assert health == {"status": "ok", "app": "api", "model_version": app.model_version,
-                      "stages": ["cheap", "expensive"], "monitor": True}
+    # /healthz is open to anyone and says nothing about the app; /readyz (behind the key, when
+    # there is one) names the app, its version and every stage's canary
+    assert requests.get(app.url + "/healthz", timeout=30).json() == {"status": "ok"}
+    ready = requests.get(app.url + "/readyz", timeout=60).json()
+    assert {k: ready[k] for k in ("status", "app", "model_version", "monitor")} == {
+        "status": "ready", "app": "api", "model_version": app.model_version, "monitor": True}
+    assert list(ready["stages"]) == ["cheap", "expensive"]
+    # a key-less app's /plan names no address of the cluster
+    text = requests.get(app.url + "/plan", timeout=30).text
+    hosts = {n.host for n in app.plan.nodes} | {n.node_id for n in app.plan.nodes}
+    assert hosts and not any(h in text for h in hosts) and "host-0" in text
     doc = requests.get(app.url + "/openapi.json", timeout=30).json()
     assert set(doc["components"]["schemas"]["Row"]["required"]) == {"a", "b", "c"}
     docs = requests.get(app.url + "/docs", timeout=30)
@@ -329,6 +337,10 @@ def test_api_key_is_required_except_for_health(keyed, request_rows):
     assert ok.status_code == 200, ok.text
     assert post(keyed, "/predict", body, headers={"X-API-Key": "s3cret"}).status_code == 200
     assert "s3cret" not in keyed.spec.model_dump_json()  # only its hash travels with the app
+    assert requests.get(keyed.url + "/readyz", timeout=30).status_code == 401
+    assert requests.get(keyed.url + "/healthz", timeout=30).json() == {"status": "ok"}
+    plan = requests.get(keyed.url + "/plan", headers={"Authorization": "Bearer s3cret"}, timeout=30).json()
+    assert plan["nodes"][0]["host"] == keyed.plan.nodes[0].host  # with the key: the plan as made
 
 
 def test_metrics_are_exact_across_ingress_replicas(keyed, request_rows):

@@ -100,3 +100,18 @@ def test_the_docs_page_loads_nothing_from_another_origin():
                                swagger_css_url="/a/docs/assets/swagger-ui.css",
                                swagger_favicon_url="/a/docs/assets/favicon-32x32.png").body.decode()
     assert re.findall(r"https?://", page) == []
+
+
+def test_a_public_plan_names_no_address_of_the_cluster():
+    from serving.runtime.http_support import public_plan
+
+    plan = {"nodes": [{"node_id": "abc123", "host": "10.1.2.3", "cpus": 2.0},
+                      {"node_id": "def456", "host": "10.1.2.3", "cpus": 2.0}],
+            "costs": {"cores": {"10.1.2.3": 2.0}}, "notes": ["node 10.1.2.3 (abc123) holds the ingress"],
+            "stages": [{"name": "cheap", "replicas": 2}]}
+    public = public_plan(plan)
+    text = str(public)
+    assert "10.1.2.3" not in text and "abc123" not in text and "def456" not in text
+    assert public["costs"]["cores"] == {"host-0": 2.0} and public["nodes"][1]["node_id"] == "node-1"
+    assert public["notes"] == ["node host-0 (node-0) holds the ingress"]
+    assert public["stages"] == plan["stages"] and plan["nodes"][0]["host"] == "10.1.2.3"  # a copy

@@ -128,4 +128,4 @@ def test_monitor_routes_answer_503_without_a_monitor(app):
         r = requests.get(app.url + route, timeout=30)
         assert r.status_code == 503
         assert "monitor is not deployed" in r.json()["error"]
-    assert requests.get(app.url + "/healthz", timeout=30).json()["monitor"] is False
+    assert requests.get(app.url + "/readyz", timeout=60).json()["monitor"] is False
