@@ -236,6 +236,9 @@ class MonitorStage:
         if unknown:
             return {"status": 422, "error": f"unknown query parameter(s) {unknown} for {name}",
                     "fields": [{"field": p, "error": f"accepted: {accepted}"} for p in unknown]}
+        out_of_bounds = query_bounds_error(params)
+        if out_of_bounds is not None:
+            return out_of_bounds
         try:
             result = method(**params)
         except DriftError as exc:  # before ValueError: a SchemaError is both
@@ -244,6 +247,35 @@ class MonitorStage:
             return {"status": 422, "error": f"{name}: {exc}", "fields": []}
         data = result.to_dict() if hasattr(result, "to_dict") else result
         return {"status": 200, "query": name, "ingested": self.ingested, "result": data}
+
+
+#: what an HTTP client may ask of the parameters that set a monitor query's cost (the
+#: monitor answers one query at a time under its lock, so one costly query delays them all):
+#: segments searched, the smallest segment share and support, the combination order. The
+#: library's own calls are not bounded; the defaults sit well inside.
+HTTP_QUERY_BOUNDS: dict[str, tuple[float, float]] = {
+    "max_segments": (1, 200),
+    "min_share": (0.01, 1.0),
+    "min_support": (0.001, 1.0),
+    "max_order": (1, 3),
+    "min_samples": (5, 1e9),
+}
+
+
+def query_bounds_error(params: dict[str, Any]) -> dict[str, Any] | None:
+    """A 422 answer naming the first cost parameter outside :data:`HTTP_QUERY_BOUNDS`."""
+    for key, (low, high) in HTTP_QUERY_BOUNDS.items():
+        if key not in params:
+            continue
+        value = params[key]
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = float("nan")
+        if not low <= number <= high:  # NaN fails both sides
+            why = f"must be between {low:g} and {high:g} over HTTP (it bounds the query's cost), got {value!r}"
+            return {"status": 422, "error": f"{key} {why}", "fields": [{"field": key, "error": why}]}
+    return None
 
 
 class LocalStage:

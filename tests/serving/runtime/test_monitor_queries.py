@@ -46,3 +46,16 @@ def test_monitor_error_becomes_the_http_answer():
                            "fields": [{"field": "x", "error": "accepted: []"}]})
     assert plain.headers == {} and plain.body() == {"error": "unknown query parameter(s) ['x']",
                                                     "fields": [{"field": "x", "error": "accepted: []"}]}
+
+
+def test_a_query_priced_beyond_its_bounds_is_refused_by_name():
+    """One conditional_shift with extreme parameters used to cost ~100x the default under the
+    monitor's single lock; over HTTP the cost parameters are bounded (422 naming the one)."""
+    stage = _stage(pane_seconds=1.0)
+    for params, field in (({"max_segments": 100_000}, "max_segments"), ({"min_share": 0.0001}, "min_share"),
+                          ({"min_support": "nan"}, "min_support"), ({"max_order": 6}, "max_order"),
+                          ({"min_samples": "many"}, "min_samples")):
+        name = "explain" if field in ("min_support", "max_order") else "conditional_shift"
+        answer = stage._query(name, dict(params))
+        assert answer["status"] == 422 and answer["fields"][0]["field"] == field and "over HTTP" in answer["error"], answer
+    assert stage._query("conditional_shift", {"max_segments": 20})["status"] != 422  # within: asked as usual
