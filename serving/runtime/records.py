@@ -166,18 +166,23 @@ class RecordBuffer:
             parts, self.parts, self.rows = self.parts, [], 0
             batch = pd.DataFrame({key: np.concatenate([p[key] for p in parts]) for key in parts[0]})
             try:
-                await wait_or_cancel(self.monitor.ingest.remote(batch), self.send_timeout_s, "monitor",
-                                     self.send_timeout_s)
+                answer = await wait_or_cancel(self.monitor.ingest.remote(batch), self.send_timeout_s, "monitor",
+                                              self.send_timeout_s)
             except asyncio.CancelledError:  # taken out of the buffer, not sent: counted, never silent
                 self._drop("cancelled", len(batch))
                 raise
             except Exception as exc:
                 self._drop("send_failed", len(batch))
                 log.warning("monitor ingest failed for %d records: %s", len(batch), exc or type(exc).__name__)
-            else:
-                self.sent += len(batch)
-                if self.on_sent is not None:
-                    self.on_sent(len(batch))
+            else:  # rows the monitor refused one by one are counted as dropped, by reason
+                rejected = int(answer.get("rejected", 0)) if isinstance(answer, dict) else 0
+                if rejected:
+                    self._drop("rejected", rejected)
+                    log.warning("the monitor rejected %d of %d records: %s", rejected, len(batch),
+                                answer.get("error"))
+                self.sent += len(batch) - rejected
+                if self.on_sent is not None and len(batch) > rejected:
+                    self.on_sent(len(batch) - rejected)
 
     async def close(self) -> None:
         """Send everything buffered; waits for sends already under way."""

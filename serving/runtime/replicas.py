@@ -176,11 +176,14 @@ class MonitorStage:
         except ImportError:  # a drift without its Prometheus collector
             pass
 
-    async def ingest(self, records: Any) -> int:
+    async def ingest(self, records: Any) -> dict[str, Any]:
+        """Ingest a batch of served rows; a row the monitor refuses (a malformed value in a
+        monitored column) is rejected alone, not with its batch. Returns the running total
+        ingested, how many of these rows were rejected and the first reason."""
         async with self.lock:
-            await asyncio.to_thread(self.monitor.ingest, records)
-            self.ingested += len(records)
-        return self.ingested
+            kept, rejected, why = await asyncio.to_thread(ingest_row_by_row_on_error, self.monitor, records)
+            self.ingested += kept
+        return {"ingested": self.ingested, "rejected": rejected, "error": why}
 
     async def flush(self) -> dict[str, Any]:
         async with self.lock:
@@ -247,6 +250,25 @@ class MonitorStage:
             return {"status": 422, "error": f"{name}: {exc}", "fields": []}
         data = result.to_dict() if hasattr(result, "to_dict") else result
         return {"status": 200, "query": name, "ingested": self.ingested, "result": data}
+
+
+def ingest_row_by_row_on_error(monitor: Any, records: pd.DataFrame) -> tuple[int, int, str | None]:
+    """``monitor.ingest(records)``; when the monitor refuses the batch (``drift.SchemaError``:
+    it validates before it changes any state), the batch is halved until the refused rows
+    stand alone, so k bad rows cost O(k log n) calls and every good row is kept. Returns
+    (rows kept, rows rejected, the first refusal's text)."""
+    from drift import SchemaError
+
+    try:
+        monitor.ingest(records)
+        return len(records), 0, None
+    except SchemaError as exc:
+        if len(records) <= 1:
+            return 0, len(records), str(exc)[:300]
+    mid = len(records) // 2
+    kept_a, bad_a, why_a = ingest_row_by_row_on_error(monitor, records.iloc[:mid])
+    kept_b, bad_b, why_b = ingest_row_by_row_on_error(monitor, records.iloc[mid:])
+    return kept_a + kept_b, bad_a + bad_b, why_a or why_b
 
 
 #: what an HTTP client may ask of the parameters that set a monitor query's cost (the

@@ -175,3 +175,34 @@ def test_a_cancelled_send_counts_its_records_as_dropped():
 
     buffer = asyncio.run(run())
     assert buffer.dropped == 4 and drops == {"cancelled": 4} and buffer.sent == 0
+
+
+def test_a_row_the_monitor_refuses_is_rejected_alone_and_counted():
+    """One malformed value used to make the monitor refuse its whole batch (every record lost,
+    counted as a failed send); now the batch is halved down to the bad row: the others are
+    ingested and the one is counted as dropped, reason "rejected"."""
+    from serving.runtime.replicas import MonitorStage, ingest_row_by_row_on_error
+
+    stage = MonitorStage.func_or_class({"attributes": ["region"], "metrics": ["latency_ms"]})
+
+    class _Ingest:
+        async def remote(_, batch):
+            return await stage.ingest(batch)
+
+    monitor = type("M", (), {"ingest": _Ingest()})()
+    drops: dict[str, int] = {}
+    frame = pd.DataFrame({"region": ["eu", "us"] * 50, "latency_ms": [float(i) for i in range(100)]})
+    frame["latency_ms"] = frame["latency_ms"].astype(object)
+    frame.loc[37, "latency_ms"] = "oops"  # a malformed value in a monitored numeric column
+
+    async def run() -> RecordBuffer:
+        buffer = RecordBuffer(monitor, {}, flush_rows=1000, flush_delay_s=10.0,
+                              on_drop=lambda reason, n: drops.__setitem__(reason, drops.get(reason, 0) + n))
+        buffer.parts, buffer.rows = [{k: frame[k].to_numpy() for k in frame}], len(frame)
+        await buffer.close()
+        return buffer
+
+    buffer = asyncio.run(run())
+    assert drops == {"rejected": 1} and buffer.sent == 99 and stage.ingested == 99
+    kept, rejected, why = ingest_row_by_row_on_error(stage.monitor, frame.iloc[30:40])
+    assert (kept, rejected) == (9, 1) and "latency_ms" in why
