@@ -19,6 +19,7 @@ Example alert rules: deploy/prometheus/drift-alerts.yml.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
@@ -46,8 +47,24 @@ def _finite(x: Any) -> float:
     return float(x)
 
 
+#: longest attribute value a label shows; a longer one keeps its head and a digest of the whole
+LABEL_VALUE_CHARS = 48
+
+
+def _label_value(value: Any) -> str:
+    """An attribute value as label text: printable characters only (a client's value can carry
+    newlines or control characters into alert text), at most :data:`LABEL_VALUE_CHARS` plus a
+    digest of the whole, so distinct long values never share a series."""
+    text = str(value)
+    clean = "".join(c if c.isprintable() else "?" for c in text)
+    if len(clean) <= LABEL_VALUE_CHARS and clean == text:
+        return clean
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{clean[:LABEL_VALUE_CHARS]}~{digest}"
+
+
 def _combo_label(row: dict[str, Any], attributes: Sequence[str]) -> str:
-    return ",".join(f"{a}={row[a]}" for a in attributes if row.get(a) is not None) or "all"
+    return ",".join(f"{a}={_label_value(row[a])}" for a in attributes if row.get(a) is not None) or "all"
 
 
 class MonitorCollector:

@@ -256,3 +256,17 @@ def test_summaries_say_what_was_found_in_plain_language() -> None:
     assert "none of" in mon.drift().summary() or "drifted" in mon.drift().summary()
     assert "rose" in mon.change_points(series=["latency_ms.p99"]).summary()
     assert mon.cascade_health().summary().endswith("healthy.")
+
+
+def test_label_values_from_clients_are_printable_bounded_and_distinct():
+    """Attribute values reach Prometheus labels (and alert text through them): control
+    characters are replaced, long values cut with a digest of the whole, so two long values
+    sharing a head still make two series."""
+    from drift._prometheus import LABEL_VALUE_CHARS, _combo_label, _label_value
+
+    assert _label_value("eu-west") == "eu-west" and _label_value(7) == "7"
+    evil = _label_value("x\nALERT resolved\r\x1b[31m")
+    assert "\n" not in evil and "\r" not in evil and "\x1b" not in evil and evil.isprintable()
+    a, b = _label_value("k" * 500 + "a"), _label_value("k" * 500 + "b")
+    assert a != b and len(a) <= LABEL_VALUE_CHARS + 9 and a.startswith("k" * LABEL_VALUE_CHARS)
+    assert _combo_label({"client": "c\n1", "region": None}, ["client", "region"]).startswith("client=c?1~")
