@@ -418,3 +418,28 @@ def test_adaptive_gears_switch_and_every_answer_names_its_gear(ray_cluster, app,
             deploy(geared_opt, name="geared2", port=ray_cluster, plan=app.plan, calibrate="never", gears=7)
     finally:
         served.shutdown(stop_ray=False)
+
+
+def test_sixty_four_trickling_connections_do_not_lock_out_other_clients(app, request_rows):
+    """Over the real front (HAProxy or Serve's proxy, then the ingress): 64 clients that send
+    their headers and a few bytes of a large body, then stall, hold no admission slot: other
+    clients' requests are answered 200 meanwhile, not 503 (the ingress reads a body before it
+    takes a slot, under a 10 s limit). Functional only: no rate is asserted."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(app.url)
+    head = (f"POST {url.path}/predict HTTP/1.1\r\nHost: {url.hostname}:{url.port}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"rows\": [").encode()
+    stalled = []
+    try:
+        for _ in range(64):
+            s = socket.create_connection((url.hostname, url.port), timeout=10)
+            s.sendall(head)
+            stalled.append(s)
+        body = {"rows": rows_of(request_rows.iloc[:8])}
+        answers = [post(app, "/predict", body).status_code for _ in range(5)]
+        assert answers == [200] * 5, answers
+    finally:
+        for s in stalled:
+            s.close()
