@@ -357,11 +357,11 @@ def profile(
     def unmarked_ms(args: tuple) -> float:
         """The whole model once with no marks inside: what the marks themselves cost is the
         difference (a mark is a Python call and, on a GPU, an event record: ~30 us against a
-        launch-bound block of ~20 us)."""
+        launch-bound block of ~20 us). Traced graphs only (a Sequential's blocks are unmarked)."""
         clock.reset(2)
         clock.sync()
         start = clock.mark()
-        graph.gm(*args) if fused is not None else chain(args)
+        graph.gm(*args)
         end = clock.mark()
         clock.sync()
         return clock.elapsed_ms(start, end)

@@ -127,13 +127,10 @@ def public_plan(plan: dict[str, Any]) -> dict[str, Any]:
     Ray node id, wherever they appear (as values or as keys, e.g. per-host costs), become
     ``host-0``, ``node-0``, ... What ``GET /plan`` answers on an app without an API key,
     where anyone who reaches the port may ask."""
-    names: dict[str, str] = {}
-    for i, node in enumerate(plan.get("nodes") or []):
-        host, node_id = node.get("host"), node.get("node_id")
-        if isinstance(host, str) and host not in names:
-            names[host] = f"host-{len([n for n in names.values() if n.startswith('host-')])}"
-        if isinstance(node_id, str):
-            names.setdefault(node_id, f"node-{i}")
+    nodes = plan.get("nodes") or []
+    hosts = dict.fromkeys(n["host"] for n in nodes if isinstance(n.get("host"), str))
+    names = {host: f"host-{i}" for i, host in enumerate(hosts)}
+    names.update({n["node_id"]: f"node-{i}" for i, n in enumerate(nodes) if isinstance(n.get("node_id"), str)})
 
     def scrub(value: Any) -> Any:
         if isinstance(value, dict):

@@ -385,9 +385,11 @@ class Ingress(HttpEdge):
         """The plan; on an app without an API key, with the cluster's addresses replaced
         (:func:`serving.runtime.http_support.public_plan`)."""
         async def work() -> Any:
-            if self.api_key_hash is None:
-                return public_plan(self.info["plan"])
-            return self.info["plan"]
+            if self.api_key_hash is not None:
+                return self.info["plan"]
+            if getattr(self, "_public_plan", None) is None:  # the plan is fixed: scrub it once
+                self._public_plan = public_plan(self.info["plan"])
+            return self._public_plan
 
         return await self._guarded("plan", request, work)
 

@@ -73,8 +73,9 @@ def test_on_device_returns_the_graph_itself_where_it_already_lives():
 
 def test_profile_on_another_device_does_not_move_the_callers_model():
     module, graph = _captured()
-    prof = sp.profile(graph, batch_sizes=(2,), device="cpu", repeats=1, warmup=0)
-    assert prof.device == "cpu" and all(p.device.type == "cpu" for p in module.parameters())
+    prof = sp.profile(graph, batch_sizes=(2,), device="meta", repeats=1, warmup=0)
+    assert prof.device == "meta" and all(p.device.type == "cpu" for p in module.parameters())
+    assert graph_device(graph).type == "cpu"
 
 
 def test_retarget_module_rewrites_graph_modules_inside_a_stage():
