@@ -42,9 +42,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks._time_to_accuracy import at_accuracy, labelled, time_to_first_answer
+from serving.core.procstat import cpu_per_request, process_cpu, session_dir, session_processes
 from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS
 from serving.measure.loadgen import closed_loop, http_floor, in_process, open_loop, payloads
-from serving.measure.procstat import cpu_per_request, process_cpu, session_dir, session_processes
 
 #: seconds of closed-loop load per phase
 DURATION_S = 20.0

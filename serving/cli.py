@@ -15,6 +15,7 @@ import willump
 from serving.launch.deploy import API_KEY_ENV, CALIBRATE, INSITU, hedging_options
 from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
 from serving.planning.planner import LAYOUTS
+from serving.runtime.keys import generate_key, weak_key_warning
 
 
 def _csv(value: str) -> list[str]:
@@ -30,9 +31,18 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                              "own deployment; auto (default): fused unless --min-replicas is given")
 
 
+def _variable(text: str) -> str:
+    if not text.isidentifier() or not text.isascii():
+        raise argparse.ArgumentTypeError(f"not an environment variable name: {text!r}")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="willump", description="Serve and plan optimized pipelines.")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    keygen = sub.add_parser("keygen", help="print a new API key (256 random bits) for --api-key-env")
+    keygen.add_argument("--env", metavar="VAR", type=_variable, help=f"print it as `export VAR=KEY` (e.g. {API_KEY_ENV})")
 
     serve = sub.add_parser("serve", help="deploy an artifact on Ray Serve (foreground)")
     serve.add_argument("artifact", help="directory written by OptimizedPipeline.save")
@@ -124,7 +134,16 @@ def _api_key(args: argparse.Namespace) -> str | None:
     key = os.environ.get(args.api_key_env)
     if not key:
         raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
+    weak = weak_key_warning(key)
+    if weak:
+        print(f"WARNING willump: --api-key-env {args.api_key_env}: {weak}", file=sys.stderr, flush=True)
     return key
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    key = generate_key()
+    print(f"export {args.env}={key}" if args.env else key, flush=True)
+    return 0
 
 
 def _check_exposure(host: str | None, key_env: str | None, require_key: bool) -> None:
@@ -289,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_plan(args)
         if args.command == "build":
             return cmd_build(args)
+        if args.command == "keygen":
+            return cmd_keygen(args)
         return cmd_serve(args)
     except (willump.ArtifactError, ValueError, TypeError) as exc:
         print(f"willump: error: {exc}", file=sys.stderr)

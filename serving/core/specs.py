@@ -99,7 +99,8 @@ class AppSpec(BaseModel):
     monitor: dict[str, Any] | None = None
     degrade: bool = False
     deadline_ms: float | None = Field(default=None, gt=0)
-    api_key_sha256: str | None = None
+    #: the API key's HMAC under the machines' key secret (serving.runtime.keys; None: no key)
+    api_key_hmac: str | None = None
     #: an environment variable every ingress replica reads its API key from when it starts (a
     #: Kubernetes Secret injected into the pods): the key itself never enters the config; a
     #: replica whose variable is unset or empty refuses to start
@@ -148,7 +149,7 @@ class IngressConfig(BaseModel):
     batching: bool = True
     deadline_s: float = Field(gt=0)
     degrade: bool = False
-    api_key_sha256: str | None = None
+    api_key_hmac: str | None = None
     api_key_env: str | None = None
     allowed_hosts: list[str] | None = None
     probe_sha256: str | None = None

@@ -15,7 +15,6 @@ installed (the image), since ``serve deploy`` does not upload local code.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from serving.launch.graph import monitor_settings, row_schema, specs_of
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
 from serving.planning.planner import Plan, Resources, plan_stages
 from serving.runtime.edge import LOOPBACK_HOSTS
+from serving.runtime.keys import key_digest, key_secret
 
 
 def plan_offline(opt: Any, *, cpus: float, rows_per_request: int, rps: float | None, p99_ms: float | None,
@@ -82,7 +82,7 @@ def serve_config(
         name=name, artifact=vars(source).copy(), plan=plan.to_dict(), baseline=False,
         runtime=runtime, batching=batching, monitor=monitor, degrade=degrade,
         deadline_ms=deadline_ms if deadline_ms is not None else plan.target_p99_ms,
-        api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
+        api_key_hmac=key_digest(api_key, key_secret(create=True)) if api_key else None,
         api_key_env=api_key_env, min_replicas=min_replicas,
         allowed_hosts=list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None, max_replicas=max_replicas, gears=gears, hedging=hedging,
     ).model_dump()

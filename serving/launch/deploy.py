@@ -21,6 +21,7 @@ from serving.core import artifacts
 from serving.core.artifacts import ArtifactSource
 from serving.core.constants import MAX_BODY_BYTES, MAX_ROWS
 from serving.core.costs import HostCosts, load_cached, store_cached
+from serving.core.local_ray import exposure_note, start_local_ray
 from serving.core.specs import AppSpec, gpu_capable, unsure_share
 from serving.launch import cluster
 from serving.launch.graph import (
@@ -53,6 +54,7 @@ from serving.planning.planner import LAYOUTS, Plan, Resources, placement_problem
 from serving.runtime.edge import LOOPBACK_HOSTS
 from serving.runtime.gears import check_gears, gear_info
 from serving.runtime.hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_QUANTILE
+from serving.runtime.keys import SECRET_ENV, key_digest, key_secret, secret_path, weak_key_warning
 from serving.runtime.stage_runner import module_groups
 from willump import OptimizedPipeline
 
@@ -129,8 +131,8 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None, pro
     if gpus is not None:
         kwargs["num_gpus"] = int(gpus) if float(gpus).is_integer() else gpus
     # "local": a new Ray here even when another one on this machine was started with `ray start`
-    # (ray.init() would join that one, and refuse num_cpus)
-    ray.init(address="local", **kwargs)
+    # (ray.init() would join that one, and refuse num_cpus); its control plane on loopback only
+    start_local_ray(**kwargs)
     return True
 
 
@@ -300,6 +302,9 @@ def deploy(
     _check_arguments(name, min_replicas, device, layout, transport, proxy, monitor, calibrate,
                      deadline_ms, rows_per_request, insitu)
     hedge_spec = hedging_options(hedging)
+    weak = weak_key_warning(api_key) if api_key else None
+    if weak:
+        warnings.warn(weak, stacklevel=2)
     cluster.ships_code(ship_code, address)  # validates the option before anything starts
     started = _ensure_ray(address, cpus, gpus, proxy, transport, ship_code=ship_code, monitor=monitor is not None)
     source, opt = artifacts.resolve(target, name, artifact_share)
@@ -351,7 +356,7 @@ def deploy(
             name=name, artifact=vars(source).copy(), plan=plan.to_dict(), baseline=baseline,
             runtime=runtime, batching=batching, monitor=monitor, degrade=degrade,
             deadline_ms=deadline_ms if deadline_ms is not None else p99_ms,
-            api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
+            api_key_hmac=key_digest(api_key, key_secret(create=True)) if api_key else None,
             allowed_hosts=allowed_hosts, max_in_flight=max_in_flight, max_body_bytes=max_body_bytes, max_rows=max_rows,
             min_replicas=min_replicas, max_replicas=max_replicas, downscale_to_zero_s=downscale_to_zero_s,
             gears=gears_info, hedging=hedge_spec,
@@ -372,6 +377,13 @@ def deploy(
             artifacts.release(source, name)
         raise
     notes += [code_note] if code_note else []
+    if api_key and len(nodes) > 1 and not os.environ.get(SECRET_ENV):
+        notes.append(f"the API key's digest is keyed with {secret_path()}: every node needs that file (or "
+                     f"${SECRET_ENV}), or its ingress replicas will not start")
+    exposed = exposure_note(host, port) if started else None
+    if exposed:
+        warnings.warn(exposed, stacklevel=2)
+        notes.append(exposed)
     return ServingApp(name, f"{base}/{name}", plan, source.version, [s.name for s in specs], started,
                       notes + plan.notes, proxy=front, artifact=source, monitor_app=monitor_app, spec=spec)
 

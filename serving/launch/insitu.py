@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from serving.core.procstat import session_dir
 from serving.core.specs import AppSpec
 from serving.launch.graph import build_app, monitor_settings, row_schema
 from serving.measure.insitu import PROBE_BODIES, PROBE_HEADER, probe, summary
-from serving.measure.procstat import session_dir
 from serving.measure.stages import request_bodies
 from serving.planning.planner import SIMULATED_LOAD, plan_again, same_deployments, simulated_at
 

@@ -1,3 +1,3 @@
 """Measures the running system for planning: stage profiling, host-cost calibration, the
-in-situ probe, /proc accounting and HTTP load generation.
+in-situ probe and HTTP load generation (/proc accounting is serving.core.procstat).
 """

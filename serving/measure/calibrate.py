@@ -37,9 +37,9 @@ import numpy as np
 import pandas as pd
 
 from serving.core.costs import HostCosts
+from serving.core.procstat import group_cpu, process_cpu, session_dir, session_processes
 from serving.core.schema import ColumnSpec, PredictRequest, RowSchema, parse_request, predict_answer
 from serving.core.specs import IngressConfig
-from serving.measure.procstat import group_cpu, process_cpu, session_dir, session_processes
 from serving.planning.planner import MIN_IN_FLIGHT
 
 #: seconds of load per phase

@@ -28,7 +28,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from serving.measure.procstat import cpu_per_request, process_cpu, session_dir, session_processes
+from serving.core.procstat import cpu_per_request, process_cpu, session_dir, session_processes
 from serving.planning.simulate import simulate
 
 #: share of the planned closed-loop clients the probe runs (a light load: batches merge less
@@ -53,7 +53,7 @@ SIMULATED_REQUESTS = 2000
 #: header marking the probe's requests (with deploy's one-off token as its value): the
 #: ingress builds their monitor records, as for any request, then drops them
 PROBE_HEADER = "X-Willump-Probe"
-#: measured roles (serving.measure.procstat.cpu_per_request) that the simulation names differently
+#: measured roles (serving.core.procstat.cpu_per_request) that the simulation names differently
 ROLE_TO_GROUP = {"load generator": "client"}
 #: groups whose CPU does not scale with requests, so that a ratio per request measured at the
 #: probe's rate would be wrong at another: Ray's own processes (calibration splits them into
@@ -74,7 +74,7 @@ def cpu_factors(measured: dict[str, float], modelled: dict[str, float],
                 min_modelled_ms: float = MIN_MODELLED_MS) -> dict[str, float]:
     """Measured over modelled CPU ms per request, per simulated group.
 
-    ``measured``: roles as :func:`serving.measure.procstat.cpu_per_request` names them ("ingress", a
+    ``measured``: roles as :func:`serving.core.procstat.cpu_per_request` names them ("ingress", a
     stage, "front", "other", "load generator"; "total" is ignored). ``modelled``: the
     simulation's ``cpu_ms`` at the same load. Groups the model barely charges, groups the probe
     did not see, GPU groups and ``NOT_PER_REQUEST`` keep their modelled cost (no factor)."""

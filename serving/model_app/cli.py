@@ -118,10 +118,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         import ray
         from ray import serve
 
+        from serving.core.local_ray import start_local_ray
         from serving.model_app.deploy import free_port
         from serving.model_app.transport import calibrate_transport
 
-        ray.init(address="local", include_dashboard=False, log_to_driver=False)
+        start_local_ray(include_dashboard=False, log_to_driver=False)
         serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
         try:
             transport = calibrate_transport()

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from serving import partition as sp
+from serving.core.local_ray import start_local_ray
 from serving.core.nodes import nodes
 from serving.model_app.placement import check_placeable, replica_resources
 from serving.model_app.stage_replica import canary_inputs, write_stage_file
@@ -40,7 +41,7 @@ from serving.model_app.stages import (
 )
 from serving.model_app.transport import calibrate_transport
 from serving.runtime.edge import LOOPBACK_HOSTS
-from serving.runtime.http_support import key_hash
+from serving.runtime.keys import key_digest, key_secret
 
 #: batch sizes profiled by plan="auto"
 AUTO_BATCH_SIZES = (1, 4, 16, 32)
@@ -96,7 +97,7 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None) -> 
         kwargs["num_cpus"] = cpus
     if gpus is not None:
         kwargs["num_gpus"] = gpus
-    ray.init(address="local", **kwargs)  # a new Ray here, not one another process started
+    start_local_ray(**kwargs)  # a new Ray here, not one another process started; loopback only
     return True
 
 
@@ -268,7 +269,7 @@ def deploy_model(
             "inputs": [vars(InputSpec.of(a)) for a in args], "batch_size": the_plan.batch_size,
             "batch_wait_ms": batch_wait_ms, "max_inflight": inflight, "max_rows": max_rows,
             "max_body_bytes": max_body_bytes, "plan": the_plan.to_dict(),
-            "api_key_sha256": key_hash(api_key) if api_key else None,
+            "api_key_hmac": key_digest(api_key, key_secret(create=True)) if api_key else None,
             "allowed_hosts": list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None,
         }
         ingress = ModelIngress.options(name=f"{name}-ingress", max_ongoing_requests=4096,

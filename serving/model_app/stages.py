@@ -36,6 +36,7 @@ from serving.model_app.stage_replica import PartitionStageImpl
 from serving.runtime.calls import DEFAULT_DEADLINE_S, Deadline, DeadlineExceeded, StageOverloaded
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.edge import HttpEdge
+from serving.runtime.keys import KeyCheck
 
 #: most rows one request may carry (overridable per deployment)
 MAX_ROWS = 10_000
@@ -168,7 +169,7 @@ class ModelIngress(HttpEdge):
         self.specs = [InputSpec(tuple(s["trailing"]), s["dtype"]) for s in info["inputs"]]
         self.max_rows = int(info.get("max_rows", MAX_ROWS))
         self.max_body = int(info.get("max_body_bytes", MAX_BODY_BYTES))
-        self.api_key_hash = info.get("api_key_sha256")
+        self.api_key = KeyCheck(info.get("api_key_hmac"))
         self.allowed_hosts = info.get("allowed_hosts")
         self.batch_size = int(info["batch_size"])
         self.batcher = Coalescer(self._run, stage="model", max_rows=self.batch_size, limit=int(info["max_inflight"]),

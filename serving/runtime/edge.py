@@ -11,12 +11,10 @@ admission slots, so clients that trickle bodies cannot starve the others.
 from __future__ import annotations
 
 import asyncio
-import hmac
-import os
 from typing import Any
 
 from serving.core.schema import RequestError
-from serving.runtime.http_support import key_hash
+from serving.runtime.keys import KeyCheck
 
 #: seconds a request's whole body may take to arrive
 BODY_TIMEOUT_S = 10.0
@@ -29,25 +27,12 @@ SIMPLE_BODY_TYPES = ("text/plain", "application/x-www-form-urlencoded", "multipa
 KEY_MESSAGE = "missing or wrong API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key')"
 
 
-def key_hash_of(stored_hash: str | None, key_env: str | None) -> str | None:
-    """The hash a replica checks keys against: read from ``$key_env`` where it runs (a
-    Kubernetes Secret; RuntimeError, so the replica does not start, when that variable is unset
-    or empty: an app built to require a key never serves without one), else the stored one."""
-    if not key_env:
-        return stored_hash
-    key = os.environ.get(key_env, "")
-    if not key:
-        raise RuntimeError(f"the app requires the API key in ${key_env}, which is unset or empty in this "
-                           "replica: set it on every node (e.g. from a Secret), or build without --api-key-env")
-    return key_hash(key)
-
-
 class HttpEdge:
-    """Mixed into an ingress deployment that sets ``max_body`` (bytes), ``api_key_hash``
-    (None: no key) and ``allowed_hosts`` (None: any Host)."""
+    """Mixed into an ingress deployment that sets ``max_body`` (bytes), ``api_key`` (a
+    :class:`serving.runtime.keys.KeyCheck`) and ``allowed_hosts`` (None: any Host)."""
 
     max_body: int
-    api_key_hash: str | None
+    api_key: KeyCheck
     allowed_hosts: list[str] | None = None
 
     def check_origin(self, request: Any, *, body: bool) -> None:
@@ -72,13 +57,13 @@ class HttpEdge:
 
     def authorized(self, request: Any) -> bool:
         """Whether the request carries the key (``X-API-Key`` or ``Authorization: Bearer``)."""
-        if not self.api_key_hash:
+        if not self.api_key.required:
             return True
         given = request.headers.get("x-api-key")
         auth = request.headers.get("authorization", "")
         if given is None and auth.lower().startswith("bearer "):
             given = auth[7:].strip()
-        return given is not None and hmac.compare_digest(key_hash(given), self.api_key_hash)
+        return self.api_key.accepts(given)
 
     def check_key(self, request: Any) -> None:
         if not self.authorized(request):

@@ -50,7 +50,7 @@ from serving.runtime.calls import (
 )
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
-from serving.runtime.edge import HttpEdge, key_hash_of
+from serving.runtime.edge import HttpEdge
 from serving.runtime.gears import GearRunners, GearSwitch
 from serving.runtime.http_support import (
     ROUTE_ERRORS,
@@ -62,6 +62,7 @@ from serving.runtime.http_support import (
     public_plan,
     swagger_asset,
 )
+from serving.runtime.keys import KeyCheck
 from serving.runtime.metrics import ServingMetrics, exact_totals
 from serving.runtime.records import RecordBuffer, record_columns
 from serving.runtime.replicas import LocalStage, coerce
@@ -121,7 +122,7 @@ class Ingress(HttpEdge):
         self.deadline_s = config.deadline_s
         self.degrade = config.degrade
         self.first_level = config.first_stage_last_level
-        self.api_key_hash = key_hash_of(config.api_key_sha256, config.api_key_env)
+        self.api_key = KeyCheck(config.api_key_hmac, config.api_key_env)
         self.allowed_hosts = config.allowed_hosts
         #: deploy's in-situ probe marks its requests with a one-off token (serving.measure.insitu)
         self.probe_hash = config.probe_sha256
@@ -385,7 +386,7 @@ class Ingress(HttpEdge):
         """The plan; on an app without an API key, with the cluster's addresses replaced
         (:func:`serving.runtime.http_support.public_plan`)."""
         async def work() -> Any:
-            if self.api_key_hash is not None:
+            if self.api_key.required:
                 return self.info["plan"]
             if getattr(self, "_public_plan", None) is None:  # the plan is fixed: scrub it once
                 self._public_plan = public_plan(self.info["plan"])

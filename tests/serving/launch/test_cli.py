@@ -15,8 +15,9 @@ import pytest
 import requests
 import yaml
 
-from serving.measure.procstat import alive, descendants
+from serving.core.procstat import alive, descendants, listening_sockets
 from tests.serving.conftest import free_port, wait_for
+from tests.serving.launch.ray_probes import open_without_token, outside_address
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
 pytestmark = pytest.mark.starts_ray
@@ -119,10 +120,10 @@ def _title(pid: int) -> str:
         return ""
 
 
-@pytest.mark.slow
-def test_a_killed_driver_leaves_no_process_behind(artifact, request_rows):
-    """SIGKILL gives the driver no chance to stop anything: Ray's processes and HAProxy must
-    end with it (kernel fate-sharing for Ray's, the HAProxy launcher's PR_SET_PDEATHSIG)."""
+@pytest.fixture(scope="module")
+def loopback_app(artifact):
+    """``willump serve`` with its defaults (HTTP on loopback, HAProxy, gRPC between stages):
+    scanned, then killed with SIGKILL by the tests below (killed here if they do not run)."""
     port = free_port()
     lines: list[str] = []
     proc = subprocess.Popen(
@@ -131,6 +132,39 @@ def test_a_killed_driver_leaves_no_process_behind(artifact, request_rows):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     try:
         _serving(proc, lines, "willump: serving")
+        yield proc, port, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_a_single_machine_app_listens_on_loopback_only_and_ray_wants_its_token(loopback_app, request_rows):
+    """Ray's control plane runs code (its job API) and unpickles (its gRPC servers): a served
+    single-machine app must bind none of its processes' listeners beyond loopback, and none of
+    Ray's or HAProxy's may do anything for a caller without Ray's token (probed through
+    loopback only; no traffic goes to another address)."""
+    proc, port, lines = loopback_app
+    if outside_address() is None:
+        pytest.skip("this machine has no address beyond loopback: nothing to scan for")
+    assert _predict(f"http://127.0.0.1:{port}/killed", request_rows).status_code == 200
+    listeners = listening_sockets(_tree(proc.pid))
+    assert len(listeners) > 10, listeners  # the GCS, raylet, agents, workers, replicas, HAProxy
+    outside = [x for x in listeners if not x.loopback]
+    assert not outside, "listening beyond loopback:\n" + "\n".join(map(str, outside))
+    opened = {f"{x.port} {x.title[:60]}": why for x in listeners
+              if (why := open_without_token(x.port, {port})) is not None}
+    assert not opened, opened
+    assert not any("listen beyond loopback" in line for line in lines), "".join(lines)
+
+
+@pytest.mark.slow
+def test_a_killed_driver_leaves_no_process_behind(loopback_app, request_rows):
+    """SIGKILL gives the driver no chance to stop anything: Ray's processes and HAProxy must
+    end with it (kernel fate-sharing for Ray's, the HAProxy launcher's PR_SET_PDEATHSIG)."""
+    proc, port, lines = loopback_app
+    try:
         assert _predict(f"http://127.0.0.1:{port}/killed", request_rows).status_code == 200
         started = _tree(proc.pid) - {proc.pid}
         assert any("haproxy" in _title(p) for p in alive(started)), "".join(lines)

@@ -100,7 +100,7 @@ def test_haproxy_launcher_dies_with_its_parent(tmp_path):
 
 
 def _alive(pid: int) -> bool:
-    from serving.measure.procstat import alive
+    from serving.core.procstat import alive
 
     return bool(alive({pid}))
 

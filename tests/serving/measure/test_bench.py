@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks.serving import compare, foreign_cores, predict, under_load
-from serving.measure.procstat import cpu_per_request, process_cpu
+from serving.core.procstat import cpu_per_request, process_cpu
 from tests.serving.planning.test_planner import costs, ingress, linear
 
 

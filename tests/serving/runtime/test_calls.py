@@ -26,6 +26,7 @@ from serving.runtime.calls import (
     default_deadline_s,
 )
 from serving.runtime.coalesce import Coalescer
+from serving.runtime.keys import KeyCheck
 
 
 class _Response:
@@ -414,7 +415,7 @@ def test_a_trickling_body_holds_no_admission_slot_and_times_out():
     import serving.runtime.ingress as app_module
 
     cls = app_module.Ingress.func_or_class
-    ingress = types.SimpleNamespace(api_key_hash=None, probe_hash=None, allowed_hosts=None, max_body=1000,
+    ingress = types.SimpleNamespace(api_key=KeyCheck(), probe_hash=None, allowed_hosts=None, max_body=1000,
                                     in_flight=0, max_in_flight=1, metrics=_Metrics(), _start_watch=lambda: None)
     for name in ("check_origin", "check_key", "authorized", "_read_body", "_probe", "_guarded"):
         setattr(ingress, name, getattr(cls, name).__get__(ingress))

@@ -54,23 +54,6 @@ def test_api_clients_pass_and_an_unbound_app_takes_any_host():
         _edge(None).check_origin(_request(host="models.example.com", content_type="text/plain"), body=True)
 
 
-def test_a_replica_reads_its_key_where_it_runs_and_will_not_start_without_it(monkeypatch):
-    """`willump build --api-key-env VAR` writes the variable's name, not the key: each replica
-    reads the key from its own environment (a Kubernetes Secret) and refuses to start without it."""
-    from serving.runtime.edge import key_hash_of
-    from serving.runtime.http_support import key_hash
-
-    assert key_hash_of("stored", None) == "stored"
-    monkeypatch.setenv("WILLUMP_TEST_KEY", "s3cret")
-    assert key_hash_of(None, "WILLUMP_TEST_KEY") == key_hash("s3cret")
-    monkeypatch.setenv("WILLUMP_TEST_KEY", "")
-    with pytest.raises(RuntimeError, match="WILLUMP_TEST_KEY"):
-        key_hash_of(None, "WILLUMP_TEST_KEY")
-    monkeypatch.delenv("WILLUMP_TEST_KEY")
-    with pytest.raises(RuntimeError, match="unset or empty"):
-        key_hash_of("stored", "WILLUMP_TEST_KEY")
-
-
 def test_build_warns_or_refuses_beyond_loopback_without_a_key(capsys):
     from serving.cli import _check_exposure
 

@@ -1,15 +1,19 @@
-"""Processes of this machine from /proc: CPU used, parentage, and which belong to a Ray session.
+"""Processes of this machine from /proc: CPU used, parentage, which belong to a Ray session,
+and the TCP ports they listen on.
 
-Used to measure what each process of an app costs (serving.measure.calibrate, benchmarks.serving) and to
-check that an app leaves no process behind (tests). Linux only; elsewhere every function
+Used to measure what each process of an app costs (serving.measure.calibrate, benchmarks.serving),
+to check that an app leaves no process behind (tests), and to check which addresses an app's
+processes listen on (serving.launch.control_plane). Linux only; elsewhere every function
 returns empty results.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Callable
+from typing import NamedTuple
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -148,3 +152,72 @@ def cpu_per_request(before: dict, after: dict, requests: int, app: str = "",
         roles[role] = roles.get(role, 0.0) + 1000.0 * used / requests
     roles["total"] = sum(roles.values())
     return roles
+
+
+class Listener(NamedTuple):
+    """A TCP socket a process listens on."""
+
+    pid: int
+    title: str
+    address: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        """Reachable from this machine only (127.0.0.0/8, ::1, or IPv4-mapped loopback)."""
+        ip = ipaddress.ip_address(self.address)
+        mapped = getattr(ip, "ipv4_mapped", None)
+        return (mapped or ip).is_loopback
+
+
+#: /proc/net/tcp's state code for a listening socket
+_LISTEN = "0A"
+
+
+def _hex_address(text: str) -> tuple[str, int]:
+    """/proc/net/tcp{,6}'s ``ADDRESS:PORT``: the address in 32-bit words of host byte order."""
+    address, port = text.split(":")
+    raw = bytes.fromhex(address)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return str(ipaddress.ip_address(words)), int(port, 16)
+
+
+def _listening_inodes() -> dict[int, tuple[str, int]]:
+    """Socket inode -> (address, port) of every TCP socket listening in this network namespace."""
+    out: dict[int, tuple[str, int]] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == _LISTEN:
+                out[int(fields[9])] = _hex_address(fields[1])
+    return out
+
+
+def listening_sockets(pids: set[int]) -> list[Listener]:
+    """The TCP sockets the processes ``pids`` listen on (sockets shared by several of them,
+    e.g. inherited, are reported once per process)."""
+    inodes = _listening_inodes()
+    found: list[Listener] = []
+    for pid in sorted(pids):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        title = _cmdline(str(pid))
+        seen: set[int] = set()
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inode = int(target[8:-1])
+                if inode in inodes and inode not in seen:
+                    seen.add(inode)
+                    found.append(Listener(pid, title, *inodes[inode]))
+    return found

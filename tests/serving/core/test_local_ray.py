@@ -1,0 +1,116 @@
+"""A Ray started here keeps its control plane on this machine: the listener scan reads /proc
+right, the worker hook rebinds every-interface gRPC addresses, the token is private, and an
+explicit opt-out of token authentication is loud (serving.core.local_ray, serving.core.procstat)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import sys
+
+import pytest
+
+from serving.core import local_ray
+from serving.core.procstat import Listener, _hex_address, listening_sockets
+
+linux = pytest.mark.skipif(not os.path.isdir("/proc/net"), reason="reads Linux's /proc")
+
+
+def test_proc_net_addresses_decode_in_host_byte_order():
+    assert _hex_address("0100007F:1F90") == ("127.0.0.1", 8080)
+    assert _hex_address("00000000:0050") == ("0.0.0.0", 80)
+    assert _hex_address("00000000000000000000000001000000:01BB") == ("::1", 443)
+    assert _hex_address("0000000000000000FFFF00000100007F:0016") == ("::ffff:7f00:1", 22)  # IPv4-mapped 127.0.0.1
+
+
+@pytest.mark.parametrize("address, loopback", [
+    ("127.0.0.1", True), ("127.3.2.1", True), ("::1", True), ("::ffff:127.0.0.1", True),
+    ("0.0.0.0", False), ("::", False), ("192.0.2.2", False), ("::ffff:192.0.2.2", False)])
+def test_loopback_means_reachable_from_this_machine_only(address, loopback):
+    assert Listener(1, "x", address, 1).loopback is loopback
+
+
+@linux
+def test_the_scan_finds_this_process_listening_where_it_bound():
+    with socket.socket() as local, socket.socket() as everywhere, socket.socket(socket.AF_INET6) as v6:
+        local.bind(("127.0.0.1", 0))
+        everywhere.bind(("0.0.0.0", 0))
+        v6.bind(("::", 0))
+        for s in (local, everywhere, v6):
+            s.listen()
+        found = {(x.address, x.port) for x in listening_sockets({os.getpid()})}
+        assert ("127.0.0.1", local.getsockname()[1]) in found
+        assert ("0.0.0.0", everywhere.getsockname()[1]) in found
+        assert ("::", v6.getsockname()[1]) in found
+        exposed = {x.port for x in local_ray.exposed_listeners()}
+        assert everywhere.getsockname()[1] in exposed and v6.getsockname()[1] in exposed
+        assert local.getsockname()[1] not in exposed
+        # the app's own HTTP port may be public on purpose: not reported
+        note = local_ray.exposure_note("0.0.0.0", everywhere.getsockname()[1])
+        assert note is not None and str(v6.getsockname()[1]) in note
+        assert str(everywhere.getsockname()[1]) not in note.split("on ", 1)[1].split(":")[0]
+
+
+def test_the_hook_rebinds_every_interface_to_loopback_in_single_machine_mode(monkeypatch):
+    from ray._common import tls_utils
+
+    bound = []
+    monkeypatch.setattr(tls_utils, "add_port_to_grpc_server", lambda server, address: bound.append(address) or 1)
+    monkeypatch.delitem(sys.modules, "ray.serve._private.replica", raising=False)
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    local_ray.loopback_grpc_hook()
+    local_ray.loopback_grpc_hook()  # twice: wrapped once
+    for address in ("[::]:0", "0.0.0.0:5", "10.0.0.7:6", "127.0.0.1:7"):
+        tls_utils.add_port_to_grpc_server(None, address)
+    assert bound == ["127.0.0.1:0", "127.0.0.1:5", "10.0.0.7:6", "127.0.0.1:7"]
+
+
+def test_the_hook_leaves_a_cluster_worker_alone(monkeypatch):
+    from ray._common import tls_utils
+
+    original = tls_utils.add_port_to_grpc_server
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    local_ray.loopback_grpc_hook()
+    assert tls_utils.add_port_to_grpc_server is original
+
+
+def test_a_token_is_generated_private_and_a_readable_one_tightened(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    path = tmp_path / "ray" / "auth_token"
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(path))
+    assert local_ray.ensure_private_token() == path
+    token = path.read_text()
+    assert len(bytes.fromhex(token)) == local_ray.TOKEN_BYTES  # 256 random bits
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    os.chmod(path, 0o644)
+    assert local_ray.ensure_private_token() == path and path.read_text() == token  # kept, tightened
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "from-the-environment")
+    assert local_ray.ensure_private_token() is None  # nothing on disk to protect
+
+
+def test_closing_sets_single_machine_mode_and_token_auth(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "t"))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    import ray._private.ray_constants as constants
+
+    monkeypatch.setattr(constants, "ENABLE_RAY_CLUSTER", True)
+    local_ray.close_control_plane()
+    assert os.environ["RAY_AUTH_MODE"] == "token" and os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    assert constants.ENABLE_RAY_CLUSTER is False  # Ray read the environment at import
+    assert (tmp_path / "t").exists()
+
+
+def test_an_explicit_opt_out_of_token_auth_is_kept_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "t"))
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    import ray._private.ray_constants as constants
+
+    monkeypatch.setattr(constants, "ENABLE_RAY_CLUSTER", True)
+    with pytest.warns(UserWarning, match="without a token"):
+        local_ray.close_control_plane()
+    assert os.environ["RAY_AUTH_MODE"] == "disabled" and not (tmp_path / "t").exists()
