@@ -37,6 +37,7 @@ from serving.launch.module_chains import (
     DEFAULT_MODULE_CPUS,
     DEFAULT_MODULE_DEVICES,
     chain_cpus,
+    free_after_chains,
     plan_module_chains,
 )
 from serving.launch.proxy import (
@@ -336,13 +337,14 @@ def deploy(
         # out of the budget the stages' plan may use
         chains, chain_notes = plan_module_chains(opt, specs, module_memory=module_memory, devices=module_devices,
                                                  device="gpu" if use_gpu else "cpu", cpus_per_replica=module_cpus,
-                                                 name=name)
+                                                 name=name, nodes=nodes)
         notes += chain_notes
         if chains:
             cpus = (cpus if cpus is not None else sum(n.cpus for n in nodes)) - chain_cpus(chains)
             if cpus <= 0:
                 raise ValueError(f"the module chains take {chain_cpus(chains):g} CPUs, all the budget: "
                                  "lower module_cpus or give deploy more cpus")
+            nodes = free_after_chains(nodes, chains)  # the stages' plan shares what the chains leave
         if plan is None:
             costs = measure_costs(calibrate, base, nodes, front=front,
                                   transport=running_transport() if started else transport)

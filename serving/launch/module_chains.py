@@ -12,13 +12,22 @@ place of the module (:mod:`serving.runtime.module_chain`). A group that fits is 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from serving import partition as sp
+from serving.core.profiles import NodeSpec
 from serving.core.specs import ChainStageSpec, ModuleChainSpec, StageSpec
+from serving.model_app.placement import (
+    ReplicaResources,
+    check_placeable,
+    floor_units,
+    replica_resources,
+)
 from serving.model_app.stage_replica import write_stage_file
 from serving.runtime.stage_runner import module_groups
 
@@ -28,12 +37,17 @@ CHAIN_BATCH_SIZES = (1, 8, 32)
 DEFAULT_MODULE_DEVICES = 2
 #: logical CPUs each partition-stage replica of a chain asks for on a CPU device
 DEFAULT_MODULE_CPUS = 0.5
+#: GPU shares kept for the plan's own GPU stages when chain replicas split the GPUs: one share,
+#: as large as a chain replica's (the stage calling the chain runs the rest of its groups)
+CHAIN_GPU_SHARERS = 1
 
 
 def plan_module_chains(opt: Any, specs: list[StageSpec], *, module_memory: float | None, devices: int,
                        device: str, cpus_per_replica: float, name: str,
-                       workdir: str | os.PathLike | None = None) -> tuple[dict[str, ModuleChainSpec], list[str]]:
-    """The chains to deploy (by group) and notes; ``{}`` when every module fits or no cap is set."""
+                       workdir: str | os.PathLike | None = None,
+                       nodes: Sequence[NodeSpec] = ()) -> tuple[dict[str, ModuleChainSpec], list[str]]:
+    """The chains to deploy (by group) and notes; ``{}`` when every module fits or no cap is set.
+    On a GPU, the chains' replicas get their shares of ``nodes``' free GPUs (:func:`chain_resources`)."""
     if module_memory is None:
         return {}, []
     if not module_memory > 0:
@@ -68,15 +82,44 @@ def plan_module_chains(opt: Any, specs: list[StageSpec], *, module_memory: float
             path = folder / f"{group}-stage{k}.pt"
             stages.append(ChainStageSpec(path=str(path), sha256=write_stage_file(module, path),
                                          replicas=st.replicas, blocks=(st.start, st.end)))
-        on_gpu = torch_device == "cuda"
-        chains[group] = ModuleChainSpec(device=torch_device, num_cpus=0.0 if on_gpu else cpus_per_replica,
-                                        num_gpus=1.0 if on_gpu else 0.0, stages=stages,
+        chains[group] = ModuleChainSpec(device=torch_device, num_cpus=cpus_per_replica, stages=stages,
                                         plan=plan.to_dict())
         notes.append(f"module group {group}: {prof.model_bytes / 2**20:.2f} MiB of parameters over "
                      f"module_memory={module_memory:g} B: served as {len(stages)} partition stages "
                      f"{[s.blocks for s in stages]} x {[s.replicas for s in stages]} replicas, "
                      f"{plan.throughput:.0f} rows/s predicted for the chain")
+    if chains:
+        replicas = sum(st.replicas for c in chains.values() for st in c.stages)
+        need = chain_resources(replicas, torch_device, nodes, cpus_per_replica=cpus_per_replica)
+        chains = {g: c.model_copy(update=need.as_options()) for g, c in chains.items()}
     return chains, notes
+
+
+def chain_resources(replicas: int, device: str, nodes: Sequence[NodeSpec], *, cpus_per_replica: float,
+                    sharers: int = CHAIN_GPU_SHARERS) -> ReplicaResources:
+    """What each of the chains' ``replicas`` replicas asks for: on a CPU, ``cpus_per_replica``;
+    on a GPU, an equal share of the free GPUs split over the chain replicas and ``sharers`` more
+    (the plan's own GPU stages get what the chains leave, :func:`free_after_chains`). Raises
+    ValueError, naming the shortfall, when the replicas cannot all be placed."""
+    if device != "cuda":
+        need = replica_resources(replicas, "cpu", nodes, cpus_per_replica=cpus_per_replica)
+    else:
+        need = replica_resources(replicas + sharers, "cuda", nodes)
+    if nodes:
+        check_placeable(replicas, need, nodes)
+    return need
+
+
+def free_after_chains(nodes: Sequence[NodeSpec], chains: dict[str, ModuleChainSpec]) -> list[NodeSpec]:
+    """``nodes`` less the GPUs the chains' replicas take (placed node by node as Ray would),
+    for the plan of the stages that call them."""
+    gpus = [n.gpus for n in nodes]
+    for chain in chains.values():
+        for _ in range(sum(stage.replicas for stage in chain.stages) if chain.num_gpus > 0 else 0):
+            k = next((k for k, free in enumerate(gpus) if free + 1e-9 >= chain.num_gpus), None)
+            if k is not None:
+                gpus[k] = floor_units(gpus[k] - chain.num_gpus)
+    return [dataclasses.replace(n, gpus=g) for n, g in zip(nodes, gpus, strict=True)]
 
 
 def chain_cpus(chains: dict[str, ModuleChainSpec]) -> float:

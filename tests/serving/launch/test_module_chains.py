@@ -74,6 +74,30 @@ def test_a_module_over_the_cap_is_planned_as_a_chain_and_one_that_fits_is_not(op
                            cpus_per_replica=0.5, name="t")
 
 
+def test_chain_replicas_on_a_gpu_share_it_and_leave_the_stages_a_share():
+    """Two chain replicas on one GPU ask a third of it each (one share kept for the plan's GPU
+    stages), the stages' plan sees the third that is left, and chains no GPU can hold are refused
+    at once, naming the shortfall, rather than waiting forever for a whole GPU each."""
+    from serving.core.profiles import NodeSpec
+    from serving.core.specs import ChainStageSpec, ModuleChainSpec
+    from serving.launch.module_chains import chain_resources, free_after_chains
+
+    one_gpu = [NodeSpec("n0", "h0", cpus=8.0, gpus=1.0)]
+    need = chain_resources(2, "cuda", one_gpu, cpus_per_replica=0.5)
+    assert need.num_gpus == pytest.approx(0.3333, abs=1e-4) and need.num_cpus == 0.0
+    chain = ModuleChainSpec(device="cuda", num_cpus=0.0, num_gpus=need.num_gpus, stages=[
+        ChainStageSpec(path="a", sha256="0" * 64, replicas=1, blocks=(0, 3)),
+        ChainStageSpec(path="b", sha256="0" * 64, replicas=1, blocks=(3, 9))])
+    left = free_after_chains(one_gpu, {"deep": chain})
+    assert left[0].gpus == pytest.approx(1 - 2 * need.num_gpus, abs=1e-4) and left[0].cpus == 8.0
+    assert one_gpu[0].gpus == 1.0  # the caller's nodes are not changed
+    assert chain_resources(2, "cpu", one_gpu, cpus_per_replica=0.5).num_gpus == 0.0
+    with pytest.raises(ValueError, match="no free GPU"):
+        chain_resources(2, "cuda", [NodeSpec("n0", "h0", cpus=8.0)], cpus_per_replica=0.5)
+    with pytest.raises(ValueError, match="needs 40 replicas of 0.5 CPU"):
+        chain_resources(40, "cpu", one_gpu, cpus_per_replica=0.5)
+
+
 def test_the_chain_called_in_place_of_the_module_answers_like_the_cascade(optimized, tmp_path):
     chains, _ = plan_module_chains(optimized, stage_specs(optimized), module_memory=CAP, devices=2, device="cpu",
                                    cpus_per_replica=0.5, name="t", workdir=tmp_path)
