@@ -1,5 +1,11 @@
-"""The ``willump`` command: ``willump serve ARTIFACT``, ``willump plan ARTIFACT`` and
-``willump build ARTIFACT -o serve_config.yaml`` (a Ray Serve config for production tools)."""
+"""The ``willump`` command: ``willump serve ARTIFACT``, ``willump plan ARTIFACT``,
+``willump build ARTIFACT -o serve_config.yaml`` (a Ray Serve config for production tools) and
+``willump keygen``.
+
+Exit codes: 0 done, 1 an error the message names (a bad artifact or argument value, a plan
+that cannot be placed), 2 a usage error (argparse), 3 (a torch model's ``plan``) no plan meets
+the memory, rate or SLO asked. Nothing heavy (torch, scikit-learn, Ray)
+is imported until a command needs it, so ``--help`` and ``--version`` answer at once."""
 
 from __future__ import annotations
 
@@ -11,11 +17,33 @@ import sys
 import threading
 from typing import Any
 
-import willump
-from serving.launch.deploy import API_KEY_ENV, CALIBRATE, INSITU, hedging_options
+from serving.core.constants import API_KEY_ENV, CALIBRATE, INSITU, LAYOUTS
 from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
-from serving.planning.planner import LAYOUTS
 from serving.runtime.keys import generate_key, weak_key_warning
+
+#: exit codes (the module's docstring): a named error, and argparse's usage error
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def version() -> str:
+    """The installed distribution's version (``willump --version``)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("willump-serve")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
+
+
+def is_model_command(argv: list[str] | None) -> bool:
+    """``willump plan|serve FILE``, where FILE is a file (an artifact is a folder): a saved torch
+    model, served partitioned (:mod:`serving.model_app.cli`)."""
+    from pathlib import Path
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    return len(args) >= 2 and args[0] in ("plan", "serve") and Path(args[1]).is_file()
 
 
 def _csv(value: str) -> list[str]:
@@ -38,7 +66,11 @@ def _variable(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="willump", description="Serve and plan optimized pipelines.")
+    parser = argparse.ArgumentParser(
+        prog="willump", description="Serve and plan optimized pipelines.",
+        epilog="A saved torch model (a file, not an artifact folder) is planned and served partitioned: "
+               "`willump plan MODEL.pt --help`. Exit codes: 0 done, 1 an error the message names, 2 usage, 3 no plan of a torch model meets what was asked.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     keygen = sub.add_parser("keygen", help="print a new API key (256 random bits) for --api-key-env")
@@ -160,8 +192,10 @@ def _check_exposure(host: str | None, key_env: str | None, require_key: bool) ->
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    import willump
     from serving.launch.cluster import usable_cores
     from serving.launch.config import plan_offline, serve_config, write_serve_config
+    from serving.launch.deploy import hedging_options
     from serving.runtime.gears import check_gears, gear_info
 
     opt = willump.load(args.artifact)
@@ -200,6 +234,7 @@ def _monitor_options(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    import willump
     from serving.launch.config import plan_offline
 
     opt = willump.load(args.artifact)
@@ -298,9 +333,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from serving.model_app import cli as model_cli
+    if is_model_command(argv):  # a saved torch model (a file): partitioned
+        from serving.model_app import cli as model_cli
 
-    if model_cli.is_model_command(argv):  # a saved torch model (a file): partitioned
         return model_cli.main(argv)
     args = build_parser().parse_args(argv)
     try:
@@ -311,9 +346,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "keygen":
             return cmd_keygen(args)
         return cmd_serve(args)
-    except (willump.ArtifactError, ValueError, TypeError) as exc:
+    except Exception as exc:
+        from willump import ArtifactError
+
+        if not isinstance(exc, (ArtifactError, ValueError, TypeError)):
+            raise
         print(f"willump: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -14,3 +14,15 @@ INGRESS_BATCH_ROWS = 256
 MAX_BODY_BYTES = 4 * 1024 * 1024
 #: most rows accepted in one request (overridable per deployment)
 MAX_ROWS = 10_000
+#: deploy(calibrate=...): measure HTTP/hop costs "auto" (unless cached for this cluster),
+#: "always", or "never" (placeholder figures, noted in the plan)
+CALIBRATE = ("auto", "always", "never")
+#: environment variable `willump serve` reads the API key from by default
+API_KEY_ENV = "WILLUMP_API_KEY"
+#: deploy(insitu=...): probe the running app and plan again from what it measured (serving.measure.insitu)
+#: "auto" (where this machine can read every process of the app), "always" (an error where it
+#: cannot), or "never"
+INSITU = ("auto", "always", "never")
+#: "staged": the ingress calls one deployment per stage; "fused": the first stage runs
+#: inside the ingress replicas (no hop for the rows it answers)
+LAYOUTS = ("staged", "fused")

@@ -19,7 +19,7 @@ from typing import Any
 
 from serving.core import artifacts
 from serving.core.artifacts import ArtifactSource
-from serving.core.constants import MAX_BODY_BYTES, MAX_ROWS
+from serving.core.constants import API_KEY_ENV, CALIBRATE, INSITU, MAX_BODY_BYTES, MAX_ROWS
 from serving.core.costs import HostCosts, load_cached, store_cached
 from serving.core.local_ray import exposure_note, start_local_ray
 from serving.core.specs import AppSpec, gpu_capable, unsure_share
@@ -61,15 +61,6 @@ from willump import OptimizedPipeline
 
 #: rows per request the plan assumes when none is given
 DEFAULT_ROWS_PER_REQUEST = 32
-#: deploy(calibrate=...): measure HTTP/hop costs "auto" (unless cached for this cluster),
-#: "always", or "never" (placeholder figures, noted in the plan)
-CALIBRATE = ("auto", "always", "never")
-#: environment variable `willump serve` reads the API key from by default
-API_KEY_ENV = "WILLUMP_API_KEY"
-#: deploy(insitu=...): probe the running app and plan again from what it measured (serving.measure.insitu)
-#: "auto" (where this machine can read every process of the app), "always" (an error where it
-#: cannot), or "never"
-INSITU = ("auto", "always", "never")
 
 
 

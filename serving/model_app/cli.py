@@ -48,12 +48,6 @@ def _ints(text: str) -> tuple[int, ...]:
     return out
 
 
-def is_model_command(argv: list[str] | None) -> bool:
-    """``willump plan|serve FILE``, where FILE is a file (an artifact is a folder)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    return len(args) >= 2 and args[0] in ("plan", "serve") and Path(args[1]).is_file()
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="file written by serving.partition.save_model(module, example, path)")
     p.add_argument("--devices", type=int, help="devices (replicas) to plan for (default: 1 for plan; "
@@ -200,4 +194,4 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_plan(args) if args.command == "plan" else cmd_serve(args)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"willump: error: {exc}", file=sys.stderr)
-        return 2
+        return 1  # serving.cli's exit codes: 1 an error the message names, 2 usage

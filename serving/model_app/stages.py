@@ -35,7 +35,7 @@ from serving.core.schema import RequestError
 from serving.model_app.stage_replica import PartitionStageImpl
 from serving.runtime.calls import DEFAULT_DEADLINE_S, Deadline, DeadlineExceeded, StageOverloaded
 from serving.runtime.coalesce import Coalescer, Item
-from serving.runtime.edge import HttpEdge
+from serving.runtime.edge import HttpEdge, install_error_handlers
 from serving.runtime.keys import KeyCheck
 
 #: most rows one request may carry (overridable per deployment)
@@ -151,6 +151,7 @@ def concat_rows(parts: list[Any]) -> Any:
 log = logging.getLogger(__name__)
 
 app = FastAPI(title="partitioned torch model", docs_url=None, redoc_url=None)
+install_error_handlers(app)
 
 
 def _error(status: int, message: str, field: str = "body", headers: dict[str, str] | None = None) -> JSONResponse:

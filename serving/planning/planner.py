@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from serving.core.constants import CONCURRENT_BATCHES
+from serving.core.constants import CONCURRENT_BATCHES, LAYOUTS
 from serving.core.costs import HostCosts
 from serving.core.profiles import IngressProfile, NodeSpec, StageProfile
 from serving.planning import costmodel
@@ -43,9 +43,6 @@ __all__ = ["LAYOUTS", "Plan", "Resources", "StagePlan", "StageProfile", "plan_ag
 HEADROOM = 0.75
 #: a batch size is "good enough" once it reaches this share of the best per-replica capacity
 BATCH_EFFICIENCY = 0.9
-#: "staged": the ingress calls one deployment per stage; "fused": the first stage runs
-#: inside the ingress replicas (no hop for the rows it answers)
-LAYOUTS = ("staged", "fused")
 #: a replica is added only while it raises the bound by at least this share
 MIN_GAIN = 0.02
 #: most replicas the planner gives one deployment

@@ -97,3 +97,31 @@ def _hostname(value: str) -> str:
     if value.startswith("["):
         return value[1:value.index("]")] if "]" in value else value
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def install_error_handlers(app: Any) -> None:
+    """Answer the errors FastAPI raises itself (an unknown route 404, a wrong method 405, a
+    query parameter that fails its type 422) in the project's shape, ``{"error", "fields"}``,
+    as every route's own errors are, instead of FastAPI's ``{"detail"}``."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
+
+    async def http_error(request: Any, exc: HTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "request refused"
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path}"
+        elif exc.status_code == 405:
+            allowed = next((v for k, v in (exc.headers or {}).items() if k.lower() == "allow"), "")
+            message = f"{request.method} is not allowed on {request.url.path}" + (f" (allowed: {allowed})"
+                                                                                  if allowed else "")
+        return JSONResponse(status_code=exc.status_code, content={"error": message, "fields": []},
+                            headers=exc.headers)
+
+    async def invalid(request: Any, exc: RequestValidationError) -> JSONResponse:
+        fields = [{"field": ":".join(str(p) for p in e.get("loc", ())), "error": str(e.get("msg", "invalid"))}
+                  for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"error": "invalid request", "fields": fields})
+
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid)

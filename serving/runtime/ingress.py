@@ -50,7 +50,7 @@ from serving.runtime.calls import (
 )
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
-from serving.runtime.edge import HttpEdge
+from serving.runtime.edge import HttpEdge, install_error_handlers
 from serving.runtime.gears import GearRunners, GearSwitch
 from serving.runtime.http_support import (
     ROUTE_ERRORS,
@@ -91,6 +91,7 @@ app = FastAPI(
     description="Cascaded ML inference: predictions, top-K, the optimizer's report, and the monitor.",
     openapi_url=None, docs_url=None, redoc_url=None,
 )
+install_error_handlers(app)
 
 
 # Serve pickles deployment classes when they are decorated: every helper a method uses

@@ -98,3 +98,51 @@ def test_a_public_plan_names_no_address_of_the_cluster():
     assert public["costs"]["cores"] == {"host-0": 2.0} and public["nodes"][1]["node_id"] == "node-1"
     assert public["notes"] == ["node host-0 (node-0) holds the ingress"]
     assert public["stages"] == plan["stages"] and plan["nodes"][0]["host"] == "10.1.2.3"  # a copy
+
+
+def _call(app, method: str, path: str, query: str = "") -> tuple[int, dict, dict]:
+    """One request through the ASGI app itself (no server, no httpx): status, headers, JSON."""
+    import asyncio
+    import json
+
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query.encode(),
+             "root_path": "", "headers": [(b"host", b"127.0.0.1")], "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 80)}
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    return start["status"], headers, json.loads(body)
+
+
+def test_fastapis_own_errors_answer_in_the_projects_shape():
+    """404, 405 and a query parameter of the wrong type answer {"error", "fields"} (as every
+    route's own errors do), not FastAPI's {"detail"}."""
+    from fastapi import FastAPI
+
+    from serving.runtime.edge import install_error_handlers
+
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/explain")
+    def explain(top: int = 5) -> dict:
+        return {"top": top}
+
+    status, _, body = _call(app, "GET", "/nowhere")
+    assert status == 404 and body == {"error": "no route GET /nowhere", "fields": []}
+    status, headers, body = _call(app, "POST", "/explain")
+    assert status == 405 and headers["allow"] == "GET"
+    assert body == {"error": "POST is not allowed on /explain (allowed: GET)", "fields": []}
+    status, _, body = _call(app, "GET", "/explain", "top=many")
+    assert status == 422 and body["fields"][0]["field"] == "query:top" and "error" in body
+    assert _call(app, "GET", "/explain", "top=3")[2] == {"top": 3}
