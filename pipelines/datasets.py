@@ -1,7 +1,10 @@
 """Loaders for the real data sets, validated against what PROVENANCE.md promises.
 
-The data live outside the repository (never copied in): ``$WILLUMP_DATASETS`` when
-set, else ``<repo root>/../shared/datasets``. Each loader checks that the file is
+The data live in ``$WILLUMP_DATASETS`` when set, else ``<repo root>/../shared/datasets``;
+the four text and tabular files the README, examples and tests read (Davidson tweets, SMS
+spam, UCI Adult, UCI credit default: 2.6 MB gzip) are also shipped in ``pipelines/data`` with
+their licences and attribution, and read from there when the folder does not hold them, so a
+clone runs on its own. Each loader checks that the file is
 there (the error names the file and the path it expected), that its uncompressed
 content has the md5 recorded in PROVENANCE.md, and that the row count, columns and
 label values are the documented ones, so a truncated or swapped file fails loudly
@@ -29,6 +32,8 @@ import pandas as pd
 DATASETS_ENV = "WILLUMP_DATASETS"
 #: repository root (this file is <root>/pipelines/datasets.py)
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: copies of the small data files shipped with the repository (pipelines/data/README.md)
+BUNDLED_DIR = REPO_ROOT / "pipelines" / "data"
 #: bytes read at a time when checksumming
 _CHUNK = 1 << 20
 
@@ -66,7 +71,12 @@ class DatasetSpec:
     read_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def path(self, data_dir: str | os.PathLike[str] | None = None) -> Path:
-        return datasets_dir(data_dir) / self.relpath
+        """The file in the data folder; the repository's copy when that folder lacks it and no
+        ``data_dir`` was named (checked against the same md5 either way)."""
+        primary = datasets_dir(data_dir) / self.relpath
+        if data_dir is None and not primary.is_file() and (BUNDLED_DIR / self.relpath).is_file():
+            return BUNDLED_DIR / self.relpath
+        return primary
 
 
 DAVIDSON = DatasetSpec(

@@ -57,11 +57,13 @@ def test_only_the_set_up_block_lies_outside_the_tour() -> None:
 
 
 @pytest.mark.slow
-def test_the_tour_runs(shared_datasets: Path, tmp_path: Path) -> None:
+def test_the_tour_runs(tmp_path: Path) -> None:
+    """As from a clone: the data folder holds nothing, so the tour reads the repository's copy."""
     tour, _ = tour_and_rest()
     script = tmp_path / "tour.py"
     script.write_text(tour_script(tour, free_port()))
-    env = {**os.environ, "WILLUMP_DATASETS": str(shared_datasets), "RAY_USAGE_STATS_ENABLED": "0",
+    (tmp_path / "no-shared-data").mkdir()
+    env = {**os.environ, "WILLUMP_DATASETS": str(tmp_path / "no-shared-data"), "RAY_USAGE_STATS_ENABLED": "0",
            "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     try:
         done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True,

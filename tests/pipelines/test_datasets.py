@@ -20,6 +20,24 @@ def test_data_folder_argument_then_env_then_default(monkeypatch, tmp_path):
     assert not datasets.datasets_available(tmp_path)
 
 
+@pytest.mark.parametrize("loader, spec", [
+    (datasets.load_davidson, datasets.DAVIDSON),
+    (datasets.load_sms_spam, datasets.SMS_SPAM),
+    (datasets.load_adult, datasets.ADULT),
+    (datasets.load_credit, datasets.CREDIT),
+])
+def test_a_clone_without_the_shared_folder_reads_the_repositorys_verified_copies(monkeypatch, tmp_path, loader, spec):
+    """The README's tour, the examples and the tests read these four: a clone has them in
+    pipelines/data (checked against the recorded md5), with their licence and attribution."""
+    monkeypatch.setenv(datasets.DATASETS_ENV, str(tmp_path))  # a folder that holds nothing
+    assert spec.path() == datasets.BUNDLED_DIR / spec.relpath
+    frame = loader()  # verify=True: the md5 of the uncompressed content and the documented shape
+    assert len(frame) == spec.rows
+    notes = (datasets.BUNDLED_DIR / "README.md").read_text()
+    assert spec.relpath in notes and "licence" in notes.lower()
+    assert spec.path(tmp_path) == tmp_path / spec.relpath  # a folder named outright is never replaced
+
+
 @pytest.mark.parametrize("loader, relpath", [
     (datasets.load_davidson, datasets.DAVIDSON.relpath),
     (datasets.load_sms_spam, datasets.SMS_SPAM.relpath),
