@@ -25,9 +25,58 @@ from serving.core.schema import (
 from serving.runtime.calls import RETRY_AFTER_S, DeadlineExceeded, StageOverloaded
 from serving.runtime.metrics import ServingMetrics
 
+#: routes answered without the API key (load balancers' health checks)
+OPEN_ROUTES = ("healthz",)
 
-def openapi_document(fastapi_app: FastAPI, schema: RowSchema) -> dict[str, Any]:
-    """The app's OpenAPI document with this pipeline's row schema filled in."""
+#: GET /explain and /drift: ``kind`` -> the monitor query it runs, and the default kind
+MONITOR_ROUTES: dict[str, tuple[str, dict[str, str]]] = {
+    "explain": ("anomalies", {"anomalies": "explain", "mix": "mix_shift", "conditional": "conditional_shift",
+                              "cascade": "cascade_health"}),
+    "drift": ("columns", {"columns": "drift", "changes": "change_points", "cascade": "cascade_health"}),
+}
+#: how a monitor query's annotation reads in OpenAPI (lists arrive comma-separated)
+_QUERY_TYPES = (("Sequence", {"type": "string", "description": "comma-separated"}),
+                ("tuple", {"type": "string", "description": "comma-separated"}),
+                ("float", {"type": "number"}), ("int", {"type": "integer"}), ("bool", {"type": "boolean"}))
+
+
+def monitor_query_parameters(route: str) -> list[dict[str, Any]]:
+    """OpenAPI query parameters of ``GET /{route}``: ``kind`` and every parameter of the monitor
+    queries it runs (read from their signatures, as the monitor replica accepts them), with their
+    defaults and the bounds HTTP puts on the costly ones."""
+    import inspect
+
+    from drift import Monitor
+    from serving.runtime.replicas import HTTP_QUERY_BOUNDS
+
+    default, kinds = MONITOR_ROUTES[route]
+    params: list[dict[str, Any]] = [{"name": "kind", "in": "query", "required": False,
+                                     "schema": {"type": "string", "enum": list(kinds), "default": default}}]
+    seen: dict[str, dict[str, Any]] = {}
+    for kind, query in kinds.items():
+        for name, p in inspect.signature(getattr(Monitor, query)).parameters.items():
+            if name in ("self", "classifier", "gate", "segments", "reference", "window", "as_of"):
+                continue  # Python objects, or times and references the HTTP API does not take
+            if name in seen:
+                seen[name]["description"] += f", {kind}"
+                continue
+            annotation = str(p.annotation)
+            schema = next((dict(s) for key, s in _QUERY_TYPES if key in annotation), {"type": "string"})
+            note = schema.pop("description", "")
+            if p.default is not inspect.Parameter.empty and isinstance(p.default, (int, float, str)):
+                schema["default"] = p.default
+            if name in HTTP_QUERY_BOUNDS:
+                schema["minimum"], schema["maximum"] = HTTP_QUERY_BOUNDS[name]
+            seen[name] = {"name": name, "in": "query", "required": False, "schema": schema,
+                          "description": (note + "; " if note else "") + f"for kind={kind}"}
+    return params + list(seen.values())
+
+
+def openapi_document(fastapi_app: FastAPI, schema: RowSchema, *, keyed: bool = False,
+                     monitor: bool = False) -> dict[str, Any]:
+    """The app's OpenAPI document with this pipeline's row schema filled in, the monitor routes'
+    query parameters (``monitor``) and, on an app with a key (``keyed``), its two ways of sending
+    it (every route but the open ones)."""
     from fastapi.openapi.utils import get_openapi
 
     doc = get_openapi(title=fastapi_app.title, version="1", description=fastapi_app.description,
@@ -42,6 +91,20 @@ def openapi_document(fastapi_app: FastAPI, schema: RowSchema) -> dict[str, Any]:
     components["TopKRequestBody"] = topk
     for model in (PredictResponse, TopKResponse, ErrorResponse):
         components.setdefault(model.__name__, model.model_json_schema())
+    if monitor:
+        for route in MONITOR_ROUTES:
+            operation = doc.get("paths", {}).get(f"/{route}", {}).get("get")
+            if operation is not None:
+                operation["parameters"] = monitor_query_parameters(route)
+    if keyed:
+        doc["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "Authorization: Bearer KEY"},
+            "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}}
+        doc["security"] = [{"bearer": []}, {"apiKey": []}]
+        for path, operations in doc.get("paths", {}).items():
+            if path.strip("/") in OPEN_ROUTES:
+                for operation in operations.values():
+                    operation["security"] = []
     return doc
 
 

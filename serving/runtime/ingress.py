@@ -53,6 +53,8 @@ from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metric
 from serving.runtime.edge import HttpEdge, install_error_handlers
 from serving.runtime.gears import GearRunners, GearSwitch
 from serving.runtime.http_support import (
+    MONITOR_ROUTES,
+    OPEN_ROUTES,
     ROUTE_ERRORS,
     LazyHandle,
     error_response,
@@ -78,8 +80,6 @@ PARSE_INLINE_BYTES = 64 * 1024
 DEGRADE_RESERVE = 0.2
 #: seconds a monitor query may take when the client sets no deadline
 MONITOR_QUERY_S = 30.0
-#: routes answered without the API key (load balancers' health checks)
-OPEN_ROUTES = ("healthz",)
 #: seconds /readyz waits for each stage's canary before it counts the stage as not ready
 READY_TIMEOUT_S = 10.0
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -153,7 +153,7 @@ class Ingress(HttpEdge):
                 self.monitor, monitor["records"],
                 on_drop=lambda reason, n: self.metrics.count("willump_monitor_records_dropped", n, reason=reason),
                 on_sent=lambda n: self.metrics.count("willump_monitor_records_sent", n))
-        self.openapi_doc = openapi_document(app, self.schema)
+        self.openapi_doc = openapi_document(app, self.schema, keyed=self.api_key.required, monitor=bool(monitor))
         self._watch: ReplicaWatch | None = None
         self.gears = GearSwitch(config.gears)  # load-adaptive gears (serving.runtime.gears)
         self.gear_now = self.gears.pinned
@@ -508,10 +508,7 @@ class Ingress(HttpEdge):
                                     "(or --monitor-attributes on the command line)")
         deadline = Deadline.from_headers(request.headers, MONITOR_QUERY_S)
         params = {k: coerce(v) for k, v in request.query_params.items()}
-        kinds = {"explain": ("anomalies", {"anomalies": "explain", "mix": "mix_shift",
-                                           "conditional": "conditional_shift", "cascade": "cascade_health"}),
-                 "drift": ("columns", {"columns": "drift", "changes": "change_points", "cascade": "cascade_health"})}
-        default, names = kinds[route]
+        default, names = MONITOR_ROUTES[route]
         kind = params.pop("kind", default)
         if kind not in names:
             raise RequestError(422, f"kind must be one of {sorted(names)}", [{"field": "kind", "error": "unknown"}])

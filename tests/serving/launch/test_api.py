@@ -110,6 +110,9 @@ def test_static_routes(app):
     assert hosts and not any(h in text for h in hosts) and "host-0" in text
     doc = requests.get(app.url + "/openapi.json", timeout=30).json()
     assert set(doc["components"]["schemas"]["Row"]["required"]) == {"a", "b", "c"}
+    explain = {p["name"]: p for p in doc["paths"]["/explain"]["get"]["parameters"]}
+    assert explain["kind"]["schema"]["enum"] == ["anomalies", "mix", "conditional", "cascade"]
+    assert explain["max_order"]["schema"]["maximum"] == 3 and "securitySchemes" not in doc["components"]
     docs = requests.get(app.url + "/docs", timeout=30)
     assert docs.status_code == 200 and "https://" not in docs.text  # Swagger UI served by the app
     asset = requests.get(app.url + "/docs/assets/swagger-ui-bundle.js", timeout=30)
@@ -341,6 +344,9 @@ def test_api_key_is_required_except_for_health(keyed, request_rows):
     assert requests.get(keyed.url + "/healthz", timeout=30).json() == {"status": "ok"}
     plan = requests.get(keyed.url + "/plan", headers={"Authorization": "Bearer s3cret"}, timeout=30).json()
     assert plan["nodes"][0]["host"] == keyed.plan.nodes[0].host  # with the key: the plan as made
+    doc = requests.get(keyed.url + "/openapi.json", headers={"X-API-Key": "s3cret"}, timeout=30).json()
+    assert set(doc["components"]["securitySchemes"]) == {"bearer", "apiKey"}
+    assert doc["security"] and doc["paths"]["/healthz"]["get"]["security"] == []
 
 
 def test_metrics_are_exact_across_ingress_replicas(keyed, request_rows):

@@ -146,3 +146,23 @@ def test_fastapis_own_errors_answer_in_the_projects_shape():
     status, _, body = _call(app, "GET", "/explain", "top=many")
     assert status == 422 and body["fields"][0]["field"] == "query:top" and "error" in body
     assert _call(app, "GET", "/explain", "top=3")[2] == {"top": 3}
+
+
+def test_the_monitor_routes_list_their_query_parameters_with_bounds_and_defaults():
+    """OpenAPI names every parameter GET /explain and /drift accept (from the monitor queries'
+    own signatures, as the monitor replica accepts them), with defaults and the HTTP bounds."""
+    from serving.runtime.http_support import MONITOR_ROUTES, monitor_query_parameters
+    from serving.runtime.replicas import HTTP_QUERY_BOUNDS
+
+    for route, (default, kinds) in MONITOR_ROUTES.items():
+        params = {p["name"]: p for p in monitor_query_parameters(route)}
+        assert params["kind"]["schema"] == {"type": "string", "enum": list(kinds), "default": default}
+        assert all(p["in"] == "query" and not p["required"] for p in params.values())
+        for name, (low, high) in HTTP_QUERY_BOUNDS.items():
+            if name in params:
+                assert (params[name]["schema"]["minimum"], params[name]["schema"]["maximum"]) == (low, high)
+    explain = {p["name"]: p for p in monitor_query_parameters("explain")}
+    assert explain["min_support"]["schema"] == {"type": "number", "default": 0.01, "minimum": 0.001, "maximum": 1.0}
+    assert explain["attributes"]["schema"]["type"] == "string" and "comma-separated" in explain["attributes"]["description"]
+    assert "kind=anomalies, mix" in explain["min_ratio"]["description"]
+    assert "classifier" not in explain and "as_of" not in explain
