@@ -3,18 +3,20 @@
 ``willump keygen``.
 
 Exit codes: 0 done, 1 an error the message names (a bad artifact or argument value, a plan
-that cannot be placed), 2 a usage error (argparse), 3 (a torch model's ``plan``) no plan meets
-the memory, rate or SLO asked. Nothing heavy (torch, scikit-learn, Ray)
+that cannot be placed), 2 a usage error (argparse), 3 (``plan``) no plan meets the rate, SLO or
+memory asked. Nothing heavy (torch, scikit-learn, Ray)
 is imported until a command needs it, so ``--help`` and ``--version`` answer at once."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from serving.core.constants import API_KEY_ENV, CALIBRATE, INSITU, LAYOUTS
@@ -59,6 +61,32 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                              "own deployment; auto (default): fused unless --min-replicas is given")
 
 
+@contextlib.contextmanager
+def _progress(what: str):
+    """Say on stderr (stdout stays the result, --json included) that a long step started, and
+    how long it took."""
+    start = time.monotonic()
+    print(f"willump: {what} ...", file=sys.stderr, flush=True)
+    yield
+    print(f"willump: {what}: done in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+
+
+def _mapping_file(path: str) -> dict[str, Any]:
+    """A YAML or JSON file holding a mapping (argparse type: a clear usage error otherwise)."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc}") from exc
+    except yaml.YAMLError as exc:  # JSON is YAML: one parser reads both
+        raise argparse.ArgumentTypeError(f"{path} is not YAML or JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise argparse.ArgumentTypeError(f"{path} must hold a mapping, got {type(data).__name__}")
+    return data
+
+
 def _variable(text: str) -> str:
     if not text.isidentifier() or not text.isascii():
         raise argparse.ArgumentTypeError(f"not an environment variable name: {text!r}")
@@ -69,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="willump", description="Serve and plan optimized pipelines.",
         epilog="A saved torch model (a file, not an artifact folder) is planned and served partitioned: "
-               "`willump plan MODEL.pt --help`. Exit codes: 0 done, 1 an error the message names, 2 usage, 3 no plan of a torch model meets what was asked.")
+               "`willump plan MODEL.pt --help`. Exit codes: 0 done, 1 an error the message names, 2 usage, 3 (plan) no plan meets what was asked.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -128,6 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--monitor-features", type=_csv, default=[], help="input columns to test for drift")
     build.add_argument("--monitor-dir", help="directory for the monitor's persistent state")
     build.add_argument("--monitor-pane-seconds", type=float, help="monitor pane length (seconds)")
+    build.add_argument("--min-replicas", type=int, help="autoscale model stages down to this (0: scale to zero; "
+                                                       "the cheap stage then gets its own deployment)")
+    build.add_argument("--max-replicas", type=int, help="autoscaling ceiling per stage")
+    build.add_argument("--runtime", choices=("native", "onnx"), default="native",
+                       help="run the stages' models natively or with ONNX Runtime (default %(default)s)")
+    build.add_argument("--runtime-env", metavar="FILE", type=_mapping_file,
+                       help="a YAML or JSON mapping: the Ray runtime_env the app's replicas run in "
+                            "(pip packages, env_vars, working_dir)")
     _add_gear_arguments(build)
     _add_request_arguments(build)
     _add_plan_arguments(build)
@@ -200,17 +236,22 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     opt = willump.load(args.artifact)
     check_gears(args.gears, _gear_policy(args), opt, baseline=False)  # before the minutes of profiling
+    if args.min_replicas is not None and args.min_replicas < 0:
+        raise ValueError(f"--min-replicas must be >= 0, got {args.min_replicas}")
     monitor = _monitor_options(args)
-    plan = plan_offline(opt, cpus=args.cpus or usable_cores(), rows_per_request=args.rows_per_request,
-                        rps=args.rps, p99_ms=args.p99_ms, layout="fused" if args.layout == "auto" else args.layout,
-                        monitor=monitor)
+    layout = args.layout if args.layout != "auto" else "staged" if args.min_replicas is not None else "fused"
+    with _progress("profiling the stages and the ingress on this machine"):
+        plan = plan_offline(opt, cpus=args.cpus or usable_cores(), rows_per_request=args.rows_per_request,
+                            rps=args.rps, p99_ms=args.p99_ms, layout=layout, monitor=monitor)
     if not plan.placeable:
         raise ValueError("the plan cannot be placed: " + "; ".join(plan.notes))
     gears = gear_info(args.gears, _gear_policy(args), opt, plan.target_p99_ms or args.deadline_ms)
     _check_exposure(args.host, args.api_key_env, args.require_key)
     config = serve_config(args.artifact, plan, name=args.name, host=args.host, port=args.port, monitor=monitor,
                           degrade=args.degrade, deadline_ms=args.deadline_ms, api_key_env=args.api_key_env or None,
-                          gears=gears, hedging=hedging_options(args.hedging))
+                          gears=gears, hedging=hedging_options(args.hedging), runtime=args.runtime,
+                          min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+                          runtime_env=args.runtime_env)
     out = write_serve_config(config, args.output)
     print(plan, flush=True)
     print(f"willump: wrote {out} (serve run {out} / serve deploy {out})", flush=True)
@@ -238,9 +279,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from serving.launch.config import plan_offline
 
     opt = willump.load(args.artifact)
-    plan = plan_offline(opt, cpus=args.cpus, rows_per_request=args.rows_per_request, rps=args.rps,
-                        p99_ms=args.p99_ms, layout="fused" if args.layout == "auto" else args.layout, monitor=None,
-                        gpus=args.gpus)
+    with _progress("profiling the stages and the ingress on this machine"):
+        plan = plan_offline(opt, cpus=args.cpus, rows_per_request=args.rows_per_request, rps=args.rps,
+                            p99_ms=args.p99_ms, layout="fused" if args.layout == "auto" else args.layout,
+                            monitor=None, gpus=args.gpus)
     if args.json:
         print(json.dumps({"plan": plan.to_dict(), "profiles": [p.to_dict() for p in plan.profiles]}, indent=2))
     else:

@@ -41,3 +41,30 @@ def test_a_named_error_exits_1_and_a_usage_error_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["keygen", "--env", "1x"])
     assert stop.value.code == EXIT_USAGE
+
+
+def test_build_writes_scale_to_zero_onnx_and_a_runtime_env(synth_opt, tmp_path, capsys):
+    """`willump build` can say what `deploy` can: scale to zero (with the cheap stage in its own
+    deployment), ONNX Runtime and the replicas' runtime_env; it says on stderr what it is doing."""
+    import yaml
+
+    artifact = tmp_path / "a.willump"
+    synth_opt.save(artifact)
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text("env_vars: {OMP_NUM_THREADS: '1'}\n")
+    out = tmp_path / "serve.yaml"
+    assert main(["build", str(artifact), "-o", str(out), "--host", "127.0.0.1", "--cpus", "2",
+                 "--min-replicas", "0", "--max-replicas", "3", "--runtime", "onnx",
+                 "--runtime-env", str(env_file)]) == 0
+    err = capsys.readouterr().err
+    assert "profiling the stages and the ingress on this machine" in err and "done in" in err
+    app = yaml.safe_load(out.read_text())["applications"][-1]
+    assert app["runtime_env"] == {"env_vars": {"OMP_NUM_THREADS": "1"}}
+    spec = app["args"]
+    assert spec["min_replicas"] == 0 and spec["max_replicas"] == 3 and spec["runtime"] == "onnx"
+    assert spec["plan"]["layout"] == "staged"
+    (tmp_path / "list.yaml").write_text("- not a mapping\n")
+    with pytest.raises(SystemExit) as stop:
+        main(["build", str(artifact), "-o", str(out), "--runtime-env", str(tmp_path / "list.yaml")])
+    assert stop.value.code == EXIT_USAGE and "must hold a mapping" in capsys.readouterr().err
+    assert main(["build", str(artifact), "-o", str(out), "--min-replicas", "-1"]) == EXIT_ERROR
