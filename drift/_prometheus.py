@@ -14,7 +14,7 @@ Usage::
     registry.register(MonitorCollector(monitor))
     body = generate_latest(registry)          # or: body = prometheus_text(monitor)
 
-Example alert rules: deploy/prometheus/drift-alerts.yml.
+Example alert rules: deploy/prometheus/drift-alerts.yml (health) and drift-verdict-alerts.yml.
 """
 
 from __future__ import annotations

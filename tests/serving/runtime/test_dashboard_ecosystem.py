@@ -24,7 +24,7 @@ from tests.serving.runtime.test_dashboard_view import PANE_S, T0, records
 
 DEPLOY = REPO_ROOT / "deploy"
 GRAFANA = DEPLOY / "grafana" / "willump-dashboard.json"
-ALERTS = [*sorted((DEPLOY / "alerts").glob("*.yml")), DEPLOY / "prometheus" / "drift-alerts.yml"]
+ALERTS = [*sorted((DEPLOY / "alerts").glob("*.yml")), *sorted((DEPLOY / "prometheus").glob("*-alerts.yml"))]
 #: words in PromQL that look like metric names but are not
 PROMQL_WORDS = {"sum", "max", "min", "avg", "by", "on", "and", "or", "unless", "rate", "increase", "le",
                 "histogram_quantile", "label_values", "without", "ignoring", "group_left", "group_right",
@@ -120,3 +120,24 @@ def test_the_issue_s_alerts_are_there():
     assert "willump_certified_answered_share" in exprs["WillumpCheapShareBelowCertified"]["expr"]
     assert "willump_slo_p99_seconds" in exprs["WillumpP99AboveSLO"]["expr"]
     assert "willump_degraded_rows_total" in exprs["WillumpDegradedAnswers"]["expr"]
+
+
+def _rules(*paths):
+    return [r for path in paths for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
+
+
+def test_the_files_loaded_together_never_page_twice_for_one_cause_and_keep_job():
+    """A served app loads willump-alerts.yml with drift-alerts.yml, the monitor on its own
+    loads drift-alerts.yml with drift-verdict-alerts.yml: no two rules of one set watch the same
+    verdict; every aggregation keeps the scrape's job; every rule links its runbook entry."""
+    alerts, drift, verdicts = (DEPLOY / "alerts" / "willump-alerts.yml", DEPLOY / "prometheus" / "drift-alerts.yml",
+                               DEPLOY / "prometheus" / "drift-verdict-alerts.yml")
+    runbook = (DEPLOY / "RUNBOOK.md").read_text().lower()
+    for loaded in ((alerts, drift), (drift, verdicts)):
+        watched = [m for r in _rules(*loaded) for m in set(re.findall(r"\b(drift_[a-z_]+)", r["expr"]))]
+        assert len(watched) == len(set(watched)), watched
+    for rule in _rules(alerts, drift, verdicts):
+        for clause in re.findall(r"(?:sum|max) by \(([^)]*)\)", rule["expr"]):
+            assert "job" in clause, (rule["alert"], clause)
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"deploy/RUNBOOK.md#{rule['alert'].lower()}" and f"## {rule['alert'].lower()}" in runbook
