@@ -194,8 +194,11 @@ def test_build_writes_a_serve_config_that_serve_run_answers_from(artifact, tmp_p
     assert "k3y" not in config.read_text() and app["args"]["api_key_env"] == "BUILD_KEY"
     lines: list[str] = []
     # --address local: a Ray of its own, never one another test (another xdist worker) started
+    # SIGINT at its default in the child: a pytest-xdist worker may ignore SIGINT, and a Python
+    # started with SIGINT ignored never raises KeyboardInterrupt, so `serve run` never stopped
     proc = subprocess.Popen([SERVE, "run", "--address", "local", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**ENV, "BUILD_KEY": "k3y"})
+                            text=True, env={**ENV, "BUILD_KEY": "k3y"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     started: set[int] = set()
     try:
         url = f"http://127.0.0.1:{port}/built"
