@@ -19,9 +19,9 @@ import threading
 import time
 from typing import Any
 
-from serving.core.constants import API_KEY_ENV, CALIBRATE, INSITU, LAYOUTS
+from serving.core.constants import API_KEY_ENV, CALIBRATE, INSITU, LAYOUTS, LOOPBACK_HOSTS
 from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
-from serving.runtime.keys import generate_key, weak_key_warning
+from serving.runtime.keys import generate_key
 
 #: exit codes (the module's docstring): a named error, and argparse's usage error
 EXIT_ERROR = 1
@@ -202,9 +202,6 @@ def _api_key(args: argparse.Namespace) -> str | None:
     key = os.environ.get(args.api_key_env)
     if not key:
         raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
-    weak = weak_key_warning(key)
-    if weak:
-        print(f"WARNING willump: --api-key-env {args.api_key_env}: {weak}", file=sys.stderr, flush=True)
     return key
 
 
@@ -216,8 +213,6 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 def _check_exposure(host: str | None, key_env: str | None, require_key: bool) -> None:
     """Serving beyond loopback without a key: refused with --require-key, else a loud warning."""
-    from serving.runtime.edge import LOOPBACK_HOSTS
-
     if host is None or host in LOOPBACK_HOSTS or key_env:
         return
     message = (f"willump: HTTP on {host} (beyond loopback) without an API key: whoever reaches the port can call "

@@ -14,6 +14,9 @@ INGRESS_BATCH_ROWS = 256
 MAX_BODY_BYTES = 4 * 1024 * 1024
 #: most rows accepted in one request (overridable per deployment)
 MAX_ROWS = 10_000
+#: Host names that mean this machine only: an app bound to one of them answers to no other Host
+#: (DNS rebinding), and a Ray started for it keeps every listener on loopback
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 #: deploy(calibrate=...): measure HTTP/hop costs "auto" (unless cached for this cluster),
 #: "always", or "never" (placeholder figures, noted in the plan)
 CALIBRATE = ("auto", "always", "never")

@@ -30,6 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from serving.core.constants import LOOPBACK_HOSTS
 from serving.core.procstat import Listener, descendants, listening_sockets
 
 logger = logging.getLogger(__name__)
@@ -144,19 +145,15 @@ def exposed_listeners(root: int | None = None) -> list[Listener]:
     return [listener for listener in listening_sockets(pids) if not listener.loopback]
 
 
-#: Ray Serve's range for the ingress replicas' own HTTP servers (HAProxy mode), its defaults
-_INGRESS_PORT_RANGE = ("RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT", 30000, "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT", 31000)
-
-
 def unexpected_listeners(http_host: str, http_port: int, root: int | None = None) -> list[Listener]:
     """:func:`exposed_listeners` less the app's own HTTP, which ``http_host`` may put beyond
     loopback on purpose: its front's port and, in HAProxy mode, the ingress replicas' HTTP
     servers (Serve binds them to the same host)."""
-    lo_name, lo, hi_name, hi = _INGRESS_PORT_RANGE
-    lo, hi = int(os.environ.get(lo_name, lo)), int(os.environ.get(hi_name, hi))
-    return [listener for listener in exposed_listeners(root)
-            if listener.port != http_port and not (http_host not in ("127.0.0.1", "localhost", "::1")
-                                                   and lo <= listener.port <= hi)]
+    # Ray Serve's range for the ingress replicas' HTTP servers (its settings, its defaults)
+    lo = int(os.environ.get("RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT", 30000))
+    hi = int(os.environ.get("RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT", 31000))
+    public = http_host not in LOOPBACK_HOSTS
+    return [x for x in exposed_listeners(root) if x.port != http_port and not (public and lo <= x.port <= hi)]
 
 
 def exposure_note(http_host: str, http_port: int, root: int | None = None) -> str | None:

@@ -22,12 +22,12 @@ from typing import Any
 import yaml
 
 from serving.core.artifacts import ArtifactSource, path_version
+from serving.core.constants import LOOPBACK_HOSTS
 from serving.core.jsonsafe import clean
 from serving.core.specs import AppSpec
 from serving.launch.graph import monitor_settings, row_schema, specs_of
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
 from serving.planning.planner import Plan, Resources, plan_stages
-from serving.runtime.edge import LOOPBACK_HOSTS
 from serving.runtime.keys import key_digest, key_secret
 
 

@@ -19,7 +19,14 @@ from typing import Any
 
 from serving.core import artifacts
 from serving.core.artifacts import ArtifactSource
-from serving.core.constants import API_KEY_ENV, CALIBRATE, INSITU, MAX_BODY_BYTES, MAX_ROWS
+from serving.core.constants import (
+    API_KEY_ENV,
+    CALIBRATE,
+    INSITU,
+    LOOPBACK_HOSTS,
+    MAX_BODY_BYTES,
+    MAX_ROWS,
+)
 from serving.core.costs import HostCosts, load_cached, store_cached
 from serving.core.local_ray import exposure_note, start_local_ray
 from serving.core.specs import AppSpec, gpu_capable, unsure_share
@@ -52,7 +59,6 @@ from serving.measure import calibrate
 from serving.measure.insitu import probe_blocked
 from serving.measure.stages import profile_gpu_stage, profile_on_cluster
 from serving.planning.planner import LAYOUTS, Plan, Resources, placement_problem, plan_stages
-from serving.runtime.edge import LOOPBACK_HOSTS
 from serving.runtime.gears import check_gears, gear_info
 from serving.runtime.hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_QUANTILE
 from serving.runtime.keys import SECRET_ENV, key_digest, key_secret, secret_path, weak_key_warning

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from serving import partition as sp
+from serving.core.constants import LOOPBACK_HOSTS
 from serving.core.local_ray import start_local_ray
 from serving.core.nodes import nodes
 from serving.model_app.placement import check_placeable, replica_resources
@@ -40,7 +41,6 @@ from serving.model_app.stages import (
     PartitionStage,
 )
 from serving.model_app.transport import calibrate_transport
-from serving.runtime.edge import LOOPBACK_HOSTS
 from serving.runtime.keys import key_digest, key_secret
 
 #: batch sizes profiled by plan="auto"

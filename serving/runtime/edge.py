@@ -18,8 +18,6 @@ from serving.runtime.keys import KeyCheck
 
 #: seconds a request's whole body may take to arrive
 BODY_TIMEOUT_S = 10.0
-#: Host names an app bound to loopback answers to: any other Host is a DNS-rebinding attempt
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 #: the body types a browser sends cross-site without asking first (no CORS preflight): a POST
 #: carrying one is refused, so a web page cannot make a visitor's browser call the app
 SIMPLE_BODY_TYPES = ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data")

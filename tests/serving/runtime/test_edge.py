@@ -9,8 +9,9 @@ import types
 
 import pytest
 
+from serving.core.constants import LOOPBACK_HOSTS
 from serving.core.schema import RequestError
-from serving.runtime.edge import LOOPBACK_HOSTS, HttpEdge
+from serving.runtime.edge import HttpEdge
 
 
 def _request(**headers):
