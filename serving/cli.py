@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from serving.core.constants import API_KEY_ENV, CALIBRATE, INSITU, LAYOUTS, LOOPBACK_HOSTS
+from serving.core.constants import API_KEY_ENV, CALIBRATE, CASCADE_LAYOUTS, INSITU, LOOPBACK_HOSTS
 from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
 from serving.runtime.keys import generate_key
 
@@ -56,9 +56,11 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rps", type=float, help="target request rate (requests/s)")
     parser.add_argument("--p99-ms", type=float, help="target p99 latency in milliseconds")
     parser.add_argument("--rows-per-request", type=int, default=32, help="rows per request (default 32)")
-    parser.add_argument("--layout", choices=("auto", *LAYOUTS), default="auto",
+    parser.add_argument("--layout", choices=CASCADE_LAYOUTS, default="auto",
                         help="fused: the cheap stage runs in the ingress replicas; staged: it gets its "
-                             "own deployment; auto (default): fused unless --min-replicas is given")
+                             "own deployment; whole: every level runs in the ingress replicas (no hop); "
+                             "auto (default): fused or whole, whichever plans faster, staged with "
+                             "--min-replicas")
 
 
 @contextlib.contextmanager
@@ -234,7 +236,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.min_replicas is not None and args.min_replicas < 0:
         raise ValueError(f"--min-replicas must be >= 0, got {args.min_replicas}")
     monitor = _monitor_options(args)
-    layout = args.layout if args.layout != "auto" else "staged" if args.min_replicas is not None else "fused"
+    layout = "staged" if args.layout == "auto" and args.min_replicas is not None else args.layout
     with _progress("profiling the stages and the ingress on this machine"):
         plan = plan_offline(opt, cpus=args.cpus or usable_cores(), rows_per_request=args.rows_per_request,
                             rps=args.rps, p99_ms=args.p99_ms, layout=layout, monitor=monitor)
@@ -276,7 +278,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     opt = willump.load(args.artifact)
     with _progress("profiling the stages and the ingress on this machine"):
         plan = plan_offline(opt, cpus=args.cpus, rows_per_request=args.rows_per_request, rps=args.rps,
-                            p99_ms=args.p99_ms, layout="fused" if args.layout == "auto" else args.layout,
+                            p99_ms=args.p99_ms, layout=args.layout,
                             monitor=None, gpus=args.gpus)
     if args.json:
         print(json.dumps({"plan": plan.to_dict(), "profiles": [p.to_dict() for p in plan.profiles]}, indent=2))

@@ -8,6 +8,11 @@ without importing planning.
 #: threads, so remote feature lookups overlap); the ingress keeps this many calls in flight
 #: per running replica of a stage, and the cost model counts them
 CONCURRENT_BATCHES = 4
+#: a stage whose profiled CPU time is at least this share of its batch time (it waits for
+#: nothing: no remote lookups, no device) runs its batches on its replica's event loop rather
+#: than in threads: under the GIL threads overlap only waits, and each hand-off to a thread
+#: cost the ingress 1-2 ms of CPU per request (docs/benchmarks.md, lean request path)
+INLINE_CPU_SHARE = 0.8
 #: most rows the ingress merges into one stage call
 INGRESS_BATCH_ROWS = 256
 #: largest accepted request body, in bytes (overridable per deployment)
@@ -29,3 +34,8 @@ INSITU = ("auto", "always", "never")
 #: "staged": the ingress calls one deployment per stage; "fused": the first stage runs
 #: inside the ingress replicas (no hop for the rows it answers)
 LAYOUTS = ("staged", "fused")
+#: layouts deploy and ``willump build`` take: the plan's own (:data:`LAYOUTS`), "whole" (a
+#: cascade's every level as one stage in the ingress: its unsure rows never leave the process)
+#: and "auto" (the better of "fused" and "whole" by the plan's bound;
+#: :func:`serving.planning.planner.plan_layouts`)
+CASCADE_LAYOUTS = ("auto", *LAYOUTS, "whole")

@@ -11,7 +11,7 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from serving.core.constants import CONCURRENT_BATCHES
+from serving.core.constants import CONCURRENT_BATCHES, INLINE_CPU_SHARE
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,25 @@ class StageProfile:
     #: contending for the GIL and the caches), relative to one at a time: measured
     thread_inflation: float = 1.0
 
-    def inflation(self, batches: float) -> float:
-        """CPU factor with ``batches`` batches running at once in the process (1 for one;
-        the measured ``thread_inflation`` from CONCURRENT_BATCHES on)."""
+    @property
+    def cpu_share(self) -> float:
+        """CPU time over batch time at the largest measured batch (1: it never waits)."""
+        if self.cpu_seconds is None:
+            return 1.0
+        size = max(self.batch_seconds)
+        return min(1.0, self.cpu_seconds.get(size, self.batch_seconds[size]) / self.batch_seconds[size])
 
-        if batches <= 1 or CONCURRENT_BATCHES <= 1:
+    @property
+    def runs_inline(self) -> bool:
+        """Whether its replicas run its batches on their event loop, one at a time (a CPU-bound
+        CPU stage: :data:`~serving.core.constants.INLINE_CPU_SHARE`), not in threads."""
+        return self.device == "cpu" and self.cpu_share >= INLINE_CPU_SHARE
+
+    def inflation(self, batches: float) -> float:
+        """CPU factor with ``batches`` batches running at once in the process (1 for one, and
+        for a stage that runs inline; the measured ``thread_inflation`` from CONCURRENT_BATCHES on)."""
+
+        if batches <= 1 or CONCURRENT_BATCHES <= 1 or self.runs_inline:
             return 1.0
         return 1.0 + (self.thread_inflation - 1.0) * min(batches - 1, CONCURRENT_BATCHES - 1) / (CONCURRENT_BATCHES - 1)
 

@@ -27,6 +27,18 @@ class StageSpec:
     last: int
 
 
+#: the stage that runs every level of a cascade in one pass (:func:`whole_cascade`)
+WHOLE_STAGE = "cascade"
+
+
+def whole_cascade(opt: OptimizedPipeline) -> list[StageSpec]:
+    """Every level as one stage: a fused ingress runs it and the unsure rows never leave the
+    process (no hop). Cheaper than a stage of their own where a hop costs more CPU than the
+    expensive level's work on the few rows it gets; ``deploy(layout="auto")`` plans both and
+    keeps the faster (:func:`serving.launch.deploy.make_plan`)."""
+    return [StageSpec(WHOLE_STAGE, 0, len(opt.levels) - 1)]
+
+
 def stage_specs(opt: OptimizedPipeline) -> list[StageSpec]:
     """Cheap + expensive stages for a cascade; one model stage otherwise."""
     n = len(opt.levels)

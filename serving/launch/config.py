@@ -24,29 +24,39 @@ import yaml
 from serving.core.artifacts import ArtifactSource, path_version
 from serving.core.constants import LOOPBACK_HOSTS
 from serving.core.jsonsafe import clean
-from serving.core.specs import AppSpec
+from serving.core.specs import AppSpec, stage_specs, whole_cascade
 from serving.launch.graph import monitor_settings, row_schema, specs_of
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
-from serving.planning.planner import Plan, Resources, plan_stages
+from serving.planning.planner import Plan, Resources, plan_layouts
 from serving.runtime.keys import key_digest, key_secret
 
 
 def plan_offline(opt: Any, *, cpus: float, rows_per_request: int, rps: float | None, p99_ms: float | None,
                  layout: str, monitor: dict[str, Any] | None, baseline: bool = False, gpus: float = 0.0) -> Plan:
     """A plan made without a cluster: stage and ingress costs measured here, HTTP and hop
-    costs unmeasured (placeholders, noted in the plan), one node of ``cpus`` logical CPUs."""
+    costs unmeasured (placeholders, noted in the plan), one node of ``cpus`` logical CPUs.
+    ``layout``: one of :data:`~serving.planning.planner.CASCADE_LAYOUTS` ("auto": fused, or
+    the whole cascade in the ingress where that plans faster; on a GPU, fused)."""
     specs = specs_of(opt, baseline)
+    whole = None
     if baseline:
         profiles = [profile_baseline(opt, rows_per_request=rows_per_request)]
     else:
-        profiles = profile_stages(opt, device="gpu" if gpus > 0 else "cpu", rows_per_request=rows_per_request)
+        merged = layout in ("whole", "auto") and len(specs) > 1 and gpus <= 0
+        wanted = stage_specs(opt) + (whole_cascade(opt) if merged else [])
+        profiles = profile_stages(opt, device="gpu" if gpus > 0 else "cpu", rows_per_request=rows_per_request,
+                                  specs=wanted)
+        if merged:
+            whole, profiles = profiles[-1], profiles[:-1]
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
     ingress = profile_ingress(opt, rows_per_request, schema=row_schema(opt, record_config),
                               record_config=record_config if monitor is not None else None)
     if len(specs) == 1:
         layout = "staged"
-    return plan_stages(profiles, Resources(cpus=cpus, gpus=gpus), rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request,
-                       monitor=monitor is not None, layout=layout, ingress=ingress)
+    elif layout == "auto" and whole is None:
+        layout = "fused"
+    return plan_layouts(profiles, whole, Resources(cpus=cpus, gpus=gpus), layout=layout, rps=rps, p99_ms=p99_ms,
+                        rows_per_request=rows_per_request, monitor=monitor is not None, ingress=ingress)
 
 
 def serve_config(

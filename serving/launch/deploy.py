@@ -29,7 +29,7 @@ from serving.core.constants import (
 )
 from serving.core.costs import HostCosts, load_cached, store_cached
 from serving.core.local_ray import exposure_note, start_local_ray
-from serving.core.specs import AppSpec, gpu_capable, unsure_share
+from serving.core.specs import WHOLE_STAGE, AppSpec, gpu_capable, unsure_share
 from serving.launch import cluster
 from serving.launch.graph import (
     DEFAULT_DOWNSCALE_TO_ZERO_S,
@@ -58,7 +58,13 @@ from serving.launch.proxy import (
 from serving.measure import calibrate
 from serving.measure.insitu import probe_blocked
 from serving.measure.stages import profile_gpu_stage, profile_on_cluster
-from serving.planning.planner import LAYOUTS, Plan, Resources, placement_problem, plan_stages
+from serving.planning.planner import (
+    CASCADE_LAYOUTS,
+    Plan,
+    Resources,
+    placement_problem,
+    plan_layouts,
+)
 from serving.runtime.gears import check_gears, gear_info
 from serving.runtime.hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_QUANTILE
 from serving.runtime.keys import SECRET_ENV, key_digest, key_secret, secret_path, weak_key_warning
@@ -179,8 +185,8 @@ def _check_arguments(name, min_replicas, device, layout, transport, proxy, monit
         raise ValueError(f"min_replicas must be >= 0, got {min_replicas}")
     if device not in ("auto", "cpu", "gpu"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}")
-    if layout not in ("auto", *LAYOUTS):
-        raise ValueError(f"layout must be 'auto' or one of {LAYOUTS}, got {layout!r}")
+    if layout not in CASCADE_LAYOUTS:
+        raise ValueError(f"layout must be one of {CASCADE_LAYOUTS}, got {layout!r}")
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     if proxy is not None and proxy not in PROXIES:
@@ -254,7 +260,9 @@ def deploy(
     model stages. ``monitor`` (e.g. ``dict(attributes=["dest"], buckets={"distance": [500,
     1000]})``) deploys a drift.Monitor fed with one record per served row. ``layout``:
     "fused" runs the cheap stage inside the ingress replicas, "staged" gives every stage a
-    deployment, "auto" is fused unless ``min_replicas`` is given. ``device='auto'`` puts the
+    deployment, "auto" is fused unless ``min_replicas`` is given, and on CPU plans a cascade
+    both ways, its expensive stage a deployment or every level inside the ingress (the unsure
+    rows never leave it: no hop), and keeps the one with the higher bound (a note in the plan). ``device='auto'`` puts the
     later stages on a GPU when the cluster has one and their models can use it.
 
     Requests: ``deadline_ms`` (default: ``p99_ms``, else 30 s; a client may send
@@ -311,12 +319,11 @@ def deploy(
             raise ValueError("the artifact has no sample rows; re-optimize with keep_sample=True to serve it")
         nodes = cluster.nodes(free=True)
         code_note = cluster.check_code_reaches(ship_code, len(nodes))
-        specs = specs_of(opt, baseline)
+        specs = specs_of(opt, baseline, plan)
         check_gears(gears, gear_policy, opt, baseline=baseline)  # and the SLO, before minutes of profiling:
         gears_info = gear_info(gears, gear_policy, opt, (plan.target_p99_ms if plan is not None else p99_ms) or deadline_ms)
         use_gpu, notes = _use_gpu(opt, specs, device, runtime, sum(n.gpus for n in nodes))
-        if layout == "auto":
-            layout = plan.layout if plan is not None else "staged" if min_replicas is not None else "fused"
+        layout = _cascade_layout(layout, plan, min_replicas, use_gpu)
         host = cluster.listen_host(host, len(nodes))
         allowed_hosts = list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None
         if allowed_hosts is None and api_key is None:
@@ -336,6 +343,9 @@ def deploy(
                                                  device="gpu" if use_gpu else "cpu", cpus_per_replica=module_cpus,
                                                  name=name, nodes=nodes)
         notes += chain_notes
+        if chains and layout == "whole":
+            raise ValueError("layout='whole' runs every level in the ingress replicas; module_memory splits a "
+                             "module group into a chain of its own deployments: use layout='fused' or 'auto'")
         if chains:
             cpus = (cpus if cpus is not None else sum(n.cpus for n in nodes)) - chain_cpus(chains)
             if cpus <= 0:
@@ -347,7 +357,8 @@ def deploy(
                                   transport=running_transport() if started else transport)
             plan = make_plan(opt, source, specs, nodes, costs, cpus=cpus, use_gpu=use_gpu, baseline=baseline,
                              runtime=runtime, rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request,
-                             monitor=monitor, layout=layout)
+                             monitor=monitor, layout="fused" if chains and layout == "auto" else layout)
+            specs = specs_of(opt, baseline, plan)
         _settle_plan(plan, nodes, made_here, max_batch_size, batch_wait_timeout_s)
         probe_why = probe_blocked(insitu, nodes, min_replicas)
         token = secrets.token_hex(16) if probe_why is None else None
@@ -432,7 +443,8 @@ def make_plan(opt: OptimizedPipeline, source: ArtifactSource, specs: list, nodes
               cpus: float | None, use_gpu: bool, baseline: bool, runtime: str, rps: float | None,
               p99_ms: float | None, rows_per_request: int, monitor: dict[str, Any] | None, layout: str) -> Plan:
     """Profile the stages and the ingress's work in a Ray worker here (GPU stages inside GPU
-    actors); plan on the nodes."""
+    actors); plan on the nodes in ``layout`` (:data:`~serving.planning.planner.CASCADE_LAYOUTS`;
+    "whole" and "auto" time the whole cascade as one stage too)."""
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
     # the stages a GPU will run are timed there only (the baseline too: cascade and full
     # pipeline compared on the same device)
@@ -441,16 +453,32 @@ def make_plan(opt: OptimizedPipeline, source: ArtifactSource, specs: list, nodes
     cpu_profiles, ingress = profile_on_cluster(source, baseline=baseline, rows_per_request=rows_per_request,
                                                schema=row_schema(opt, record_config),
                                                record_config=record_config if monitor is not None else None,
-                                               skip=sorted(on_gpu))
+                                               skip=sorted(on_gpu), whole=layout in ("whole", "auto"))
     timed = {p.name: p for p in cpu_profiles}
     for s in gpu_specs:
         timed[s.name] = profile_gpu_stage(source, s, 1.0 if baseline else unsure_share(opt), runtime=runtime)
     profiles = [timed[s.name] for s in specs]
+    if len(specs) == 1 and layout in ("whole", "auto"):
+        layout = "staged"  # one stage (the baseline, a single model): nothing to split or merge
     free_cpus = sum(n.cpus for n in nodes)
     budget = min(cpus, free_cpus) if cpus is not None else free_cpus
-    return plan_stages(profiles, Resources(cpus=max(budget, 0.01), gpus=sum(n.gpus for n in nodes), nodes=nodes),
-                       rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request, monitor=monitor is not None,
-                       layout="staged" if len(specs) == 1 else layout, ingress=ingress, costs=costs)
+    resources = Resources(cpus=max(budget, 0.01), gpus=sum(n.gpus for n in nodes), nodes=nodes)
+    return plan_layouts(profiles, timed.get(WHOLE_STAGE), resources, layout=layout, rps=rps, p99_ms=p99_ms,
+                        rows_per_request=rows_per_request, monitor=monitor is not None, ingress=ingress, costs=costs)
+
+
+def _cascade_layout(layout: str, plan: Plan | None, min_replicas: int | None, use_gpu: bool) -> str:
+    """The layout to plan in: a given plan's own; "auto" plans a CPU cascade both ways (see
+    :func:`~serving.planning.planner.plan_layouts`), and is "staged" when the stages autoscale
+    and "fused" when a later stage is on a GPU."""
+    if plan is not None:
+        return plan.layout
+    if layout == "whole" and (use_gpu or min_replicas is not None):
+        raise ValueError("layout='whole' runs every level in the ingress replicas, on CPU: not with a GPU stage "
+                         "or min_replicas (the ingress does not scale to zero)")
+    if layout != "auto":
+        return layout
+    return "staged" if min_replicas is not None else "fused" if use_gpu else "auto"
 
 
 def _settle_plan(plan: Plan, nodes: list, made_here: bool, max_batch_size: int | None,

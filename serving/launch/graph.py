@@ -17,7 +17,15 @@ from typing import Any
 from serving.core.artifacts import ArtifactSource
 from serving.core.constants import CONCURRENT_BATCHES
 from serving.core.schema import RowSchema
-from serving.core.specs import AppSpec, IngressConfig, ModuleChainSpec, StageSpec, stage_specs
+from serving.core.specs import (
+    WHOLE_STAGE,
+    AppSpec,
+    IngressConfig,
+    ModuleChainSpec,
+    StageSpec,
+    stage_specs,
+    whole_cascade,
+)
 from serving.planning.planner import Plan
 from serving.runtime.calls import default_deadline_s
 from serving.runtime.records import build_records
@@ -42,8 +50,21 @@ GRACEFUL_SHUTDOWN_S = 10.0
 CHAIN_MAX_ONGOING = 64
 
 
-def specs_of(opt: OptimizedPipeline, baseline: bool) -> list[StageSpec]:
-    return [StageSpec("baseline", 0, len(opt.levels) - 1)] if baseline else stage_specs(opt)
+def specs_of(opt: OptimizedPipeline, baseline: bool, plan: Plan | None = None) -> list[StageSpec]:
+    """The stages an app runs: the baseline's one, the whole cascade as one stage where the
+    plan says so (:func:`serving.core.specs.whole_cascade`), or the cheap and expensive stages."""
+    if baseline:
+        return [StageSpec("baseline", 0, len(opt.levels) - 1)]
+    if plan is not None and [s.name for s in plan.stages] == [WHOLE_STAGE]:
+        return whole_cascade(opt)
+    return stage_specs(opt)
+
+
+def runs_inline(plan: Plan, stage: str) -> bool:
+    """Whether the stage's replicas run its batches on their event loop (its profile says it
+    is CPU-bound: :attr:`serving.core.profiles.StageProfile.runs_inline`)."""
+    profile = next((p for p in plan.profiles or () if p.name == stage), None)
+    return profile is not None and profile.runs_inline
 
 
 def monitor_settings(monitor: dict[str, Any] | None, opt: OptimizedPipeline) -> tuple[dict, dict]:
@@ -130,8 +151,8 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
     opt = _opt(spec, opt)
     plan = Plan.from_dict(spec.plan)
     name = spec.name
-    specs = specs_of(opt, spec.baseline)
-    fused = plan.layout == "fused" and len(specs) > 1
+    specs = specs_of(opt, spec.baseline, plan)
+    fused = plan.layout == "fused" and (len(specs) > 1 or specs[0].name == WHOLE_STAGE)
     monitor = spec.monitor
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
     degrade = spec.degrade
@@ -168,6 +189,7 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
             batching=spec.batching, max_batch_size=sp.max_batch_size,
             batch_wait_timeout_s=sp.batch_wait_timeout_s, fallback=fallback,
             module_chains=chain_apps(name, spec.module_chains, module_groups(opt, stage_spec)),
+            inline=runs_inline(plan, stage_spec.name) and not on_gpu,
         ))
     schema = row_schema(opt, record_config)
     target = plan.target_p99_ms
@@ -201,7 +223,7 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
     ingress_cpus = plan.ingress_cpus
     if fused:
         local_first = {"artifact": spec.artifact, "spec": vars(specs[0]).copy(),
-                       "runtime": spec.runtime, "fallback": degrade}
+                       "runtime": spec.runtime, "fallback": degrade, "inline": runs_inline(plan, specs[0].name)}
     second = handles[1] if len(handles) > 1 else None
     ingress = Ingress.options(
         name=f"{name}-ingress", num_replicas=plan.ingress_replicas,

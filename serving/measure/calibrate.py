@@ -14,7 +14,8 @@ process's CPU from /proc before and after each phase:
    of a hop per call, per request it carries and per KB, once the route's own parsing and
    answer (timed here, in-process) are taken out;
 4. the same 1-row requests to a fused ingress running the stand-in in-process: the batching
-   and thread hand-off around a fused first stage, per request;
+   around a fused first stage, per request (both stand-ins run inline, on the event loop, as
+   CPU-bound stages do: ``serving.core.profiles.StageProfile.runs_inline``);
 5. the rest of this Ray's processes (raylet, GCS, controller, metrics agents), fitted over
    the phases' different rates as cores while serving (``serving_cores``) plus CPU per
    request (``other_ms``), and this process's own client CPU per request, ``client_ms``.
@@ -55,7 +56,7 @@ MEDIUM_ROWS = 32
 SETTLE_S = 1.0
 COLUMNS = [f"x{i}" for i in range(8)]
 #: what the cached figures mean; a change here measures again instead of reading old figures
-COSTS_VERSION = "costs3"
+COSTS_VERSION = "costs4"
 
 
 class EchoRunner:
@@ -164,12 +165,12 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
 
     pin = {"num_cpus": 0, "resources": {f"node:{ray.util.get_node_ip_address()}": 0.001}}
     stage = ModelStage.options(name=f"{app_name}-model", ray_actor_options=pin, max_ongoing_requests=64).bind(
-        None, None, max_batch_size=LARGE_ROWS, batch_wait_timeout_s=0.0, runner=EchoRunner())
+        None, None, max_batch_size=LARGE_ROWS, batch_wait_timeout_s=0.0, runner=EchoRunner(), inline=True)
     ingress = Ingress.options(name=f"{app_name}-ingress", ray_actor_options=pin, max_ongoing_requests=1024).bind(
         stage, None, _config(app_name))
     fused_name = f"{app_name}-fused"
     fused = Ingress.options(name=f"{fused_name}-ingress", ray_actor_options=pin, max_ongoing_requests=1024).bind(
-        None, None, _config(fused_name, "fused"), {"runner": EchoRunner()})
+        None, None, _config(fused_name, "fused"), {"runner": EchoRunner(), "inline": True})
     logging = {"enable_access_log": False, "log_level": "WARNING"}
     route = f"/{app_name}"
     serve.run(ingress, name=app_name, route_prefix=route, logging_config=logging)

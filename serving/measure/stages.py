@@ -27,7 +27,7 @@ from serving.core.constants import CONCURRENT_BATCHES
 from serving.core.jsonsafe import clean
 from serving.core.profiles import IngressProfile, StageProfile
 from serving.core.schema import PredictRequest, RowSchema, parse_request, predict_answer
-from serving.core.specs import StageSpec, stage_specs, unsure_share
+from serving.core.specs import StageSpec, stage_specs, unsure_share, whole_cascade
 from serving.runtime.records import record_columns
 from serving.runtime.stage_runner import StageRunner, place_models, slice_blocks
 from willump import OptimizedPipeline
@@ -160,6 +160,7 @@ def profile_stages(
     device: str = "cpu",
     rows_per_request: int | None = None,
     skip: Sequence[str] = (),
+    specs: Sequence[StageSpec] | None = None,
 ) -> list[StageProfile]:
     """Seconds per batch for each stage at each batch size, measured in this process.
 
@@ -168,10 +169,11 @@ def profile_stages(
     on a GPU. ``rows_per_request``: batches are timed as merged calls of the rows a request
     sends each stage (see :func:`time_stage`). Stages named in ``skip`` (those a GPU
     will time, :func:`profile_gpu_stage`) are left out rather than timed on the CPU for nothing.
+    ``specs``: the stages to time (default: the cheap and expensive stages, ``stage_specs``).
     """
     rows = profile_rows(opt, rows)
     out = []
-    for spec in stage_specs(opt):
+    for spec in stage_specs(opt) if specs is None else specs:
         if spec.name in skip:
             continue
         scale = 1.0 if spec.first == 0 else unsure_share(opt)
@@ -348,7 +350,7 @@ class _Profiler:
 
     def profile(self, baseline: bool, rows_per_request: int, schema: dict[str, Any],
                 record_config: dict[str, Any] | None, batch_sizes: Sequence[int], repeats: int,
-                skip: Sequence[str] = ()) -> dict:
+                skip: Sequence[str] = (), whole: bool = False) -> dict:
 
         if baseline and "baseline" in skip:
             stages = []
@@ -356,8 +358,9 @@ class _Profiler:
             stages = [profile_baseline(self.opt, batch_sizes=batch_sizes, repeats=repeats,
                                        rows_per_request=rows_per_request)]
         else:
+            specs = stage_specs(self.opt) + (whole_cascade(self.opt) if whole and len(self.opt.levels) > 1 else [])
             stages = profile_stages(self.opt, batch_sizes=batch_sizes, repeats=repeats,
-                                    rows_per_request=rows_per_request, skip=skip)
+                                    rows_per_request=rows_per_request, skip=skip, specs=specs)
         ingress = profile_ingress(self.opt, rows_per_request, schema=RowSchema.from_dict(schema),
                                   record_config=record_config)
         return {"stages": [p.to_dict() for p in stages], "ingress": ingress.to_dict()}
@@ -366,10 +369,11 @@ class _Profiler:
 def profile_on_cluster(source: Any, *, baseline: bool, rows_per_request: int, schema: Any,
                        record_config: dict[str, Any] | None, batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES,
                        repeats: int = PROFILE_REPEATS,
-                       skip: Sequence[str] = ()) -> tuple[list[StageProfile], IngressProfile]:
+                       skip: Sequence[str] = (), whole: bool = False) -> tuple[list[StageProfile], IngressProfile]:
     """Stage and ingress profiles measured in a Ray worker on this node (Ray must be running):
     a replica's process, not the driver's, whose numerical libraries may use several threads.
-    Stages named in ``skip`` are not timed (a GPU times them)."""
+    Stages named in ``skip`` are not timed (a GPU times them); ``whole``: the whole cascade
+    as one stage is timed too (:func:`serving.core.specs.whole_cascade`)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -378,7 +382,7 @@ def profile_on_cluster(source: Any, *, baseline: bool, rows_per_request: int, sc
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote(source)
     try:
         out = ray.get(actor.profile.remote(baseline, rows_per_request, schema.to_dict(), record_config,
-                                           list(batch_sizes), repeats, list(skip)))
+                                           list(batch_sizes), repeats, list(skip), whole))
     finally:
         ray.kill(actor)
     return [StageProfile.from_dict(p) for p in out["stages"]], IngressProfile.from_dict(out["ingress"])

@@ -30,14 +30,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from serving.core.constants import CONCURRENT_BATCHES, LAYOUTS
+from serving.core.constants import CASCADE_LAYOUTS, CONCURRENT_BATCHES, LAYOUTS
 from serving.core.costs import HostCosts
 from serving.core.profiles import IngressProfile, NodeSpec, StageProfile
 from serving.planning import costmodel
 from serving.planning.costmodel import MONITOR_CPUS, Demand
 from serving.planning.simulate import simulate
 
-__all__ = ["LAYOUTS", "Plan", "Resources", "StagePlan", "StageProfile", "plan_again", "plan_stages"]
+__all__ = ["CASCADE_LAYOUTS", "LAYOUTS", "Plan", "Resources", "StagePlan", "StageProfile", "plan_again", "plan_layouts", "plan_stages"]
 
 #: target utilisation of a deployment, machine or budget at a target rate (InferLine headroom)
 HEADROOM = 0.75
@@ -351,6 +351,34 @@ def plan_stages(
         plan.notes.append(f"simulated p99 {plan.predicted['p99_ms']:.1f} ms exceeds the {p99_ms:g} ms "
                           "target even at the smallest batches")
     return plan
+
+
+def plan_layouts(profiles: Sequence[StageProfile], whole: StageProfile | None, resources: Resources, *,
+                 layout: str, **options: Any) -> Plan:
+    """:func:`plan_stages` for a layout of :data:`CASCADE_LAYOUTS`. ``whole``: the profile of the
+    cascade run as one stage (:func:`serving.core.specs.whole_cascade`), None where it cannot
+    be (a single stage, a GPU stage). "auto" plans the split cascade fused and the whole one,
+    and keeps the feasible plan with the higher bound, saying why in its notes: the whole
+    cascade wins where a hop costs the ingress and the expensive stage more CPU than the
+    expensive level's own work on the few rows it gets."""
+    if layout not in CASCADE_LAYOUTS:
+        raise ValueError(f"layout must be one of {CASCADE_LAYOUTS}, got {layout!r}")
+    if layout == "whole" and whole is None:
+        raise ValueError("layout='whole' needs a cascade whose every stage runs on CPU")
+    if layout == "whole":
+        return plan_stages([whole], resources, layout="fused", **options)
+    split_layout = "fused" if layout == "auto" else layout
+    split = plan_stages(profiles, resources, layout="staged" if len(profiles) == 1 else split_layout, **options)
+    if layout != "auto" or whole is None:
+        return split
+    one = plan_stages([whole], resources, layout="fused", **options)
+    chosen, other = (one, split) if (one.feasible, one.max_rows_per_s) > (split.feasible, split.max_rows_per_s) \
+        else (split, one)
+    where = ("every level in the ingress (unsure rows never leave it)" if chosen is one
+             else f"the {profiles[-1].name} stage a deployment of its own")
+    chosen.notes.append(f"layout: {where}, bound {chosen.max_rows_per_s:.0f} rows/s against "
+                        f"{other.max_rows_per_s:.0f} the other way")
+    return chosen
 
 
 def plan_again(plan: Plan, *, budget_cpus: float | None = None, cpu_scale: dict[str, float] | None = None,

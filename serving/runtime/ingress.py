@@ -104,10 +104,11 @@ class Ingress(HttpEdge):
     def __init__(self, first: Any, second: Any | None, config: IngressConfig,
                  local_first: dict[str, Any] | None = None):
         if local_first is not None and "runner" in local_first:  # serving.measure.calibrate's stand-in model
-            first = LocalStage(None, None, runner=local_first["runner"])
+            first = LocalStage(None, None, runner=local_first["runner"], inline=local_first.get("inline", False))
         elif local_first is not None:  # layout="fused": the first stage runs in this process
             first = LocalStage(ArtifactSource(**local_first["artifact"]), StageSpec(**local_first["spec"]),
-                               device="cpu", runtime=local_first["runtime"], fallback=local_first["fallback"])
+                               device="cpu", runtime=local_first["runtime"], fallback=local_first["fallback"],
+                               inline=local_first.get("inline", False))
         self.config = config
         #: the config's JSON form: what /plan, /report and the dashboard read
         self.info = config.info()
@@ -175,7 +176,8 @@ class Ingress(HttpEdge):
     async def _local_batch(self, items: list[Item], deadline: Deadline) -> list[Any]:
         start = time.perf_counter()
         run = self.local_gears.local(items[0].key, self.first) if items[0].key else self.first.run_many
-        outs = await asyncio.to_thread(run, [(it.rows, it.blocks) for it in items])
+        work = [(it.rows, it.blocks) for it in items]
+        outs = run(work) if self.first.inline else await asyncio.to_thread(run, work)
         self.metrics.observe("willump_stage_latency_seconds", time.perf_counter() - start, stage=self.stage_names[0])
         return outs
 

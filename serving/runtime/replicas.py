@@ -63,6 +63,7 @@ class ModelStage:
         fallback: bool = False,
         runner: Any = None,
         module_chains: dict[str, list] | None = None,
+        inline: bool = False,
     ):
         if runner is not None:  # serving.measure.calibrate's probe: this code path around a stand-in model
             self.notes, self.runner = [], runner
@@ -73,6 +74,8 @@ class ModelStage:
             self.notes += attach_chains(opt, module_chains)
             self.runner = StageRunner(opt, spec, baseline=baseline, fallback=fallback)
         self.batching = batching
+        #: run batches on this replica's event loop (a CPU-bound stage: StageProfile.runs_inline)
+        self.inline = inline
         self.max_batch_size = max(1, int(max_batch_size))
         if batching:
             self.run_batch.set_max_batch_size(self.max_batch_size)
@@ -84,11 +87,11 @@ class ModelStage:
             if getattr(self, "gears", None) is None:
 
                 self.gears = GearRunners(self.runner)
-            out = await asyncio.to_thread(self.gears.get(gear).run, rows, blocks)
+            out = await self._compute(self.gears.get(gear).run, rows, blocks)
             out["replica"] = self.replica
             return out
         if not self.batching:
-            out = await asyncio.to_thread(self.runner.run, rows, blocks)
+            out = await self._compute(self.runner.run, rows, blocks)
         else:
             chunks = list(split_rows(rows, blocks, self.max_batch_size))
             outs = await asyncio.gather(*(self.run_batch((r, b)) for r, b in chunks))
@@ -102,7 +105,11 @@ class ModelStage:
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002, batch_size_fn=_rows_in,
                  max_concurrent_batches=CONCURRENT_BATCHES)
     async def run_batch(self, items: list) -> list[dict[str, Any] | Exception]:
-        return await asyncio.to_thread(self.runner.run_many, items)
+        return await self._compute(self.runner.run_many, items)
+
+    async def _compute(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` on the event loop for an inline stage, in a thread otherwise."""
+        return fn(*args) if self.inline else await asyncio.to_thread(fn, *args)
 
     async def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict | None:
         return await asyncio.to_thread(self.runner.topk_filter, rows, k, label_index)
@@ -305,7 +312,7 @@ class LocalStage:
     levels, which answer most rows; only unsure rows travel to the expensive stage."""
 
     def __init__(self, artifact: ArtifactSource | None, spec: StageSpec | None, device: str = "cpu",
-                 runtime: str = "native", fallback: bool = False, runner: Any = None):
+                 runtime: str = "native", fallback: bool = False, runner: Any = None, inline: bool = False):
         if runner is not None:
             self.notes, self.runner = [], runner
         else:
@@ -313,6 +320,8 @@ class LocalStage:
             self.notes = place_models(opt, device, runtime)
             self.runner = StageRunner(opt, spec, fallback=fallback)
         self.replica = replica_id("ingress")  # records name the ingress replica that answered
+        #: run batches on the ingress's event loop (a CPU-bound stage: StageProfile.runs_inline)
+        self.inline = inline
 
     def run_many(self, items: list) -> list[dict[str, Any] | Exception]:
         outs = self.runner.run_many(items)

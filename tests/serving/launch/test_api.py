@@ -20,7 +20,7 @@ pytestmark = pytest.mark.starts_ray
 def app(ray_cluster, synth_opt):
     served = deploy(synth_opt, name="api", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
                     monitor=dict(attributes=["region"], features=["a"], pane_seconds=1.0,
-                                 auto_reference_panes=1), insitu="always")
+                                 auto_reference_panes=1), insitu="always", layout="fused")
     yield served
     served.shutdown(stop_ray=False)
 
@@ -287,6 +287,32 @@ def test_haproxy_front_and_staged_layout(ray_cluster, app, synth_opt, request_ro
         r = requests.get(served.url + "/explain", params={"metric": "latency_ms"}, timeout=30)
         assert r.status_code == 409 and r.json()["reason"] == "reference_pending", r.text
         assert int(r.headers["Retry-After"]) >= 1 and r.json()["retry_after_s"] > 0
+    finally:
+        served.shutdown(stop_ray=False)
+
+
+def test_whole_layout_serves_every_level_in_the_ingress(ray_cluster, synth_opt, request_rows):
+    """layout="whole": one stage runs every level inside the ingress (no stage deployment, no
+    hop); answers, levels, top-K and readiness as in process."""
+    from ray import serve
+
+    served = deploy(synth_opt, name="whole", port=ray_cluster, cpus=1, device="cpu", layout="whole", insitu="never",
+                    calibrate="never", degrade=True)
+    try:
+        assert served.plan.layout == "fused" and [s.name for s in served.plan.stages] == ["cascade"]
+        assert list(serve.status().applications["whole"].deployments) == ["whole-ingress"]
+        batch = request_rows
+        r = post(served, "/predict", {"rows": rows_of(batch)})
+        assert r.status_code == 200, r.text
+        proba, level = synth_opt.predict_with_levels(batch)
+        body = r.json()
+        np.testing.assert_allclose(np.array(body["probabilities"]), proba, atol=1e-9)
+        assert body["level"] == level.tolist() and len(set(level.tolist())) > 1
+        assert body["degraded"] == [False] * len(batch)
+        r = post(served, "/top_k", {"rows": rows_of(batch), "k": 10})
+        assert r.status_code == 200 and r.json()["indices"] == synth_opt.top_k(batch, 10).indices.tolist()
+        ready = requests.get(served.url + "/readyz", timeout=60)
+        assert ready.status_code == 200 and list(ready.json()["stages"]) == ["cascade"], ready.text
     finally:
         served.shutdown(stop_ray=False)
 

@@ -38,7 +38,9 @@ def test_plan_prints_a_plan(artifact):
     result = subprocess.run([*WILLUMP, "plan", str(artifact), "--cpus", "4", "--rps", "50"],
                             capture_output=True, text=True, timeout=300, env=ENV)
     assert result.returncode == 0, result.stderr
-    assert "expensive" in result.stdout and "feasible" in result.stdout and "ingress" in result.stdout
+    assert "feasible" in result.stdout and "ingress" in result.stdout
+    # auto: planned fused and whole, the choice and both bounds in a note
+    assert "note: layout: " in result.stdout and " the other way" in result.stdout, result.stdout
     result = subprocess.run([*WILLUMP, "plan", str(artifact), "--cpus", "2", "--json", "--layout", "staged"],
                             capture_output=True, text=True, timeout=300, env=ENV)
     data = json.loads(result.stdout)

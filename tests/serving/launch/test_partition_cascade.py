@@ -161,7 +161,7 @@ def test_served_cascade_answers_like_in_process(ray_cluster, optimized):
 
     opt, _ = optimized
     app = deploy(opt, name="module-cascade", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
-                 insitu="never")
+                 insitu="never", layout="fused")
     try:
         assert {s.name: s.device for s in app.plan.stages}["expensive"] == "cpu"
         _answers_like_in_process(app, opt)

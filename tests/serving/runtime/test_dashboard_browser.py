@@ -51,7 +51,7 @@ pytestmark = [pytest.mark.starts_ray,
 def app(ray_cluster, stallable_opt):
     set_delay(0.0)
     served = deploy(stallable_opt, name="dash", port=ray_cluster, cpus=2, device="cpu", calibrate="never", insitu="never",
-                    p99_ms=250.0, monitor=dict(attributes=["region"], features=["a"], pane_seconds=1.0,
+                    layout="fused", p99_ms=250.0, monitor=dict(attributes=["region"], features=["a"], pane_seconds=1.0,
                                                window_panes=600, auto_reference_panes=3))
     yield served
     set_delay(0.0)

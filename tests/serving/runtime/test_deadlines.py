@@ -32,7 +32,7 @@ STALL_S = 4.0
 def strict(ray_cluster, stallable_opt):
     """No degradation; at most 2 requests in flight per ingress replica."""
     app = deploy(stallable_opt, name="strict", port=ray_cluster, cpus=1.5, device="cpu", calibrate="never", insitu="never",
-                 deadline_ms=3000, max_in_flight=2)
+                 deadline_ms=3000, max_in_flight=2, layout="fused")
     yield app
     app.shutdown(stop_ray=False)
 

@@ -29,7 +29,7 @@ RECOVERED_SHARE = 0.7
 @pytest.fixture(scope="module")
 def app(ray_cluster, synth_opt):
     served = deploy(synth_opt, name="faults", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
-                    insitu="never")
+                    insitu="never", layout="fused")
     yield served
     served.shutdown(stop_ray=False)
 

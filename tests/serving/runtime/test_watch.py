@@ -1,19 +1,38 @@
-"""The replica watcher both ingresses use, on a fake Serve status (no Ray): counts per named
-deployment (0 for one Serve does not list), a failing controller skipped, stop ends it."""
+"""The replica watcher both ingresses use, on a fake Serve controller (no Ray): counts per named
+deployment (0 for one Serve does not list), a failing controller skipped, stop ends it; the
+controller's details dict read as running replicas."""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import types
 
 import serving.runtime.watch as watch_module
 from serving.runtime.watch import ReplicaWatch
 
 
-def _status(running: dict[str, int]):
-    deployments = {name: types.SimpleNamespace(replica_states={"RUNNING": n, "STARTING": 1})
+class _State(str, enum.Enum):  # how Serve's details dict carries a replica's state
+    RUNNING = "RUNNING"
+    STARTING = "STARTING"
+
+
+def _details(running: dict[str, int]) -> dict:
+    deployments = {name: {"replicas": [{"state": _State.RUNNING}] * n + [{"state": _State.STARTING}]}
                    for name, n in running.items()}
-    return types.SimpleNamespace(applications={"app": types.SimpleNamespace(deployments=deployments)})
+    return {"applications": {"app": {"deployments": deployments}, "other": {"deployments": {}}}}
+
+
+def test_running_replicas_counts_the_running_ones_of_the_named_app(monkeypatch):
+    import ray.serve.context
+
+    client = types.SimpleNamespace(get_serve_details=lambda: _details({"app-cheap": 2, "app-expensive": 0}))
+    monkeypatch.setattr(ray.serve.context, "_get_global_client", lambda: client)
+    assert watch_module.running_replicas("app") == {"app-cheap": 2, "app-expensive": 0}
+
+
+def _status(running: dict[str, int]) -> dict[str, int]:
+    return dict(running)
 
 
 def test_the_watch_reports_running_replicas_and_survives_a_busy_controller(monkeypatch):
@@ -26,7 +45,7 @@ def test_the_watch_reports_running_replicas_and_survives_a_busy_controller(monke
             raise answer
         return answer
 
-    monkeypatch.setattr(watch_module, "serve", types.SimpleNamespace(status=status))
+    monkeypatch.setattr(watch_module, "running_replicas", lambda app: status())
 
     async def main():
         watch = ReplicaWatch("app", ["app-cheap", "app-expensive"], seen.append, period_s=0.001)
