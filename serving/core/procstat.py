@@ -129,8 +129,10 @@ def cpu_per_request(before: dict, after: dict, requests: int, app: str = "",
                     ours: set[int] | None = None) -> dict[str, float]:
     """CPU ms per request over a phase, by role: each Serve deployment of ``app`` (Ray titles
     replica processes ``ray::ServeReplica:APP:DEPLOYMENT``; the role drops the app's name),
-    the HTTP front, this load generator, and the rest of this Ray's processes (``other``;
-    processes outside ``ours``, e.g. another user's, are left out); ``total`` sums them."""
+    the replicas of every other app on this Ray (``other apps``: they are not serving the
+    phase's requests), the HTTP front, this load generator, and the rest of this Ray's
+    processes (``other``; processes outside ``ours``, e.g. another user's, are left out);
+    ``total`` sums them."""
     roles: dict[str, float] = {}
     for pid, (title, seconds) in after.items():
         if pid not in before or requests <= 0:
@@ -143,8 +145,11 @@ def cpu_per_request(before: dict, after: dict, requests: int, app: str = "",
         elif ours is not None and pid not in ours:
             continue
         elif "ServeReplica:" in title:
-            role = title.split()[0].rsplit(":", 1)[-1]
-            role = role[len(app) + 1:] if app and role.startswith(app + "-") else role
+            owner, _, role = title.split()[0].split("ServeReplica:", 1)[1].partition(":")
+            if app and owner != app:
+                role = "other apps"
+            else:
+                role = role[len(app) + 1:] if app and role.startswith(app + "-") else role
         elif "haproxy" in title or "ProxyActor" in title:
             role = "front"
         else:

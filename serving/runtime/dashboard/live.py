@@ -3,7 +3,8 @@
 Three caches, each refreshed in the background:
 
 * a sampler reads the app's totals (what ``GET /metrics`` answers: every replica on every
-  node) every :data:`~serving.runtime.dashboard.timeseries.SAMPLE_S` seconds, in a worker thread, into a bounded
+  node) every :data:`~serving.runtime.dashboard.timeseries.SAMPLE_S` seconds while the page is watched
+  (:data:`IDLE_SAMPLE_S` otherwise), in a worker thread, into a bounded
   ring (:class:`~serving.runtime.dashboard.timeseries.MetricRing`); it measures its own cost, shown on the page;
 * the monitor's answers (:func:`serving.runtime.dashboard.data.monitor_snapshot`, one call to the
   monitor replica) are fetched while someone watches the page, at most every
@@ -39,8 +40,13 @@ log = logging.getLogger("ray.serve")
 REFRESH_S = 10.0
 #: seconds the monitor's answers are reused before the sampler fetches them again
 MONITOR_TTL_S = 15.0
-#: seconds after the last page view during which the monitor's answers are kept fresh
+#: seconds after the last page view during which the monitor's answers are kept fresh and the
+#: totals sampled every SAMPLE_S
 WATCH_S = 120.0
+#: seconds between samples while nobody watches: a sample makes Ray's metrics agent render its
+#: whole node endpoint (about 90 ms of its CPU for one app on the project machine), and every
+#: ingress replica samples; a view samples at once and then every SAMPLE_S again
+IDLE_SAMPLE_S = 30.0
 #: seconds the first page view waits for the monitor's first answer
 FIRST_WAIT_S = 8.0
 #: seconds one monitor snapshot may take before it counts as failed
@@ -73,10 +79,7 @@ def read_totals(app: str) -> Snapshot:
     """The app's totals across replicas and nodes as a snapshot (blocking: run in a thread)."""
 
     started, cpu0 = time.perf_counter(), time.thread_time()
-    # a node's endpoint carries every Ray and Serve family: keep the app's lines before parsing
-    # (parsing all of it cost the ingress about 100 ms of CPU per sample)
-    texts = ["\n".join(line for line in _read(e).splitlines() if "willump_" in line) for e in metric_endpoints()]
-    text = aggregate([t + "\n" for t in texts], app)
+    text = aggregate([_read(e) for e in metric_endpoints()], app)  # _read keeps the app families' lines
     snap = Snapshot.parse(text)
     snap.cost_s, snap.cpu_s = time.perf_counter() - started, time.thread_time() - cpu0
     return snap
@@ -135,6 +138,7 @@ class Dashboard:
         self.monitor_error: str | None = None
         self.last_view = -math.inf
         self._sampler: asyncio.Task | None = None
+        self._viewed: asyncio.Event | None = None  # set by a page view: sample now
         self._monitor_task: asyncio.Task | None = None
         self._pages: dict[tuple[bool, str], tuple[float, str]] = {}  # (refresh, root) -> (drawn at, page)
         self._drawing: dict[tuple[bool, str], asyncio.Task] = {}
@@ -172,7 +176,16 @@ class Dashboard:
                 raise
             except Exception as exc:  # Ray's metrics agent restarting, a node leaving: try again
                 log.debug("dashboard sample failed: %s", exc)
-            await asyncio.sleep(self.ring.sample_s)
+            await self._pause()
+
+    async def _pause(self) -> None:
+        """SAMPLE_S while someone watches; IDLE_SAMPLE_S otherwise, cut short by a view."""
+        if self._viewed is None:
+            self._viewed = asyncio.Event()
+        self._viewed.clear()
+        wait = self.ring.sample_s if self._watched() else max(self.ring.sample_s, IDLE_SAMPLE_S)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._viewed.wait(), wait)
 
     def _watched(self) -> bool:
         return time.monotonic() - self.last_view < WATCH_S
@@ -216,6 +229,8 @@ class Dashboard:
 
     async def _prepare(self) -> None:
         self.start()
+        if not self._watched() and self._viewed is not None:
+            self._viewed.set()  # the first view in a while: a fresh sample now
         self.last_view = time.monotonic()
         self._warm()
         if self.monitor is not None and self._monitor_stale():

@@ -188,3 +188,39 @@ def test_the_drawing_process_is_warmed_when_anyone_looks(monkeypatch):
         for p in pools:
             p.shutdown(wait=True)
     assert len(pools) == 1 and 'data-plot="traffic"' in page and dash.render_where == "child process"
+
+
+def test_the_sampler_waits_longer_while_nobody_watches_and_a_view_wakes_it(monkeypatch):
+    """A sample makes Ray's metrics agent render its whole endpoint: while nobody watches, the
+    sampler waits IDLE_SAMPLE_S (here an hour), and the first view in a while samples at once;
+    a watched page is sampled every SAMPLE_S."""
+    monkeypatch.setattr(dashboard_module, "IDLE_SAMPLE_S", 3600.0)
+    samples = []
+
+    def fake_totals(app):
+        samples.append(app)
+        return make_ring(2).latest()
+
+    monkeypatch.setattr(dashboard_module, "read_totals", fake_totals)
+    dash = dashboard_module.Dashboard(INFO, None, sample_s=0.01)
+
+    async def scenario() -> tuple[int, int]:
+        dash.start()
+        for _ in range(200):  # the first sample, then the idle wait
+            await asyncio.sleep(0.005)
+            if samples and dash._viewed is not None:
+                break
+        await asyncio.sleep(0.1)
+        idle = len(samples)
+        await dash._prepare()  # a view: sample now, then every sample_s while watched
+        for _ in range(400):
+            await asyncio.sleep(0.005)
+            if len(samples) >= idle + 3:
+                break
+        watched = len(samples)
+        dash.stop()
+        return idle, watched
+
+    idle, watched = asyncio.run(scenario())
+    assert idle == 1  # ten sample periods passed unwatched: no second sample
+    assert watched >= idle + 3
