@@ -149,3 +149,37 @@ def test_poisson_calls_start_every_arrival_below_the_horizon_once():
     expected = np.cumsum(gaps)[np.cumsum(gaps) < 0.05]
     assert [i for i, _ in seen] == list(range(len(expected)))
     np.testing.assert_allclose([t for _, t in seen], expected)
+
+
+def test_rounds_are_summarised_by_medians_and_the_overhead_leaves_out_the_client_and_other_apps():
+    from benchmarks._rounds import median_phase, overhead
+
+    phases = [{"rows_per_s": r, "requests_per_s": r / 32, "p50_ms": 10.0, "p99_ms": p99, "seconds": 10.0,
+               "requests": 100, "errors": e, "round": i, "at": "00:00:00",
+               "cpu_ms_per_request": {"ingress": ing, "other": 1.0, "load generator": 0.7, "other apps": 0.4,
+                                      "total": ing + 2.1}}
+              for i, (r, p99, e, ing) in enumerate([(5000, 200.0, 0, 6.0), (3000, 400.0, 2, 8.0), (4000, 300.0, 0, 7.0)])]
+    phase = median_phase(phases)
+    assert phase["rows_per_s"] == 4000 and phase["p99_ms"] == 300.0
+    assert phase["errors"] == 2 and phase["requests"] == 300 and len(phase["rounds"]) == 3
+    assert phase["cpu_ms_per_request"]["ingress"] == 7.0
+    cost = overhead(phase, pipeline_cpu_ms=3.0)
+    assert cost["app_cpu_ms_per_request"] == pytest.approx(8.0)  # ingress 7 + Ray's processes 1
+    assert cost["overhead_ms_per_request"] == pytest.approx(5.0)
+
+
+def test_a_sampling_profile_is_summed_by_what_the_time_went_to():
+    from benchmarks.request_profile import summarise
+
+    raw = "\n".join([
+        "Thread.run (threading.py:1);Ingress._predict (serving/runtime/ingress.py:2);run_levels (willump/_cascade.py:3) 60",
+        "Thread.run (threading.py:1);Ingress._predict (serving/runtime/ingress.py:2);parse_request (serving/core/schema.py:4) 10",
+        "Thread.run (threading.py:1);FastAPI.__call__ (.venv/site-packages/fastapi/applications.py:5) 20",
+        "Thread.run (threading.py:1);something_else (x.py:6) 10",
+    ])
+    out = summarise(raw, top=3)
+    assert out["samples"] == 100
+    assert out["groups"]["the pipeline's own work"] == pytest.approx(0.6)
+    assert out["groups"]["parse and validate the body"] == pytest.approx(0.1)
+    assert out["groups"]["FastAPI"] == pytest.approx(0.2) and out["groups"]["other: something_else"] == pytest.approx(0.1)
+    assert next(iter(out["functions"])).startswith("Thread.run")  # every sample is inside it
