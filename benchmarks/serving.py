@@ -247,6 +247,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def _phase(phase: dict[str, Any], app: Any, args: argparse.Namespace, label: str, key: str, baseline: bool,
            opt: Any, data: Any, pipeline_ms: float) -> dict[str, Any]:
     """A served configuration's medians with the plan's predictions beside them."""
+    if not phase["rows_per_s"] or phase["p99_ms"] is None:
+        raise RuntimeError(f"{label} {key}: no request succeeded in any round ({phase['errors']} failed); "
+                           "nothing to compare with the plan")
     phase["measured_rows_per_s"], phase["measured_p99_ms"] = phase["rows_per_s"], phase["p99_ms"]
     phase.update(overhead(phase, pipeline_ms))
     phase.update(predict(app.plan, clients=args.clients, client_ms=app.plan.costs.client_ms, seed=args.seed,

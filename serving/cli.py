@@ -236,7 +236,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.min_replicas is not None and args.min_replicas < 0:
         raise ValueError(f"--min-replicas must be >= 0, got {args.min_replicas}")
     monitor = _monitor_options(args)
-    layout = "staged" if args.layout == "auto" and args.min_replicas is not None else args.layout
+    if args.layout == "whole" and args.min_replicas is not None:
+        raise ValueError("--layout whole runs every level in the ingress replicas: not with --min-replicas "
+                         "(the ingress does not scale to zero)")
+    layout = args.layout
+    if layout == "auto" and args.min_replicas is not None:
+        layout = "staged"
+    elif layout == "auto" and (args.degrade or args.hedging):
+        layout = "fused"  # degradation and hedging act on a stage of its own
     with _progress("profiling the stages and the ingress on this machine"):
         plan = plan_offline(opt, cpus=args.cpus or usable_cores(), rows_per_request=args.rows_per_request,
                             rps=args.rps, p99_ms=args.p99_ms, layout=layout, monitor=monitor)

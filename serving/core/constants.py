@@ -13,6 +13,10 @@ CONCURRENT_BATCHES = 4
 #: than in threads: under the GIL threads overlap only waits, and each hand-off to a thread
 #: cost the ingress 1-2 ms of CPU per request (docs/benchmarks.md, lean request path)
 INLINE_CPU_SHARE = 0.8
+#: ... and only while its largest profiled batch takes at most this many seconds: an inline batch
+#: holds the replica's event loop (Serve's gRPC handling, health checks, deadlines and the
+#: ingress's hops wait for it), so a long one (a deep model on CPU) runs in a thread instead
+INLINE_MAX_BATCH_S = 0.1
 #: most rows the ingress merges into one stage call
 INGRESS_BATCH_ROWS = 256
 #: largest accepted request body, in bytes (overridable per deployment)

@@ -129,8 +129,8 @@ def cpu_per_request(before: dict, after: dict, requests: int, app: str = "",
                     ours: set[int] | None = None) -> dict[str, float]:
     """CPU ms per request over a phase, by role: each Serve deployment of ``app`` (Ray titles
     replica processes ``ray::ServeReplica:APP:DEPLOYMENT``; the role drops the app's name),
-    the replicas of every other app on this Ray (``other apps``: they are not serving the
-    phase's requests), the HTTP front, this load generator, and the rest of this Ray's
+    the replicas of every other app on this Ray but the app's own monitor (``other apps``: they
+    are not serving the phase's requests), the HTTP front, this load generator, and the rest of this Ray's
     processes (``other``; processes outside ``ours``, e.g. another user's, are left out);
     ``total`` sums them."""
     roles: dict[str, float] = {}
@@ -146,7 +146,7 @@ def cpu_per_request(before: dict, after: dict, requests: int, app: str = "",
             continue
         elif "ServeReplica:" in title:
             owner, _, role = title.split()[0].split("ServeReplica:", 1)[1].partition(":")
-            if app and owner != app:
+            if app and owner not in (app, f"{app}-monitor"):  # the app's monitor is the app's
                 role = "other apps"
             else:
                 role = role[len(app) + 1:] if app and role.startswith(app + "-") else role

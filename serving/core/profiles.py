@@ -11,7 +11,7 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from serving.core.constants import CONCURRENT_BATCHES, INLINE_CPU_SHARE
+from serving.core.constants import CONCURRENT_BATCHES, INLINE_CPU_SHARE, INLINE_MAX_BATCH_S
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,10 @@ class StageProfile:
     @property
     def runs_inline(self) -> bool:
         """Whether its replicas run its batches on their event loop, one at a time (a CPU-bound
-        CPU stage: :data:`~serving.core.constants.INLINE_CPU_SHARE`), not in threads."""
-        return self.device == "cpu" and self.cpu_share >= INLINE_CPU_SHARE
+        CPU stage whose batches are short: :data:`~serving.core.constants.INLINE_CPU_SHARE`,
+        :data:`~serving.core.constants.INLINE_MAX_BATCH_S`), not in threads."""
+        return (self.device == "cpu" and self.cpu_share >= INLINE_CPU_SHARE
+                and self.batch_seconds[max(self.batch_seconds)] <= INLINE_MAX_BATCH_S)
 
     def inflation(self, batches: float) -> float:
         """CPU factor with ``batches`` batches running at once in the process (1 for one, and

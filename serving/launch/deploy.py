@@ -260,9 +260,10 @@ def deploy(
     model stages. ``monitor`` (e.g. ``dict(attributes=["dest"], buckets={"distance": [500,
     1000]})``) deploys a drift.Monitor fed with one record per served row. ``layout``:
     "fused" runs the cheap stage inside the ingress replicas, "staged" gives every stage a
-    deployment, "auto" is fused unless ``min_replicas`` is given, and on CPU plans a cascade
-    both ways, its expensive stage a deployment or every level inside the ingress (the unsure
-    rows never leave it: no hop), and keeps the one with the higher bound (a note in the plan). ``device='auto'`` puts the
+    deployment, "auto" is fused unless ``min_replicas`` is given, and on CPU (without
+    ``degrade`` or ``hedging``, which act on a stage of its own) plans a cascade both ways, its
+    expensive stage a deployment or every level inside the ingress ("whole": the unsure rows
+    never leave it, no hop), and keeps the one with the higher bound (a note in the plan). ``device='auto'`` puts the
     later stages on a GPU when the cluster has one and their models can use it.
 
     Requests: ``deadline_ms`` (default: ``p99_ms``, else 30 s; a client may send
@@ -323,7 +324,8 @@ def deploy(
         check_gears(gears, gear_policy, opt, baseline=baseline)  # and the SLO, before minutes of profiling:
         gears_info = gear_info(gears, gear_policy, opt, (plan.target_p99_ms if plan is not None else p99_ms) or deadline_ms)
         use_gpu, notes = _use_gpu(opt, specs, device, runtime, sum(n.gpus for n in nodes))
-        layout = _cascade_layout(layout, plan, min_replicas, use_gpu)
+        whole = (specs[0].name == WHOLE_STAGE) if plan is not None else layout == "whole"
+        layout = _cascade_layout(layout, plan, whole, min_replicas, use_gpu, degrade or bool(hedge_spec))
         host = cluster.listen_host(host, len(nodes))
         allowed_hosts = list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None
         if allowed_hosts is None and api_key is None:
@@ -343,7 +345,7 @@ def deploy(
                                                  device="gpu" if use_gpu else "cpu", cpus_per_replica=module_cpus,
                                                  name=name, nodes=nodes)
         notes += chain_notes
-        if chains and layout == "whole":
+        if chains and whole:
             raise ValueError("layout='whole' runs every level in the ingress replicas; module_memory splits a "
                              "module group into a chain of its own deployments: use layout='fused' or 'auto'")
         if chains:
@@ -467,18 +469,24 @@ def make_plan(opt: OptimizedPipeline, source: ArtifactSource, specs: list, nodes
                         rows_per_request=rows_per_request, monitor=monitor is not None, ingress=ingress, costs=costs)
 
 
-def _cascade_layout(layout: str, plan: Plan | None, min_replicas: int | None, use_gpu: bool) -> str:
+def _cascade_layout(layout: str, plan: Plan | None, whole: bool, min_replicas: int | None, use_gpu: bool,
+                    later_stage_wanted: bool) -> str:
     """The layout to plan in: a given plan's own; "auto" plans a CPU cascade both ways (see
-    :func:`~serving.planning.planner.plan_layouts`), and is "staged" when the stages autoscale
-    and "fused" when a later stage is on a GPU."""
-    if plan is not None:
-        return plan.layout
-    if layout == "whole" and (use_gpu or min_replicas is not None):
+    :func:`~serving.planning.planner.plan_layouts`), and is "staged" when the stages autoscale,
+    "fused" when a later stage is on a GPU or is wanted (``later_stage_wanted``: degradation
+    answers from the cheap level when the expensive stage is late, hedging re-sends calls to it:
+    the whole cascade in the ingress has no such stage). ``whole``: the layout asked for, or the
+    given plan's stages, run every level in the ingress."""
+    if whole and (use_gpu or min_replicas is not None):
         raise ValueError("layout='whole' runs every level in the ingress replicas, on CPU: not with a GPU stage "
                          "or min_replicas (the ingress does not scale to zero)")
+    if plan is not None:
+        return plan.layout
     if layout != "auto":
         return layout
-    return "staged" if min_replicas is not None else "fused" if use_gpu else "auto"
+    if min_replicas is not None:
+        return "staged"
+    return "fused" if use_gpu or later_stage_wanted else "auto"
 
 
 def _settle_plan(plan: Plan, nodes: list, made_here: bool, max_batch_size: int | None,

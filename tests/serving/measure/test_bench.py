@@ -16,17 +16,19 @@ def test_cpu_is_split_by_deployment_front_load_generator_and_the_rest():
     before = {1: ("ray::ServeReplica:app:app-ingress", 1.0), 2: ("ray::ServeReplica:app:app-expensive", 2.0),
               3: ("haproxy -f cfg", 0.5), os.getpid(): ("python -m benchmarks.serving", 4.0),
               5: ("ray::ServeReplica:app:app-ingress", 0.0), 7: ("raylet", 1.0), 8: ("someone else's job", 1.0),
-              9: ("ray::ServeReplica:peer:PeerPipeline", 1.0)}
+              9: ("ray::ServeReplica:peer:PeerPipeline", 1.0), 10: ("ray::ServeReplica:app-monitor:app-monitor", 1.0)}
     after = {1: (before[1][0], 1.2), 2: (before[2][0], 2.05), 3: (before[3][0], 0.51),
              os.getpid(): (before[os.getpid()][0], 4.02), 5: (before[5][0], 0.1), 7: ("raylet", 1.03),
-             8: ("someone else's job", 9.0), 6: ("started during the phase", 9.0), 9: (before[9][0], 1.01)}
-    cpu = cpu_per_request(before, after, requests=100, app="app", ours={1, 2, 3, 5, 7, 9})
+             8: ("someone else's job", 9.0), 6: ("started during the phase", 9.0), 9: (before[9][0], 1.01),
+             10: (before[10][0], 1.02)}
+    cpu = cpu_per_request(before, after, requests=100, app="app", ours={1, 2, 3, 5, 7, 9, 10})
+    assert cpu["monitor"] == pytest.approx(0.2)  # the app's own monitor is the app's
     assert cpu["other apps"] == pytest.approx(0.1)  # another app's idle replica: not this app's CPU
     assert cpu["ingress"] == pytest.approx(3.0)  # two ingress processes: (0.2 + 0.1) s / 100
     assert cpu["expensive"] == pytest.approx(0.5)
     assert cpu["front"] == pytest.approx(0.1) and cpu["load generator"] == pytest.approx(0.2)
     assert cpu["other"] == pytest.approx(0.3)  # the raylet; not another user's process
-    assert cpu["total"] == pytest.approx(4.2)
+    assert cpu["total"] == pytest.approx(4.4)
     assert cpu_per_request(before, after, requests=0) == {"total": 0.0}
 
 

@@ -67,6 +67,23 @@ def test_cpu_bound_stages_run_inline_and_are_not_charged_thread_inflation():
     assert not waits.runs_inline and waits.inflation(4) == pytest.approx(1.5)
     assert StageProfile("unmeasured", {1: 0.001}).runs_inline  # no CPU split measured: all of it is CPU
     assert not StageProfile("gpu", {1: 0.001}, device="gpu").runs_inline
+    # CPU-bound but long (a deep model on CPU): its batches would hold the event loop, so threads
+    deep = StageProfile("deep", {b: 0.01 * b for b in sizes}, cpu_seconds={b: 0.01 * b for b in sizes})
+    assert not deep.runs_inline
+
+
+def test_the_layout_deploy_plans_in():
+    from serving.launch.deploy import _cascade_layout
+
+    plan = types.SimpleNamespace(layout="fused")
+    assert _cascade_layout("auto", None, False, None, False, False) == "auto"
+    assert _cascade_layout("auto", None, False, 0, False, False) == "staged"  # autoscaling stages
+    assert _cascade_layout("auto", None, False, None, True, False) == "fused"  # a GPU stage
+    assert _cascade_layout("auto", None, False, None, False, True) == "fused"  # degrade or hedging
+    assert _cascade_layout("staged", plan, False, None, False, False) == "fused"  # a given plan's own
+    for whole_plan, min_replicas, gpu in ((None, 0, False), (None, None, True), (plan, 1, False)):
+        with pytest.raises(ValueError, match="layout='whole'"):
+            _cascade_layout("whole" if whole_plan is None else "auto", whole_plan, True, min_replicas, gpu, False)
 
 
 class _Runner:
