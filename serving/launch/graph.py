@@ -183,13 +183,15 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
         else:
             options["num_replicas"] = sp.replicas
         fallback = degrade and i == 0
+        chains = chain_apps(name, spec.module_chains, module_groups(opt, stage_spec))
         handles.append(ModelStage.options(**options).bind(
             ArtifactSource(**spec.artifact), stage_spec, baseline=spec.baseline,
             device="cuda" if on_gpu else "cpu", runtime=spec.runtime,
             batching=spec.batching, max_batch_size=sp.max_batch_size,
             batch_wait_timeout_s=sp.batch_wait_timeout_s, fallback=fallback,
-            module_chains=chain_apps(name, spec.module_chains, module_groups(opt, stage_spec)),
-            inline=runs_inline(plan, stage_spec.name) and not on_gpu,
+            module_chains=chains,
+            # a module chain waits on its partition stages (a blocking call): never on the event loop
+            inline=runs_inline(plan, stage_spec.name) and not on_gpu and chains is None,
         ))
     schema = row_schema(opt, record_config)
     target = plan.target_p99_ms

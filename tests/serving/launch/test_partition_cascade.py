@@ -126,7 +126,7 @@ def test_deploy_times_gpu_stages_on_the_gpu_only_and_the_baseline_too(optimized,
 
     monkeypatch.setattr(d, "profile_on_cluster", cpu_profiles)
     monkeypatch.setattr(d, "profile_gpu_stage", gpu_profile)
-    monkeypatch.setattr(d, "plan_stages", lambda profiles, *a, **k: profiles)
+    monkeypatch.setattr(d, "plan_layouts", lambda profiles, whole, *a, **k: profiles)
     specs = specs_of(opt, baseline)
     profiles = d.make_plan(opt, None, specs, [], None, cpus=2, use_gpu=True, baseline=baseline, runtime="native",
                            rps=None, p99_ms=None, rows_per_request=8, monitor=None, layout="fused")
