@@ -309,14 +309,14 @@ def _single_row_phases(result: dict[str, Any], app: Any, url: str, singles: list
     result["single_row_peak"] = peak
     half = asyncio.run(open_loop(url, singles, rate=HALF_LOAD * peak["requests_per_s"], duration=args.duration,
                                  seed=args.seed))
-    result["single_row_half_load"] = half
+    result["single_row"] = half
     print(f"  single row: peak {peak['requests_per_s']:.0f} req/s; at half load p50 {half['p50_ms']:.1f} ms, "
           f"p99 {half['p99_ms']:.1f} ms; by level {_by_level(half)}", flush=True)
 
 
 def _ratios(result: dict[str, Any]) -> None:
     a, b, c = result["baseline_served"], result["optimized_served"], result["in_process"]
-    half, peer = result["single_row_half_load"], result["peer_serve"]
+    half, peer = result["single_row"], result["peer_serve"]
     in_process_ratio = c["rows_per_s"] / result["in_process_baseline"]["rows_per_s"]
     served = b["rows_per_s"] / a["rows_per_s"]
     result["ratios"] = {
@@ -360,7 +360,7 @@ def _by_level(phase: dict[str, Any]) -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     c = result["in_process"]
-    half = result["single_row_half_load"]
+    half = result["single_row"]
     r = result["ratios"]
     lines = [
         f"Workload `{result['workload']}`, {result['rows_per_request']} rows per request, {result['clients']} "
