@@ -2,7 +2,7 @@
 request from /proc, and (``--py-spy``) a sampling profile of every replica, summed by what the
 time was spent on.
 
-    python -m benchmarks.request_profile [--workload toxic] [--layout auto] [--baseline]
+    python -m benchmarks.request_profile [--workload toxic | --artifact PATH] [--layout auto] [--baseline]
                                          [--seconds 10] [--py-spy] [--top 25]
 
 The layout is deploy's (``auto`` by default: the plan's choice); ``--baseline`` serves the
@@ -78,15 +78,14 @@ def summarise(raw: str, top: int) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import ray
 
-    import pipelines
+    from benchmarks.serving import load_pipeline
     from serving import deploy
     from serving.core.procstat import cpu_per_request, process_cpu, session_dir, session_processes
     from serving.launch.proxy import release_proxy_files, use_proxy
     from serving.measure.loadgen import closed_loop, payloads
 
-    workload = pipelines.build(args.workload, seed=args.seed)
-    opt = workload.optimize(verbose=False)
-    bodies, _ = payloads(workload.X_test, args.rows_per_request)
+    opt, X = load_pipeline(args)
+    bodies, _ = payloads(X, args.rows_per_request)
     use_proxy(None, "grpc")
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
     out: dict[str, Any] = {"workload": args.workload, "layout": args.layout, "baseline": args.baseline}
@@ -152,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.request_profile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", default="toxic")
+    parser.add_argument("--artifact", help="profile a saved artifact on its sample rows instead")
     parser.add_argument("--layout", default="auto", choices=("auto", "fused", "staged", "whole"))
     parser.add_argument("--baseline", action="store_true", help="serve the unoptimized pipeline")
     parser.add_argument("--rows-per-request", type=int, default=32)

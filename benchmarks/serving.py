@@ -147,7 +147,9 @@ def compare(phase: dict[str, Any]) -> dict[str, Any]:
             "p99_within_target": 1.0 / factor <= p99 <= factor}
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+def load_pipeline(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The optimized pipeline and the rows to send: ``--artifact``'s and its sample rows, or
+    ``--workload`` optimized here and its held-out rows."""
     import willump
 
     if args.artifact:
@@ -166,7 +168,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from serving.launch.proxy import release_proxy_files, use_proxy
 
     t0 = time.perf_counter()
-    opt, X = _load(args)
+    opt, X = load_pipeline(args)
     print(f"benchmarks.serving: optimized {args.workload} in {time.perf_counter() - t0:.1f}s "
           f"({opt.report().plan})", flush=True)
     data = labelled(args)  # time-to-accuracy: the labelled held-out rows

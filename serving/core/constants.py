@@ -10,8 +10,9 @@ without importing planning.
 CONCURRENT_BATCHES = 4
 #: a stage whose profiled CPU time is at least this share of its batch time (it waits for
 #: nothing: no remote lookups, no device) runs its batches on its replica's event loop rather
-#: than in threads: under the GIL threads overlap only waits, and each hand-off to a thread
-#: cost the ingress 1-2 ms of CPU per request (docs/benchmarks.md, lean request path)
+#: than in threads: under the GIL threads overlap only waits, and the hand-offs cost about 0.8 ms
+#: of the ingress's and 0.3 ms of a stage's CPU per 32-row request (docs/benchmarks.md, the
+#: request path, served)
 INLINE_CPU_SHARE = 0.8
 #: ... and only while its largest profiled batch takes at most this many seconds: an inline batch
 #: holds the replica's event loop (Serve's gRPC handling, health checks, deadlines and the

@@ -24,7 +24,7 @@ import yaml
 from serving.core.artifacts import ArtifactSource, path_version
 from serving.core.constants import LOOPBACK_HOSTS
 from serving.core.jsonsafe import clean
-from serving.core.specs import AppSpec, stage_specs, whole_cascade
+from serving.core.specs import AppSpec
 from serving.launch.graph import monitor_settings, row_schema, specs_of
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
 from serving.planning.planner import Plan, Resources, plan_layouts
@@ -43,9 +43,8 @@ def plan_offline(opt: Any, *, cpus: float, rows_per_request: int, rps: float | N
         profiles = [profile_baseline(opt, rows_per_request=rows_per_request)]
     else:
         merged = layout in ("whole", "auto") and len(specs) > 1 and gpus <= 0
-        wanted = stage_specs(opt) + (whole_cascade(opt) if merged else [])
         profiles = profile_stages(opt, device="gpu" if gpus > 0 else "cpu", rows_per_request=rows_per_request,
-                                  specs=wanted)
+                                  whole=merged)
         if merged:
             whole, profiles = profiles[-1], profiles[:-1]
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
@@ -53,8 +52,6 @@ def plan_offline(opt: Any, *, cpus: float, rows_per_request: int, rps: float | N
                               record_config=record_config if monitor is not None else None)
     if len(specs) == 1:
         layout = "staged"
-    elif layout == "auto" and whole is None:
-        layout = "fused"
     return plan_layouts(profiles, whole, Resources(cpus=cpus, gpus=gpus), layout=layout, rps=rps, p99_ms=p99_ms,
                         rows_per_request=rows_per_request, monitor=monitor is not None, ingress=ingress)
 

@@ -160,7 +160,7 @@ def profile_stages(
     device: str = "cpu",
     rows_per_request: int | None = None,
     skip: Sequence[str] = (),
-    specs: Sequence[StageSpec] | None = None,
+    whole: bool = False,
 ) -> list[StageProfile]:
     """Seconds per batch for each stage at each batch size, measured in this process.
 
@@ -169,11 +169,12 @@ def profile_stages(
     on a GPU. ``rows_per_request``: batches are timed as merged calls of the rows a request
     sends each stage (see :func:`time_stage`). Stages named in ``skip`` (those a GPU
     will time, :func:`profile_gpu_stage`) are left out rather than timed on the CPU for nothing.
-    ``specs``: the stages to time (default: the cheap and expensive stages, ``stage_specs``).
+    ``whole``: a cascade's every level as one stage is timed too, last
+    (:func:`serving.core.specs.whole_cascade`; layouts "whole" and "auto").
     """
     rows = profile_rows(opt, rows)
     out = []
-    for spec in stage_specs(opt) if specs is None else specs:
+    for spec in stage_specs(opt) + (whole_cascade(opt) if whole and len(opt.levels) > 1 else []):
         if spec.name in skip:
             continue
         scale = 1.0 if spec.first == 0 else unsure_share(opt)
@@ -358,9 +359,8 @@ class _Profiler:
             stages = [profile_baseline(self.opt, batch_sizes=batch_sizes, repeats=repeats,
                                        rows_per_request=rows_per_request)]
         else:
-            specs = stage_specs(self.opt) + (whole_cascade(self.opt) if whole and len(self.opt.levels) > 1 else [])
             stages = profile_stages(self.opt, batch_sizes=batch_sizes, repeats=repeats,
-                                    rows_per_request=rows_per_request, skip=skip, specs=specs)
+                                    rows_per_request=rows_per_request, skip=skip, whole=whole)
         ingress = profile_ingress(self.opt, rows_per_request, schema=RowSchema.from_dict(schema),
                                   record_config=record_config)
         return {"stages": [p.to_dict() for p in stages], "ingress": ingress.to_dict()}
