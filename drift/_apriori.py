@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from drift import _ratios
+from drift._clusters import ROW_WEIGHTS, TARGET_ROW_WEIGHTS, Clusters, design_effect
 
 #: MacroBase defaults: a combination must hold >= 1% of outliers and a ratio >= 3.
 DEFAULT_MIN_SUPPORT = 0.01
@@ -55,6 +56,9 @@ class Rows:
     #: (the control side for share ratios)
     target_floor: float = 0.0
     count_floor: float = 0.0
+    #: request key per row (equal within a request): intervals then count requests, not rows
+    #: (drift._clusters); None: independent rows
+    cluster: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -99,6 +103,14 @@ class _Weights:
             if rows.count is not None:
                 self.names.append("w2")  # Kish effective sizes of weighted means
                 self.arrays.append(rows.count * rows.count)
+        self.clusters: Clusters | None = None
+        if rows.cluster is not None:
+            c = np.ones(rows.n) if rows.count is None else rows.count
+            t = rows.target if rows.value is None else rows.value * c
+            self.clusters = Clusters(rows.cluster, t, c)
+            for name in ROW_WEIGHTS:
+                self.names.append(name)
+                self.arrays.append(self.clusters.row_weights[name])
 
 
 def _group_sums(
@@ -136,6 +148,8 @@ def _group_sums(
         else:
             sums = np.bincount(key, weights=arr[sel], minlength=size)
         out[name] = sums[local]
+    if weights.clusters is not None:
+        out.update(weights.clusters.grouped(key, local, size, sel))
     return out
 
 
@@ -143,7 +157,7 @@ def _group_sums(
 _DENSE_KEY_LIMIT = 1 << 22
 #: Key spaces up to this size (or 4x the rows counted) find supported combinations by bincount.
 _DENSE_SUPPORT_LIMIT = 1 << 16
-_SPARSE_WEIGHTS = ("target", "target_var")
+_SPARSE_WEIGHTS = ("target", "target_var", *TARGET_ROW_WEIGHTS)
 
 
 class _Relabelled:
@@ -240,6 +254,12 @@ class _Relabelled:
                 else:
                     sums = np.bincount(key_all, weights=arr, minlength=size)
             out[name] = sums[keys]
+        if self.weights.clusters is not None:
+            if key_all is None:
+                key_all = np.zeros(self.rows.n, dtype=np.int64)
+                for a, base in zip(attrs, radix, strict=True):
+                    key_all = key_all * base + self.all_rows(a)
+            out.update(self.weights.clusters.grouped(key_all, keys, size))
         return out
 
 
@@ -253,9 +273,21 @@ class Scorer:
             raise ValueError("ratio_metric='mean_shift' needs metric values")
         self.metric = metric
         self.floors = (float(rows.target_floor), float(rows.count_floor))
+        self.clustered = weights.clusters is not None
         self.totals = {}
         for name, arr in zip(weights.names, weights.arrays, strict=True):
             self.totals[name] = float(rows.n if arr is None else arr.sum())
+
+    def design_effect(self, sums: dict[str, np.ndarray], tot: dict[str, float],
+                      metric: str | None = None) -> np.ndarray | float:
+        """Each group's design effect for `metric` (drift._clusters); 1 for independent rows."""
+        if not self.clustered:
+            return 1.0
+        metric = metric or self.metric
+        t_name = "x" if metric == "mean_shift" else "target"
+        totals = {"t": tot[t_name], "c": tot["count"],
+                  **{name: tot[name] for name in ROW_WEIGHTS}}
+        return design_effect(metric, sums, totals, sums[t_name], sums["count"])
 
     def score(
         self, sums: dict[str, np.ndarray], alpha: float, totals: dict[str, float] | None = None
@@ -265,11 +297,15 @@ class Scorer:
         t, c = sums["target"], sums["count"]
         tv, cv = sums.get("target_var", 0.0), sums.get("count_var", 0.0)
         conf = alpha
+        deff = self.design_effect(sums, tot, "risk_ratio" if self.metric == "global_ratio"
+                                  else None)
         out: dict[str, np.ndarray] = {}
+        if self.clustered:
+            out["design_effect"] = np.broadcast_to(deff, np.shape(t)).astype(np.float64)
         if self.metric == "mean_shift":
             out["ratio"], out["ci_low"], out["ci_high"] = _ratios.mean_shift(
                 c, sums["x"], sums["x2"], tot["count"], tot["x"], tot["x2"], conf,
-                sums.get("w2"), tot.get("w2"),
+                sums.get("w2"), tot.get("w2"), deff,
             )
             with np.errstate(divide="ignore", invalid="ignore"):
                 out["mean_in"] = sums["x"] / c
@@ -280,16 +316,17 @@ class Scorer:
             r = c - t
             rv = np.asarray(cv, dtype=np.float64) - np.asarray(tv, dtype=np.float64)
             out["ratio"], out["ci_low"], out["ci_high"] = _ratios.share_ratio(
-                t, r, tot["target"], tot["count"] - tot["target"], conf, tv, rv, f_t, f_c
+                t, r, tot["target"], tot["count"] - tot["target"], conf, tv, rv, f_t, f_c, deff
             )
             out["risk_ratio"] = out["ratio"]
             return out
         rr = _ratios.risk_ratio(
             t, c, tot["target"], tot["count"], conf, tv, cv,
-            tot.get("target_var", 0.0), tot.get("count_var", 0.0), f_t, f_c,
+            tot.get("target_var", 0.0), tot.get("count_var", 0.0), f_t, f_c, deff,
         )
+        gr_deff = self.design_effect(sums, tot, "global_ratio")
         gr = _ratios.global_ratio(t, c, tot["target"], tot["count"], conf, tv, cv,
-                                  tot.get("target_var", 0.0), f_t, f_c)
+                                  tot.get("target_var", 0.0), f_t, f_c, gr_deff)
         chosen = rr if self.metric == "risk_ratio" else gr
         out["ratio"], out["ci_low"], out["ci_high"] = chosen
         out["risk_ratio"], out["global_ratio"] = rr[0], gr[0]
@@ -448,6 +485,8 @@ def _residual_passes(
         w = np.ones(rows.n) if arr is None else arr
         sums[name] = np.array([float(w[residual].sum())])
         totals[name] = scorer.totals[name] - float(w[removed].sum())
+    if weights.clusters is not None:
+        sums.update(weights.clusters.masked(residual))
     res = scorer.score(sums, alpha, totals)
     ratio, lo = float(res["ratio"][0]), float(res["ci_low"][0])
     ok = bool(sums["target"][0] >= min_t and _passes_one(ratio, lo, min_ratio))

@@ -62,8 +62,12 @@ def psi(current: np.ndarray, reference: np.ndarray) -> float:
     return float(np.sum((p - q) * np.log(p / q)))
 
 
-def numeric_sketch_test(current: QuantileSketch, reference: QuantileSketch) -> dict[str, Any]:
-    """KS (bounds, p from the lower bound) + normalized Wasserstein (+ error) + PSI."""
+def numeric_sketch_test(current: QuantileSketch, reference: QuantileSketch,
+                        deff: tuple[float, float] = (1.0, 1.0)) -> dict[str, Any]:
+    """KS (bounds, p from the lower bound) + normalized Wasserstein (+ error) + PSI.
+
+    `deff`: the design effects of the two sides (rows in requests, drift._clusters); the KS
+    p-value uses the effective sizes n / deff."""
     n, m = current.count, reference.count
     out: dict[str, Any] = {"test": "ks", "n_current": n, "n_reference": m}
     if n == 0 or m == 0:
@@ -84,7 +88,7 @@ def numeric_sketch_test(current: QuantileSketch, reference: QuantileSketch) -> d
     out.update(
         statistic=d_low,
         statistic_upper=d_high,
-        p_value=ks_pvalue(d_low, n, m),
+        p_value=ks_pvalue(d_low, n / max(deff[0], 1.0), m / max(deff[1], 1.0)),
         effect=effect,
         effect_error=effect_err,
         psi=psi(np.diff(cdf_cur), np.diff(cdf_ref)),
@@ -149,6 +153,7 @@ def categorical_test(
     cur_error: float = 0.0,
     ref_error: float = 0.0,
     min_expected: float = DEFAULT_MIN_EXPECTED,
+    deff: tuple[float, float] = (1.0, 1.0),
 ) -> dict[str, Any]:
     """Chi-squared on the coarsened 2 x K table + bias-corrected Jensen-Shannon distance + PSI.
 
@@ -161,6 +166,11 @@ def categorical_test(
     With heavy-hitter summaries the chi-squared test runs on `closest_table` (so undercounts
     cannot make a difference significant) and `effect_error` is how far the JS distance of that
     table lies below the raw one (0 for exact counts): effect - effect_error is a lower bound.
+
+    Rows in requests (`deff`, each side's Rao-Scott design effect, drift._clusters): sparse
+    cells and the JS bias use the effective sizes n / deff, and the chi-squared statistic is
+    divided by the two-sample design effect (Rao-Scott's first-order correction), so a
+    stationary client mix does not read as drift because clients send rows by the dozen.
     """
     codes = np.union1d(cur_codes, ref_codes)
     cur = np.zeros(codes.size, dtype=np.float64)
@@ -194,8 +204,10 @@ def categorical_test(
         else:
             reliable |= ref > 0
         separate &= reliable
+    d_c, d_r = max(float(deff[0]), 1.0), max(float(deff[1]), 1.0)
+    n_eff, m_eff = n / d_c, m / d_r
     pooled = (cur + ref) / (n + m)
-    separate &= (pooled * n >= min_expected) & (pooled * m >= min_expected)
+    separate &= (pooled * n_eff >= min_expected) & (pooled * m_eff >= min_expected)
     other_c = cur_other + float(cur[~separate].sum())
     other_r = ref_other + float(ref[~separate].sum())
     cells_c = np.append(cur[separate], other_c)
@@ -212,7 +224,11 @@ def categorical_test(
     else:
         res = stats.chi2_contingency(np.vstack((near_c, near_r)), correction=False)
         stat, p = float(res.statistic), float(res.pvalue)
-    bias = js_bias_bits(k, n, m)
+        two_sample = (d_c / n + d_r / m) / (1.0 / n + 1.0 / m)
+        if two_sample > 1.0:
+            stat /= two_sample
+            p = float(stats.chi2.sf(stat, res.dof))
+    bias = js_bias_bits(k, n_eff, m_eff)
 
     def js(a: np.ndarray, b: np.ndarray) -> float:
         if k < 2:

@@ -95,6 +95,7 @@ class Config:
     history_reservoir_size: int = DEFAULT_HISTORY_RESERVOIR_SIZE
     history_flagged_reservoir_size: int = DEFAULT_HISTORY_FLAGGED_RESERVOIR_SIZE
     max_future_seconds: float = DEFAULT_MAX_FUTURE_SECONDS
+    request_column: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,6 +168,13 @@ def build_config(
         raise TypeError(f"timestamp_column must be a column name, got {ts_col!r}")
     if ts_col in set(attrs) | set(mets) | set(feats):
         raise ValueError(f"timestamp column {ts_col!r} cannot also be an attribute/metric/feature")
+    req_col = knobs.get("request_column")
+    if req_col is not None:
+        if not isinstance(req_col, str) or not req_col:
+            raise TypeError(f"request_column must be a column name or None, got {req_col!r}")
+        if req_col in set(attrs) | set(mets) | set(feats) | {ts_col}:
+            raise ValueError(f"request column {req_col!r} cannot also be an attribute, metric, "
+                             "feature or the timestamp (request ids are keys, not values)")
     _check_knobs(knobs)
     if cheap_level is not None and not isinstance(cheap_level, (str, int, float, bool)):
         raise TypeError(f"cheap_level must be a str, int, float or bool, got {cheap_level!r}")

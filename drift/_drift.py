@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from drift._clusters import column_effects
 from drift._column_tests import (
     SortedSample,
     categorical_test,
@@ -35,6 +36,7 @@ from drift._rules import (
     Persistence,
     benjamini_hochberg,
 )
+from drift._sample import Sample
 from drift._summary import Summary
 from drift._view import View
 
@@ -85,16 +87,17 @@ def _columns(view: View, columns: Sequence[str] | None) -> list[tuple[str, str, 
             for c in names]
 
 
-def _test_column(kind: str, i: int, cur: Summary, ref: Summary) -> dict[str, Any]:
+def _test_column(kind: str, i: int, cur: Summary, ref: Summary,
+                 deff: tuple[float, float] = (1.0, 1.0)) -> dict[str, Any]:
     if kind == "numeric":
-        out = numeric_sketch_test(cur.nums[i], ref.nums[i])
+        out = numeric_sketch_test(cur.nums[i], ref.nums[i], deff)
         out["effect_name"] = "wasserstein_normalized"
         return out
     cc, rc = cur.cats[i], ref.cats[i]
     c_codes, c_counts = cc.items()
     r_codes, r_counts = rc.items()
     out = categorical_test(c_codes, c_counts, cc.other_mass, r_codes, r_counts, rc.other_mass,
-                           cc.error, rc.error)
+                           cc.error, rc.error, deff=deff)
     out["effect_name"] = "jensen_shannon"
     return out
 
@@ -118,11 +121,20 @@ def column_drift(
     if view.range is None or view.window_summary() is None:
         return DriftReport("drift", [], DRIFT_COLUMNS, {**info, "windows_evaluated": 0})
     windows: list[tuple[int, list[dict[str, Any]]]] = []
+    ref_deffs = _design_effects(view, view.reference_sample(ref)) if view.clustered else None
     for back in range(persistence.n):
         summary = view.window_summary(view.shifted(back))
         if summary is None or summary.n == 0:
             continue
-        results = [_test_column(kind, i, summary, ref.summary) for _, kind, i in cols]
+        if ref_deffs is None:
+            results = [_test_column(kind, i, summary, ref.summary) for _, kind, i in cols]
+        else:
+            cur_deffs = _design_effects(view, view.window_sample(view.shifted(back)))
+            results = [_test_column(kind, i, summary, ref.summary,
+                                    (cur_deffs[kind][i], ref_deffs[kind][i]))
+                       for _, kind, i in cols]
+            for r, (_, kind, i) in zip(results, cols, strict=True):
+                r["design_effect"] = cur_deffs[kind][i]
         adjusted = benjamini_hochberg([r.get("p_value") for r in results])
         for r, a, (name, kind, _) in zip(results, adjusted, cols, strict=True):
             r["p_adjusted"] = a
@@ -139,9 +151,17 @@ def column_drift(
         r["drifted"] = persistence.decide([w[j]["drifted_now"] for _, w in windows])
     rows.sort(key=lambda r: (not r["drifted"], -(_num(r.get("effect"))), r["column"]))
     info["windows_evaluated"] = len(windows)
+    info["unit"] = "requests" if view.clustered else "rows"
     info["drifted_columns"] = [r["column"] for r in rows if r["drifted"]]
     info["undetectable_columns"] = [r["column"] for r in rows if r["undetectable"]]
-    return DriftReport("drift", rows, DRIFT_COLUMNS, info)
+    columns = [*DRIFT_COLUMNS, "design_effect"] if view.clustered else DRIFT_COLUMNS
+    return DriftReport("drift", rows, columns, info)
+
+
+def _design_effects(view: View, sample: Sample) -> dict[str, list[float]]:
+    """Per column kind, each column's design effect measured on a sample's requests."""
+    cats, nums = column_effects(sample.cat, sample.num, sample.weight, sample.cluster)
+    return {"categorical": cats, "numeric": nums}
 
 
 def _num(v: Any) -> float:

@@ -21,6 +21,7 @@ import numpy as np
 from drift import _references, _schema, _series
 from drift._changes import TIER_DETAIL, ChangeSet
 from drift._classify import MAD, Classifier, Percentile
+from drift._clusters import request_priorities
 from drift._config import (
     Config,
 )
@@ -178,8 +179,7 @@ class Engine:
             f"{bad} row(s) dated more than {self.config.max_future_seconds:.0f} s ahead of their "
             "batch (or of the clock) were quarantined (skewed client clock?); see "
             "Monitor.stats()['quarantined']", DataWarning, stacklevel=4)
-        return Parsed(n=int(keep.sum()), ts=ts[keep], cat=parsed.cat[:, keep],
-                      num=parsed.num[:, keep]), bad
+        return parsed.take(keep), bad
 
     def _ingest_parsed(self, parsed: Parsed, quarantined: int) -> IngestReceipt:
         cfg = self.config
@@ -188,7 +188,7 @@ class Engine:
         if parsed.n == 0:
             return IngestReceipt(0, (), (), 0, True, self._durable_through(), quarantined)
         flags = self._classify(parsed.num)
-        prio = self._priorities(parsed.n)
+        prio = self._priorities(parsed.n, parsed.request)
         pane_ids = np.floor(parsed.ts / cfg.pane_seconds).astype(np.int64)
         batch_deltas = self.durability == "batch" and self._store is not None
         touched, late, deltas = log.add(pane_ids, parsed.ts, parsed.cat, parsed.num, flags,
@@ -232,7 +232,12 @@ class Engine:
                 flags |= mask.astype(np.uint32) << np.uint32(bit)
         return flags
 
-    def _priorities(self, n: int) -> np.ndarray:
+    def _priorities(self, n: int, request: np.ndarray | None = None) -> np.ndarray:
+        """Uniform sampling priorities; with request keys, one per request (a hash of its key
+        and the seed), so reservoirs keep or drop a request whole and a sample's priorities
+        identify its requests (drift._clusters)."""
+        if request is not None:
+            return request_priorities(request, self.config.seed)
         rng = np.random.default_rng([self.config.seed, self._counters["batch_seq"]])
         return rng.random(n)
 

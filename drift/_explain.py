@@ -93,6 +93,11 @@ def explanation_from(
             )
         rows.append(row)
     columns = [*attributes, *BASE_COLUMNS, *_EXTRA_COLUMNS[metric]]
+    if any("design_effect" in f.extra for f in found):
+        # intervals counted requests: how many rows one independent observation was worth
+        for row, (_, f, _) in zip(rows, prepared, strict=True):
+            row["design_effect"] = f.extra.get("design_effect")
+        columns.append("design_effect")
     full_info = {
         "attributes": list(attributes),
         "ratio_metric": "risk_ratio" if metric == "diff_risk_ratio" else metric,

@@ -29,6 +29,8 @@ class Schema:
     metrics: tuple[str, ...]
     num_features: tuple[str, ...]
     timestamp: str = "timestamp"
+    #: column holding the request id of each row (rows of a request share it), if any
+    request: str | None = None
 
     @property
     def cat_columns(self) -> tuple[str, ...]:
@@ -51,6 +53,15 @@ class Parsed:
     ts: np.ndarray  # float64 seconds
     cat: np.ndarray  # int32 (n_cat, n)
     num: np.ndarray  # float64 (n_num, n)
+    #: 64-bit hash of each row's request id (None: no request column); rows whose id is
+    #: missing get distinct keys
+    request: np.ndarray | None = None
+
+    def take(self, keep: np.ndarray) -> Parsed:
+        """The rows where `keep` (a mask) holds."""
+        return Parsed(n=int(np.count_nonzero(keep)), ts=self.ts[keep], cat=self.cat[:, keep],
+                      num=self.num[:, keep],
+                      request=None if self.request is None else self.request[keep])
 
 
 def _is_arrow(obj: object) -> bool:
@@ -184,7 +195,22 @@ def parse(
                 f"column {col!r} holds an unhashable value of type {type(bad).__name__} "
                 f"({bad!r}); categorical values must be str, int, float or bool"
             ) from exc
-    return Parsed(n=n, ts=ts, cat=cat, num=num)
+    # a batch without the request column (an offline reference, say): its rows stand alone
+    request = (request_keys(frame[schema.request])
+               if schema.request is not None and schema.request in frame.columns else None)
+    return Parsed(n=n, ts=ts, cat=cat, num=num, request=request)
+
+
+def request_keys(values: pd.Series) -> np.ndarray:
+    """A 64-bit key per row, equal for equal request ids (any hashable: str, int ...). Rows
+    without an id stand alone: each gets a key of its own (its position, tagged)."""
+    keys = pd.util.hash_pandas_object(values, index=False, categorize=False).to_numpy(
+        dtype=np.uint64, copy=True)
+    missing = values.isna().to_numpy()
+    if missing.any():
+        alone = np.flatnonzero(missing).astype(np.uint64)
+        keys[missing] = (alone * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(0xA5A5A5A5A5A5A5A5)
+    return keys
 
 
 def _hashable(value: object) -> bool:

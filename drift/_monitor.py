@@ -91,6 +91,10 @@ class Monitor:
         once a pane leaves the window (time-range queries on history use them).
     reference_reservoir_size : rows sampled per stratum for a reference.
     auto_reference_panes : freeze the first N closed panes as the 'default' reference.
+    request_column : column holding each row's request id (serving writes ``request_id``).
+        Rows of one request share its latency, client and time, so every interval and test
+        then counts requests, not rows (cluster-robust design effects, drift._clusters), and
+        samples keep or drop a request whole. None: rows are independent.
     max_future_seconds : rows dated further than this past their batch's median time (or past
         a live clock) are quarantined, not allowed to close every pane.
     clock : 'auto' (default: the wall clock once event times are live, i.e. within
@@ -133,6 +137,7 @@ class Monitor:
         reference_reservoir_size: int = DEFAULT_REFERENCE_RESERVOIR_SIZE,
         auto_reference_panes: int | None = None,
         max_future_seconds: float = DEFAULT_MAX_FUTURE_SECONDS,
+        request_column: str | None = None,
         clock: str | Callable[[], float] | None = "auto",
         directory: str | os.PathLike | None = None,
         durability: str = "pane",
@@ -157,7 +162,7 @@ class Monitor:
             high_tail_metrics=None if high_tail_metrics is None else list(high_tail_metrics),
             history_reservoir_size=history_reservoir_size,
             history_flagged_reservoir_size=history_flagged_reservoir_size,
-            max_future_seconds=max_future_seconds,
+            max_future_seconds=max_future_seconds, request_column=request_column,
         )
         self.directory = None if directory is None else os.fspath(directory)
         self.durability = durability

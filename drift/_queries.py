@@ -26,6 +26,7 @@ from drift._classify import Classifier, Predicate, as_classifier, check_columns,
 from drift._errors import NoReferenceError, SchemaError
 from drift._explain import check_params, explanation_from
 from drift._results import Explanation
+from drift._sample import Sample
 from drift._view import View, no_data
 
 __all__ = [
@@ -100,6 +101,15 @@ def resolve_classifier(
     return clf, name, f"reference {ref.name!r}"
 
 
+def unit_info(view: View, sample: Sample) -> dict[str, Any]:
+    """What support and intervals count: support always counts rows; with a request column
+    the intervals count requests (design effects), and the sample's requests are reported."""
+    if not view.clustered:
+        return {"unit": "rows"}
+    requests = 0 if sample.cluster is None else int(np.unique(sample.cluster).size)
+    return {"unit": "requests", "requests_sampled": requests}
+
+
 def explain_anomalies(
     view: View,
     metric: str | None,
@@ -122,7 +132,7 @@ def explain_anomalies(
     names = [view.schema.cat_columns[i] for i in idx]
     sample = view.window_sample()
     info: dict[str, Any] = {"window": view.window_info(), "rows_sampled": sample.size,
-                            "exact": sample.exact}
+                            "exact": sample.exact, **unit_info(view, sample)}
     numeric = view.schema.num_columns
     w = sample.weight
     var = sample.sampling_var
@@ -136,7 +146,8 @@ def explain_anomalies(
         value = sample.num[numeric.index(metric)]
         keep = np.isfinite(value)
         rows = Rows(codes=sample.cat[idx][:, keep], cards=cards, target=w[keep], count=w[keep],
-                    target_var=var[keep], count_var=var[keep], value=value[keep])
+                    target_var=var[keep], count_var=var[keep], value=value[keep],
+                    cluster=None if sample.cluster is None else sample.cluster[keep])
         info["metric"] = metric
     else:
         values = sample.column_values(numeric)
@@ -146,7 +157,7 @@ def explain_anomalies(
         rows = Rows(codes=sample.cat[idx], cards=cards, target=w * flags, count=w,
                     target_var=var * flags, count_var=var,
                     target_floor=sample.zero_cell_floor(mask),
-                    count_floor=sample.zero_cell_floor())
+                    count_floor=sample.zero_cell_floor(), cluster=sample.cluster)
         info["classifier"] = {"name": name, **clf.describe(), "fitted_on": fitted_on}
         info["metric"] = metric if metric is not None else _single_column(clf)
     found, totals = _apriori.mine(rows, ratio_metric, min_support, min_ratio, max_order,
@@ -207,6 +218,8 @@ def explain_difference(
         target_var=np.concatenate((test.sampling_var, zeros)),
         count_var=np.concatenate((test.sampling_var, control.sampling_var)),
         target_floor=test.zero_cell_floor(), count_floor=control.zero_cell_floor(),
+        cluster=None if test.cluster is None else np.concatenate(
+            (test.cluster, control.cluster + 2.0)),  # keys are in (0, 1): the sides kept apart
     )
     found, totals = _apriori.mine(rows, ratio_metric, min_support, min_ratio, max_order,
                                   confidence)
@@ -217,6 +230,7 @@ def explain_difference(
         "rows_sampled": cur.size,
         "reference_rows_sampled": base.size,
         "exact": cur.exact and base.exact,
+        **unit_info(view, cur),
         "params": {"min_support": min_support, "min_ratio": min_ratio, "max_order": max_order,
                    "confidence": confidence},
     }

@@ -25,6 +25,12 @@ the exposures (var(log e1) + var(log e2), mapped to p's scale). Clopper-Pearson 
 (p n_eff, (1 - p) n_eff). On exact data this is the exact interval. (Shrinking each cell to its
 own Kish count, as before, moved the centre whenever the two sides' weights differed.)
 
+Clustered rows. Rows that arrive in requests share their request's latency, client and time,
+so they are not independent draws. Every interval takes a design effect `deff` (Kish 1965):
+the cluster-robust (sandwich) variance of the statistic over the row-wise one, computed per
+combination in drift._clusters. The effective binomial size is divided by it (never multiplied:
+deff < 1 counts as 1), so the interval stays the conditional exact one on fewer, honest rows.
+
 Zero sampled cells. A Horvitz-Thompson variance is a sum over the rows sampled in the cell, so
 a cell whose few expected sample rows all happened to be missed gets variance 0 and looks
 exact: a combination with 7 sampled window rows and none in the sampled reference read as a
@@ -78,9 +84,11 @@ def effective_binomial(
     var_a: np.ndarray | float = 0.0,
     var_c: np.ndarray | float = 0.0,
     var_log_e: np.ndarray | float = 0.0,
+    deff: np.ndarray | float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(successes, failures) of one effective binomial with p = a / (a + c) and the variance
-    of the estimated p (binomial + delta-method sampling variance + exposure variance)."""
+    of the estimated p (binomial + delta-method sampling variance + exposure variance),
+    shrunk by the design effect `deff` of clustered rows (drift._clusters; 1: independent)."""
     a = np.maximum(np.asarray(a, dtype=np.float64), 0.0)
     c = np.maximum(np.asarray(c, dtype=np.float64), 0.0)
     t = a + c
@@ -94,6 +102,7 @@ def effective_binomial(
         kish = np.where(t > 0, t * t / (t + np.maximum(var_a + var_c, 0.0)), 0.0)
         n_eff = np.where((p > 0) & (q > 0), n_eff, kish)
         n_eff = np.minimum(np.nan_to_num(n_eff, nan=0.0), np.where(t > 0, t, 0.0))
+        n_eff = n_eff / np.maximum(np.nan_to_num(deff, nan=1.0), 1.0)
     return p * n_eff, q * n_eff
 
 
@@ -106,6 +115,7 @@ def rate_ratio(
     var_a: np.ndarray | float = 0.0,
     var_c: np.ndarray | float = 0.0,
     var_log_e: np.ndarray | float = 0.0,
+    deff: np.ndarray | float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(a / e1) / (c / e2) with conditional exact bounds (see module docstring)."""
     a = np.asarray(a, dtype=np.float64)
@@ -117,7 +127,7 @@ def rate_ratio(
     c = np.where(c <= tol, 0.0, c)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(c > 0, (a / e1) / (c / e2), np.where(a > 0, np.inf, np.nan))
-        x, y = effective_binomial(a, c, var_a, var_c, var_log_e)
+        x, y = effective_binomial(a, c, var_a, var_c, var_log_e, deff)
         lo_p, hi_p = _binomial_bounds(x, y, alpha)
         scale = e2 / e1
         lo, hi = _odds(lo_p) * scale, _odds(hi_p) * scale
@@ -141,6 +151,7 @@ def risk_ratio(
     total_var_n: float = 0.0,
     floor_o: float = 0.0,
     floor_n: float = 0.0,
+    deff: np.ndarray | float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ratio, lower, upper) of each group's outlier rate against the rest's."""
     o = np.asarray(o, dtype=np.float64)
@@ -153,6 +164,7 @@ def risk_ratio(
     ratio, lo, hi = rate_ratio(
         o, total_o - o, n, rest_n, alpha, var_o + floor_o,
         np.maximum(total_var_o - var_o, 0.0) + floor_o, np.where(defined, var_log_e, 0.0),
+        deff,
     )
     nan = np.full(ratio.shape, np.nan)
     return np.where(defined, ratio, nan), np.where(defined, lo, nan), np.where(defined, hi, nan)
@@ -169,6 +181,7 @@ def global_ratio(
     total_var_o: float = 0.0,
     floor_o: float = 0.0,
     floor_n: float = 0.0,
+    deff: np.ndarray | float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ratio, lower, upper) of each group's outlier rate against the overall rate."""
     o = np.asarray(o, dtype=np.float64)
@@ -180,7 +193,7 @@ def global_ratio(
         rest = np.maximum(total_o - o, 0.0)
         x, y = effective_binomial(o, rest, var_o + floor_o,
                                   np.maximum(total_var_o - var_o, 0.0) + floor_o,
-                                  (np.maximum(var_n, 0.0) + floor_n) / n**2)
+                                  (np.maximum(var_n, 0.0) + floor_n) / n**2, deff)
         lo_p, hi_p = _binomial_bounds(x, y, alpha)
         scale = total_n / n
         lo, hi = lo_p * scale, hi_p * scale
@@ -198,6 +211,7 @@ def share_ratio(
     var_r: np.ndarray | float = 0.0,
     floor_o: float = 0.0,
     floor_r: float = 0.0,
+    deff: np.ndarray | float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ratio, lower, upper) of each group's share of test rows over its share of control."""
     o = np.asarray(o, dtype=np.float64)
@@ -205,7 +219,8 @@ def share_ratio(
     defined = ((o > 0) | (r > 0)) & (total_o > 0) & (total_r > 0)
     ratio, lo, hi = rate_ratio(o, r, np.full(o.shape, float(total_o)),
                                np.full(o.shape, float(total_r)), alpha,
-                               np.maximum(var_o, 0.0) + floor_o, np.maximum(var_r, 0.0) + floor_r)
+                               np.maximum(var_o, 0.0) + floor_o, np.maximum(var_r, 0.0) + floor_r,
+                               deff=deff)
     nan = np.full(ratio.shape, np.nan)
     return np.where(defined, ratio, nan), np.where(defined, lo, nan), np.where(defined, hi, nan)
 
@@ -220,6 +235,7 @@ def mean_shift(
     alpha: float,
     w2_sum: np.ndarray | None = None,
     total_w2: float | None = None,
+    deff: np.ndarray | float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ratio, lower, upper) of each group's metric mean over the rest's mean (> 0 only).
 
@@ -244,7 +260,8 @@ def mean_shift(
         )
         defined = (k_in > 1) & (k_out > 1) & (m_in > 0) & (m_out > 0)
         ratio = m_in / m_out
-        se = np.sqrt(v_in / (k_in * m_in**2) + v_out / (k_out * m_out**2))
+        se = np.sqrt((v_in / (k_in * m_in**2) + v_out / (k_out * m_out**2))
+                     * np.maximum(np.nan_to_num(deff, nan=1.0), 1.0))
         z = stats.norm.ppf(1.0 - alpha / 2.0)
         lo, hi = ratio * np.exp(-z * se), ratio * np.exp(z * se)
     nan = np.full(ratio.shape, np.nan)

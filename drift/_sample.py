@@ -23,6 +23,9 @@ class Sample:
     num: np.ndarray
     flags: np.ndarray
     weight: np.ndarray
+    #: request key per row (its sampling priority, shared by a request's rows) when rows came
+    #: in requests (drift._clusters); None: independent rows
+    cluster: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -39,12 +42,16 @@ class Sample:
         return self.weight * (self.weight - 1.0)
 
     @classmethod
-    def from_reservoirs(cls, reservoirs: Sequence[Reservoir], n_cat: int, n_num: int) -> Sample:
+    def from_reservoirs(cls, reservoirs: Sequence[Reservoir], n_cat: int, n_num: int,
+                        clustered: bool = False) -> Sample:
+        """The union of reservoirs; `clustered`: their rows came in requests, each request's
+        rows sharing one priority, which then serves as the request key."""
         parts = [r for r in reservoirs if r is not None]
         if not parts:
             return cls(
                 np.zeros((n_cat, 0), dtype=np.int32), np.zeros((n_num, 0)),
                 np.zeros(0, dtype=np.uint32), np.zeros(0),
+                np.zeros(0) if clustered else None,
             )
         weights = [r.weights() for r in parts]  # compacts
         return cls(
@@ -52,6 +59,7 @@ class Sample:
             np.concatenate([r.num for r in parts], axis=1),
             np.concatenate([r.flags for r in parts]),
             np.concatenate(weights),
+            np.concatenate([r.prio for r in parts]) if clustered else None,
         )
 
     def thin(self, max_rows: int) -> Sample:
@@ -60,14 +68,19 @@ class Sample:
         if self.size <= max_rows:
             return self
         k = -(-self.size // max_rows)
-        idx = np.arange(0, self.size, k)
+        if self.cluster is None:
+            idx = np.arange(0, self.size, k)
+        else:  # whole requests: every k-th request by key (keys are uniform priorities)
+            _, inverse = np.unique(self.cluster, return_inverse=True)
+            idx = np.flatnonzero((inverse.ravel() % k) == 0)
         w = self.weight[idx].copy()
         for stratum in (self.flags == 0, self.flags != 0):
             kept = stratum[idx]
             total, part = float(self.weight[stratum].sum()), float(w[kept].sum())
             if part > 0:
                 w[kept] *= total / part
-        return Sample(self.cat[:, idx], self.num[:, idx], self.flags[idx], w)
+        return Sample(self.cat[:, idx], self.num[:, idx], self.flags[idx], w,
+                      None if self.cluster is None else self.cluster[idx])
 
     def zero_cell_floor(self, rows: np.ndarray | None = None) -> float:
         """Variance floor of a cell total estimated from these rows (drift._ratios): half a row

@@ -47,6 +47,7 @@ def build_schema(config: Config, kinds: Mapping[str, str],
         metrics=tuple(config.metrics),
         num_features=tuple(k for k, v in kinds.items() if v == "numeric"),
         timestamp=config.timestamp_column,
+        request=config.request_column,
     )
     for name, clf in classifiers.items():
         bad = [c for c in clf.columns if c not in schema.num_columns]

@@ -22,6 +22,14 @@ Planted families for the sampled regime (change at `change_pane`):
 - client_50k: a 50,000-level `client` attribute; one client holding 2% of rows gets x3.
 - confounded_mix: a segment that is always 3x slower grows from 2% to 10% of traffic: p99
   rises with no segment getting slower; the cause is the segment (in explain and mix shift).
+- slow_client, slow_replica, bad_version: one client (or replica, or model version) holding
+  2-20% of rows gets latency x3 (request-level causes).
+
+Serving-shaped streams (`request_rows=(lo, hi)`): rows come in requests of lo..hi rows, as
+serving sends them. The rows of a request share its time, latency, error and the request-level
+attributes (REQUEST_ATTRIBUTES: the client, where it was served, by which version); the other
+columns vary by row. Each row carries its `request_id`. `clients=k` gives the client attribute
+k Zipf-distributed levels (exponent CLIENT_ZIPF), as real clients are.
 """
 
 from __future__ import annotations
@@ -39,7 +47,9 @@ FEATURES = {"f_num": "numeric", "f_heavy": "numeric", "f_cat": "categorical"}
 LEVEL = "level"
 KINDS = ("latency_combo", "mix_shift", "conditional", "gradual", "null_heavy", "null_seasonal",
          "null_iid", "null_ar1", "nested", "two_causes", "latency_x1_5", "client_50k",
-         "confounded_mix")
+         "confounded_mix", "slow_client", "slow_replica", "bad_version")
+#: Request-level causes: one value of the attribute gets latency x LATENCY_FACTOR.
+REQUEST_CAUSES = {"slow_client": "client", "slow_replica": "replica", "bad_version": "version"}
 NULL_KINDS = ("null_iid", "null_seasonal", "null_ar1", "null_heavy")
 #: AR(1) load of the null_ar1 stream: coefficient, latency-level sd (log scale), f_num mean sd.
 AR_PHI, AR_LATENCY_SD, AR_FEATURE_SD = 0.8, 0.03, 0.02
@@ -59,6 +69,11 @@ SEASON_VOLUME, SEASON_LATENCY = 0.6, 0.15
 SEGMENT_EFFECT_SD = 0.02
 #: A confident small-model answer (the cheap cascade level answers it).
 CHEAP_CONFIDENCE = 0.6
+#: Columns a request's rows share in serving-shaped streams (the rest vary by row).
+REQUEST_ATTRIBUTES = ("region", "version", "replica", "client", "device")
+REQUEST_COLUMNS = ("timestamp", *REQUEST_ATTRIBUTES, "latency_ms", "error")
+#: Zipf exponent of the client attribute when `clients` is set.
+CLIENT_ZIPF = 1.1
 
 
 def _values(attr: str, k: int) -> list[str]:
@@ -93,15 +108,26 @@ class Stream:
     season_panes: int = 240
     t0: float = 1_700_000_000.0
     planted: dict[str, Any] = field(default_factory=dict)
+    #: rows per request, uniform on (lo, hi); None: independent rows
+    request_rows: tuple[int, int] | None = None
+    #: levels of the client attribute (Zipf); None: the default 5
+    clients: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.request_rows is not None:
+            lo, hi = self.request_rows
+            if not 1 <= lo <= hi:
+                raise ValueError(f"request_rows must be (lo, hi) with 1 <= lo <= hi, got "
+                                 f"{self.request_rows!r}")
         rng = np.random.default_rng([self.seed, 7919])
-        self.values = {a: _values(a, k) for a, k in zip(ATTRIBUTES, CARDINALITIES, strict=True)}
+        cards = [self.clients if a == "client" and self.clients else k
+                 for a, k in zip(ATTRIBUTES, CARDINALITIES, strict=True)]
+        self.values = {a: _values(a, k) for a, k in zip(ATTRIBUTES, cards, strict=True)}
         self.probs = {}
-        for a, k in zip(ATTRIBUTES, CARDINALITIES, strict=True):
-            p = _zipf(k)
+        for a, k in zip(ATTRIBUTES, cards, strict=True):
+            p = _zipf(k, CLIENT_ZIPF) if a == "client" and self.clients else _zipf(k)
             self.probs[a] = p[rng.permutation(k)]
         if self.kind == "latency_combo":
             self.planted = self._pick_combo(rng)
@@ -136,6 +162,12 @@ class Stream:
             self.planted = {"attributes": {attr: special}}
         if self.kind == "client_50k":
             self.planted = {"attributes": {"client": "client_big"}}
+        if self.kind in REQUEST_CAUSES:
+            attr = REQUEST_CAUSES[self.kind]
+            share = self.probs[attr]
+            ok = np.flatnonzero((share >= 0.02) & (share <= 0.20))
+            i = int(ok[np.argmax(share[ok])]) if ok.size else int(np.argmin(abs(share - 0.1)))
+            self.planted = {"attributes": {attr: self.values[attr][i]}}
         self.segment_effect = {
             a: np.exp(rng.normal(0.0, SEGMENT_EFFECT_SD, len(self.values[a]))) for a in ATTRIBUTES
         }
@@ -143,11 +175,12 @@ class Stream:
     def _pick_combo(self, rng: np.random.Generator) -> dict[str, Any]:
         for _ in range(1000):
             a, b = rng.choice(len(ATTRIBUTES), 2, replace=False)
-            i = int(rng.integers(CARDINALITIES[a]))
-            j = int(rng.integers(CARDINALITIES[b]))
             attr_a, attr_b = ATTRIBUTES[a], ATTRIBUTES[b]
+            i = int(rng.integers(len(self.values[attr_a])))
+            j = int(rng.integers(len(self.values[attr_b])))
             share = self.probs[attr_a][i] * self.probs[attr_b][j]
-            if 0.01 <= share <= 0.10:
+            if 0.01 <= share <= 0.10 and (self.request_rows is None or (
+                    attr_a in REQUEST_ATTRIBUTES and attr_b in REQUEST_ATTRIBUTES)):
                 return {"attributes": {attr_a: self.values[attr_a][i],
                                        attr_b: self.values[attr_b][j]}, "share": float(share)}
         raise RuntimeError("no combination with a 1-10% share")  # pragma: no cover
@@ -155,7 +188,7 @@ class Stream:
     def _pick_segment(self, rng: np.random.Generator) -> dict[str, Any]:
         for _ in range(1000):
             a = int(rng.integers(len(ATTRIBUTES)))
-            i = int(rng.integers(CARDINALITIES[a]))
+            i = int(rng.integers(len(self.values[ATTRIBUTES[a]])))
             if 0.08 <= self.probs[ATTRIBUTES[a]][i] <= 0.35:
                 return {ATTRIBUTES[a]: self.values[ATTRIBUTES[a]][i]}
         raise RuntimeError("no segment with an 8-35% share")  # pragma: no cover
@@ -180,7 +213,14 @@ class Stream:
     def pane(self, p: int) -> pd.DataFrame:
         rng = np.random.default_rng([self.seed, 104729, p])
         volume = 1.0 + (SEASON_VOLUME * self.season(p) if self.kind == "null_seasonal" else 0.0)
-        n = int(rng.poisson(self.rate * self.pane_seconds * volume))
+        sizes = None
+        if self.request_rows is None:
+            n = int(rng.poisson(self.rate * self.pane_seconds * volume))
+        else:
+            lo, hi = self.request_rows
+            m = int(rng.poisson(self.rate * self.pane_seconds * volume * 2.0 / (lo + hi)))
+            sizes = rng.integers(lo, hi + 1, m)
+            n = int(sizes.sum())
         start = self.t0 + p * self.pane_seconds
         data: dict[str, Any] = {
             "timestamp": start + np.sort(rng.random(n)) * self.pane_seconds,
@@ -208,6 +248,11 @@ class Stream:
             names[big] = "client_big"
             data["client"] = names
             codes["client"] = np.where(big, -1, ids % CARDINALITIES[3])
+        if sizes is not None:  # a request's rows share its request-level attributes
+            first = np.repeat(np.cumsum(sizes) - sizes, sizes)
+            for a in REQUEST_ATTRIBUTES:
+                codes[a], data[a] = codes[a][first], np.asarray(data[a])[first]
+            data["timestamp"] = data["timestamp"][first]
         factor = np.ones(n)
         for a in ATTRIBUTES:
             factor *= self.segment_effect[a][np.maximum(codes[a], 0) % len(self.values[a])]
@@ -222,7 +267,7 @@ class Stream:
             level, f_shift = self.ar_level(p)
             latency *= float(np.exp(level))
         if self.changed(p):
-            if self.kind in ("latency_combo", "nested", "client_50k"):
+            if self.kind in ("latency_combo", "nested", "client_50k", *REQUEST_CAUSES):
                 latency[self.mask(data)] *= LATENCY_FACTOR
             elif self.kind == "latency_x1_5":
                 latency[self.mask(data)] *= 1.5
@@ -231,6 +276,11 @@ class Stream:
                     latency[self.mask(data, cause)] *= LATENCY_FACTOR
         if self.kind == "confounded_mix":
             latency[self.mask(data)] *= CONFOUNDED_FACTOR  # always slower: not a change
+        error = (rng.random(n) < 0.01).astype(np.float64)
+        if sizes is not None:  # one latency and one outcome per request
+            latency, error = latency[first], error[first]
+            data["request_id"] = np.repeat(
+                np.array([f"{self.seed}-{p}-{k}" for k in range(sizes.size)], dtype=object), sizes)
         confidence = rng.beta(6.0, 2.0, n)
         f_num = rng.normal(f_shift, 1.0, n)
         if self.kind == "conditional" and self.changed(p):
@@ -240,7 +290,7 @@ class Stream:
         data.update(
             latency_ms=latency,
             confidence=confidence,
-            error=(rng.random(n) < 0.01).astype(np.float64),
+            error=error,
             level=np.where(confidence >= CHEAP_CONFIDENCE, 0, 1),
             f_num=f_num,
             f_heavy=rng.standard_t(3.0, n),

@@ -235,7 +235,8 @@ class View:
     def window_sample(self, rng: tuple[int, int] | None = None) -> Sample:
         src = self.sources(rng)
         return Sample.from_reservoirs([s.reservoir for _, _, s in src],
-                                      len(self.schema.cat_columns), len(self.schema.num_columns))
+                                      len(self.schema.cat_columns), len(self.schema.num_columns),
+                                      self.clustered)
 
     def window_info(self, rng: tuple[int, int] | None = None) -> dict[str, Any]:
         rng = self.range if rng is None else rng
@@ -291,7 +292,13 @@ class View:
     def reference_sample(self, ref: Reference) -> Sample:
         res = ref.summary.reservoir
         return Sample.from_reservoirs([] if res is None else [res], len(self.schema.cat_columns),
-                                      len(self.schema.num_columns))
+                                      len(self.schema.num_columns), self.clustered)
+
+    @property
+    def clustered(self) -> bool:
+        """Rows came in requests (a request column is configured): samples carry request keys
+        and every interval counts requests (drift._clusters)."""
+        return self.schema.request is not None
 
     def range_reference(self, rng: tuple[int, int], label: str) -> Reference:
         """A reference made of a time range of this monitor's own history."""

@@ -28,7 +28,7 @@ from serving.core.specs import (
 )
 from serving.planning.planner import Plan
 from serving.runtime.calls import default_deadline_s
-from serving.runtime.records import build_records
+from serving.runtime.records import REQUEST_COLUMN, build_records
 from serving.runtime.stage_runner import module_groups
 from willump import OptimizedPipeline
 
@@ -90,7 +90,7 @@ def monitor_settings(monitor: dict[str, Any] | None, opt: OptimizedPipeline) -> 
     config = {
         "attributes": attributes, "metrics": ["latency_ms", "score"], "features": features,
         "level_column": "level", "cheap_level": "0", "confidence_column": "confidence",
-        "error_column": "error", **options,
+        "error_column": "error", "request_column": REQUEST_COLUMN, **options,
     }
     records = {"input_attributes": input_attributes, "request_attributes": request_attributes,
                "buckets": buckets, "features": features}

@@ -217,6 +217,7 @@ class Ingress(HttpEdge):
         rid = request.headers.get("x-request-id", "")
         own = not _REQUEST_ID.match(rid)
         rid = uuid.uuid4().hex if own else rid
+        request.state.request_id = rid  # the monitor's records carry it (rows of one request)
         start = time.perf_counter()
         status = 200
         admitted = False
@@ -329,7 +330,8 @@ class Ingress(HttpEdge):
             self.metrics.count("willump_gear_rows", n, gear=str(gear))
         if self.records is not None:  # built for every request; a probe's are not sent (its CPU counts)
             columns = record_columns(frame, proba, level, replica, latency_ms, started, self.version,
-                                     body.attributes, self.records.config, gear=gear)
+                                     body.attributes, self.records.config, gear=gear,
+                                     request_id=getattr(request.state, "request_id", None))
             if not probe:
                 self.records.add(columns)
         return Response(predict_answer(self.classes, proba, level, degraded, self.version, self.gears.fields(gear)),

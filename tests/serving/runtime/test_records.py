@@ -43,8 +43,12 @@ def test_record_columns_hold_every_configured_field():
     frame = _frame(10)
     cols = _columns(frame, region=None)
     assert set(cols) == {"timestamp", "model_version", "replica", "level", "dest", "distance_bucket", "region",
-                         "latency_ms", "confidence", "score", "error", "distance"}
+                         "latency_ms", "confidence", "score", "error", "distance", "request_id"}
     assert all(len(v) == 10 for v in cols.values())
+    assert all(v is None for v in cols["request_id"])  # no id given: each row stands alone
+    with_id = record_columns(frame, np.full((10, 2), 0.5), np.zeros(10, dtype=int), np.full(10, "r"), 1.0,
+                             0.0, "v1", None, CONFIG, request_id="abc")
+    assert (with_id["request_id"] == "abc").all()  # one request's rows share its id
     assert (cols["region"] == "<none>").all() and (cols["level"] == np.array(["0", "1"] * 5)).all()
     np.testing.assert_allclose(cols["confidence"], np.maximum(np.linspace(0, 1, 10), 1 - np.linspace(0, 1, 10)))
     missing = frame["dest"].isna().to_numpy()
