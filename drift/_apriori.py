@@ -83,7 +83,7 @@ class Found:
         return len(self.combo)
 
 
-class _Weights:
+class Weights:
     """The per-row weight arrays summed for every combination, in a fixed order."""
 
     def __init__(self, rows: Rows) -> None:
@@ -115,7 +115,7 @@ class _Weights:
 
 def _group_sums(
     rows: Rows,
-    weights: _Weights,
+    weights: Weights,
     attrs: tuple[int, ...],
     combos: np.ndarray,
     start: np.ndarray | None = None,
@@ -167,7 +167,7 @@ class _Relabelled:
     Target weights are counted on the rows that carry any (outlier rows), the rest on all rows.
     """
 
-    def __init__(self, rows: Rows, weights: _Weights, kept: list[np.ndarray], tidx: np.ndarray):
+    def __init__(self, rows: Rows, weights: Weights, kept: list[np.ndarray], tidx: np.ndarray):
         self.rows, self.weights, self.kept, self.tidx = rows, weights, kept, tidx
         self.luts = []
         for a, vals in enumerate(kept):
@@ -266,7 +266,7 @@ class _Relabelled:
 class Scorer:
     """Turns per-combination sums into the chosen ratio with its confidence interval."""
 
-    def __init__(self, rows: Rows, weights: _Weights, metric: str) -> None:
+    def __init__(self, rows: Rows, weights: Weights, metric: str) -> None:
         if metric not in RATIO_METRICS:
             raise ValueError(f"ratio_metric must be one of {RATIO_METRICS}, got {metric!r}")
         if metric == "mean_shift" and rows.value is None:
@@ -362,7 +362,7 @@ def mine(
         raise ValueError(f"min_ratio must be > 0, got {min_ratio!r}")
     if int(max_order) != max_order or not 1 <= max_order <= 3:
         raise ValueError(f"max_order must be 1, 2 or 3, got {max_order!r}")
-    weights = _Weights(rows)
+    weights = Weights(rows)
     scorer = Scorer(rows, weights, metric)
     d = rows.codes.shape[0]
     t = rows.target
@@ -469,7 +469,7 @@ MAX_RESIDUAL_CHECKS = 100
 
 def _residual_passes(
     rows: Rows,
-    weights: _Weights,
+    weights: Weights,
     scorer: Scorer,
     inside: np.ndarray,
     removed: np.ndarray,
@@ -495,7 +495,7 @@ def _residual_passes(
 
 def _drop_riders(
     rows: Rows,
-    weights: _Weights,
+    weights: Weights,
     scorer: Scorer,
     reported: list[Found],
     min_t: float,

@@ -15,7 +15,7 @@ import numpy as np
 from scipy import stats
 
 from drift._column_tests import SortedSample, kish
-from drift._drift import SEGMENT_TEST_ROWS, _segment_mask, _segments
+from drift._drift import SEGMENT_TEST_ROWS, pick_segments, segment_mask
 from drift._results import CascadeHealth
 from drift._rules import benjamini_hochberg
 from drift._view import View
@@ -66,7 +66,7 @@ def cascade_health(
     attrs = [a for a in schema.attributes if a != cfg.level_column]
     cur = view.window_sample().thin(SEGMENT_TEST_ROWS)
     base = view.reference_sample(ref).thin(SEGMENT_TEST_ROWS)
-    segs = [{}] + [s for s in _segments(view, None, min_share, max_segments)
+    segs = [{}] + [s for s in pick_segments(view, None, min_share, max_segments)
                    if next(iter(s)) != cfg.level_column]
     info: dict[str, Any] = {
         "window": view.window_info(), "reference": dict(ref.info),
@@ -90,8 +90,8 @@ def cascade_health(
         conf_sorted = SortedSample(cur.num[ci], base.num[ci], cur.weight, base.weight)
     rows = []
     for seg in segs:
-        mc = _segment_mask(view, cur.cat, seg)
-        mr = _segment_mask(view, base.cat, seg)
+        mc = segment_mask(view, cur.cat, seg)
+        mr = segment_mask(view, base.cat, seg)
         row: dict[str, Any] = {a: None for a in attrs}
         row.update(seg)
         n_c, n_r = kish(cur.weight[mc]), kish(base.weight[mr])

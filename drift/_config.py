@@ -13,7 +13,7 @@ from typing import Any
 
 from drift._classify import Classifier, ErrorFlag, as_classifier, check_columns, default_classifier
 from drift._counts import DEFAULT_MAX_VALUES
-from drift._encode import DEFAULT_MAX_CODES
+from drift._encode import DEFAULT_MAX_CODES, DEFAULT_MAX_VALUE_LENGTH, TRUNCATION_MARKER
 from drift._reservoir import DEFAULT_FLAGGED_RESERVOIR_SIZE, DEFAULT_RESERVOIR_SIZE
 from drift._sketch import DEFAULT_RELATIVE_ACCURACY
 
@@ -85,6 +85,7 @@ class Config:
     retention_panes: int = DEFAULT_RETENTION_PANES
     max_values: int = DEFAULT_MAX_VALUES
     max_codes: int = DEFAULT_MAX_CODES
+    max_value_length: int = DEFAULT_MAX_VALUE_LENGTH
     relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY
     reservoir_size: int = DEFAULT_RESERVOIR_SIZE
     flagged_reservoir_size: int = DEFAULT_FLAGGED_RESERVOIR_SIZE
@@ -234,8 +235,8 @@ def _check_knobs(knobs: dict[str, Any]) -> None:
     if lateness is not None and (not isinstance(lateness, (int, float)) or lateness < 0):
         raise ValueError(f"allowed_lateness_seconds must be >= 0, got {lateness!r}")
     ints = ("window_panes", "detail_panes", "rollup_panes", "retention_panes", "max_values",
-            "max_codes", "reservoir_size", "flagged_reservoir_size", "reference_reservoir_size",
-            "history_reservoir_size", "history_flagged_reservoir_size")
+            "max_codes", "max_value_length", "reservoir_size", "flagged_reservoir_size",
+            "reference_reservoir_size", "history_reservoir_size", "history_flagged_reservoir_size")
     future = knobs.get("max_future_seconds")
     if future is not None and (isinstance(future, bool) or not isinstance(future, (int, float))
                                or not future > 0):
@@ -246,6 +247,10 @@ def _check_knobs(knobs: dict[str, Any]) -> None:
             raise ValueError(f"{key} must be a positive integer, got {v!r}")
     if knobs.get("max_codes") is not None and knobs["max_codes"] < 2:
         raise ValueError("max_codes must be >= 2")
+    length = knobs.get("max_value_length")
+    if length is not None and length <= len(TRUNCATION_MARKER):
+        raise ValueError(f"max_value_length must exceed {len(TRUNCATION_MARKER)} (the cut "
+                         f"marker's length), got {length!r}")
     auto = knobs.get("auto_reference_panes")
     if auto is not None and (isinstance(auto, bool) or not isinstance(auto, int) or auto < 1):
         raise ValueError(f"auto_reference_panes must be a positive integer or None, got {auto!r}")

@@ -172,13 +172,15 @@ def _num(v: Any) -> float:
 
 
 # ---------------------------------------------------------------------- conditional shift
-def _segments(
+def pick_segments(
     view: View,
     segments: Sequence[Mapping[str, Any]] | None,
     min_share: float,
     max_segments: int,
 ) -> list[dict[str, Any]]:
-    """Segments as {attribute: value}: the given ones, else the largest single values."""
+    """Segments as {attribute: value}: the given ones, else the largest single values.
+
+    Public because cascade health judges the same segments as conditional shift."""
     attrs = list(view.schema.attributes)
     if segments is not None:
         out = []
@@ -206,8 +208,9 @@ def _segments(
     return [{a: v} for _, a, v in candidates[:max_segments]]
 
 
-def _segment_mask(view: View, sample_cat: np.ndarray, segment: Mapping[str, Any]
-                  ) -> np.ndarray:
+def segment_mask(view: View, sample_cat: np.ndarray, segment: Mapping[str, Any]
+                 ) -> np.ndarray:
+    """Rows of a sample inside `segment` (none when a value has no code in this view)."""
     cats = list(view.schema.cat_columns)
     mask = np.ones(sample_cat.shape[1], dtype=bool)
     for a, v in segment.items():
@@ -254,7 +257,7 @@ def conditional_shift(
         if bad:
             raise SchemaError(f"{bad} are attributes (segments are made of them); test features "
                               "or metrics inside segments")
-    segs = _segments(view, segments, min_share, max_segments)
+    segs = pick_segments(view, segments, min_share, max_segments)
     attrs = list(schema.attributes)
     columns_out = [*attrs, *CONDITIONAL_COLUMNS_TAIL]
     info: dict[str, Any] = {
@@ -269,7 +272,7 @@ def conditional_shift(
     info["rows_used"] = [cur.size, base.size]
     if not segs or cur.size == 0:
         return DriftReport("conditional_shift", [], columns_out, info)
-    masks = [(_segment_mask(view, cur.cat, s), _segment_mask(view, base.cat, s)) for s in segs]
+    masks = [(segment_mask(view, cur.cat, s), segment_mask(view, base.cat, s)) for s in segs]
     rows = []
     for name, kind, i in cols:
         if kind == "numeric":

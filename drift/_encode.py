@@ -11,11 +11,21 @@ seen `ADMIT_COUNT` times in a bounded sample of not-yet-admitted rows (a Misra-G
 about `CANDIDATES` entries, whose counts never overstate), so a heavy client that appears late still gets its own code while a
 stream of one-off ids (request ids, timestamps as text) cannot use up the rest. Rows of values
 without a code map to `<other>`, vectorized: after saturation no row is looked at in Python.
+
+Text that cannot hurt: a value is stored, labelled and written to SQLite as given, so a string
+holding a lone UTF-16 surrogate (valid JSON, no UTF-8 encoder takes it) would fail every later
+commit, and one 1 MB id would stay in memory forever. Before a string value gets a code its
+surrogates become U+FFFD and it is cut to `max_value_length` characters (the last one
+`TRUNCATION_MARKER`); both are counted per column (rows; for a pandas Categorical column,
+categories). Only values the hash table does not know are looked at (two C-level passes, about
+80 ns a value), so known values pay nothing.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import sys
 from numbers import Integral, Real
 
 import numpy as np
@@ -29,6 +39,21 @@ MISSING_LABEL = "<missing>"
 OTHER_LABEL = "<other>"
 #: Default most distinct values one categorical column may ever hold.
 DEFAULT_MAX_CODES = 100_000
+#: Default longest categorical string value kept, in characters: enough for any label, model
+#: version or client name; longer values (payloads, stack traces) are cut so that one value
+#: cannot hold kilobytes in the encoder, the database and every answer that shows it.
+DEFAULT_MAX_VALUE_LENGTH = 256
+#: Last character of a value cut to `max_value_length` (so a cut value never equals a real one
+#: of that length that happens to share its prefix, unless that one ends in the marker too).
+TRUNCATION_MARKER = "\u2026"
+#: Stands in for each lone surrogate (U+D800-U+DFFF) of a value: the Unicode replacement
+#: character, as a UTF-8 decoder with errors="replace" would show it.
+REPLACEMENT_CHARACTER = "\ufffd"
+#: Any lone UTF-16 surrogate (a Python str cannot hold a valid pair: that is one code point).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: clean_text flags: which repairs a value needed
+INVALID_UNICODE = 1
+TRUNCATED = 2
 
 
 class _Missing:
@@ -49,14 +74,29 @@ MISSING = _Missing()
 OTHER = _Other()
 
 
-def normalize_value(value: object, column: str) -> object:
-    """A hashable plain-Python value for one categorical entry, or MISSING."""
+def clean_text(text: str, max_length: int = DEFAULT_MAX_VALUE_LENGTH) -> tuple[str, int]:
+    """`text` as the monitor keeps it, with the repairs it needed (`INVALID_UNICODE` |
+    `TRUNCATED`, 0 for none; then `text` itself is returned)."""
+    flags = 0
+    if not text.isascii() and _SURROGATE.search(text) is not None:
+        text = _SURROGATE.sub(REPLACEMENT_CHARACTER, text)
+        flags |= INVALID_UNICODE
+    if len(text) > max_length:
+        text = text[: max_length - len(TRUNCATION_MARKER)] + TRUNCATION_MARKER
+        flags |= TRUNCATED
+    return text, flags
+
+
+def normalize_value(value: object, column: str,
+                    max_length: int = DEFAULT_MAX_VALUE_LENGTH) -> object:
+    """A hashable plain-Python value for one categorical entry, or MISSING (text cleaned by
+    `clean_text`)."""
     if value is None or value is pd.NA or value is pd.NaT:
         return MISSING
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, str):
-        return str(value)
+        return clean_text(str(value), max_length)[0]
     if isinstance(value, Integral):
         return int(value)
     if isinstance(value, Real):
@@ -71,7 +111,8 @@ def normalize_value(value: object, column: str) -> object:
             f"column {column!r} holds an unhashable value of type {type(value).__name__} "
             f"({value!r}); categorical values must be str, int, float or bool"
         ) from exc
-    return str(value)  # intervals from pd.cut, dates, enums: shown by their text
+    # intervals from pd.cut, dates, enums: shown by their text
+    return clean_text(str(value), max_length)[0]
 
 
 try:  # pandas' object hash table, the engine behind Index.get_indexer, updatable in place
@@ -112,6 +153,14 @@ class _Lookup:
             self._index_codes = np.append(np.asarray(self._codes, dtype=np.int32), -1)
         return self._index_codes[self._index.get_indexer(arr)]
 
+    def nbytes(self) -> int:
+        """Bytes of the table itself (the keys are the encoder's values, counted there)."""
+        if self._table is not None:
+            return int(self._table.sizeof())
+        index = 0 if self._index is None else int(self._index.memory_usage(deep=False))
+        return (sys.getsizeof(self._keys) + sys.getsizeof(self._codes) + index
+                + self._index_codes.nbytes)
+
 
 #: Not-yet-admitted rows looked at per batch once admission is by frequency.
 CANDIDATE_SAMPLE = 1024
@@ -124,9 +173,11 @@ ADMIT_COUNT = 20
 class Encoder:
     """Value <-> code map of one categorical column; append-only, bounded by `max_codes`."""
 
-    def __init__(self, column: str, max_codes: int = DEFAULT_MAX_CODES) -> None:
+    def __init__(self, column: str, max_codes: int = DEFAULT_MAX_CODES,
+                 max_value_length: int = DEFAULT_MAX_VALUE_LENGTH) -> None:
         self.column = column
         self.max_codes = int(max_codes)
+        self.max_value_length = int(max_value_length)
         self.values: list[object] = []
         self._lookup: dict[object, int] = {}
         self._hash = _Lookup()  # vectorized value -> code
@@ -134,6 +185,9 @@ class Encoder:
         self._other_code: int | None = None
         self._candidates: dict[object, int] = {}
         self.overflow = 0  # rows mapped to OTHER because their value has no code
+        self.invalid_unicode = 0  # rows whose value held lone surrogates (now U+FFFD)
+        self.truncated = 0  # rows whose value was cut to max_value_length
+        self._value_bytes = 0  # sys.getsizeof of every value held (kept as codes are added)
         self.persisted = 0  # how many codes the store already holds
 
     def __len__(self) -> int:
@@ -159,11 +213,21 @@ class Encoder:
 
     def code_of(self, value: object) -> int | None:
         """Code of an existing value (None when never seen)."""
-        return self._lookup.get(normalize_value(value, self.column))
+        return self._lookup.get(normalize_value(value, self.column, self.max_value_length))
+
+    def nbytes(self) -> int:
+        """Bytes this encoder keeps alive: its values (a 2 KB string is 2 KB, not a pointer),
+        the list, dict and hash table that index them, and the admission candidates."""
+        cand = self._candidates
+        return (self._value_bytes + sys.getsizeof(self.values) + sys.getsizeof(self._lookup)
+                + self._hash.nbytes() + sys.getsizeof(cand)
+                + sum(sys.getsizeof(v) for v in cand))
 
     def _add(self, value: object) -> int:
         code = len(self.values)
         self.values.append(value)
+        if value is not MISSING and value is not OTHER:  # the sentinels are shared
+            self._value_bytes += sys.getsizeof(value)
         self._lookup[value] = code
         if value is MISSING:
             self._missing_code = code
@@ -225,14 +289,65 @@ class Encoder:
         assert self._other_code is not None
         return self._other_code
 
+    def _stored_forms(self, uniques: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The forms `uniques` are kept as (`clean_text`, `normalize_value`) and the repairs
+        each needed; None when every value is kept as given (the usual case, checked without a
+        Python step per value when all are str)."""
+        objs = uniques.tolist()
+        try:
+            lengths = np.fromiter(map(len, objs), dtype=np.int64, count=len(objs))
+            ascii_ = np.fromiter(map(str.isascii, objs), dtype=bool, count=len(objs))
+        except TypeError:  # not all str: look at each
+            suspects = range(len(objs))
+        else:
+            suspects = np.flatnonzero((lengths > self.max_value_length) | ~ascii_).tolist()
+        forms: np.ndarray | None = None
+        flags = np.zeros(len(objs), dtype=np.int8)
+        for i in suspects:
+            v = objs[i]
+            if isinstance(v, str):
+                new, flags[i] = clean_text(v, self.max_value_length)
+                if not flags[i]:
+                    continue
+            elif isinstance(v, (Real, bool, np.bool_)):
+                continue  # numbers and bools match their normalized form in the hash table
+            else:  # dates, intervals, enums: kept by their text
+                new = normalize_value(v, self.column, self.max_value_length)
+            if forms is None:
+                forms = np.array(objs, dtype=object)
+            forms[i] = new
+        return None if forms is None else (forms, flags)
+
     def _codes_for(self, uniques: np.ndarray, local: np.ndarray) -> np.ndarray:
-        """Codes for values the indexes did not match (mostly new values)."""
+        """Codes for values the indexes did not match (mostly new values, or values kept in
+        another form: cut or repaired text, dates kept as text)."""
+        stored = self._stored_forms(uniques)
+        if stored is None:
+            return self._codes_for_kept(uniques, local)
+        forms, flags = stored
+        if flags.any():
+            rows = np.bincount(local, minlength=uniques.size)
+            self.invalid_unicode += int(rows[(flags & INVALID_UNICODE) != 0].sum())
+            self.truncated += int(rows[(flags & TRUNCATED) != 0].sum())
+        slot, kept = pd.factorize(forms)  # several values may share one kept form
+        kept = np.asarray(kept, dtype=object)
+        codes = self._find(kept)
+        todo = np.flatnonzero(codes < 0)
+        if todo.size:
+            pos = np.full(kept.size, -1, dtype=np.int64)
+            pos[todo] = np.arange(todo.size)
+            rows_local = pos[slot[local]]
+            codes[todo] = self._codes_for_kept(kept[todo], rows_local[rows_local >= 0])
+        return codes[slot]
+
+    def _codes_for_kept(self, uniques: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """Codes for unmatched values already in the form they are kept in."""
         out = np.full(uniques.size, -1, dtype=np.int32)
         added = False
         if self.free:
             # first sight admission: a Python step per new distinct value, while codes are free
             for i, v in enumerate(uniques.tolist()):
-                nv = normalize_value(v, self.column)
+                nv = normalize_value(v, self.column, self.max_value_length)
                 code = self._lookup.get(nv)
                 if code is None and self.free:
                     code = self._add(nv)
@@ -278,7 +393,7 @@ class Encoder:
         added = False
         for v in ready:
             cand.pop(v, None)
-            nv = normalize_value(v, self.column)
+            nv = normalize_value(v, self.column, self.max_value_length)
             if nv not in self._lookup and self.room:
                 self._add(nv)
                 added = True
@@ -293,7 +408,10 @@ class Encoder:
         local, uniques = pd.factorize(values_in, use_na_sentinel=True)
         if len(uniques) + 1 >= self.max_codes // 2:
             return None  # the general path applies the admission rules
-        values = [normalize_value(v, self.column) for v in uniques]
+        uniques = np.asarray(uniques, dtype=object)
+        if self._stored_forms(uniques) is not None:
+            return None  # the general path repairs and counts them
+        values = [normalize_value(v, self.column, self.max_value_length) for v in uniques]
         if len(set(values)) != len(values) or MISSING in values:
             return None
         codes = np.asarray([self._add(v) for v in values], dtype=np.int32)

@@ -510,7 +510,7 @@ class Engine:
     def memory_bytes(self) -> int:
         total = 0 if self._log is None else self._log.nbytes()
         total += sum(r.summary.nbytes() for r in self._refs.values())
-        total += sum(64 * len(e) for e in self._encoders)
+        total += sum(e.nbytes() for e in self._encoders)
         return int(total)
 
     def stats(self) -> dict[str, Any]:
@@ -541,6 +541,8 @@ class Engine:
             "non_finite_values": nonfinite,
             "distinct_values": {e.column: len(e) for e in self._encoders},
             "overflowed_values": {e.column: e.overflow for e in self._encoders},
+            "invalid_unicode_values": {e.column: e.invalid_unicode for e in self._encoders},
+            "truncated_values": {e.column: e.truncated for e in self._encoders},
             "references": {n: r.info for n, r in self._refs.items()},
             "memory_bytes": self.memory_bytes(),
             "disk_bytes": None if self._store is None else self._store.size_bytes(),

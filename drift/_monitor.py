@@ -37,7 +37,7 @@ from drift._config import (
     build_config,
 )
 from drift._counts import DEFAULT_MAX_VALUES
-from drift._encode import DEFAULT_MAX_CODES
+from drift._encode import DEFAULT_MAX_CODES, DEFAULT_MAX_VALUE_LENGTH, clean_text
 from drift._engine import LIVE_HORIZON_SECONDS, Engine, IngestReceipt
 from drift._errors import NoReferenceError, StateError
 from drift._ingest import Schema
@@ -84,6 +84,10 @@ class Monitor:
     detail_panes, rollup_panes, retention_panes : history horizons (see drift._panes).
     max_values : distinct values counted exactly per column per pane (heavy hitters beyond).
     max_codes : distinct values a categorical column may ever have (see drift._encode).
+    max_value_length : longest categorical string kept, in characters; longer ones are cut
+        (ending in drift._encode.TRUNCATION_MARKER) and counted in ``stats()['truncated_values']``.
+        Lone UTF-16 surrogates become U+FFFD (``stats()['invalid_unicode_values']``), so no
+        value can stop the SQLite store.
     relative_accuracy : quantile sketch accuracy (relative to the distance from the column's
         centre).
     reservoir_size, flagged_reservoir_size : rows sampled per pane (unflagged / flagged rows).
@@ -129,6 +133,7 @@ class Monitor:
         retention_panes: int = DEFAULT_RETENTION_PANES,
         max_values: int = DEFAULT_MAX_VALUES,
         max_codes: int = DEFAULT_MAX_CODES,
+        max_value_length: int = DEFAULT_MAX_VALUE_LENGTH,
         relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY,
         reservoir_size: int = DEFAULT_RESERVOIR_SIZE,
         flagged_reservoir_size: int = DEFAULT_FLAGGED_RESERVOIR_SIZE,
@@ -155,6 +160,7 @@ class Monitor:
             window_panes=window_panes, allowed_lateness_seconds=float(allowed_lateness_seconds),
             detail_panes=detail_panes, rollup_panes=rollup_panes,
             retention_panes=retention_panes, max_values=max_values, max_codes=max_codes,
+            max_value_length=max_value_length,
             relative_accuracy=float(relative_accuracy), reservoir_size=reservoir_size,
             flagged_reservoir_size=flagged_reservoir_size,
             reference_reservoir_size=reference_reservoir_size,
@@ -217,7 +223,8 @@ class Monitor:
     @property
     def references(self) -> list[str]:
         """Names of usable references (an auto reference still filling is not listed)."""
-        return self._engine.references
+        with self._lock:
+            return self._engine.references
 
     @property
     def schema(self) -> Schema:
@@ -268,6 +275,8 @@ class Monitor:
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
+        if clean_text(name, len(name))[1]:  # it is a database key: it must be UTF-8 text
+            raise ValueError(f"name {name!r} holds a lone UTF-16 surrogate (not text)")
         with self._lock:
             return self._engine.set_reference(batch, name, append=append)
 
@@ -312,7 +321,9 @@ class Monitor:
         return self._view(window, as_of).window_info()
 
     def label(self, column_index: int, code: int) -> Any:
-        return self._engine._encoders[column_index].label(code)
+        """The value behind `code` (under the lock: ingest may be adding codes)."""
+        with self._lock:
+            return self._engine._encoders[column_index].label(code)
 
     # ================================================================ queries
     def explain(
@@ -491,7 +502,8 @@ class Monitor:
 
     # ================================================================ introspection
     def memory_bytes(self) -> int:
-        """Bytes held by pane, rollup and reference state (numpy buffers + small overhead)."""
+        """Bytes held by pane, rollup and reference state (numpy buffers + small overhead) and
+        by the categorical dictionaries (each value's own size, so long strings count)."""
         with self._lock:
             return self._engine.memory_bytes()
 

@@ -76,7 +76,7 @@ def build_layout(config: Config, schema: Schema, n_classifiers: int,
 
 
 def build_encoders(config: Config, schema: Schema) -> list[Encoder]:
-    return [Encoder(c, config.max_codes) for c in schema.cat_columns]
+    return [Encoder(c, config.max_codes, config.max_value_length) for c in schema.cat_columns]
 
 
 def layout_meta(kinds: Mapping[str, str], layout: Layout) -> dict[str, Any]:

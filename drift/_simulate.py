@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from drift._apriori import Rows, Scorer, _Weights
+from drift._apriori import Rows, Scorer, Weights
 from drift._reservoir import Reservoir
 from drift._sample import Sample
 
@@ -37,7 +37,7 @@ class Coverage:
 
 
 def _score(sample_rows: Rows, metric: str, mask: np.ndarray, confidence: float) -> tuple:
-    weights = _Weights(sample_rows)
+    weights = Weights(sample_rows)
     scorer = Scorer(sample_rows, weights, metric)
     sums = {}
     for name, arr in zip(weights.names, weights.arrays, strict=True):

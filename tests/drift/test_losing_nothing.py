@@ -183,9 +183,9 @@ def test_saturated_encoder_stays_vectorized_and_admits_by_frequency(monkeypatch)
     calls = {"n": 0}
     original = _encode.normalize_value
 
-    def counting(value, column):
+    def counting(value, column, *rest):
         calls["n"] += 1
-        return original(value, column)
+        return original(value, column, *rest)
 
     monkeypatch.setattr(_encode, "normalize_value", counting)
 

@@ -147,3 +147,26 @@ def test_a_stricter_gate_object_changes_the_verdict() -> None:
     once = next(r for r in mon.drift(persistence=Persistence(1, 1)) if r["column"] == "f1")
     assert default["drifted"] and not strict["drifted"] and once["drifted"]
     assert pd.notna(default["effect"])
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A helper two modules share has a public name in the module that owns it (drift's modules
+    are private to the package; the names inside them that start with _ are private to each)."""
+    import ast
+
+    offenders = []
+    for path in sorted((Path(__file__).resolve().parents[2] / "drift").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("drift"):
+                for alias in node.names:
+                    if node.module == "drift":
+                        modules.add(alias.asname or alias.name)
+                    elif alias.name.startswith("_"):
+                        offenders.append(f"{path.name}: from {node.module} import {alias.name}")
+        offenders += [f"{path.name}:{node.lineno}: {node.value.id}.{node.attr}"
+                      for node in ast.walk(tree)
+                      if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                      and node.value.id in modules and node.attr.startswith("_")]
+    assert not offenders, offenders
