@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-#: Per-row weights summed like any other (drift._apriori._Weights), by name.
+#: Per-row weights summed like any other (drift._apriori.Weights), by name.
 ROW_WEIGHTS = ("q_tt", "q_tc", "q_cc", "p_tT", "p_tN", "p_cT", "p_cN")
 #: Of those, the ones that are zero wherever the target weight is (counted on target rows).
 TARGET_ROW_WEIGHTS = ("q_tt", "q_tc", "p_tT", "p_tN")

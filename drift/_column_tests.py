@@ -6,6 +6,11 @@ serving volumes plain KS fires on meaningless differences (Evidently #50, Alibi 
 PSI is reported for familiarity only. On sketches, the KS statistic is bracketed by exact bounds
 and the Wasserstein distance carries an error bound; significance uses the lower KS bound and
 the effect gate uses the effect's lower bound, so sketch error can never cause a flag.
+
+The numeric effect is robust: W1 of both samples winsorised to the reference's far-out fences,
+over the reference's IQR / 1.349 (`robust_spread`), so one extreme value neither silences a
+column (a standard deviation inflated by one 1e12) nor raises a false alarm (W1 moved by one
+1e12 in the window). Columns whose spread outliers dominate are named, with a reason.
 """
 
 from __future__ import annotations
@@ -62,12 +67,74 @@ def psi(current: np.ndarray, reference: np.ndarray) -> float:
     return float(np.sum((p - q) * np.log(p / q)))
 
 
+#: Robust spread of the reference: the first of these central ranges (low q, high q) that is
+#: positive, over its width for normal data, so the spread is the standard deviation there
+#: (IQR / 1.349; the central 80% / 2.563; the central 98% / 4.653).
+SPREAD_QUANTILES = ((0.25, 0.75, 1.3489795003921634), (0.10, 0.90, 2.5631031310892007),
+                    (0.01, 0.99, 4.6526957480816815))
+#: Winsorising limits: that range's quantiles widened by this many times its width (Tukey's
+#: far-out fences Q1 - 3 IQR, Q3 + 3 IQR); the effect is at most (1 + 2 x 3) x 1.349 = 9.4.
+WINSOR_FENCE = 3.0
+#: MAD x this = standard deviation for normal data.
+MAD_TO_SIGMA = 1.482602218505602
+#: Outlier check: the effect a shift of this many (MAD) sigmas of the middle half of the
+#: reference would at least read (`core_effect`); below the gate, the column is undetectable.
+CORE_SHIFT = 3.0
+
+
+def robust_spread(reference: QuantileSketch) -> dict[str, Any]:
+    """Robust scale and winsorising limits of a reference sketch.
+
+    Returns scale (the normal-consistent central range, 0 when the central 98% is one value),
+    low / high (the winsorising limits), core_scale (MAD x 1.4826) and reason (None, or why the
+    column is dominated by outliers: its central ranges fall beyond the sketch's bounded range,
+    or at least 98% of it is one value while the rest is not).
+    """
+    out: dict[str, Any] = {"scale": 0.0, "low": None, "high": None, "core_scale": None,
+                           "reason": None}
+    qs = sorted({q for pair in SPREAD_QUANTILES for q in pair[:2]})
+    values = dict(zip(qs, np.atleast_1d(reference.quantile(qs)).tolist(), strict=True))
+    for q_lo, q_hi, width in SPREAD_QUANTILES:
+        a, b = values[q_lo], values[q_hi]
+        if not (reference.in_range(a) and reference.in_range(b)):
+            out["reason"] = (f"dominated by outliers: its {q_lo:g}-{q_hi:g} quantiles lie beyond "
+                             f"the sketch's range (|x - centre| > {reference.max_magnitude:.3g}, "
+                             f"or infinite)")
+            return out
+        if b > a:
+            span = b - a
+            lim = reference.max_magnitude
+            out.update(scale=span / width,
+                       low=max(a - WINSOR_FENCE * span, reference.offset - lim),
+                       high=min(b + WINSOR_FENCE * span, reference.offset + lim))
+            break
+    else:
+        if reference.max > reference.min:
+            out["reason"] = ("dominated by outliers: at least 98% of the reference is one value, "
+                             "so it has no robust spread")
+        return out
+    mad = reference.mad()
+    out["core_scale"] = mad * MAD_TO_SIGMA if math.isfinite(mad) else None
+    return out
+
+
 def numeric_sketch_test(current: QuantileSketch, reference: QuantileSketch,
                         deff: tuple[float, float] = (1.0, 1.0)) -> dict[str, Any]:
-    """KS (bounds, p from the lower bound) + normalized Wasserstein (+ error) + PSI.
+    """KS (bounds, p from the lower bound) + robust Wasserstein effect (+ error) + PSI.
 
+    Effect: the Wasserstein-1 distance of both samples winsorised to the reference's far-out
+    fences (`robust_spread`), over the reference's robust spread (IQR / 1.349). One extreme
+    value (1e12, 1e300, inf) on either side moves it by at most (high - low) / (n x spread),
+    so it neither hides a shift nor raises one. `effect_error` is the sketch's error bound
+    of that W1 over the same spread (the spread and limits are read from the reference sketch
+    and define the effect). A reference without a robust spread, or whose central range lies
+    beyond the sketch's range, gets `effect` None and an `undetectable_reason`; a constant
+    reference reads inf for any difference beyond the error bound. `core_effect` is what a
+    3-sigma (MAD) shift of the reference's middle half would at least read: when outliers
+    inflate the spread (more than a quarter of the values far away) it falls below the gate.
     `deff`: the design effects of the two sides (rows in requests, drift._clusters); the KS
-    p-value uses the effective sizes n / deff."""
+    p-value uses the effective sizes n / deff.
+    """
     n, m = current.count, reference.count
     out: dict[str, Any] = {"test": "ks", "n_current": n, "n_reference": m}
     if n == 0 or m == 0:
@@ -75,13 +142,23 @@ def numeric_sketch_test(current: QuantileSketch, reference: QuantileSketch,
                    effect_error=None, psi=None)
         return out
     d_low, d_high = ks_bounds(current, reference)
-    w, w_err = wasserstein(current, reference)
-    scale = reference.std
-    if not (scale > 0):
+    spread = robust_spread(reference)
+    scale = spread["scale"]
+    effect: float | None
+    effect_err: float | None
+    core_effect = None
+    if spread["reason"] is not None:
+        effect = effect_err = None
+        out["undetectable_reason"] = spread["reason"]
+    elif not scale > 0:  # constant reference
+        w, w_err = wasserstein(current, reference)
         effect = math.inf if w > w_err else 0.0
         effect_err = 0.0
     else:
+        w, w_err = wasserstein(current, reference, spread["low"], spread["high"])
         effect, effect_err = w / scale, w_err / scale
+        if spread["core_scale"]:
+            core_effect = 0.5 * CORE_SHIFT * spread["core_scale"] / scale
     cuts = np.unique(reference.quantile(np.arange(1, PSI_BINS) / PSI_BINS))
     cdf_cur = np.concatenate(([0.0], np.atleast_1d(current.cdf(cuts)), [1.0]))
     cdf_ref = np.concatenate(([0.0], np.atleast_1d(reference.cdf(cuts)), [1.0]))
@@ -92,6 +169,9 @@ def numeric_sketch_test(current: QuantileSketch, reference: QuantileSketch,
         effect=effect,
         effect_error=effect_err,
         psi=psi(np.diff(cdf_cur), np.diff(cdf_ref)),
+        scale=scale,
+        winsor=(spread["low"], spread["high"]),
+        core_effect=core_effect,
     )
     return out
 

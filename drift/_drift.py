@@ -6,7 +6,9 @@ one cares about, and one noisy window should not page anyone. A detector here is
 columns, the effect gate whose effect minus its sketch error must reach the threshold with
 `min_samples` rows on both sides, and `Persistence`: k of the last n DISJOINT windows) and a
 window (a View's range). A column whose error bound alone reaches the gate can never be
-flagged; it is reported `undetectable` rather than silently quiet.
+flagged; it is reported `undetectable` rather than silently quiet, as is a numeric column whose
+spread outliers dominate (drift._column_tests.robust_spread); `info["undetectable_reasons"]`
+says why for each.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def _test_column(kind: str, i: int, cur: Summary, ref: Summary,
                  deff: tuple[float, float] = (1.0, 1.0)) -> dict[str, Any]:
     if kind == "numeric":
         out = numeric_sketch_test(cur.nums[i], ref.nums[i], deff)
-        out["effect_name"] = "wasserstein_normalized"
+        out["effect_name"] = "wasserstein_robust"
         return out
     cc, rc = cur.cats[i], ref.cats[i]
     c_codes, c_counts = cc.items()
@@ -141,6 +143,10 @@ def column_drift(
             r["column"], r["kind"] = name, kind
             r["drifted_now"] = gate.passes(r, kind)
             r["undetectable"] = gate.undetectable(r, kind)
+            reason = _undetectable_reason(r, kind, gate)
+            if reason is not None:
+                r["undetectable"] = True
+                r["undetectable_reason"] = reason
         windows.append((back, results))
     rows = windows[0][1] if windows and windows[0][0] == 0 else None
     if rows is None:
@@ -154,6 +160,8 @@ def column_drift(
     info["unit"] = "requests" if view.clustered else "rows"
     info["drifted_columns"] = [r["column"] for r in rows if r["drifted"]]
     info["undetectable_columns"] = [r["column"] for r in rows if r["undetectable"]]
+    info["undetectable_reasons"] = {r["column"]: r["undetectable_reason"] for r in rows
+                                    if r["undetectable"]}
     columns = [*DRIFT_COLUMNS, "design_effect"] if view.clustered else DRIFT_COLUMNS
     return DriftReport("drift", rows, columns, info)
 
@@ -162,6 +170,21 @@ def _design_effects(view: View, sample: Sample) -> dict[str, list[float]]:
     """Per column kind, each column's design effect measured on a sample's requests."""
     cats, nums = column_effects(sample.cat, sample.num, sample.weight, sample.cluster)
     return {"categorical": cats, "numeric": nums}
+
+
+def _undetectable_reason(r: dict[str, Any], kind: str, gate: EffectGate) -> str | None:
+    """Why a column cannot be judged at this gate (None when it can)."""
+    threshold = gate.threshold(kind)
+    if r.get("undetectable_reason"):
+        return str(r["undetectable_reason"])
+    core = r.get("core_effect")
+    if core is not None and core < threshold:
+        return (f"dominated by outliers: a 3-sigma shift of the middle half of the reference "
+                f"reads at least {core:.3g} < {threshold:g} (outliers inflate its spread)")
+    if r.get("undetectable"):
+        return (f"sketch error alone reaches the gate ({r.get('effect_error', 0.0):.3g} >= "
+                f"{threshold:g})")
+    return None
 
 
 def _num(v: Any) -> float:

@@ -18,7 +18,8 @@ from scipy import stats
 
 #: Benjamini-Hochberg false discovery rate across the columns of one window.
 DEFAULT_ALPHA = 0.05
-#: Normalized Wasserstein (W1 / reference std) at or above which a numeric column drifted.
+#: Robust Wasserstein effect (W1 of both samples winsorised to the reference's far-out fences,
+#: over its IQR / 1.349; see drift._column_tests) at or above which a numeric column drifted.
 DEFAULT_NUMERIC_EFFECT = 0.1
 #: Jensen-Shannon distance (base 2, bias-corrected) at or above which a categorical column
 #: drifted.

@@ -194,7 +194,8 @@ def _drift(result: Result) -> str:
     if drifted:
         descr = []
         for r in drifted[:MAX_ROWS]:
-            unit = "std (Wasserstein)" if r.get("kind") == "numeric" else "(Jensen-Shannon)"
+            unit = ("robust std (winsorised Wasserstein)" if r.get("kind") == "numeric"
+                    else "(Jensen-Shannon)")
             descr.append(f"{r['column']} (effect {num(r.get('effect'))} {unit}, "
                          f"{pval(r.get('p_adjusted'))}, in {r.get('windows_drifted')} of "
                          f"{m} windows)")
@@ -205,8 +206,9 @@ def _drift(result: Result) -> str:
                      f"the last {m} windows).")
     lost = info.get("undetectable_columns") or []
     if lost:
-        parts.append(f"Undetectable at this gate (sketch error alone reaches it): "
-                     f"{', '.join(lost)}.")
+        reasons = info.get("undetectable_reasons") or {}
+        parts.append("Undetectable at this gate: " + "; ".join(
+            f"{c} ({reasons[c]})" if reasons.get(c) else c for c in lost) + ".")
     return " ".join(parts)
 
 
