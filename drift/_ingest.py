@@ -51,6 +51,7 @@ class Parsed:
     ts: np.ndarray  # float64 seconds
     cat: np.ndarray  # int32 (n_cat, n)
     num: np.ndarray  # float64 (n_num, n)
+    stamped: bool = False  # no timestamp column: times are the monitor's own ingest time
 
 
 def _is_arrow(obj: object) -> bool:
@@ -184,7 +185,7 @@ def parse(
                 f"column {col!r} holds an unhashable value of type {type(bad).__name__} "
                 f"({bad!r}); categorical values must be str, int, float or bool"
             ) from exc
-    return Parsed(n=n, ts=ts, cat=cat, num=num)
+    return Parsed(n=n, ts=ts, cat=cat, num=num, stamped=schema.timestamp not in frame.columns)
 
 
 def _hashable(value: object) -> bool:
