@@ -37,6 +37,9 @@ class ChangeSet:
     codes: dict[int, tuple[int, list[object]]] = field(default_factory=dict)
     refs_put: dict[str, tuple[Summary, dict[str, Any]]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    #: quarantined rows held per pane (drift._engine) / panes released or dropped from there
+    held_put: dict[int, Summary] = field(default_factory=dict)
+    held_drop: set[int] = field(default_factory=set)
     #: panes whose late rows are now folded into a written summary
     settled: set[int] = field(default_factory=set)
 
@@ -46,7 +49,8 @@ class ChangeSet:
         return bool(self.full_put or self.full_drop or self.detail_put or self.detail_drop
                     or self.rollup_put or self.rollup_drop or self.series_put
                     or self.series_drop or self.closed_upto is not None
-                    or self.newest is not None or self.refs_put)
+                    or self.newest is not None or self.refs_put or self.held_put
+                    or self.held_drop)
 
     @property
     def empty(self) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 from drift._classify import Classifier, ErrorFlag, as_classifier, check_columns, default_classifier
 from drift._counts import DEFAULT_MAX_VALUES
 from drift._encode import DEFAULT_MAX_CODES, DEFAULT_MAX_VALUE_LENGTH, TRUNCATION_MARKER
+from drift._frontier import DEFAULT_FRONTIER_BATCHES
 from drift._reservoir import DEFAULT_FLAGGED_RESERVOIR_SIZE, DEFAULT_RESERVOIR_SIZE
 from drift._sketch import DEFAULT_RELATIVE_ACCURACY
 
@@ -36,8 +37,9 @@ DEFAULT_REFERENCE_RESERVOIR_SIZE = 100_000
 #: rollups), so time-range queries older than the window still have rows to explain with.
 DEFAULT_HISTORY_RESERVOIR_SIZE = 1000
 DEFAULT_HISTORY_FLAGGED_RESERVOIR_SIZE = 500
-#: Rows dated further than this past the batch's own time frontier (or past the monitor's
-#: clock, when it has one) are quarantined instead of closing every pane.
+#: Rows dated further than this past the time frontier (drift._frontier; or past the monitor's
+#: clock, when it has one) are quarantined (held, counted, released when time reaches them)
+#: instead of closing every pane.
 DEFAULT_MAX_FUTURE_SECONDS = 300.0
 #: Most classifiers a monitor runs at ingest (one bit each in a uint32).
 MAX_CLASSIFIERS = 32
@@ -46,7 +48,7 @@ FEATURE_KINDS = ("numeric", "categorical")
 #: Settings a reopened monitor may change: they decide what is kept from now on, not what the
 #: stored state means.
 ADOPTABLE = frozenset({"retention_panes", "max_future_seconds", "history_reservoir_size",
-                       "history_flagged_reservoir_size"})
+                       "history_flagged_reservoir_size", "frontier_batches"})
 
 
 def _names(value: Any, argument: str, allow_empty: bool) -> list[str]:
@@ -97,6 +99,7 @@ class Config:
     history_flagged_reservoir_size: int = DEFAULT_HISTORY_FLAGGED_RESERVOIR_SIZE
     max_future_seconds: float = DEFAULT_MAX_FUTURE_SECONDS
     request_column: str | None = None
+    frontier_batches: int = DEFAULT_FRONTIER_BATCHES
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -236,7 +239,8 @@ def _check_knobs(knobs: dict[str, Any]) -> None:
         raise ValueError(f"allowed_lateness_seconds must be >= 0, got {lateness!r}")
     ints = ("window_panes", "detail_panes", "rollup_panes", "retention_panes", "max_values",
             "max_codes", "max_value_length", "reservoir_size", "flagged_reservoir_size",
-            "reference_reservoir_size", "history_reservoir_size", "history_flagged_reservoir_size")
+            "reference_reservoir_size", "history_reservoir_size", "history_flagged_reservoir_size",
+            "frontier_batches")
     future = knobs.get("max_future_seconds")
     if future is not None and (isinstance(future, bool) or not isinstance(future, (int, float))
                                or not future > 0):

@@ -27,6 +27,7 @@ from drift._config import (
 )
 from drift._encode import Encoder
 from drift._errors import DataWarning, StateError
+from drift._frontier import Frontier
 from drift._ingest import Parsed, Schema, parse, to_frame
 from drift._panes import Horizons, PaneLog
 from drift._references import Reference, iso
@@ -35,11 +36,20 @@ from drift._store import Store
 from drift._summary import Layout, Summary
 from drift._view import Labels, View, cheap_code, no_data
 
-#: A batch whose median event time is within this many seconds of the wall clock marks the
-#: stream live for clock='auto' (replays of older data never are).
+#: A batch whose median event time is within this many seconds of the wall clock votes the
+#: stream live for clock='auto' (replays of older data never do); the majority of the last
+#: `frontier_batches` votes decides (drift._frontier).
 LIVE_HORIZON_SECONDS = 300.0
+#: Most panes of quarantined rows held at once; beyond, the panes furthest ahead are dropped
+#: (counted in stats()['quarantine_dropped']).
+MAX_HELD_PANES = 64
 
-__all__ = ["LIVE_HORIZON_SECONDS", "Engine", "IngestReceipt"]
+__all__ = ["LIVE_HORIZON_SECONDS", "MAX_HELD_PANES", "Engine", "IngestReceipt"]
+
+
+def wall_time() -> float:
+    """The wall clock clock='auto' follows (a seam for tests to set explicit times)."""
+    return time.time()
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,7 @@ class IngestReceipt:
 
     panes / closed_panes: pane ids (floor(timestamp / pane_seconds)) the batch touched / that
     closed during the call. late_dropped: rows too late to merge; quarantined: rows dated too
-    far in the future (see Monitor.stats()). durable: every row of this batch is committed to
+    far ahead of the time frontier, held until it reaches them (see Monitor.stats()). durable: every row of this batch is committed to
     disk (always True with durability='batch'; with durability='pane' once the rows' panes
     closed). durable_through: every row with a timestamp before this (epoch seconds) is
     committed.
@@ -75,7 +85,8 @@ class Engine:
         self.durability = durability
         self.fsync = fsync
         self._clock = clock
-        self._live = False
+        self._frontier = Frontier(config.frontier_batches)
+        self._held: dict[int, Summary] = {}  # quarantined rows per pane, not yet released
         self._kinds: dict[str, str] | None = None
         self._schema: Schema | None = None
         self._layout: Layout | None = None
@@ -83,7 +94,8 @@ class Engine:
         self._encoders: list[Encoder] = []
         self._log: PaneLog | None = None
         self._refs: dict[str, Reference] = {}
-        self._counters = {"rows_seen": 0, "late_dropped": 0, "quarantined": 0, "batch_seq": 0}
+        self._counters = {"rows_seen": 0, "late_dropped": 0, "quarantined": 0, "batch_seq": 0,
+                          "released": 0, "quarantine_dropped": 0, "skewed_batches": 0}
         self._closed = False
         self._broken: BaseException | None = None
         self._fitted_pending: dict[str, Classifier] | None = None
@@ -134,7 +146,7 @@ class Engine:
         if self._clock is None:
             return None
         if self._clock == "auto":
-            return time.time() if self._live else None
+            return wall_time() if self._frontier.live else None
         return float(self._clock())  # type: ignore[operator]
 
     # ================================================================ ingest
@@ -143,56 +155,115 @@ class Engine:
         parsed = self._prepare(batch, "batch")
         if parsed is None:
             return IngestReceipt(0, (), (), 0, True, self._durable_through())
-        parsed, quarantined = self._quarantine(parsed)
-        return self._ingest_parsed(parsed, quarantined)
+        return self._ingest_parsed(parsed, self._screen(parsed))
 
-    def _quarantine(self, parsed: Parsed) -> tuple[Parsed, int]:
-        """Drop (and count) rows dated too far ahead of their batch or of a live clock.
+    def _screen(self, parsed: Parsed) -> np.ndarray:
+        """Move the time frontier with this batch; the mask of rows to hold (quarantine).
 
-        Ahead of the batch means above a gap of more than `max_future_seconds` in the batch's
-        sorted times, above its median: a skewed client's rows form such a cluster, while a
-        backfill spanning hours has no gap and keeps every row."""
+        The frontier moves on the rows below any gap of more than `max_future_seconds` above
+        the batch median (a skewed client's cluster inside a mixed batch), and only as
+        drift._frontier allows. Rows whose pane starts more than `max_future_seconds` past the
+        frontier (or a live clock) are held, whichever batch they came in."""
+        cfg = self.config
         ts = parsed.ts
-        future = self.config.max_future_seconds
+        future = cfg.max_future_seconds
         lo, hi = float(ts.min()), float(ts.max())
+        frontier = self._frontier
         if self._clock == "auto":
             mid = float(np.median(ts)) if hi - lo > future else 0.5 * (lo + hi)
-            self._live = abs(mid - time.time()) <= LIVE_HORIZON_SECONDS
-        limit = math.inf
+            frontier.vote(abs(mid - wall_time()) <= LIVE_HORIZON_SECONDS)
+        body = ts
         if hi - lo > future:
             order = np.sort(ts)
             half = order.size // 2
             gaps = np.flatnonzero(np.diff(order[half:]) > future)
             if gaps.size:
-                limit = float(order[half + gaps[0]])
+                body = order[: half + int(gaps[0]) + 1]
         now = self._now()
-        if now is not None:
-            limit = min(limit, now + future)
-        if hi <= limit:
-            return parsed, 0
-        keep = ts <= limit
-        bad = int(ts.size - np.count_nonzero(keep))
-        if not bad:
-            return parsed, 0
-        self._counters["quarantined"] += bad
-        warnings.warn(
-            f"{bad} row(s) dated more than {self.config.max_future_seconds:.0f} s ahead of their "
-            "batch (or of the clock) were quarantined (skewed client clock?); see "
-            "Monitor.stats()['quarantined']", DataWarning, stacklevel=4)
-        return parsed.take(keep), bad
+        if frontier.observe(body, now, future, trusted=parsed.stamped) is not None:
+            self._counters["skewed_batches"] += 1
+        limit = self._hold_limit(now)
+        hold = np.floor(ts / cfg.pane_seconds) > limit
+        return hold
 
-    def _ingest_parsed(self, parsed: Parsed, quarantined: int) -> IngestReceipt:
+    def _hold_limit(self, now: float | None) -> float:
+        """Panes after this one are held: they start over `max_future_seconds` past the
+        frontier (or the clock)."""
+        base = self._frontier.base(now)
+        if not math.isfinite(base):
+            return math.inf
+        return float(math.floor((base + self.config.max_future_seconds)
+                                / self.config.pane_seconds))
+
+    def _hold(self, pane_ids: np.ndarray, part: tuple[np.ndarray, ...],
+              cs: ChangeSet) -> None:
+        """Add quarantined rows to their held panes (bounded by MAX_HELD_PANES)."""
+        capacity = (self.config.reservoir_size, self.config.flagged_reservoir_size)
+        for pane in np.unique(pane_ids):
+            sel = pane_ids == pane
+            target = self._held.get(int(pane))
+            if target is None:
+                target = self._held[int(pane)] = Summary(self._layout, capacity)
+            target.add(*(a[..., sel] for a in part))
+            cs.held_put[int(pane)] = target
+        while len(self._held) > MAX_HELD_PANES:
+            far = max(self._held)
+            self._counters["quarantine_dropped"] += int(self._held.pop(far).n)
+            cs.held_put.pop(far, None)
+            cs.held_drop.add(far)
+
+    def _release(self, now: float | None, cs: ChangeSet) -> None:
+        """Merge held panes the frontier has come within `max_future_seconds` of into the log."""
+        if not self._held:
+            return
+        limit = self._hold_limit(now)
+        log = self._log
+        assert log is not None
+        late = 0
+        for pane in sorted(p for p in self._held if p <= limit):
+            rows = self._held.pop(pane)
+            cs.held_drop.add(pane)
+            cs.held_put.pop(pane, None)
+            if not log.merge_pane(pane, rows):
+                late += int(rows.n)
+                continue
+            self._counters["released"] += int(rows.n)
+            self._counters["rows_seen"] += int(rows.n)
+            if log.is_open(pane):
+                cs.open_put[pane] = log.full[pane]  # held rows were durable: stay so
+        if late:
+            self._counters["late_dropped"] += late
+            warnings.warn(f"{late} quarantined row(s) were released after their pane had "
+                          "rolled up and were dropped; see Monitor.stats()", DataWarning,
+                          stacklevel=4)
+
+    def _ingest_parsed(self, parsed: Parsed, hold: np.ndarray) -> IngestReceipt:
         cfg = self.config
         log = self._log
         assert log is not None
-        if parsed.n == 0:
-            return IngestReceipt(0, (), (), 0, True, self._durable_through(), quarantined)
         flags = self._classify(parsed.num)
         prio = self._priorities(parsed.n, parsed.request)
         pane_ids = np.floor(parsed.ts / cfg.pane_seconds).astype(np.int64)
+        held = int(np.count_nonzero(hold))
+        held_cs = ChangeSet()
+        if held:
+            self._hold(pane_ids[hold], (parsed.ts[hold], parsed.cat[:, hold],
+                                        parsed.num[:, hold], flags[hold], prio[hold]), held_cs)
+            self._counters["quarantined"] += held
+            warnings.warn(
+                f"{held} row(s) dated more than {cfg.max_future_seconds:.0f} s ahead of the time "
+                "frontier (or of the clock) were quarantined (skewed client clock?): held, not "
+                "in any window, released when time reaches them; see "
+                "Monitor.stats()['quarantined']", DataWarning, stacklevel=3)
+            keep = ~hold
+            parsed = parsed.take(keep)
+            flags, prio, pane_ids = flags[keep], prio[keep], pane_ids[keep]
         batch_deltas = self.durability == "batch" and self._store is not None
-        touched, late, deltas = log.add(pane_ids, parsed.ts, parsed.cat, parsed.num, flags,
-                                        prio, batch_deltas)
+        touched: list[int] = []
+        late, deltas = 0, []
+        if parsed.n:
+            touched, late, deltas = log.add(pane_ids, parsed.ts, parsed.cat, parsed.num, flags,
+                                            prio, batch_deltas, move_newest=False)
         if late:
             self._counters["late_dropped"] += late
             warnings.warn(
@@ -204,6 +275,10 @@ class Engine:
         self._counters["batch_seq"] += 1
         cs = self._plan()
         cs.deltas = deltas
+        for p, s in held_cs.held_put.items():
+            if p in self._held:
+                cs.held_put[p] = s
+        cs.held_drop |= held_cs.held_drop
         closed = sorted(p for p in cs.series_put if p in log.full)
         self._commit(cs, force=batch_deltas)
         through = self._durable_through()
@@ -212,10 +287,11 @@ class Engine:
         elif self.durability == "batch":
             durable = True
         else:
-            durable = through is not None and bool(parsed.ts.max() < through)
+            durable = parsed.n == 0 or (
+                through is not None and bool(parsed.ts.max() < through))
         return IngestReceipt(
             rows=parsed.n - late, panes=tuple(sorted(set(touched))), closed_panes=tuple(closed),
-            late_dropped=late, durable=durable, durable_through=through, quarantined=quarantined,
+            late_dropped=late, durable=durable, durable_through=through, quarantined=held,
         )
 
     def _classify(self, num: np.ndarray) -> np.ndarray:
@@ -248,9 +324,12 @@ class Engine:
         log = self._log
         assert log is not None and self._schema is not None
         now = self._now() if now is None else now
-        frontier = log.max_ts if now is None else max(log.max_ts, now)
+        released = ChangeSet()
+        self._release(now, released)
+        frontier = self._frontier.base(now)
         watermark = frontier - cfg.allowed_lateness_seconds
-        now_pane = None if now is None else math.floor(now / cfg.pane_seconds)
+        # the window ends at the frontier's pane: rows ahead of it wait beyond the window
+        now_pane = math.floor(frontier / cfg.pane_seconds) if math.isfinite(frontier) else None
         labels = self._labels()
         cheap = cheap_code(cfg, self._schema, labels, self._refs.get("default"))
         classifiers = self._classifiers
@@ -260,6 +339,11 @@ class Engine:
 
         cs = log.plan(watermark, scalars, now_pane, force=force) if math.isfinite(
             watermark) else ChangeSet()
+        cs.held_put.update(released.held_put)
+        cs.held_drop |= released.held_drop
+        for p, s in released.open_put.items():
+            if p not in cs.full_put and p not in cs.full_drop:
+                cs.open_put[p] = s
         if cfg.auto_reference_panes:
             closing = {p: log.full[p] for p in cs.series_put if p in log.full}
             ref = _references.auto_step(self._refs.get("default"), self._layout,
@@ -283,10 +367,8 @@ class Engine:
         closed_upto = cs.closed_upto if cs.closed_upto is not None else (
             None if log is None else log.closed_upto)
         newest = cs.newest if cs.newest is not None else (None if log is None else log.newest)
-        max_ts = -math.inf if log is None else log.max_ts
         cs.meta["state"] = {"newest": newest, "closed_upto": closed_upto,
-                            "max_ts": max_ts if math.isfinite(max_ts) else None,
-                            **self._counters}
+                            "frontier": self._frontier.to_json(), **self._counters}
 
     def _commit(self, cs: ChangeSet, force: bool = False) -> None:
         """Write `cs` (when it changes anything durable), then apply it to memory."""
@@ -410,7 +492,11 @@ class Engine:
         state = meta.get("state", {})
         log.newest = state.get("newest")
         log.closed_upto = state.get("closed_upto")
-        log.max_ts = state.get("max_ts") or -math.inf
+        if "frontier" in state:
+            self._frontier.restore(state["frontier"])
+        elif state.get("max_ts") is not None:  # state written before the frontier existed
+            self._frontier.value = float(state["max_ts"])
+        self._held = {pane: Summary.from_bytes(layout, blob) for pane, blob in store.held()}
         for key in self._counters:
             self._counters[key] = int(state.get(key, 0) or 0)
         for name, fitted in meta.get("classifier_state", {}).items():
@@ -509,6 +595,7 @@ class Engine:
     # ================================================================ introspection
     def memory_bytes(self) -> int:
         total = 0 if self._log is None else self._log.nbytes()
+        total += sum(s.nbytes() for s in self._held.values())
         total += sum(r.summary.nbytes() for r in self._refs.values())
         total += sum(e.nbytes() for e in self._encoders)
         return int(total)
@@ -529,6 +616,13 @@ class Engine:
             "rows_retained": 0 if log is None else log.rows_retained(),
             "late_dropped": int(self._counters["late_dropped"]),
             "quarantined": int(self._counters["quarantined"]),
+            "quarantine_held": int(sum(s.n for s in self._held.values())),
+            "quarantine_released": int(self._counters["released"]),
+            "quarantine_dropped": int(self._counters["quarantine_dropped"]),
+            "skewed_batches": int(self._counters["skewed_batches"]),
+            "max_lead_seconds": float(self._frontier.max_lead),
+            "frontier": iso(self._frontier.value) if math.isfinite(
+                self._frontier.value) else None,
             "panes_full": 0 if log is None else len(log.full),
             "panes_detail": 0 if log is None else len(log.detail),
             "rollups": 0 if log is None else len(log.rollups),

@@ -53,6 +53,7 @@ class Parsed:
     ts: np.ndarray  # float64 seconds
     cat: np.ndarray  # int32 (n_cat, n)
     num: np.ndarray  # float64 (n_num, n)
+    stamped: bool = False  # no timestamp column: times are the monitor's own ingest time
     #: 64-bit hash of each row's request id (None: no request column); rows whose id is
     #: missing get distinct keys
     request: np.ndarray | None = None
@@ -61,7 +62,8 @@ class Parsed:
         """The rows where `keep` (a mask) holds."""
         return Parsed(n=int(np.count_nonzero(keep)), ts=self.ts[keep], cat=self.cat[:, keep],
                       num=self.num[:, keep],
-                      request=None if self.request is None else self.request[keep])
+                      request=None if self.request is None else self.request[keep],
+                      stamped=self.stamped)
 
 
 def _is_arrow(obj: object) -> bool:
@@ -198,7 +200,8 @@ def parse(
     # a batch without the request column (an offline reference, say): its rows stand alone
     request = (request_keys(frame[schema.request])
                if schema.request is not None and schema.request in frame.columns else None)
-    return Parsed(n=n, ts=ts, cat=cat, num=num, request=request)
+    return Parsed(n=n, ts=ts, cat=cat, num=num, request=request,
+                  stamped=schema.timestamp not in frame.columns)
 
 
 def request_keys(values: pd.Series) -> np.ndarray:

@@ -40,6 +40,7 @@ from drift._counts import DEFAULT_MAX_VALUES
 from drift._encode import DEFAULT_MAX_CODES, DEFAULT_MAX_VALUE_LENGTH, clean_text
 from drift._engine import LIVE_HORIZON_SECONDS, Engine, IngestReceipt
 from drift._errors import NoReferenceError, StateError
+from drift._frontier import DEFAULT_FRONTIER_BATCHES
 from drift._ingest import Schema
 from drift._references import Reference, iso
 from drift._reservoir import DEFAULT_FLAGGED_RESERVOIR_SIZE, DEFAULT_RESERVOIR_SIZE
@@ -99,11 +100,18 @@ class Monitor:
         Rows of one request share its latency, client and time, so every interval and test
         then counts requests, not rows (cluster-robust design effects, drift._clusters), and
         samples keep or drop a request whole. None: rows are independent.
-    max_future_seconds : rows dated further than this past their batch's median time (or past
-        a live clock) are quarantined, not allowed to close every pane.
-    clock : 'auto' (default: the wall clock once event times are live, i.e. within
-        LIVE_HORIZON_SECONDS of it), None (event time only), or a callable returning epoch
-        seconds. With a clock, idle time closes panes and slides the window.
+    max_future_seconds : rows whose pane starts further than this past the time frontier (or
+        a live clock) are quarantined: held per pane (at most MAX_HELD_PANES), counted, in no
+        window, and released into their panes once the frontier comes within this of them.
+    frontier_batches : the time frontier (drift._frontier), which closes panes and ends the
+        window, follows a batch connected to it at once; a batch starting further ahead moves
+        it only when more than half of the last `frontier_batches` batches reach that far, so
+        one skewed source (under half the batches) never moves it. With clock='auto' the live
+        decision is the majority of the same number of batches.
+    clock : 'auto' (default: the wall clock once event times are live, i.e. the medians of most
+        recent batches lie within LIVE_HORIZON_SECONDS of it), None (event time only), or a
+        callable returning epoch seconds. With a clock, idle time closes panes and slides the
+        window.
     directory : persist state in SQLite here and recover it on construction.
     durability : 'pane' (rows are durable when their pane closes, or after `flush()`) or
         'batch' (every `ingest` commits before returning).
@@ -143,6 +151,7 @@ class Monitor:
         auto_reference_panes: int | None = None,
         max_future_seconds: float = DEFAULT_MAX_FUTURE_SECONDS,
         request_column: str | None = None,
+        frontier_batches: int = DEFAULT_FRONTIER_BATCHES,
         clock: str | Callable[[], float] | None = "auto",
         directory: str | os.PathLike | None = None,
         durability: str = "pane",
@@ -169,6 +178,7 @@ class Monitor:
             history_reservoir_size=history_reservoir_size,
             history_flagged_reservoir_size=history_flagged_reservoir_size,
             max_future_seconds=max_future_seconds, request_column=request_column,
+            frontier_batches=frontier_batches,
         )
         self.directory = None if directory is None else os.fspath(directory)
         self.durability = durability

@@ -59,7 +59,6 @@ class PaneLog:
         self.series: dict[int, dict[str, float]] = {}
         self.newest: int | None = None
         self.closed_upto: int | None = None  # panes below this id are closed
-        self.max_ts = -math.inf
         self.dirty: set[int] = set()  # closed panes that received late rows
         self._planned: tuple[Any, ...] | None = None
 
@@ -77,8 +76,13 @@ class PaneLog:
         flags: np.ndarray,
         prio: np.ndarray,
         deltas: bool,
+        move_newest: bool = True,
     ) -> tuple[list[int], int, list[tuple[int, Summary]]]:
-        """Add rows to their panes; returns (panes touched, rows too late, batch deltas)."""
+        """Add rows to their panes; returns (panes touched, rows too late, batch deltas).
+
+        move_newest=False leaves `newest` (the window's end) to the planned step: the engine
+        sets it from the time frontier, so rows ahead of it wait in open panes beyond the window
+        (see drift._frontier)."""
         lo, hi = int(pane_ids.min()), int(pane_ids.max())
         if lo == hi:
             groups: list[tuple[int, Any]] = [(lo, slice(None))]
@@ -90,7 +94,6 @@ class PaneLog:
                 (int(sorted_ids[s]), order[s:e])
                 for s, e in zip(np.r_[0, cuts], np.r_[cuts, sorted_ids.size], strict=True)
             ]
-        newest = hi if self.newest is None else max(self.newest, hi)
         # late means older than what the log had already rolled out BEFORE this batch: a batch
         # spanning many panes (a backfill) keeps all its rows; they move through the tiers in
         # the next planned step
@@ -123,9 +126,27 @@ class PaneLog:
             touched.append(pane)
             if closed:
                 self.dirty.add(pane)
-        self.newest = newest
-        self.max_ts = max(self.max_ts, float(ts.max()))
+        if move_newest:
+            self.newest = hi if self.newest is None else max(self.newest, hi)
         return touched, late, out_deltas
+
+    def merge_pane(self, pane: int, rows: Summary) -> bool:
+        """Merge released rows (drift._engine's quarantine) into their pane, as `add` does;
+        False when the pane is too late to take them (they are then dropped by the caller)."""
+        oldest = -math.inf if self.newest is None else self.oldest_accepted(self.newest)
+        if pane < oldest and pane not in self.full:
+            return False
+        closed = self.closed_upto is not None and pane < self.closed_upto
+        target = self.full.get(pane)
+        if target is None:
+            target = Summary(self.layout, self.h.capacity)
+        elif closed:
+            target = target.copy()  # copy-on-write: snapshots keep the old object
+        target.merge(rows)
+        self.full[pane] = target
+        if closed:
+            self.dirty.add(pane)
+        return True
 
     # ------------------------------------------------------------------ planning
     def plan(

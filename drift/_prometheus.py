@@ -4,7 +4,7 @@ Why a collector: Prometheus scrapes `/metrics` every few seconds, while a verdic
 every column, the top explanation per metric, cascade health per segment) costs a query.
 `MonitorCollector` answers each scrape from verdicts at most `max_age_s` old, computed on the
 monitor's snapshots (never holding the ingest lock for long), and exports counters (rows
-ingested, late, quarantined) fresh every time. Label sets are bounded: columns, metrics, at most
+ingested, late, quarantined, clock skew) fresh every time. Label sets are bounded: columns, metrics, at most
 `max_segments` cascade segments and one top explanation per metric.
 
 Usage::
@@ -71,8 +71,9 @@ class MonitorCollector:
     """A prometheus_client collector of one Monitor's state and verdicts.
 
     Exported (prefix `drift_` by default; see docs in drift/README.md):
-    rows_ingested_total, rows_late_dropped_total, rows_quarantined_total (counters);
-    rows_retained, window_rows, reference_ready{reference}, verdict_age_seconds,
+    rows_ingested_total, rows_late_dropped_total, rows_quarantined_total,
+    rows_quarantine_released_total, rows_quarantine_dropped_total, skewed_batches_total
+    (counters); rows_retained, rows_quarantine_held, clock_max_lead_seconds, window_rows, reference_ready{reference}, verdict_age_seconds,
     column_effect{column,kind}, column_effect_error{column}, column_p_adjusted{column},
     column_drifted{column}, column_undetectable{column}, columns_drifted,
     columns_undetectable, explanations{metric}, explanation_top_ratio{metric,explanation},
@@ -108,13 +109,26 @@ class MonitorCollector:
             ("rows_ingested", "rows_ingested", "rows accepted by the monitor"),
             ("rows_late_dropped", "late_dropped", "rows too late to merge into their pane"),
             ("rows_quarantined", "quarantined", "rows dated too far in the future"),
+            ("rows_quarantine_released", "quarantine_released",
+             "quarantined rows released into their panes once time reached them"),
+            ("rows_quarantine_dropped", "quarantine_dropped",
+             "quarantined rows dropped because too many panes were held"),
+            ("skewed_batches", "skewed_batches",
+             "batches dated ahead of the time frontier that could not move it"),
         ):
             c = CounterMetricFamily(f"{p}_{name}", text)
             c.add_metric([], float(stats[key]))
             yield c
-        g = GaugeMetricFamily(f"{p}_rows_retained", "rows summarized in the monitor's state")
-        g.add_metric([], float(stats["rows_retained"]))
-        yield g
+        for name, key, text in (
+            ("rows_retained", "rows_retained", "rows summarized in the monitor's state"),
+            ("rows_quarantine_held", "quarantine_held",
+             "quarantined rows held until the time frontier reaches them"),
+            ("clock_max_lead_seconds", "max_lead_seconds",
+             "largest lead of a skewed batch over the time frontier"),
+        ):
+            g = GaugeMetricFamily(f"{p}_{name}", text)
+            g.add_metric([], float(stats[key]))
+            yield g
         with self._lock:
             now = time.monotonic()
             if now - self._at > self.max_age_s:

@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS deltas (seq INTEGER PRIMARY KEY AUTOINCREMENT, pane I
 CREATE TABLE IF NOT EXISTS rollups (bucket INTEGER PRIMARY KEY, blob BLOB);
 CREATE TABLE IF NOT EXISTS series (pane INTEGER PRIMARY KEY, data TEXT);
 CREATE TABLE IF NOT EXISTS refs (name TEXT PRIMARY KEY, blob BLOB, info TEXT);
+CREATE TABLE IF NOT EXISTS held (pane INTEGER PRIMARY KEY, blob BLOB);
 """
 
 
@@ -142,6 +143,10 @@ class Store:
         rows = self.conn.execute("SELECT pane, data FROM series ORDER BY pane")
         return {pane: json.loads(data) for pane, data in rows}
 
+    def held(self) -> list[tuple[int, bytes]]:
+        """Quarantined rows held per pane, waiting for the frontier (drift._frontier)."""
+        return list(self.conn.execute("SELECT pane, blob FROM held ORDER BY pane"))
+
     def refs(self) -> list[tuple[str, bytes, dict[str, Any]]]:
         rows = self.conn.execute("SELECT name, blob, info FROM refs ORDER BY name")
         return [(name, blob, json.loads(info)) for name, blob, info in rows]
@@ -229,6 +234,12 @@ class _Writer:
             (name, blob, json.dumps(info)),
         )
 
+    def put_held(self, pane: int, blob: bytes) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO held (pane, blob) VALUES (?, ?)", (pane, blob))
+
+    def delete_held(self, pane: int) -> None:
+        self.conn.execute("DELETE FROM held WHERE pane = ?", (pane,))
+
     def delete_ref(self, name: str) -> None:
         self.conn.execute("DELETE FROM refs WHERE name = ?", (name,))
 
@@ -257,6 +268,11 @@ def write_changes(w: _Writer, cs: ChangeSet) -> None:
         w.put_series(p, data)
     for p in sorted(cs.series_drop):
         w.delete_series(p)
+    for p in sorted(cs.held_drop):
+        if p not in cs.held_put:
+            w.delete_held(p)
+    for p, s in sorted(cs.held_put.items()):
+        w.put_held(p, s.to_bytes())
     for name, (summary, info) in sorted(cs.refs_put.items()):
         w.put_ref(name, summary.to_bytes(), info)
     for key, value in cs.meta.items():

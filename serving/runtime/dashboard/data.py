@@ -129,7 +129,8 @@ def _compute_snapshot(monitor: Any, options: dict[str, Any]) -> dict[str, Any]:
 
 def _stats(monitor: Any) -> dict[str, Any]:
     stats = monitor.stats()
-    keep = ("rows_ingested", "rows_retained", "late_dropped", "quarantined", "newest_pane_start", "clock",
+    keep = ("rows_ingested", "rows_retained", "late_dropped", "quarantined", "quarantine_held",
+            "skewed_batches", "frontier", "newest_pane_start", "clock",
             "memory_bytes", "disk_bytes", "overflowed_values", "invalid_unicode_values", "truncated_values",
             "non_finite_values", "missing_values")
     out = {k: stats.get(k) for k in keep}
