@@ -102,6 +102,89 @@ def saturated_ingest_speed(batches: list[pd.DataFrame], reference: pd.DataFrame,
             "rows_mapped_to_other": overflow}
 
 
+#: Levels of the Zipf attribute of the fresh-strings ingest (the issue's 5,000-level client).
+FRESH_LEVELS = 5_000
+#: Rows per request in the serving-shaped ingest (uniform).
+FRESH_REQUEST_ROWS = (1, 32)
+
+
+#: Attributes a request's rows share in the serving-shaped batches (the rest vary by row).
+REQUEST_LEVEL = ("a0", "a1", "a2", "a3", "client")
+
+
+def _strings(prefix: str, idx: np.ndarray, owner: np.ndarray, shared: bool,
+             serving: bool) -> np.ndarray:
+    """New string objects: per row, or (`shared`) one value per request (`owner` maps rows to
+    requests), as one object per request when `serving`, else one per row."""
+    requests = int(owner[-1]) + 1
+    if shared and serving:  # one object per request, repeated over its rows
+        heads = np.array([f"{prefix}{k}" for k in idx[:requests].tolist()], dtype=object)
+        return heads[owner]
+    idx = idx[:requests][owner] if shared else idx
+    return np.array([f"{prefix}{k}" for k in idx.tolist()], dtype=object)
+
+
+def _fresh_batches(n_batches: int, batch: int, rows_per_s: float, seed: int = 0,
+                   serving: bool = False) -> list[pd.DataFrame]:
+    """Batches whose strings are all new objects (built per batch, as a JSON decoder makes
+    them; the other speed batches reuse 20 base frames' strings): the 8 string attributes of
+    `_speed_batches`, a 5,000-level Zipf `client` and a `request_id` shared by the rows of
+    each request (1-32 rows). `serving`: as serving's records arrive, one object per request
+    for the request-level attributes (REQUEST_LEVEL) and the id; otherwise one per row."""
+    rng = np.random.default_rng([seed, 11])
+    p = 1.0 / np.arange(1, FRESH_LEVELS + 1) ** 1.1
+    p /= p.sum()
+    lo, hi = FRESH_REQUEST_ROWS
+    out = []
+    for i in range(n_batches):
+        sizes = rng.integers(lo, hi + 1, batch // lo)
+        sizes = sizes[np.cumsum(sizes) <= batch]
+        sizes = np.append(sizes, batch - sizes.sum()) if sizes.sum() < batch else sizes
+        owner = np.repeat(np.arange(sizes.size), sizes)
+
+        data: dict[str, Any] = {}
+        for j, card in enumerate(SPEED_CARDS):
+            data[f"a{j}"] = _strings(f"a{j}_", rng.integers(0, card, batch), owner,
+                                     f"a{j}" in REQUEST_LEVEL, serving)
+        data["client"] = _strings("client-", rng.choice(FRESH_LEVELS, batch, p=p), owner, True,
+                                  serving)
+        data["request_id"] = _strings(f"{seed}-{i}-", np.arange(batch), owner, True, serving)
+        data["latency_ms"] = rng.lognormal(3.0, 0.5, batch)
+        data["confidence"] = rng.beta(6.0, 2.0, batch)
+        data["score"] = rng.random(batch)
+        data["error"] = (rng.random(batch) < 0.01).astype(np.float64)
+        data["timestamp"] = 1_700_000_000.0 + (i * batch + np.arange(batch)) / rows_per_s
+        out.append(pd.DataFrame(data))
+    return out
+
+
+def fresh_ingest_speed(n_batches: int, repeats: int, serving: bool = False) -> dict[str, Any]:
+    """Ingest + classify on fresh strings with a 5,000-level Zipf attribute, with and without
+    the request column (its hashing is the price of counting requests); `serving`: the
+    records as serving sends them (`_fresh_batches`)."""
+    batches = _fresh_batches(n_batches, 10_000, rows_per_s=1000.0, serving=serving)
+    reference = pd.concat(_fresh_batches(5, 10_000, 1000.0, seed=9, serving=serving)).assign(
+        timestamp=1_690_000_000.0)
+    out: dict[str, Any] = {"levels": FRESH_LEVELS, "request_rows": list(FRESH_REQUEST_ROWS),
+                           "request_level": list(REQUEST_LEVEL) if serving else []}
+    for name, request_column in (("rows", None), ("requests", "request_id")):
+        rates = []
+        for _ in range(repeats):
+            mon = Monitor([*(f"a{j}" for j in range(8)), "client"],
+                          ["latency_ms", "confidence", "score"], error_column="error",
+                          classifiers={"slow": "latency_ms > 50"},
+                          request_column=request_column)
+            mon.set_reference(reference)
+            start = time.perf_counter()
+            for b in batches:
+                mon.ingest(b)
+            rates.append(sum(len(b) for b in batches) / (time.perf_counter() - start))
+            mon.close()
+        out[f"{name}_rows_per_s_median"] = statistics.median(rates)
+        out[f"{name}_rows_per_s_runs"] = rates
+    return out
+
+
 def explain_speed(repeats: int) -> dict[str, Any]:
     rng = np.random.default_rng(5)
     n = 1_000_000
@@ -177,6 +260,9 @@ def speed(quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     out["ingest_classify_in_memory"] = ingest_speed(batches, reference, repeats)
     out["ingest_saturated_encoder"] = saturated_ingest_speed(batches[:30], reference, repeats)
+    out["ingest_fresh_strings_zipf"] = fresh_ingest_speed(20 if quick else 50, repeats)
+    out["ingest_serving_records_zipf"] = fresh_ingest_speed(20 if quick else 50, repeats,
+                                                            serving=True)
     out["ingest_classify_persist_pane"] = ingest_speed(batches, reference, max(repeats - 2, 1),
                                                        persist=True, durability="pane")
     out["ingest_classify_persist_batch"] = ingest_speed(batches, reference,

@@ -1,7 +1,7 @@
 """Benchmark of the monitor: quality (exact and sampled regimes), speed, memory, libraries.
 
     python -m benchmarks.drift [--json PATH] [--quick] [--no-pin]
-                          [--sections quality,sampled,speed,memory,libraries]
+                          [--sections quality,sampled,requests,speed,memory,libraries]
 
 quality   50 rows/s, nothing sampled (benchmarks._drift_quality): planted causes with an oracle on
           the raw window, null streams, always-fire and dummy-ranking baselines.
@@ -9,6 +9,10 @@ sampled   2,000 rows/s with the default reservoirs (benchmarks._drift_sampled): 
           / drift alarms / change points per hour on i.i.d., seasonal, AR(1) and heavy-tailed
           nulls beside River's ADWIN, Page-Hinkley and KSWIN; top-1 recall and precision on
           planted families; interval coverage by simulation; restart after 1 s batches.
+requests  serving-shaped streams, requests of 1-32 rows with Zipf clients, at 50 and 2,000
+          rows/s (benchmarks._drift_requests): false alarms per hour on nulls, interval coverage
+          at 1/4/8/20-row requests, request-level planted causes; each counted by requests
+          (request_column) and by rows, side by side.
 speed     ingest + classify rows/s on one pinned core (10k-row batches, 8 string attributes);
           explaining 1M rows x 8 attributes at order 3 end to end (benchmarks._drift_speed).
 memory    a simulated day of 1-minute panes at 1k rows/s (--quick: 3 hours).
@@ -32,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks import _drift_libraries, _drift_sampled
+from benchmarks import _drift_libraries, _drift_requests, _drift_sampled
 from benchmarks._drift_quality import quality
 from benchmarks._drift_speed import _day_run, memory, speed
 
@@ -41,7 +45,7 @@ TARGET_TOP1 = 0.95
 TARGET_FALSE_ALARM = 0.01
 TARGET_INGEST_ROWS_PER_S = 2_000_000
 TARGET_EXPLAIN_SECONDS = 0.5
-SECTIONS = ("quality", "sampled", "speed", "memory", "libraries")
+SECTIONS = ("quality", "sampled", "requests", "speed", "memory", "libraries")
 
 
 def _pin() -> int | None:
@@ -121,6 +125,16 @@ def report(res: dict[str, Any]) -> str:
             f"{e['search_only_seconds_median']:.2f} s, low-cardinality worst case "
             f"{e['search_low_cardinality_seconds_median']:.2f} s; top = {e['top_explanation']}"
         )
+        for key, label in (("ingest_fresh_strings_zipf", "fresh strings, one object per row"),
+                           ("ingest_serving_records_zipf", "serving records, one object per "
+                                                           "request")):
+            f = s.get(key)
+            if f:
+                lines.append(
+                    f"ingest+classify, {label}, 9 string attributes incl. a 5,000-level Zipf "
+                    f"client: {_fmt(f['rows_rows_per_s_median'])} rows/s counting rows, "
+                    f"{_fmt(f['requests_rows_per_s_median'])} rows/s with request_column "
+                    f"(target >= {TARGET_INGEST_ROWS_PER_S:,})")
         w = s["monitor_explain_window_1m"]
         lines.append(f"Monitor.explain on a window of {w['window_rows']:,} rows "
                      f"({w['rows_sampled']:,} sampled): {w['seconds_median']:.2f} s")
@@ -145,6 +159,10 @@ def report(res: dict[str, Any]) -> str:
     if sampled:
         lines.append("\n== sampled regime (2,000 rows/s, 1-minute panes, default reservoirs) ==")
         lines += _drift_sampled.report_lines(sampled)
+    req = res.get("requests")
+    if req:
+        lines += _drift_requests.report_lines(req)
+        lines.append(f"requests took {req['seconds']:.0f} s")
     libs = res.get("libraries")
     if libs:
         lines.append("\n== Apache DataSketches vs drift's sketches ==")
@@ -182,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     runners: dict[str, Callable[[bool], dict[str, Any]]] = {
         "quality": quality, "speed": speed, "memory": memory,
-        "sampled": _drift_sampled.sampled, "libraries": _drift_libraries.libraries}
-    for name in ("speed", "libraries", "memory", "sampled", "quality"):
+        "sampled": _drift_sampled.sampled, "libraries": _drift_libraries.libraries,
+        "requests": _drift_requests.requests_section}
+    for name in ("speed", "libraries", "memory", "sampled", "requests", "quality"):
         if name in sections:
             res[name] = runners[name](args.quick)
             print(f"[{name} done]", file=sys.stderr, flush=True)

@@ -254,7 +254,10 @@ class _Relabelled:
                 else:
                     sums = np.bincount(key_all, weights=arr, minlength=size)
             out[name] = sums[keys]
-        if self.weights.clusters is not None:
+        clusters = self.weights.clusters
+        if clusters is not None and all(clusters.constant(a, self.rows.codes[a]) for a in attrs):
+            out.update(Q_tt=out["p_tT"], Q_tc=out["p_tN"], Q_cc=out["p_cN"])
+        elif clusters is not None:
             if key_all is None:
                 key_all = np.zeros(self.rows.n, dtype=np.int64)
                 for a, base in zip(attrs, radix, strict=True):

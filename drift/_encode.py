@@ -121,6 +121,36 @@ except ImportError:  # pragma: no cover - a pandas without it: the public Index 
     _HashTable = None
 
 
+#: Leading values sampled to decide whether a column comes in runs of equal values.
+RUN_SAMPLE = 256
+#: Share of equal neighbours in that sample above which lookups go by run (one per run).
+RUN_SHARE = 0.5
+
+
+def run_starts(arr: np.ndarray) -> np.ndarray | None:
+    """Start of each run of equal neighbours, when the column mostly comes in runs.
+
+    Serving writes one record per row, and a request's rows share its client, replica,
+    version and id (the same object, np.full): hashing one value per run instead of per row
+    is what keeps those columns cheap. None when runs are rare (a sample of the first
+    RUN_SAMPLE values says so; comparing every neighbour would then only cost)."""
+    n = arr.size
+    if n < 4:
+        return None
+    k = min(n, RUN_SAMPLE)
+    if np.count_nonzero(arr[1:k] == arr[: k - 1]) < RUN_SHARE * (k - 1):
+        return None
+    change = np.empty(n, dtype=bool)
+    change[0] = True
+    np.not_equal(arr[1:], arr[:-1], out=change[1:])
+    return np.flatnonzero(change)
+
+
+def expand_runs(values: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
+    """Per-run values repeated over their runs (the inverse of taking run starts)."""
+    return np.repeat(values, np.diff(np.append(starts, n)))
+
+
 class _Lookup:
     """value -> code for a column, updated in place as codes are added.
 
@@ -146,6 +176,12 @@ class _Lookup:
         """Codes of known values, -1 elsewhere (int32)."""
         arr = values.to_numpy(dtype=object) if isinstance(values, pd.Series) else np.asarray(
             values, dtype=object)
+        starts = run_starts(arr)
+        if starts is not None:
+            return expand_runs(self._lookup(arr[starts]), starts, arr.size)
+        return self._lookup(arr)
+
+    def _lookup(self, arr: np.ndarray) -> np.ndarray:
         if self._table is not None:
             return self._table.lookup(arr).astype(np.int32, copy=False)
         if self._index is None:

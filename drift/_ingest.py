@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from drift._encode import Encoder
+from drift._encode import Encoder, expand_runs, run_starts
 from drift._errors import SchemaError
 
 #: Numeric timestamps above this are taken for milliseconds by mistake (year 5138 in seconds).
@@ -207,9 +207,14 @@ def parse(
 def request_keys(values: pd.Series) -> np.ndarray:
     """A 64-bit key per row, equal for equal request ids (any hashable: str, int ...). Rows
     without an id stand alone: each gets a key of its own (its position, tagged)."""
-    keys = pd.util.hash_pandas_object(values, index=False, categorize=False).to_numpy(
+    arr = values.to_numpy(dtype=object)
+    starts = run_starts(arr)  # a request's rows come together: one hash per request
+    heads = pd.Series(arr if starts is None else arr[starts], dtype=object)
+    keys = pd.util.hash_pandas_object(heads, index=False, categorize=False).to_numpy(
         dtype=np.uint64, copy=True)
-    missing = values.isna().to_numpy()
+    if starts is not None:
+        keys = expand_runs(keys, starts, arr.size)
+    missing = pd.isna(arr)
     if missing.any():
         alone = np.flatnonzero(missing).astype(np.uint64)
         keys[missing] = (alone * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(0xA5A5A5A5A5A5A5A5)
