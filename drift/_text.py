@@ -68,7 +68,8 @@ def _combo(row: Mapping[str, Any], attributes: list[str]) -> str:
 
 def _level(info: Mapping[str, Any]) -> str:
     conf = (info.get("params") or {}).get("confidence")
-    return f"{100 * conf:.0f}% simultaneous CI" if conf else "CI"
+    unit = " counting requests" if info.get("unit") == "requests" else ""
+    return f"{100 * conf:.0f}% simultaneous CI{unit}" if conf else f"CI{unit}"
 
 
 def _cutoff(clf: Mapping[str, Any] | None) -> str:

@@ -179,11 +179,15 @@ def _times(v: Any) -> str:
 def explanation_sentences(result: dict[str, Any], what: str) -> list[str]:
     """One plain sentence per reported combination."""
     attributes = _attributes(result, "support")
+    # support counts rows; with request ids the intervals count requests (rows of a request
+    # share its latency and client, so they are not independent evidence)
+    by_requests = result.get("unit") == "requests"
+    unit = "; the interval counts requests, not rows" if by_requests else ""
     out = []
     for r in result.get("rows", []):
         out.append(
             f"Rows with {_segment(r, attributes)} are {_times(r.get('ratio'))} as likely as the rest to be "
-            f"{what} (99% simultaneous interval {_times(r.get('ci_low'))} to {_times(r.get('ci_high'))}); "
+            f"{what} (99% simultaneous interval {_times(r.get('ci_low'))} to {_times(r.get('ci_high'))}{unit}); "
             f"they hold {pct(r.get('support'))} of the outliers ({num(r.get('outlier_count'))} outlier rows "
             f"of {num(r.get('total_count'))} with these values).")
     return out

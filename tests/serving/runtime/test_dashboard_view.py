@@ -131,6 +131,9 @@ def test_monitor_snapshot_names_the_planted_cause(snapshot):
     assert rows and rows[0]["region"] == PLANTED
     sentences = explanation_sentences(snapshot["explain_latency"], "latency outliers")
     assert f"region={PLANTED}" in sentences[0] and "as likely as the rest" in sentences[0]
+    assert "counts requests" not in sentences[0]  # rows without request ids: intervals count rows
+    by_request = explanation_sentences({**snapshot["explain_latency"], "unit": "requests"}, "latency outliers")
+    assert "the interval counts requests, not rows" in by_request[0]
     assert {r["column"] for r in snapshot["drift"]["rows"] if r["drifted"]} == {"a", "latency_ms"}
     dist = snapshot["distributions"]["a"]
     assert dist["kind"] == "numeric" and dist["median_current"] - dist["median_reference"] == pytest.approx(1.0, abs=0.2)
