@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from drift._clusters import proportion_effect
 from drift._column_tests import SortedSample, kish
 from drift._drift import SEGMENT_TEST_ROWS, pick_segments, segment_mask
 from drift._results import CascadeHealth
 from drift._rules import benjamini_hochberg
+from drift._sample import Sample
 from drift._view import View
 
 #: Smallest drop (absolute, in share of rows) of the cheap level's share that counts.
@@ -101,7 +103,10 @@ def cascade_health(
             p_r, _ = _share(base.weight, mr, ref_hit)
             row.update(cheap_fraction=p_c, reference_cheap_fraction=p_r,
                        cheap_fraction_change=p_c - p_r)
-            row["p_value"] = _drop_pvalue(p_c, n_c, p_r, n_r)
+            # rows of a request are not independent draws: its share counts requests
+            d_c = _share_effect(cur, mc, cur_hit)
+            d_r = _share_effect(base, mr, ref_hit)
+            row["p_value"] = _drop_pvalue(p_c, n_c / d_c, p_r, n_r / d_r)
         if conf_sorted is not None:
             res, _ = conf_sorted.compare(mc, mr, outside=False)
             row.update(confidence_effect=res.get("effect"),
@@ -140,6 +145,14 @@ def cascade_health(
     info.update(healthy=healthy, message=None if healthy else MESSAGE,
                 degraded_segments=sum(1 for r in rows if r["degraded"]))
     return CascadeHealth(rows, [*attrs, *COLUMNS_TAIL], info)
+
+
+def _share_effect(sample: Sample, mask: np.ndarray, hit: np.ndarray) -> float:
+    """Design effect of the cheap-level share within a segment (1 without request keys)."""
+    if sample.cluster is None or not mask.any():
+        return 1.0
+    return proportion_effect(hit[mask].astype(np.int64), sample.weight[mask],
+                             sample.cluster[mask])
 
 
 def _drop_pvalue(p_c: float, n_c: float, p_r: float, n_r: float) -> float | None:
