@@ -213,26 +213,33 @@ def proportion_effect(cells: np.ndarray, weight: np.ndarray, cluster: np.ndarray
     return max(mean, 1.0)
 
 
+def categorical_effect(codes: np.ndarray, weight: np.ndarray, cluster: np.ndarray) -> float:
+    """Design effect of one categorical column's cells (its top DEFF_LEVELS levels + the rest)."""
+    if weight.size == 0:
+        return 1.0
+    counts = np.bincount(codes, weights=weight)
+    top = np.argsort(-counts)[:DEFF_LEVELS]
+    lut = np.full(counts.size, top.size, dtype=np.int64)
+    lut[top] = np.arange(top.size)
+    return proportion_effect(lut[codes], weight, cluster)
+
+
+def numeric_effect(x: np.ndarray, weight: np.ndarray, cluster: np.ndarray) -> float:
+    """Design effect of one numeric column, binned at its DEFF_QUANTILES."""
+    fin = np.isfinite(x)
+    if fin.sum() < 2:
+        return 1.0
+    cuts = np.unique(np.quantile(x[fin], DEFF_QUANTILES))
+    cells = np.searchsorted(cuts, x[fin], side="left").astype(np.int64)
+    return proportion_effect(cells, weight[fin], cluster[fin])
+
+
 def column_effects(cat: np.ndarray, num: np.ndarray, weight: np.ndarray,
                    cluster: np.ndarray | None) -> tuple[list[float], list[float]]:
     """Design effect of every categorical (top DEFF_LEVELS levels + the rest) and numeric
     (binned at DEFF_QUANTILES) column of a sample; all 1 without request keys."""
     if cluster is None or weight.size == 0:
         return [1.0] * cat.shape[0], [1.0] * num.shape[0]
-    cats = []
-    for codes in cat:
-        counts = np.bincount(codes, weights=weight)
-        top = np.argsort(-counts)[:DEFF_LEVELS]
-        lut = np.full(counts.size, top.size, dtype=np.int64)
-        lut[top] = np.arange(top.size)
-        cats.append(proportion_effect(lut[codes], weight, cluster))
-    nums = []
-    for x in num:
-        fin = np.isfinite(x)
-        if fin.sum() < 2:
-            nums.append(1.0)
-            continue
-        cuts = np.unique(np.quantile(x[fin], DEFF_QUANTILES))
-        cells = np.searchsorted(cuts, x[fin], side="left").astype(np.int64)
-        nums.append(proportion_effect(cells, weight[fin], cluster[fin]))
+    cats = [categorical_effect(codes, weight, cluster) for codes in cat]
+    nums = [numeric_effect(x, weight, cluster) for x in num]
     return cats, nums
