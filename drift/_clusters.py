@@ -238,6 +238,31 @@ def proportion_effect(cells: np.ndarray, weight: np.ndarray, cluster: np.ndarray
     return max(mean, 1.0)
 
 
+def categorical_effect(codes: np.ndarray, weight: np.ndarray, cluster: np.ndarray,
+                       index: np.ndarray | None = None) -> float:
+    """Design effect of one categorical column's cells (its top DEFF_LEVELS levels + the rest);
+    `index`: the rows' dense request numbers, when the caller has them."""
+    if weight.size == 0:
+        return 1.0
+    counts = np.bincount(codes, weights=weight)
+    top = np.argsort(-counts)[:DEFF_LEVELS]
+    lut = np.full(counts.size, top.size, dtype=np.int64)
+    lut[top] = np.arange(top.size)
+    return proportion_effect(lut[codes], weight, cluster, index)
+
+
+def numeric_effect(x: np.ndarray, weight: np.ndarray, cluster: np.ndarray,
+                   index: np.ndarray | None = None) -> float:
+    """Design effect of one numeric column, binned at its DEFF_QUANTILES."""
+    fin = np.isfinite(x)
+    if fin.sum() < 2:
+        return 1.0
+    cuts = np.unique(np.quantile(x[fin], DEFF_QUANTILES))
+    cells = np.searchsorted(cuts, x[fin], side="left").astype(np.int64)
+    return proportion_effect(cells, weight[fin], cluster[fin],
+                             None if index is None else index[fin])
+
+
 def column_effects(cat: np.ndarray, num: np.ndarray, weight: np.ndarray,
                    cluster: np.ndarray | None) -> tuple[list[float], list[float]]:
     """Design effect of every categorical (top DEFF_LEVELS levels + the rest) and numeric
@@ -245,20 +270,6 @@ def column_effects(cat: np.ndarray, num: np.ndarray, weight: np.ndarray,
     if cluster is None or weight.size == 0:
         return [1.0] * cat.shape[0], [1.0] * num.shape[0]
     index = np.unique(cluster, return_inverse=True)[1].astype(np.int64).ravel()
-    cats = []
-    for codes in cat:
-        counts = np.bincount(codes, weights=weight)
-        top = np.argsort(-counts)[:DEFF_LEVELS]
-        lut = np.full(counts.size, top.size, dtype=np.int64)
-        lut[top] = np.arange(top.size)
-        cats.append(proportion_effect(lut[codes], weight, cluster, index))
-    nums = []
-    for x in num:
-        fin = np.isfinite(x)
-        if fin.sum() < 2:
-            nums.append(1.0)
-            continue
-        cuts = np.unique(np.quantile(x[fin], DEFF_QUANTILES))
-        cells = np.searchsorted(cuts, x[fin], side="left").astype(np.int64)
-        nums.append(proportion_effect(cells, weight[fin], cluster[fin], index[fin]))
+    cats = [categorical_effect(codes, weight, cluster, index) for codes in cat]
+    nums = [numeric_effect(x, weight, cluster, index) for x in num]
     return cats, nums

@@ -335,12 +335,48 @@ def kish(weights: np.ndarray) -> float:
     return s * s / s2 if s2 > 0 else 0.0
 
 
+def sample_spread(x: np.ndarray, cum: np.ndarray) -> dict[str, Any]:
+    """`robust_spread` of a weighted sample: sorted values `x`, cumulative weights `cum`.
+
+    Returns scale (normal-consistent central range, 0 when none is positive), low / high (the
+    far-out fences, None without a scale) and reason (None, or why outliers dominate: at least
+    98% of the sample is one value while the rest is not)."""
+    out: dict[str, Any] = {"scale": 0.0, "low": None, "high": None, "reason": None}
+    total = float(cum[-1]) if cum.size else 0.0
+    if total <= 0:
+        return out
+
+    def quantile(q: float) -> float:
+        return float(x[min(int(np.searchsorted(cum, q * total, side="left")), x.size - 1)])
+
+    for q_lo, q_hi, width in SPREAD_QUANTILES:
+        a, b = quantile(q_lo), quantile(q_hi)
+        if b > a:
+            span = b - a
+            out.update(scale=span / width, low=a - WINSOR_FENCE * span,
+                       high=b + WINSOR_FENCE * span)
+            return out
+    if quantile(1.0) > quantile(0.0):
+        out["reason"] = ("dominated by outliers: at least 98% of the reference is one value, "
+                         "so it has no robust spread")
+    return out
+
+
 class SortedSample:
     """Current and reference sample values of one numeric column, sorted once.
 
     Comparing a segment (current rows in it vs reference rows in it) and its complement then
     costs two cumulative sums: segment sums are cumulated, complement sums are totals minus
     segment sums. Non-finite values carry no weight.
+
+    Effect: the robust W1 of `numeric_sketch_test`, in the units of the WHOLE reference sample
+    of the column (`sample_spread`: winsorised to its far-out fences, over its IQR / 1.349),
+    for the segment and its complement alike. Why not the segment's own spread: a segment holds
+    few reference rows (a 2% segment of a 300-row reference: 6), and a segment often nearly
+    fixes a column (dest=DEN fixes distance to three values 21 miles apart, std 8.5): its own
+    std made a wobble of the origin mix read as an effect of 0.4-1.8 (infinite for a constant
+    segment), outranking a +5 h shift of the departure time. One 1e12 in the reference no
+    longer silences the test either (it inflated the std).
     """
 
     def __init__(
@@ -351,17 +387,21 @@ class SortedSample:
         finite = np.isfinite(values)
         self.order = np.argsort(np.where(finite, values, np.inf), kind="stable")
         x = np.where(finite, values, 0.0)[self.order]
-        self.x, self.x2 = x, x * x
+        self.x = x
         fin_sorted = finite[self.order]
         last = np.r_[x[1:] != x[:-1], True] if x.size else np.zeros(0, dtype=bool)
         last &= fin_sorted
         # without ties or missing values every position ends a run: no masking needed
         self.last = None if last.all() else last
-        self.gaps = np.where(fin_sorted[1:], np.diff(x), 0.0)
         wc = np.concatenate((w_cur, np.zeros(reference.size)))[self.order] * fin_sorted
         wr = np.concatenate((np.zeros(current.size), w_ref))[self.order] * fin_sorted
         self.wc, self.wr = wc, wr
         self.cum_c, self.cum_r = np.cumsum(wc), np.cumsum(wr)
+        ref_rows = wr > 0
+        self.spread = sample_spread(x[ref_rows], self.cum_r[ref_rows])
+        low, high = self.spread["low"], self.spread["high"]
+        clipped = x if low is None else np.clip(x, low, high)
+        self.gaps = np.where(fin_sorted[1:], np.diff(clipped), 0.0)
 
     def _summary(self, c: np.ndarray, r: np.ndarray, cum_c: np.ndarray, cum_r: np.ndarray
                  ) -> dict[str, Any]:
@@ -383,9 +423,14 @@ class SortedSample:
         w1 = _dot(gap[:-1], self.gaps)
         mean_c = _dot(c, self.x) / sc
         mean_r = _dot(r, self.x) / sr
-        var_r = max(_dot(r, self.x2) / sr - mean_r * mean_r, 0.0)
-        std_r = math.sqrt(var_r)
-        effect = w1 / std_r if std_r > 0 else (math.inf if w1 > 0 else 0.0)
+        scale = self.spread["scale"]
+        effect: float | None
+        if self.spread["reason"] is not None:
+            effect = None
+        elif scale > 0:
+            effect = w1 / scale
+        else:  # a constant reference: any difference is infinite
+            effect = math.inf if w1 > 0 else 0.0
         med_c = float(self.x[min(np.searchsorted(cum_c, 0.5 * sc), self.x.size - 1)])
         med_r = float(self.x[min(np.searchsorted(cum_r, 0.5 * sr), self.x.size - 1)])
         out.update(statistic=d, p_value=ks_pvalue(d, n_eff, m_eff), effect=effect,
@@ -395,7 +440,7 @@ class SortedSample:
 
     def compare(self, in_cur: np.ndarray, in_ref: np.ndarray, outside: bool = True
                 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """Weighted KS + W1/reference std inside a segment (row masks) and outside it."""
+        """Weighted KS + robust W1 inside a segment (row masks) and outside it."""
         inside = np.concatenate((in_cur, in_ref))[self.order]
         c, r = self.wc * inside, self.wr * inside
         cum_c, cum_r = np.cumsum(c), np.cumsum(r)
@@ -407,9 +452,11 @@ class SortedSample:
 
 
 def weighted_categorical_test(
-    cur_codes: np.ndarray, w_cur: np.ndarray, ref_codes: np.ndarray, w_ref: np.ndarray
+    cur_codes: np.ndarray, w_cur: np.ndarray, ref_codes: np.ndarray, w_ref: np.ndarray,
+    deff: tuple[float, float] = (1.0, 1.0),
 ) -> dict[str, Any]:
-    """Chi-squared + JS on weighted samples, with counts scaled to Kish effective sizes."""
+    """Chi-squared + JS on weighted samples, with counts scaled to Kish effective sizes;
+    `deff`: the two sides' design effects (rows in requests), as in `categorical_test`."""
     n_eff, m_eff = kish(w_cur), kish(w_ref)
     size = int(max(cur_codes.max(initial=-1), ref_codes.max(initial=-1))) + 1
     cur = np.bincount(cur_codes, weights=w_cur, minlength=size)
@@ -418,6 +465,6 @@ def weighted_categorical_test(
     cur_scaled = cur / sc * n_eff if sc > 0 else cur
     ref_scaled = ref / sr * m_eff if sr > 0 else ref
     codes = np.arange(size)
-    out = categorical_test(codes, cur_scaled, 0.0, codes, ref_scaled, 0.0)
+    out = categorical_test(codes, cur_scaled, 0.0, codes, ref_scaled, 0.0, deff=deff)
     out["n_current"], out["n_reference"] = n_eff, m_eff
     return out

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from drift._clusters import column_effects
+from drift._clusters import categorical_effect, column_effects, numeric_effect
 from drift._column_tests import (
     SortedSample,
     categorical_test,
+    ks_pvalue,
     numeric_sketch_test,
     weighted_categorical_test,
 )
@@ -48,9 +49,20 @@ DEFAULT_MIN_SHARE = 0.05
 DEFAULT_MAX_SEGMENTS = 50
 #: A segment's drift is localized when its effect is this many times the effect outside it.
 DEFAULT_LOCALIZATION = 2.0
+#: Floor on the effect outside a segment when localized rows are ranked by inside / outside
+#: (a tenth of the default numeric gate), so a noise-level outside effect cannot make any
+#: ratio unbounded.
+LOCALIZATION_FLOOR = 0.01
 #: Rows per side the per-segment tests use (larger samples are thinned uniformly): a KS test
 #: on 60k rows resolves effects far below the gates; 300k rows only cost time.
 SEGMENT_TEST_ROWS = 60_000
+#: Fewest (effective) rows on each side of a segment before its column may be flagged. Lower
+#: than the column gate's 200: a segment is a few percent of the reference (the demo's DEN is
+#: 2% of a 700-row reference: 15 rows), so 200 rows a side would ask for a 10,000-row
+#: reference before any segment could speak. What guards against chance here is the p-value
+#: (KS at its finite-n distribution, chi-squared, BH across every segment x column); this
+#: floor only keeps the effect from being read off a handful of rows.
+DEFAULT_SEGMENT_MIN_SAMPLES = 10
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -61,6 +73,7 @@ __all__ = [
     "DEFAULT_MIN_SHARE",
     "DEFAULT_NUMERIC_EFFECT",
     "DEFAULT_PERSISTENCE",
+    "DEFAULT_SEGMENT_MIN_SAMPLES",
     "column_drift",
     "conditional_shift",
 ]
@@ -296,16 +309,24 @@ def conditional_shift(
     if not segs or cur.size == 0:
         return DriftReport("conditional_shift", [], columns_out, info)
     masks = [(segment_mask(view, cur.cat, s), segment_mask(view, base.cat, s)) for s in segs]
+    clustered = cur.cluster is not None and base.cluster is not None
+    info["unit"] = "requests" if clustered else "rows"
+    info["effect_name"] = "wasserstein_robust"
     rows = []
     for name, kind, i in cols:
         if kind == "numeric":
             sorted_sample = SortedSample(cur.num[i], base.num[i], cur.weight, base.weight)
         for seg, (mc, mr) in zip(segs, masks, strict=True):
+            deff = _segment_effects(kind, cur, base, i, mc, mr) if clustered else (1.0, 1.0)
             if kind == "numeric":
                 inside, outside = sorted_sample.compare(mc, mr)
+                if clustered and inside.get("statistic") is not None:
+                    inside["p_value"] = ks_pvalue(inside["statistic"],
+                                                  inside["n_current"] / deff[0],
+                                                  inside["n_reference"] / deff[1])
             else:
                 inside = weighted_categorical_test(cur.cat[i][mc], cur.weight[mc],
-                                                   base.cat[i][mr], base.weight[mr])
+                                                   base.cat[i][mr], base.weight[mr], deff)
                 outside = weighted_categorical_test(cur.cat[i][~mc], cur.weight[~mc],
                                                     base.cat[i][~mr], base.weight[~mr])
             row = {a: None for a in attrs}
@@ -319,6 +340,8 @@ def conditional_shift(
                 mean_reference=inside.get("mean_reference"),
                 _kind=kind,
             )
+            if clustered:
+                row["design_effect"] = deff[0]
             rows.append(row)
     adjusted = benjamini_hochberg([r["p_value"] for r in rows])
     for r, a in zip(rows, adjusted, strict=True):
@@ -331,8 +354,33 @@ def conditional_shift(
                 out_eff is None or eff >= localization * out_eff
             )
         )
-    rows.sort(key=lambda r: (not r["localized"], not r["drifted"], -_num(r["effect"]),
+    rows.sort(key=lambda r: (not r["localized"], not r["drifted"],
+                             not (r["p_adjusted"] is not None and r["p_adjusted"] < gate.alpha),
+                             -(_localization(r) if r["localized"] else _num(r["effect"])),
+                             -_num(r["effect"]),
                              r["column"], str(sorted((k, str(v)) for k, v in r.items()
                                                      if k in attrs and v is not None))))
     info["localized"] = sum(1 for r in rows if r["localized"])
+    if clustered:
+        columns_out = [*columns_out, "design_effect"]
     return DriftReport("conditional_shift", rows, columns_out, info)
+
+
+def _localization(r: dict[str, Any]) -> float:
+    """How much of a shift a segment holds: effect inside over effect outside (floored).
+
+    Localized rows rank by it, not by effect: a segment that holds the whole change (dest=DEN,
+    whose departures moved) reads ~0 outside, while one that merely overlaps it (carrier=WN,
+    flying to DEN too) sees the change on both sides, however large its inside effect."""
+    inside, outside = _num(r["effect"]), _num(r.get("effect_outside"))
+    return inside / max(outside, LOCALIZATION_FLOOR)
+
+
+def _segment_effects(kind: str, cur: Sample, base: Sample, i: int, mc: np.ndarray,
+                     mr: np.ndarray) -> tuple[float, float]:
+    """Design effects of column i inside a segment, in the window and in the reference sample:
+    a segment's rows come in requests as the column's do (drift._clusters)."""
+    effect = numeric_effect if kind == "numeric" else categorical_effect
+    values = (lambda s: s.num[i]) if kind == "numeric" else (lambda s: s.cat[i])
+    return (effect(values(cur)[mc], cur.weight[mc], cur.cluster[mc]),
+            effect(values(base)[mr], base.weight[mr], base.cluster[mr]))

@@ -425,7 +425,7 @@ class Monitor:
         alpha: float = _drift.DEFAULT_ALPHA,
         numeric_effect: float = _drift.DEFAULT_NUMERIC_EFFECT,
         categorical_effect: float = _drift.DEFAULT_CATEGORICAL_EFFECT,
-        min_samples: int = _drift.DEFAULT_MIN_SAMPLES,
+        min_samples: int = _drift.DEFAULT_SEGMENT_MIN_SAMPLES,
         localization: float = _drift.DEFAULT_LOCALIZATION,
         window: Any = None,
         as_of: Any = None,
@@ -433,7 +433,9 @@ class Monitor:
         """Conditional shift: per-segment drift tests inside the top segments.
 
         A row is `localized` when the column drifted inside the segment at least
-        `localization` times more (effect size) than outside it.
+        `localization` times more (effect size) than outside it. Effects are in the units of
+        the column's whole reference (robust W1); `min_samples` is per side of a segment
+        (default DEFAULT_SEGMENT_MIN_SAMPLES: a segment is a few percent of the reference).
         """
         gate = EffectGate(alpha, numeric_effect, categorical_effect, min_samples)
         view = self._view(window, as_of)

@@ -4,8 +4,12 @@ Why one shape for every query (explanations, drift, change points, cascade healt
 turns any of them into an HTTP response with `to_dict()` and notebooks read `to_frame()`.
 `to_dict()` holds only plain Python values (str, int, float, bool, None, lists, dicts): floats
 keep 6 significant digits (weighted counts and shares are estimates, 0.9999999999999747 is 1),
-NaN becomes None and an infinite value the string "inf" (or "-inf"), so it reads as infinite
-and `json.dumps(result.to_dict(), allow_nan=False)` works. `summary()` says the result in a
+NaN becomes None; in a row, an infinite value of a numeric column (a ratio with no outliers
+outside its group, its upper bound, a constant reference's effect) becomes None and its column
+is named in the row's `infinite` list, so a client that expects a number in `ratio` never gets
+the string "inf" (quote `ci_low`, the finite lower bound the ranking uses: "ratio >= ci_low");
+elsewhere (info) an infinite value is the string "inf" (or "-inf"). So
+`json.dumps(result.to_dict(), allow_nan=False)` works. `summary()` says the result in a
 sentence or a few.
 """
 
@@ -49,6 +53,10 @@ def jsonable(value: Any) -> Any:
     if value is pd.NA or value is pd.NaT:
         return None
     return str(value)
+
+
+def _is_inf(value: Any) -> bool:
+    return isinstance(value, (float, np.floating)) and math.isinf(float(value))
 
 
 class Result:
@@ -105,8 +113,16 @@ class Result:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: {'kind', 'summary', 'columns', 'rows': [...], plus context keys}."""
         out = {"kind": self.kind, "summary": self.summary(), "columns": list(self.columns)}
-        out["rows"] = [jsonable(r) for r in self.rows]
+        out["rows"] = [self._json_row(r) for r in self.rows]
         out.update({k: jsonable(v) for k, v in self.info.items()})
+        return out
+
+    def _json_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """A row for JSON: numeric columns stay numbers or None; the infinite ones are named in
+        `infinite` (always present, usually empty), so a client can say "ratio >= ci_low"."""
+        infinite = [c for c in self.numeric_columns if _is_inf(row.get(c))]
+        out = jsonable({c: (None if c in infinite else v) for c, v in row.items()})
+        out["infinite"] = infinite
         return out
 
     def summary(self) -> str:

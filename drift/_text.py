@@ -99,6 +99,14 @@ def _cutoff(clf: Mapping[str, Any] | None) -> str:
     return f"{clf.get('name', 'the classifier')} outliers"
 
 
+def _times(ratio: Any, lo: Any, info: Mapping[str, Any]) -> str:
+    """'3.2x (>= 2.1x, <level>)', or for an infinite point ratio its finite lower bound alone:
+    'ratio >= 2.1x (<level>)' (an infinite ratio says only that nothing fell outside)."""
+    if ratio is not None and math.isinf(float(ratio)):
+        return f"ratio >= {num(lo)}x ({_level(info)})"
+    return f"{num(ratio)}x (>= {num(lo)}x, {_level(info)})"
+
+
 def _anomaly(result: Result) -> str:
     info = result.info
     attrs = list(info.get("attributes", []))
@@ -113,8 +121,8 @@ def _anomaly(result: Result) -> str:
         out = []
         for r in result.rows[:MAX_ROWS]:
             share = (r.get("total_count") or 0.0) / total_rows if total_rows else None
-            out.append(f"{m} averages {num(r['ratio'])}x (>= {num(r['ci_low'])}x, "
-                       f"{_level(info)}) for {_combo(r, attrs)}: {num(r.get('mean_in'))} vs "
+            out.append(f"{m} averages {_times(r['ratio'], r['ci_low'], info)} for "
+                       f"{_combo(r, attrs)}: {num(r.get('mean_in'))} vs "
                        f"{num(r.get('mean_out'))} elsewhere; {pct(share)} of traffic{when}.")
         return " ".join(out)
     what = _cutoff(clf) if clf else "outliers"
@@ -129,8 +137,8 @@ def _anomaly(result: Result) -> str:
         ratio, lo = r.get("ratio"), r.get("ci_low")
         base = "as the rest" if metric == "risk_ratio" else "as average"
         if ratio is not None and math.isinf(ratio):
-            strength = (f"hold every outlier ({what}); the rate is >= {num(lo)}x the rest's "
-                        f"({_level(info)})")
+            strength = (f"hold every outlier ({what}), none is outside them: ratio >= "
+                        f"{num(lo)}x ({_level(info)}; the point ratio is infinite)")
         else:
             strength = (f"are {num(ratio)}x (>= {num(lo)}x, {_level(info)}) as likely {base} "
                         f"to be {what}")
@@ -156,13 +164,13 @@ def _difference(result: Result) -> str:
         ratio, lo = r.get("ratio"), r.get("ci_low")
         cur, old = r.get("current_share"), r.get("reference_share")
         if info.get("ratio_metric") == "risk_ratio":
-            out.append(f"{_combo(r, attrs)} is {num(ratio)}x (>= {num(lo)}x, {_level(info)}) "
-                       f"as likely in the window as in {against} ({pct(cur)} vs {pct(old)} of "
+            out.append(f"{_combo(r, attrs)} is {_times(ratio, lo, info)} as likely in the window as in {against} ({pct(cur)} vs {pct(old)} of "
                        f"rows){when}.")
             continue
         verb = "grew" if grew else "shrank"
         if ratio is not None and math.isinf(ratio):
-            change = f"is new: {pct(cur)} of traffic, absent from {against}"
+            change = (f"is new: {pct(cur)} of traffic, absent from {against} (ratio >= "
+                      f"{num(lo)}x, {_level(info)})")
         else:
             change = (f"{verb} from {pct(old)} to {pct(cur)} of traffic ({num(ratio)}x, "
                       f">= {num(lo)}x, {_level(info)}) against {against}")
@@ -215,7 +223,7 @@ def _drift(result: Result) -> str:
 
 _CONDITIONAL_TAIL = {"test", "statistic", "p_value", "p_adjusted", "effect", "effect_outside",
                      "localized", "drifted", "n_current", "n_reference", "mean_current",
-                     "mean_reference"}
+                     "mean_reference", "design_effect"}
 
 
 def _changes(result: Result) -> str:

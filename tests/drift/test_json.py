@@ -75,5 +75,34 @@ def test_inf_and_nan_become_none() -> None:
     mon.ingest(records(500, 2).assign(const=np.where(np.arange(500) < 250, 1.0, 2.0)))
     rows = mon.drift(min_samples=10).to_dict()["rows"]
     row = next(r for r in rows if r["column"] == "const")
-    assert row["effect"] == "inf"  # reference std is 0: infinite effect
+    # reference std is 0: an infinite effect is None in a number column, named in `infinite`
+    assert row["effect"] is None and row["infinite"] == ["effect"]
     json.dumps(rows, allow_nan=False)
+
+
+def test_a_cause_holding_every_outlier_is_quoted_by_its_lower_bound() -> None:
+    """Every outlier shares one value (none outside it): the point risk ratio is infinite. JSON
+    keeps number columns numbers (None, named in `infinite`), never the string "inf", and the
+    summary quotes the finite lower bound the ranking uses: "ratio >= <ci_low>x"."""
+    import pandas as pd
+
+    from drift._text import num
+
+    frame = pd.DataFrame({"client": ["c7"] * 40 + [f"c{i % 6}" for i in range(960)],
+                          "slow": [True] * 30 + [False] * 970})
+    result = explain(frame, ["client"], outlier="slow")
+    top = result[0]
+    assert top["client"] == "c7" and math.isinf(top["ratio"]) and math.isfinite(top["ci_low"])
+    row = result.to_dict()["rows"][0]
+    numbers = [c for c in result.numeric_columns if c in row]
+    assert all(row[c] is None or type(row[c]) in (int, float) for c in numbers)
+    assert row["ratio"] is None and {"ratio", "risk_ratio", "ci_high"} <= set(row["infinite"])
+    assert row["ci_low"] == float(f"{top['ci_low']:.6g}") and row["ci_low"] > 3
+    assert f"ratio >= {num(top['ci_low'])}x" in result.summary()
+    assert "inf" not in json.dumps(result.to_dict()["rows"], allow_nan=False).replace(
+        '"infinite"', "")
+
+    from serving.runtime.dashboard.page import explanation_sentences
+
+    sentence = explanation_sentences(result.to_dict(), "slow")[0]
+    assert "at least" in sentence and "None" not in sentence

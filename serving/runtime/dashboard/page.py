@@ -170,8 +170,8 @@ def _attributes(result: dict[str, Any], first_figure: str) -> list[str]:
     return columns[: columns.index(first_figure)] if first_figure in columns else []
 
 
-def _times(v: Any) -> str:
-    if v == "inf":
+def _times(v: Any, infinite: bool = False) -> str:
+    if v == "inf" or infinite:  # "inf": older monitors; now None with the column in `infinite`
         return "∞"
     return num(v, 3) + "x"
 
@@ -185,9 +185,13 @@ def explanation_sentences(result: dict[str, Any], what: str) -> list[str]:
     unit = "; the interval counts requests, not rows" if by_requests else ""
     out = []
     for r in result.get("rows", []):
+        inf = set(r.get("infinite") or ())
+        ratio = (f"at least {_times(r.get('ci_low'))} (no outlier outside them)" if "ratio" in inf
+                 else _times(r.get("ratio")))
         out.append(
-            f"Rows with {_segment(r, attributes)} are {_times(r.get('ratio'))} as likely as the rest to be "
-            f"{what} (99% simultaneous interval {_times(r.get('ci_low'))} to {_times(r.get('ci_high'))}{unit}); "
+            f"Rows with {_segment(r, attributes)} are {ratio} as likely as the rest to be "
+            f"{what} (99% simultaneous interval {_times(r.get('ci_low'))} to "
+            f"{_times(r.get('ci_high'), 'ci_high' in inf)}{unit}); "
             f"they hold {pct(r.get('support'))} of the outliers ({num(r.get('outlier_count'))} outlier rows "
             f"of {num(r.get('total_count'))} with these values).")
     return out

@@ -363,19 +363,20 @@ def distributions_plot(dists: dict[str, dict[str, Any]], columns: int = 3) -> st
 
 
 def explanations_plot(rows: Sequence[dict[str, Any]], attributes: Sequence[str], title: str) -> str:
-    rows = [r for r in rows if r.get("ratio") is not None]
+    rows = [r for r in rows if r.get("ratio") is not None or "ratio" in (r.get("infinite") or ())]
     if not rows:
         return ""
 
-    def value(v: Any) -> float:
-        return math.inf if v == "inf" else float(v) if v is not None else math.nan
+    def value(v: Any, infinite: bool = False) -> float:  # "inf": older monitors' rows
+        return math.inf if v == "inf" or infinite else float(v) if v is not None else math.nan
 
     def draw(fig: Any) -> int:
         ax = fig.subplots()
         names = [" & ".join(f"{a}={r[a]}" for a in attributes if r.get(a) is not None) or "all rows" for r in rows]
-        ratios = np.array([value(r.get("ratio")) for r in rows])
+        inf = [set(r.get("infinite") or ()) for r in rows]
+        ratios = np.array([value(r.get("ratio"), "ratio" in i) for r, i in zip(rows, inf, strict=True)])
         lows = np.array([value(r.get("ci_low")) for r in rows])
-        highs = np.array([value(r.get("ci_high")) for r in rows])
+        highs = np.array([value(r.get("ci_high"), "ci_high" in i) for r, i in zip(rows, inf, strict=True)])
         finite = np.concatenate([v[np.isfinite(v)] for v in (ratios, lows, highs)])
         cap = 2.0 * float(finite.max()) if finite.size else 10.0  # where an infinite ratio is drawn
         shown = np.where(np.isfinite(ratios), ratios, cap)
