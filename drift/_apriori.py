@@ -431,7 +431,7 @@ def mine(
                 ci_high=hi[i], passes=_passes_one(ratio[i], lo[i], min_ratio),
                 extra={k: v[i] for k, v in extras.items()},
             )
-    reported = _minimal(scored)
+    reported = _minimal(scored, rows, weights, scorer, min_t, min_ratio, alpha)
     reported = _drop_riders(rows, weights, scorer, reported, min_t, min_ratio, alpha)
     totals = dict(scorer.totals)
     totals["candidates"] = float(len(scored))
@@ -454,14 +454,50 @@ def _subsets(combo: tuple) -> list[tuple]:
     return [s for k in range(1, len(combo)) for s in itertools.combinations(combo, k)]
 
 
-def _minimal(scored: dict[tuple, Found]) -> list[Found]:
-    """Passing combinations not dominated by a passing part (unless clearly stronger)."""
+#: Dominated combinations re-tested for whether the parts dominating them only rode on them.
+MAX_RIDER_CHECKS = 50
+
+
+def _minimal(scored: dict[tuple, Found], rows: Rows, weights: Weights, scorer: Scorer,
+             min_t: float, min_ratio: float, alpha: float) -> list[Found]:
+    """Passing combinations not dominated by a passing part (unless clearly stronger).
+
+    A part dominates when its ratio reaches the combination's lower bound. With honest (wide)
+    intervals, few requests or few rows, a true 2-attribute cause is always so dominated by
+    its parts, which pass on its rows alone. So for outlier ratios a dominated combination is
+    still reported when none of the parts dominating it passes once its rows leave the
+    population: they rode on it (then `_drop_riders` keeps the combination, not the parts).
+    """
     out = []
+    dominated: list[tuple[Found, list[Found]]] = []
     for combo, found in scored.items():
         if not found.passes:
             continue
         parts = [scored[s] for s in _subsets(combo) if s in scored and scored[s].passes]
-        if all(found.ci_low > p.ratio for p in parts):
+        blockers = [p for p in parts if not found.ci_low > p.ratio]
+        if not blockers:
+            out.append(found)
+        else:
+            dominated.append((found, blockers))
+    if scorer.metric not in ("risk_ratio", "global_ratio"):
+        # share ratios: two parts that both grew make their pair's ratio the product of theirs,
+        # and the pair holds every window row of a part whenever the other part holds every
+        # window row; the parts are the answer there
+        return out
+    dominated.sort(key=lambda fb: (-fb[0].ci_low, -fb[0].ratio, fb[0].order, fb[0].combo))
+    checks = 0
+    for found, blockers in dominated:
+        if checks + len(blockers) > MAX_RIDER_CHECKS:
+            break
+        mask = _mask(rows, found.combo)
+        rode = True
+        for part in blockers:
+            checks += 1
+            if _residual_passes(rows, weights, scorer, _mask(rows, part.combo), mask, min_t,
+                                min_ratio, alpha)[0]:
+                rode = False
+                break
+        if rode:
             out.append(found)
     return out
 
