@@ -152,7 +152,7 @@ def requests_section(quick: bool) -> dict[str, Any]:
         for rate in RATES:
             for unit in UNITS:
                 runs = [planted_requests(family, s, rate, unit)
-                        for s in range(seeds if rate < 1000 else max(seeds // 3, 1))]
+                        for s in range(seeds if rate < 1000 else max(seeds // 5, 1))]
                 w = sum(r["windows"] for r in runs)
                 pre = sum(r["pre_windows"] for r in runs)
                 planted[f"{family}_{int(rate)}_rows_per_s_{unit}"] = {
