@@ -105,30 +105,27 @@ class MonitorCollector:
     def collect(self) -> Iterator[Metric]:
         p = self.prefix
         stats = self.monitor.stats()
-        for name, key, text in (
-            ("rows_ingested", "rows_ingested", "rows accepted by the monitor"),
-            ("rows_late_dropped", "late_dropped", "rows too late to merge into their pane"),
-            ("rows_quarantined", "quarantined", "rows dated too far in the future"),
-            ("rows_quarantine_released", "quarantine_released",
+        counter, gauge = CounterMetricFamily, GaugeMetricFamily
+        for family, name, key, text in (
+            (counter, "rows_ingested", "rows_ingested", "rows accepted by the monitor"),
+            (counter, "rows_late_dropped", "late_dropped",
+             "rows too late to merge into their pane"),
+            (counter, "rows_quarantined", "quarantined", "rows dated too far in the future"),
+            (counter, "rows_quarantine_released", "quarantine_released",
              "quarantined rows released into their panes once time reached them"),
-            ("rows_quarantine_dropped", "quarantine_dropped",
+            (counter, "rows_quarantine_dropped", "quarantine_dropped",
              "quarantined rows dropped because too many panes were held"),
-            ("skewed_batches", "skewed_batches",
+            (counter, "skewed_batches", "skewed_batches",
              "batches dated ahead of the time frontier that could not move it"),
-        ):
-            c = CounterMetricFamily(f"{p}_{name}", text)
-            c.add_metric([], float(stats[key]))
-            yield c
-        for name, key, text in (
-            ("rows_retained", "rows_retained", "rows summarized in the monitor's state"),
-            ("rows_quarantine_held", "quarantine_held",
+            (gauge, "rows_retained", "rows_retained", "rows summarized in the monitor's state"),
+            (gauge, "rows_quarantine_held", "quarantine_held",
              "quarantined rows held until the time frontier reaches them"),
-            ("clock_max_lead_seconds", "max_lead_seconds",
+            (gauge, "clock_max_lead_seconds", "max_lead_seconds",
              "largest lead of a skewed batch over the time frontier"),
         ):
-            g = GaugeMetricFamily(f"{p}_{name}", text)
-            g.add_metric([], float(stats[key]))
-            yield g
+            metric = family(f"{p}_{name}", text)
+            metric.add_metric([], float(stats[key]))
+            yield metric
         with self._lock:
             now = time.monotonic()
             if now - self._at > self.max_age_s:
