@@ -3,7 +3,8 @@
 A plain library (numpy, scipy, pandas, sqlite3, prometheus-client; never Ray or willump).
 Serving feeds records to a `Monitor` and asks it why outliers happen (`explain`), which segments
 grew (`mix_shift`), what distinguishes two time ranges (`diff`), where inputs changed inside
-segments (`conditional_shift`), which columns drifted (`drift`), when series changed
+segments (`conditional_shift`), which columns drifted (`drift`, or
+sooner with a CUSUM: `sequential_drift`), when series changed
 (`change_points`) and whether the cascade's cheap level is still answering inside its
 validated data (`cascade_health`). `explain` and `diff` also work on any tables, raw or
 pre-aggregated. Verdicts export to Prometheus with `MonitorCollector`. See drift/README.md.
@@ -15,7 +16,14 @@ from drift._errors import DataWarning, DriftError, NoReferenceError, SchemaError
 from drift._explain import diff, explain
 from drift._monitor import IngestReceipt, Monitor
 from drift._prometheus import MonitorCollector, prometheus_text
-from drift._results import CascadeHealth, ChangePoints, DriftReport, Explanation, Result
+from drift._results import (
+    CascadeHealth,
+    ChangePoints,
+    DriftReport,
+    Explanation,
+    Result,
+    SequentialDrift,
+)
 from drift._rules import EffectGate, Persistence
 from drift._sketch import QuantileSketch
 
@@ -41,6 +49,7 @@ __all__ = [
     "QuantileSketch",
     "Result",
     "SchemaError",
+    "SequentialDrift",
     "StateError",
     "diff",
     "explain",

@@ -85,7 +85,7 @@ DRIFT_COLUMNS = [
 ]
 
 
-def _columns(view: View, columns: Sequence[str] | None) -> list[tuple[str, str, int]]:
+def tested_columns(view: View, columns: Sequence[str] | None) -> list[tuple[str, str, int]]:
     """(name, kind, index within its kind) for the columns to test."""
     schema = view.schema
     cats, nums = list(schema.cat_columns), list(schema.num_columns)
@@ -102,8 +102,10 @@ def _columns(view: View, columns: Sequence[str] | None) -> list[tuple[str, str, 
             for c in names]
 
 
-def _test_column(kind: str, i: int, cur: Summary, ref: Summary,
-                 deff: tuple[float, float] = (1.0, 1.0)) -> dict[str, Any]:
+def column_test(kind: str, i: int, cur: Summary, ref: Summary,
+                deff: tuple[float, float] = (1.0, 1.0)) -> dict[str, Any]:
+    """One column's test and effect of `cur` against `ref` (drift._sequential runs it per
+    pane)."""
     if kind == "numeric":
         out = numeric_sketch_test(cur.nums[i], ref.nums[i], deff)
         out["effect_name"] = "wasserstein_robust"
@@ -125,7 +127,7 @@ def column_drift(
     persistence: Persistence,
 ) -> DriftReport:
     ref = view.reference(reference)
-    cols = _columns(view, columns)
+    cols = tested_columns(view, columns)
     info: dict[str, Any] = {
         "window": view.window_info(), "reference": dict(ref.info),
         "params": {"alpha": gate.alpha, "numeric_effect": gate.numeric_effect,
@@ -142,10 +144,10 @@ def column_drift(
         if summary is None or summary.n == 0:
             continue
         if ref_deffs is None:
-            results = [_test_column(kind, i, summary, ref.summary) for _, kind, i in cols]
+            results = [column_test(kind, i, summary, ref.summary) for _, kind, i in cols]
         else:
             cur_deffs = _design_effects(view, view.window_sample(view.shifted(back)))
-            results = [_test_column(kind, i, summary, ref.summary,
+            results = [column_test(kind, i, summary, ref.summary,
                                     (cur_deffs[kind][i], ref_deffs[kind][i]))
                        for _, kind, i in cols]
             for r, (_, kind, i) in zip(results, cols, strict=True):
@@ -288,7 +290,7 @@ def conditional_shift(
         cols = [(c, "numeric", schema.num_columns.index(c)) for c in num]
         cols += [(c, "categorical", schema.cat_columns.index(c)) for c in schema.cat_features]
     else:
-        cols = _columns(view, columns)
+        cols = tested_columns(view, columns)
         bad = [c for c, kind, _ in cols if kind == "categorical" and c in schema.attributes]
         if bad:
             raise SchemaError(f"{bad} are attributes (segments are made of them); test features "

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from drift import _cascade, _drift, _queries, _series
+from drift import _cascade, _drift, _queries, _sequential, _series
 from drift._changepoint import PageHinkley
 from drift._classify import Classifier, classifier_from_config
 from drift._config import (
@@ -44,7 +44,13 @@ from drift._frontier import DEFAULT_FRONTIER_BATCHES
 from drift._ingest import Schema
 from drift._references import Reference, iso
 from drift._reservoir import DEFAULT_FLAGGED_RESERVOIR_SIZE, DEFAULT_RESERVOIR_SIZE
-from drift._results import CascadeHealth, ChangePoints, DriftReport, Explanation
+from drift._results import (
+    CascadeHealth,
+    ChangePoints,
+    DriftReport,
+    Explanation,
+    SequentialDrift,
+)
 from drift._rules import EffectGate, Persistence
 from drift._sample import Sample
 from drift._sketch import DEFAULT_RELATIVE_ACCURACY
@@ -186,6 +192,7 @@ class Monitor:
         self._lock = threading.RLock()
         self._engine = Engine(self.config, self._classifiers, self.directory, durability,
                               self.fsync, clock)
+        self._pane_effects = _sequential.PaneEffects()  # memo only: derivable from the panes
 
     # ================================================================ construction helpers
     @classmethod
@@ -470,6 +477,35 @@ class Monitor:
         rule = Persistence.of(persistence)
         view = self._view(window, as_of)
         return _drift.column_drift(view, reference, columns, gate, rule)
+
+    def sequential_drift(
+        self,
+        reference: Any = "default",
+        *,
+        columns: Sequence[str] | None = None,
+        false_alarms_per_day: float = _sequential.DEFAULT_FALSE_ALARMS_PER_DAY,
+        burn_in: int = _sequential.DEFAULT_SEQUENTIAL_BURN_IN,
+        numeric_effect: float = _drift.DEFAULT_NUMERIC_EFFECT,
+        categorical_effect: float = _drift.DEFAULT_CATEGORICAL_EFFECT,
+        min_samples: int = _drift.DEFAULT_MIN_SAMPLES,
+        as_of: Any = None,
+    ) -> SequentialDrift:
+        """Per-column drift as soon as a CUSUM of per-pane effects says so (drift._sequential).
+
+        Each closed pane's effect against `reference` (the effect `drift()` uses) is compared
+        with its in-control level learned on the first `burn_in` held panes; a column is
+        `drifted` once the cumulative log-likelihood ratio of "in-control + the gate" against
+        "in-control" passes log(average run length), the run length set so that all columns
+        together raise at most `false_alarms_per_day` false alarms. `start` / `start_pane` say
+        when the change began, `detected` / `detected_pane` when it was seen. Answers from
+        the panes the monitor holds (72 at the defaults), so a restart gives the same answer;
+        a change older than that is `drift()`'s to report.
+        """
+        gate = EffectGate(_drift.DEFAULT_ALPHA, numeric_effect, categorical_effect, min_samples)
+        view = self._view(None, as_of)
+        return _sequential.sequential_drift(view, reference, columns, gate,
+                                            float(false_alarms_per_day), burn_in,
+                                            self._pane_effects)
 
     def change_points(
         self,

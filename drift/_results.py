@@ -170,6 +170,19 @@ class DriftReport(Result):
         return list(dict.fromkeys(r["column"] for r in self.rows if r.get("drifted")))
 
 
+class SequentialDrift(DriftReport):
+    """Per-column sequential (CUSUM) drift: when each column's alarm began and was raised."""
+
+    numeric_columns = (
+        "effect", "baseline", "scale", "statistic", "threshold", "n_current",
+    )
+    integer_columns = ("start_pane", "detected_pane", "delay_panes", "alarms",
+                       "panes_monitored")
+
+    def __init__(self, rows, columns, info) -> None:
+        super().__init__("sequential_drift", rows, columns, info)
+
+
 class ChangePoints(Result):
     """Detected changes in per-pane scalar series (when a change began, when it was seen)."""
 

@@ -221,6 +221,28 @@ def _drift(result: Result) -> str:
     return " ".join(parts)
 
 
+def _sequential(result: Result) -> str:
+    info = result.info
+    ref = (info.get("reference") or {}).get("name")
+    against = f" against the reference {ref!r}" if ref else ""
+    if info.get("calibrating"):
+        need = (info.get("params") or {}).get("burn_in")
+        return (f"sequential drift is calibrating: it needs more than {need} closed panes "
+                f"(have {(info.get('panes') or {}).get('held', 0)}).")
+    drifted = [r for r in result.rows if r.get("drifted")]
+    if not drifted:
+        return (f"no column's cumulative effect{against} crossed its threshold "
+                f"({len(result.rows)} columns).")
+    out = []
+    for r in drifted[:MAX_ROWS]:
+        start = pd.Timestamp(r["start"]) if r.get("start") else None
+        when = f" starting {start:%Y-%m-%d %H:%M} UTC" if start is not None else ""
+        out.append(f"{r['column']} drifted{against}{when} (alarm after {r.get('delay_panes')} "
+                   f"pane(s); newest pane's effect {num(r.get('effect'))}, in-control "
+                   f"{num(r.get('baseline'))}).")
+    return " ".join(out)
+
+
 _CONDITIONAL_TAIL = {"test", "statistic", "p_value", "p_adjusted", "effect", "effect_outside",
                      "localized", "drifted", "n_current", "n_reference", "mean_current",
                      "mean_reference", "design_effect"}
@@ -271,6 +293,8 @@ def summarize(result: Result) -> str:
         return _difference(result)
     if kind in ("drift", "conditional_shift"):
         return _drift(result)
+    if kind == "sequential_drift":
+        return _sequential(result)
     if kind == "change_points":
         return _changes(result)
     if kind == "cascade_health":

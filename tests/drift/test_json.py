@@ -39,6 +39,7 @@ def test_every_result_is_json_ready() -> None:
         mon.mix_shift(),
         mon.conditional_shift(),
         mon.drift(),
+        mon.sequential_drift(),
         mon.change_points(),
         mon.cascade_health(),
     ]
