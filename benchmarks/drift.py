@@ -1,7 +1,8 @@
 """Benchmark of the monitor: quality (exact and sampled regimes), speed, memory, libraries.
 
     python -m benchmarks.drift [--json PATH] [--quick] [--no-pin]
-                          [--sections quality,sampled,requests,speed,memory,libraries]
+                          [--sections quality,sampled,requests,sequential,speed,memory,
+                                      libraries]
 
 quality   50 rows/s, nothing sampled (benchmarks._drift_quality): planted causes with an oracle on
           the raw window, null streams, always-fire and dummy-ranking baselines.
@@ -13,6 +14,9 @@ requests  serving-shaped streams, requests of 1-32 rows with Zipf clients, at 50
           rows/s (benchmarks._drift_requests): false alarms per hour on nulls, interval coverage
           at 1/4/8/20-row requests, request-level planted causes; each counted by requests
           (request_column) and by rows, side by side.
+sequential Monitor.sequential_drift (a CUSUM per column) beside drift(): false alarms per
+          hour on i.i.d., seasonal and AR(1) nulls, first-alarm delay on planted shifts
+          (benchmarks._drift_sequential).
 speed     ingest + classify rows/s on one pinned core (10k-row batches, 8 string attributes);
           explaining 1M rows x 8 attributes at order 3 end to end (benchmarks._drift_speed).
 memory    a simulated day of 1-minute panes at 1k rows/s (--quick: 3 hours).
@@ -36,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks import _drift_libraries, _drift_requests, _drift_sampled
+from benchmarks import _drift_libraries, _drift_requests, _drift_sampled, _drift_sequential
 from benchmarks._drift_quality import quality
 from benchmarks._drift_speed import _day_run, memory, speed
 
@@ -45,7 +49,7 @@ TARGET_TOP1 = 0.95
 TARGET_FALSE_ALARM = 0.01
 TARGET_INGEST_ROWS_PER_S = 2_000_000
 TARGET_EXPLAIN_SECONDS = 0.5
-SECTIONS = ("quality", "sampled", "requests", "speed", "memory", "libraries")
+SECTIONS = ("quality", "sampled", "requests", "sequential", "speed", "memory", "libraries")
 
 
 def _pin() -> int | None:
@@ -163,6 +167,10 @@ def report(res: dict[str, Any]) -> str:
     if req:
         lines += _drift_requests.report_lines(req)
         lines.append(f"requests took {req['seconds']:.0f} s")
+    seq = res.get("sequential")
+    if seq:
+        lines += _drift_sequential.report_lines(seq)
+        lines.append(f"sequential took {seq['seconds']:.0f} s")
     libs = res.get("libraries")
     if libs:
         lines.append("\n== Apache DataSketches vs drift's sketches ==")
@@ -201,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     runners: dict[str, Callable[[bool], dict[str, Any]]] = {
         "quality": quality, "speed": speed, "memory": memory,
         "sampled": _drift_sampled.sampled, "libraries": _drift_libraries.libraries,
-        "requests": _drift_requests.requests_section}
-    for name in ("speed", "libraries", "memory", "sampled", "requests", "quality"):
+        "requests": _drift_requests.requests_section,
+        "sequential": _drift_sequential.sequential_quality}
+    for name in ("speed", "libraries", "memory", "sampled", "requests", "sequential", "quality"):
         if name in sections:
             res[name] = runners[name](args.quick)
             print(f"[{name} done]", file=sys.stderr, flush=True)
