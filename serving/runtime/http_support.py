@@ -32,7 +32,8 @@ OPEN_ROUTES = ("healthz",)
 MONITOR_ROUTES: dict[str, tuple[str, dict[str, str]]] = {
     "explain": ("anomalies", {"anomalies": "explain", "mix": "mix_shift", "conditional": "conditional_shift",
                               "cascade": "cascade_health"}),
-    "drift": ("columns", {"columns": "drift", "changes": "change_points", "cascade": "cascade_health"}),
+    "drift": ("columns", {"columns": "drift", "sequential": "sequential_drift", "changes": "change_points",
+                          "cascade": "cascade_health"}),
 }
 #: how a monitor query's annotation reads in OpenAPI (lists arrive comma-separated)
 _QUERY_TYPES = (("Sequence", {"type": "string", "description": "comma-separated"}),

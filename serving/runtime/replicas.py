@@ -160,7 +160,8 @@ def coerce(value: str) -> Any:
 class MonitorStage:
     """The drift monitor as a deployment of its own, fed off the request path."""
 
-    QUERIES = ("explain", "mix_shift", "conditional_shift", "drift", "change_points", "cascade_health")
+    QUERIES = ("explain", "mix_shift", "conditional_shift", "drift", "sequential_drift", "change_points",
+               "cascade_health")
 
     def __init__(self, config: dict[str, Any], reference: list[dict[str, Any]] | None = None):
         from drift import Monitor

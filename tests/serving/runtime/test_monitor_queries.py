@@ -59,3 +59,20 @@ def test_a_query_priced_beyond_its_bounds_is_refused_by_name():
         answer = stage._query(name, dict(params))
         assert answer["status"] == 422 and answer["fields"][0]["field"] == field and "over HTTP" in answer["error"], answer
     assert stage._query("conditional_shift", {"max_segments": 20})["status"] != 422  # within: asked as usual
+
+
+def test_sequential_drift_and_request_counting_reach_http():
+    """`/drift?kind=sequential` runs Monitor.sequential_drift; serving's monitors count requests
+    (records carry request_id), and a batch without ids still ingests (each row alone)."""
+    from serving.runtime.http_support import MONITOR_ROUTES, monitor_query_parameters
+
+    assert MONITOR_ROUTES["drift"][1]["sequential"] == "sequential_drift"
+    names = {p["name"] for p in monitor_query_parameters("drift")}
+    assert {"kind", "false_alarms_per_day", "burn_in"} <= names
+    stage = _stage(pane_seconds=1.0, auto_reference_panes=50, request_column="request_id")
+    now = time.time()
+    stage.monitor.ingest([{"region": "eu", "latency_ms": float(i % 7), "ts": now, "request_id": f"r{i // 4}"}
+                          for i in range(100)])
+    stage.monitor.ingest([{"region": "eu", "latency_ms": 1.0, "ts": now}])
+    answer = stage._query("sequential_drift", {})
+    assert answer["status"] == 409 and answer["reason"] == "reference_pending"  # a monitor error, not a 404
