@@ -128,7 +128,10 @@ class Clusters:
 
 
 def _coefficients(metric: str, a, e, y, n):
-    """k1..k4 of the statistic's influence (module docstring), per group."""
+    """k1..k4 of the statistic's influence (module docstring), per group. Totals are numpy
+    floats, so an empty side gives inf/nan (and the overall fallback), never a Python
+    ZeroDivisionError."""
+    y, n = np.float64(y), np.float64(n)
     with np.errstate(divide="ignore", invalid="ignore"):
         if metric == "share_ratio":  # t: test rows, c: test + control rows
             b, s = e - a, n - y
@@ -154,7 +157,7 @@ def overall_effect(totals: dict[str, float], metric: str) -> float:
     """Design effect of the overall rate (sum t / sum c): the fallback where a group's own
     statistic has an empty side (no outliers inside or outside)."""
     y, n = totals["t"], totals["c"]
-    if n <= 0:
+    if not n > 0:
         return 1.0
     lam = y / n
     clustered = totals["p_tT"] - 2 * lam * totals["p_tN"] + lam * lam * totals["p_cN"]

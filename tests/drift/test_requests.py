@@ -179,3 +179,18 @@ def test_planted_pair_of_request_level_attributes_named_not_its_part():
     for e in late:
         top = e.rows[0]
         assert {a: top.get(a) for a in planted} == planted
+
+
+def test_residual_without_any_outlier_left_is_scored_not_raised():
+    """Two attributes that mark the same slow requests: re-testing one on the residual of the
+    other leaves no outlier at all; the design effect must fall back, not divide by zero (a
+    ZeroDivisionError the served dashboard showed)."""
+    rng = np.random.default_rng(0)
+    n = 400
+    slow = np.zeros(n, dtype=int)
+    codes = np.vstack([np.r_[slow[:40], rng.integers(1, 3, n - 40)],
+                       np.r_[slow[:40], rng.integers(1, 3, n - 40)]])
+    target = np.r_[np.ones(40), np.zeros(n - 40)]
+    found, _ = mine(Rows(codes=codes, cards=[3, 3], target=target,
+                         cluster=np.repeat(np.arange(n // 4), 4)))
+    assert found and found[0].extra["design_effect"] == pytest.approx(4.0)
