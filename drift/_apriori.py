@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -417,6 +418,8 @@ def mine(
     m = max(_search_space([kept[a].size for a in active], int(max_order)), 1.0)
     alpha = (1.0 - confidence) / m if simultaneous else (1.0 - confidence)
     scored: dict[tuple[tuple[int, int], ...], Found] = {}
+    sums: dict[str, np.ndarray] = {}
+    position: dict[tuple[tuple[int, int], ...], int] = {}
     if chunks:
         names = list(chunks[0][1])
         sums = {k: np.concatenate([s[k] for _, s in chunks]) for k in names}
@@ -426,12 +429,26 @@ def mine(
         ratio, lo, hi = res["ratio"].tolist(), res["ci_low"].tolist(), res["ci_high"].tolist()
         tsum, csum = sums["target"].tolist(), sums["count"].tolist()
         for i, combo in enumerate(combos):
+            position[combo] = i
             scored[combo] = Found(
                 combo=combo, target=tsum[i], count=csum[i], ratio=ratio[i], ci_low=lo[i],
                 ci_high=hi[i], passes=_passes_one(ratio[i], lo[i], min_ratio),
                 extra={k: v[i] for k, v in extras.items()},
             )
-    reported = _minimal(scored, rows, weights, scorer, min_t, min_ratio, alpha)
+    def part_stands_without(part: Found, found: Found) -> bool:
+        """Does `part` still pass once `found`'s rows (a subset of its rows) leave?"""
+        if weights.clusters is None:  # sums are additive: no pass over the rows
+            ip, i_f = position[part.combo], position[found.combo]
+            rest = {k: v[ip:ip + 1] - v[i_f:i_f + 1] for k, v in sums.items()}
+            totals = {k: scorer.totals[k] - float(sums[k][i_f]) if k in sums else scorer.totals[k]
+                      for k in scorer.totals}
+            res = scorer.score(rest, alpha, totals)
+            ratio, lo = float(res["ratio"][0]), float(res["ci_low"][0])
+            return bool(rest["target"][0] >= min_t and _passes_one(ratio, lo, min_ratio))
+        return _residual_passes(rows, weights, scorer, _mask(rows, part.combo),
+                                _mask(rows, found.combo), min_t, min_ratio, alpha)[0]
+
+    reported = _minimal(scored, scorer.metric, part_stands_without)
     reported = _drop_riders(rows, weights, scorer, reported, min_t, min_ratio, alpha)
     totals = dict(scorer.totals)
     totals["candidates"] = float(len(scored))
@@ -458,8 +475,8 @@ def _subsets(combo: tuple) -> list[tuple]:
 MAX_RIDER_CHECKS = 50
 
 
-def _minimal(scored: dict[tuple, Found], rows: Rows, weights: Weights, scorer: Scorer,
-             min_t: float, min_ratio: float, alpha: float) -> list[Found]:
+def _minimal(scored: dict[tuple, Found], metric: str,
+             stands_without: Callable[[Found, Found], bool]) -> list[Found]:
     """Passing combinations not dominated by a passing part (unless clearly stronger).
 
     A part dominates when its ratio reaches the combination's lower bound. With honest (wide)
@@ -479,7 +496,7 @@ def _minimal(scored: dict[tuple, Found], rows: Rows, weights: Weights, scorer: S
             out.append(found)
         else:
             dominated.append((found, blockers))
-    if scorer.metric not in ("risk_ratio", "global_ratio"):
+    if metric not in ("risk_ratio", "global_ratio"):
         # share ratios: two parts that both grew make their pair's ratio the product of theirs,
         # and the pair holds every window row of a part whenever the other part holds every
         # window row; the parts are the answer there
@@ -489,12 +506,10 @@ def _minimal(scored: dict[tuple, Found], rows: Rows, weights: Weights, scorer: S
     for found, blockers in dominated:
         if checks + len(blockers) > MAX_RIDER_CHECKS:
             break
-        mask = _mask(rows, found.combo)
         rode = True
         for part in blockers:
             checks += 1
-            if _residual_passes(rows, weights, scorer, _mask(rows, part.combo), mask, min_t,
-                                min_ratio, alpha)[0]:
+            if stands_without(part, found):
                 rode = False
                 break
         if rode:
