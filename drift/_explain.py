@@ -25,6 +25,7 @@ from drift._classify import Classifier, as_classifier
 from drift._encode import Encoder
 from drift._errors import SchemaError
 from drift._ingest import numeric_column, to_frame
+from drift._minimality import rank_key
 from drift._results import Explanation
 
 BASE_COLUMNS = ("support", "risk_ratio", "outlier_count", "total_count", "ratio", "ci_low",
@@ -54,7 +55,7 @@ def explanation_from(
     for f in found:
         values = {a: label(a, code) for a, code in f.combo}
         text = tuple(f"{type(v).__name__}:{v}" for v in values.values())
-        prepared.append((_apriori.rank_key(f, text), f, values))
+        prepared.append((rank_key(f, text), f, values))
     prepared.sort(key=lambda p: p[0])
     rows = []
     for _, f, values in prepared:
