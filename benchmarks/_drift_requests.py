@@ -24,6 +24,7 @@ import time
 import warnings
 from typing import Any
 
+from benchmarks._drift_sampled import StreamClock
 from drift import Monitor
 from drift._simulate import risk_ratio_coverage, share_ratio_coverage
 from drift._synthetic import ATTRIBUTES, Stream, monitor_kwargs
@@ -40,15 +41,7 @@ FAMILIES = ("slow_client", "slow_replica", "bad_version", "latency_combo")
 UNITS = {"requests": "request_id", "rows": None}
 
 
-class _Clock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _monitor(request_column: str | None, clock: _Clock, seed: int) -> Monitor:
+def _monitor(request_column: str | None, clock: StreamClock, seed: int) -> Monitor:
     return Monitor(**monitor_kwargs(auto_reference_panes=REFERENCE_PANES, window_panes=WINDOW,
                                     request_column=request_column, clock=clock, seed=seed))
 
@@ -63,7 +56,7 @@ def null_requests(rate: float, seed: int, hours: float, unit: str) -> dict[str, 
     """False alarms per hour on a stationary serving-shaped stream."""
     stream = Stream("null_seasonal", seed, rate=rate, request_rows=REQUEST_ROWS,
                     clients=CLIENTS)
-    clock = _Clock(stream.t0)
+    clock = StreamClock(stream.t0)
     mon = _monitor(UNITS[unit], clock, seed)
     first = REFERENCE_PANES + WINDOW
     panes = first + int(hours * 60)
@@ -102,7 +95,7 @@ def planted_requests(family: str, seed: int, rate: float, unit: str) -> dict[str
     change = REFERENCE_PANES + WINDOW + 2
     stream = Stream(family, seed, rate=rate, request_rows=REQUEST_ROWS, clients=CLIENTS,
                     change_pane=change)
-    clock = _Clock(stream.t0)
+    clock = StreamClock(stream.t0)
     mon = _monitor(UNITS[unit], clock, seed)
     planted = stream.planted["attributes"]
     out = {"windows": 0, "top1": 0, "pre_windows": 0, "pre_false": 0}

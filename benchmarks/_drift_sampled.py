@@ -48,7 +48,7 @@ SKEW_SHARE = 0.02
 IDLE_PANES = 15
 
 
-class _Clock:
+class StreamClock:
     """Stream time for the monitor (event times are synthetic, so the wall clock is not)."""
 
     def __init__(self, t: float) -> None:
@@ -81,7 +81,7 @@ def null_stream(kind: str, seed: int, hours: float) -> dict[str, Any]:
     from river import drift as river_drift
 
     stream = Stream(kind, seed, rate=RATE)
-    clock = _Clock(stream.t0)
+    clock = StreamClock(stream.t0)
     mon = _monitor(clock=clock)
     first = REFERENCE_PANES + WINDOW
     panes = first + int(hours * 60)
@@ -178,7 +178,7 @@ def planted(family: str, seed: int) -> dict[str, Any]:
     if family == "idle":  # after the change-point detector's burn-in (30 panes)
         change = DEFAULT_BURN_IN + 10
     stream = Stream(base, seed, rate=RATE, change_pane=change)
-    clock = _Clock(stream.t0)
+    clock = StreamClock(stream.t0)
     mon = _monitor(clock=clock)
     causes = stream.planted.get("causes") or [stream.planted.get("attributes", {})]
     out: dict[str, Any] = {"windows": 0, "top1": 0, "rows": 0, "hit_rows": 0,
