@@ -256,7 +256,8 @@ def _write(opt: Any, root: Path) -> None:
         "seed": opt.seed,
         "workers": opt.workers,
         "use_cache": opt.use_cache,
-        "gears": [{"max_loss": g.max_loss, "loss_bound": g.loss_bound} for g in opt.gears_[1:]],
+        "gears": [{"max_loss": g.max_loss, "loss_bound": g.loss_bound, "cert_rows": g.cert_rows,
+                   "cert_disagreed": g.cert_disagreed} for g in opt.gears_[1:]],
         "sample": "sample.pkl" if opt.sample_rows_ is not None else None,
         "stored_by_value": [m.__name__ for m in by_value],
         "files": {},
@@ -410,6 +411,7 @@ def load(path: Any, *, check_versions: bool = True, trusted_key: str | bytes | N
         opt.gears_ = [opt.gears_[0], *unpickle("gears.pkl")]
     rep = opt.report_
     if rep is not None and rep.plan == "cascade":
-        opt.gears_[0] = Gear(rep.max_loss, levels, rep.loss_bound, rep.bound_method)
+        opt.gears_[0] = Gear(rep.max_loss, levels, rep.loss_bound, rep.bound_method, rep.cert_rows,
+                             rep.cert_disagreed)
     opt.manifest_ = manifest
     return opt

@@ -39,6 +39,11 @@ class Gear:
     levels: list[Level]
     loss_bound: float | None
     method: str = ""
+    #: what certification saw, the baseline a live audit compares with: the certification rows,
+    #: and those whose predicted class (argmax) under this plan differs from the full pipeline's.
+    #: None when unknown: the full pipeline (no cascade was certified) or an older artifact.
+    cert_rows: int | None = None
+    cert_disagreed: int | None = None
 
 
 @dataclass

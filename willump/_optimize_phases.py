@@ -368,9 +368,10 @@ def _attach_gears(run: _Run) -> None:
     plan the fixed sequence certified (the plan alone, unbounded, when it is the full pipeline)."""
     accepted = run.decision.accepted
     if accepted is not None:
-        run.opt.gears_ = [Gear(run.max_loss, run.levels, accepted.bound.upper, accepted.bound.method)] + [
+        run.opt.gears_ = [Gear(run.max_loss, run.levels, accepted.bound.upper, accepted.bound.method,
+                               accepted.rows, accepted.class_disagreed)] + [
             Gear(g.max_loss, _levels(g.accepted, run.small, run.full_model, run.group_names),
-                 g.accepted.bound.upper, g.accepted.bound.method)
+                 g.accepted.bound.upper, g.accepted.bound.method, g.accepted.rows, g.accepted.class_disagreed)
             for g in run.gear_results[1:] if g.accepted is not None]
     else:
         run.opt.gears_ = [Gear(run.max_loss, run.levels, None, "")]
@@ -395,6 +396,7 @@ def _report(run: _Run) -> None:
     report.measured_speedup = run.measured
     report.workers = opt.workers
     report.gears = [_gear_row(g, run.gear_results, graph, run.costs) for g in opt.gears_[1:]]
+    report.cert_rows, report.cert_disagreed = opt.gears_[0].cert_rows, opt.gears_[0].cert_disagreed
     if run.gears and len(opt.gears_) < len(run.gears) + 1:
         notes.append(f"gears: {len(opt.gears_) - 1} of {len(run.gears)} certified (the fixed sequence stopped, "
                      "or a gear had no plan within its max_loss)")
@@ -535,6 +537,7 @@ def _gear_row(gear: Gear, results, graph, costs) -> dict[str, Any]:
     return {"max_loss": gear.max_loss, "chain": describe(accepted.chain), "threshold": accepted.threshold,
             "loss_bound": accepted.bound.upper, "method": accepted.bound.method,
             "answered": list(accepted.fractions),
+            "cert_rows": gear.cert_rows, "cert_disagreed": gear.cert_disagreed,
             "expected_speedup": full_cost(graph, costs, "batch") / accepted.cost_batch}
 
 

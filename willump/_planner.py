@@ -183,6 +183,8 @@ class Sweep:
     fractions: list[float]  # rows answered at each level
     cost_batch: float
     cost_row: float
+    rows: int  # rows of the split
+    class_disagreed: int  # rows whose predicted class (argmax) differs from the full pipeline's
 
 
 def bound_method(metric: Metric, bound: str) -> str:
@@ -279,6 +281,8 @@ class Evaluator:
             fractions,
             chain_cost(chain, reach, self.graph, self.costs, "batch"),
             chain_cost(chain, reach, self.graph, self.costs, "row"),
+            len(levels),
+            int(np.count_nonzero(approx.argmax(axis=1) != self.full_proba.argmax(axis=1))),
         )
 
     def disagreements_at(self, chain, probas, threshold: float) -> int:

@@ -102,6 +102,10 @@ class Report:
     #: segments certified with the plan (segments=): each one's loss and bound on its own rows
     segments: list[dict[str, Any]] = field(default_factory=list)
     segment_max_loss: float | None = None
+    #: the plan's certification rows, and those whose predicted class differs from the full
+    #: pipeline's (None: the full pipeline, or a report saved before they were kept)
+    cert_rows: int | None = None
+    cert_disagreed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _finite(asdict(self))

@@ -140,10 +140,18 @@ POLICY_FIELDS = ("slo_ms", "up_at", "down_at", "up_interval_s", "down_after_s", 
 
 
 def ladder(opt: Any) -> list[dict[str, Any]]:
-    """The certified gears of an optimized pipeline: max_loss, certified loss bound, method."""
+    """The certified gears of an optimized pipeline: max_loss, certified loss bound, method, and
+    what certification saw (rows, rows whose predicted class differed from the full pipeline's;
+    None when unknown), the baseline a live audit compares its disagreement rate with."""
     return [{"gear": i, "max_loss": None if g.max_loss != g.max_loss else float(g.max_loss),
-             "loss_bound": None if g.loss_bound is None else float(g.loss_bound), "method": g.method}
+             "loss_bound": None if g.loss_bound is None else float(g.loss_bound), "method": g.method,
+             "cert_rows": _count(getattr(g, "cert_rows", None)),
+             "cert_disagreed": _count(getattr(g, "cert_disagreed", None))}
             for i, g in enumerate(opt.gears_)]
+
+
+def _count(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def check_gears(gears: Any, gear_policy: dict[str, Any] | None, opt: Any, *, baseline: bool) -> None:
@@ -186,8 +194,9 @@ class GearSwitch:
     adaptive, the pinned gear otherwise."""
 
     def __init__(self, info: dict[str, Any] | None, clock: Callable[[], float] = time.monotonic):
-        info = info or {"mode": "off", "ladder": [{"gear": 0, "max_loss": None, "loss_bound": None, "method": ""}],
-                        "policy": {}}
+        info = info or {"mode": "off", "policy": {}, "ladder": [
+            {"gear": 0, "max_loss": None, "loss_bound": None, "method": "", "cert_rows": None,
+             "cert_disagreed": None}]}
         self.mode = info["mode"]
         self.ladder = info["ladder"]
         self.clock = clock

@@ -14,7 +14,8 @@ from sklearn.linear_model import LogisticRegression
 import willump
 from willump import ArtifactError
 
-from .synth import make_rows, three_groups
+from . import synth
+from .synth import make_rows, quiet, three_groups
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,34 @@ def test_round_trip_predictions_equal(saved):
     assert [lv.threshold for lv in loaded.levels] == [lv.threshold for lv in opt.levels]
     np.testing.assert_array_equal(loaded.top_k(X, 20).indices, opt.top_k(X, 20).indices)
     assert loaded.report().to_dict() == opt.report().to_dict()
+
+
+def test_the_plans_certified_disagreement_survives_a_round_trip_and_older_reports_load(tmp_path, monkeypatch):
+    """Gear 0 is rebuilt from the report on load: its cert_rows / cert_disagreed (a live audit's
+    baseline) come back; a report saved before they were kept loads with None. Fixed costs, not
+    the timed ``saved`` fixture: on a loaded machine that one may keep the full pipeline."""
+    import hashlib
+    import shutil
+
+    monkeypatch.setattr(synth, "SLEEPING", False)
+    X, y = make_rows(3000, seed=8)
+    opt = willump.optimize(three_groups, LogisticRegression(), X, y, max_loss=0.02, **quiet(three_groups))
+    opt.save(path := tmp_path / "new")
+    gear = opt.gears_[0]
+    assert opt.report().plan == "cascade" and gear.cert_rows == opt.report().splits["certification"]
+    assert 0 <= gear.cert_disagreed <= gear.cert_rows
+    loaded = willump.load(path).gears_[0]
+    assert (loaded.cert_rows, loaded.cert_disagreed) == (gear.cert_rows, gear.cert_disagreed)
+    copy = tmp_path / "old"
+    shutil.copytree(path, copy)
+    report = json.loads((copy / "report.json").read_text())
+    del report["cert_rows"], report["cert_disagreed"]
+    (copy / "report.json").write_text(json.dumps(report))
+    data = (copy / "report.json").read_bytes()
+    _rewrite_manifest(copy, lambda m: m["files"].update(
+        {"report.json": {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}}))
+    old = willump.load(copy).gears_[0]
+    assert (old.cert_rows, old.cert_disagreed, old.loss_bound) == (None, None, gear.loss_bound)
 
 
 def test_manifest_lists_versions_groups_thresholds_checksums(saved):

@@ -94,6 +94,7 @@ def test_uninformative_cheap_groups_leave_the_full_pipeline(task):
     assert report.plan == "full"
     assert report.reason.startswith("full pipeline")
     assert len(opt.levels) == 1
+    assert (opt.gears_[0].cert_rows, opt.gears_[0].cert_disagreed, report.cert_rows) == (None, None, None)
     assert np.array_equal(opt.predict_proba(X[:500]), opt.baseline.predict_proba(X[:500]))
 
 
@@ -570,11 +571,60 @@ def test_gears_are_cheaper_plans_certified_in_one_sequence(task, tmp_path):
     opt.save(tmp_path / "geared")
     loaded = willump.load(tmp_path / "geared")
     np.testing.assert_array_equal(loaded.gear(1).predict_proba(rows), opt.gear(1).predict_proba(rows))
+    _check_certified_disagreement(opt, loaded, X, y, tmp_path)
     with pytest.raises(ValueError, match="gear must be an integer"):
         opt.gear(len(opt.gears_))
     with pytest.raises(ValueError, match="gears must be looser"):
         willump.optimize(three_groups, LogisticRegression(), X, y, max_loss=0.01, gears=(0.005,),
                          **quiet(three_groups))
+
+
+def _check_certified_disagreement(opt, loaded, X, y, tmp_path):
+    """Each gear carries what certification saw (a live audit's baseline): the certification
+    rows and those whose predicted class differs from the full pipeline's, recounted here by
+    serving the gear and the full pipeline on those rows; kept by save/load, None when an older
+    artifact did not keep them."""
+    report, n = opt.report(), opt.report().splits["certification"]
+    rows = X.iloc[default_splits(X, y).cert]
+    assert len(rows) == n
+    full = opt.baseline.predict(rows)
+    counts = [int(np.sum(opt.gear(i).predict(rows) != full)) for i in range(len(opt.gears_))]
+    assert [(g.cert_rows, g.cert_disagreed) for g in opt.gears_] == [(n, c) for c in counts]
+    assert all(0 <= c <= n for c in counts) and counts[-1] > 0  # the loosest gear does change answers
+    assert (report.cert_rows, report.cert_disagreed) == (n, counts[0])
+    assert [(g["cert_rows"], g["cert_disagreed"]) for g in report.gears] == [(n, c) for c in counts[1:]]
+    assert [(g.cert_rows, g.cert_disagreed) for g in loaded.gears_] == [(n, c) for c in counts]
+    manifest = json.loads((tmp_path / "geared" / "manifest.json").read_text())
+    assert [(g["cert_rows"], g["cert_disagreed"]) for g in manifest["gears"]] == [(n, c) for c in counts[1:]]
+    old = _without_certified_disagreement(tmp_path / "geared", tmp_path / "old")
+    assert [(g.cert_rows, g.cert_disagreed) for g in willump.load(old).gears_] == [(None, None)] * len(counts)
+
+
+def _without_certified_disagreement(root, copy):
+    """A copy of the artifact as saved before gears kept cert_rows / cert_disagreed (report,
+    pickled gears and manifest without them; checksums redone)."""
+    import hashlib
+    import shutil
+
+    import cloudpickle
+
+    shutil.copytree(root, copy)
+    report = json.loads((copy / "report.json").read_text())
+    for entry in [report, *report["gears"]]:
+        del entry["cert_rows"], entry["cert_disagreed"]
+    (copy / "report.json").write_text(json.dumps(report))
+    gears = cloudpickle.loads((copy / "gears.pkl").read_bytes())
+    for gear in gears:
+        del gear.__dict__["cert_rows"], gear.__dict__["cert_disagreed"]
+    (copy / "gears.pkl").write_bytes(cloudpickle.dumps(gears))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for gear in manifest["gears"]:
+        del gear["cert_rows"], gear["cert_disagreed"]
+    for name in ("report.json", "gears.pkl"):
+        data = (copy / name).read_bytes()
+        manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
 
 
 def test_a_gear_that_fails_ends_the_sequence_for_looser_gears():
@@ -592,7 +642,7 @@ def test_a_gear_that_fails_ends_the_sequence_for_looser_gears():
             self.bounds = bounds
 
         def evaluate(self, chain_, probas, t):
-            return Sweep(chain_, t, LossBound(0.0, self.bounds[t], "fixed"), [0.5, 0.5], 1.0, 1.0)
+            return Sweep(chain_, t, LossBound(0.0, self.bounds[t], "fixed"), [0.5, 0.5], 1.0, 1.0, 100, 0)
 
     grid = [0.9, 0.8, 0.7, 0.6]
     selection = Fixed({0.9: 0.001, 0.8: 0.002, 0.7: 0.0025, 0.6: 0.009})

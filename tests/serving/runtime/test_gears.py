@@ -140,6 +140,19 @@ def test_deploy_options_are_checked_against_the_artifact(geared, synth_opt):
     assert [g["loss_bound"] <= g["max_loss"] for g in info["ladder"]] == [True] * len(geared.gears_)
 
 
+def test_ladder_carries_what_certification_saw(geared):
+    """A live audit compares its disagreement rate with certification's: each gear's rows and
+    rows whose predicted class differed from the full pipeline's (None when unknown)."""
+    n = geared.report().splits["certification"]
+    steps = ladder(geared)
+    assert [(g["cert_rows"], g["cert_disagreed"]) for g in steps] == \
+        [(g.cert_rows, g.cert_disagreed) for g in geared.gears_]
+    assert all(g["cert_rows"] == n and 0 <= g["cert_disagreed"] <= n for g in steps)
+    unknown = geared.gear(0)  # a copy: its gears_ is replaced below, not changed
+    unknown.gears_ = [type(g)(g.max_loss, g.levels, g.loss_bound, g.method) for g in unknown.gears_]
+    assert {(g["cert_rows"], g["cert_disagreed"]) for g in ladder(unknown)} == {(None, None)}
+
+
 def test_requests_of_different_gears_never_share_a_stage_call():
     calls: list[list] = []
 
