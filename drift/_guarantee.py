@@ -1,0 +1,290 @@
+"""The live guarantee: what a served cascade's audit says about its certified loss.
+
+A share of the rows the cheap level answers is also run through the full pipeline (the
+*audit*). For every row the answer it got and the full pipeline's answer either agree or not;
+rows answered by a later level agree by construction. The rate ``d`` at which served answers
+differ from the full pipeline's bounds the loss of any per-row 0/1 metric from above
+(accuracy, error rate: a row can lose the metric only where the answers differ), with no label.
+
+Per gear (each certified plan serves under its own certificate) the ledger keeps counts only:
+rows served, rows the cheap level answered, cheap rows audited, and how many of those disagreed.
+Then ``d = share * d_cheap``, ``share`` the served rows' cheap share (counted on every row: its
+sampling error is negligible beside the audit's, and it is the share of the traffic the
+guarantee is about) and ``d_cheap`` the disagreement rate among cheap rows, bounded by an
+anytime-valid confidence sequence (:mod:`drift._confseq`). An audit shed under load removes a
+cheap row from the audit, never from ``share``: the estimate stays unbiased as long as shedding
+does not pick rows by how hard they are.
+
+Two verdicts per gear, both valid at every moment at once:
+
+* ``loss_upper`` = share x upper(d_cheap): a label-free upper bound on the served loss, for
+  per-row metrics (``None`` for the others, whose loss a disagreement rate does not bound).
+  ``supported`` says whether it is at most the gear's ``max_loss``; early on, with few audits,
+  it is not yet, which is no alarm.
+* ``alarm``: the served disagreement rate is, with confidence, above what certification saw:
+  share x lower(d_cheap) exceeds the upper Clopper-Pearson bound of the certification rows'
+  disagreement rate (or ``max_loss`` where the artifact did not record them). The certificate
+  is a statement about rows like the certification rows; this says the served rows no longer
+  are, in the one respect the certificate rests on.
+
+Error budget: ``1 - confidence`` split evenly over the gears (Bonferroni), and within a gear
+half to the certification bound and half to the live sequence, so the chance of any false alarm,
+over unlimited time, is at most ``1 - confidence``. Segments (attribute=value) get the same
+bounds at the same level, reported for reading; only the gear-level verdict raises the alarm
+(a segment may rightly disagree more than the average, and hundreds of segments would spend the
+error budget on noise).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from drift._confseq import DEFAULT_HORIZON, lower_bound, tuned_prior, upper_bound
+
+#: the certificates' confidence, and so the live verdicts' (1 - the chance of any false alarm)
+DEFAULT_CONFIDENCE = 0.95
+#: rise of the disagreement rate over the certified one the alarm's prior is centred on: the
+#: sequence is tightest for a doubling, valid for any rise
+DEFAULT_RISE = 2.0
+#: values of one attribute followed as segments; rarer ones are counted under ``OTHER``
+DEFAULT_MAX_SEGMENTS = 50
+#: the segment value rare values are pooled under
+OTHER = "(other)"
+
+
+@dataclass
+class AuditCounts:
+    """Counts of one gear or segment: served rows, cheap-level rows, audited cheap rows, their
+    disagreements, and audits shed under load."""
+
+    served: int = 0
+    cheap: int = 0
+    audited: int = 0
+    disagreed: int = 0
+    shed: int = 0
+
+    def add(self, other: AuditCounts) -> None:
+        self.served += other.served
+        self.cheap += other.cheap
+        self.audited += other.audited
+        self.disagreed += other.disagreed
+        self.shed += other.shed
+
+
+@dataclass
+class GearTerms:
+    """What certification says of one gear: its max_loss and the certification rows' count and
+    class disagreements under its plan (``None`` where the artifact did not record them)."""
+
+    gear: int
+    max_loss: float | None
+    cert_rows: int | None = None
+    cert_disagreed: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GearTerms:
+        return cls(int(d.get("gear", 0)), _opt_float(d.get("max_loss")), _opt_int(d.get("cert_rows")),
+                   _opt_int(d.get("cert_disagreed")))
+
+
+@dataclass
+class GuaranteeLedger:
+    """Live audit counts per gear and segment and their anytime-valid verdicts (module docstring).
+
+    ``gears``: one :class:`GearTerms` (or dict) per certified gear, in gear order.
+    ``rowwise``: whether the certified metric is a per-row 0/1 metric (then the disagreement
+    rate bounds its loss). ``segments``: the attributes whose values are followed."""
+
+    gears: list[GearTerms]
+    rowwise: bool = True
+    confidence: float = DEFAULT_CONFIDENCE
+    rise: float = DEFAULT_RISE
+    horizon: int = DEFAULT_HORIZON
+    segments: list[str] = field(default_factory=list)
+    max_segments: int = DEFAULT_MAX_SEGMENTS
+    counts: dict[int, AuditCounts] = field(default_factory=dict)
+    by_segment: dict[int, dict[str, dict[str, AuditCounts]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.gears = [g if isinstance(g, GearTerms) else GearTerms.from_dict(g) for g in self.gears]
+        if not self.gears:
+            raise ValueError("gears must name at least one certified gear")
+        if not 0.5 <= self.confidence < 1.0:
+            raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence!r}")
+        if not self.rise > 1.0:
+            raise ValueError(f"rise must be above 1, got {self.rise!r}")
+        if self.horizon < 4:
+            raise ValueError(f"horizon must be at least 4 audited rows, got {self.horizon!r}")
+        self.segments = list(self.segments)
+
+    # ------------------------------------------------------------------ counting
+    def add(self, gear: int, served: int, cheap: int, audited: int, disagreed: int, shed: int = 0,
+            segment: Mapping[str, Any] | None = None) -> None:
+        """Count one batch of one gear (optionally of one segment: attribute -> value)."""
+        self._check_gear(gear)
+        batch = AuditCounts(int(served), int(cheap), int(audited), int(disagreed), int(shed))
+        if min(batch.served, batch.cheap, batch.audited, batch.disagreed, batch.shed) < 0:
+            raise ValueError(f"counts must be non-negative, got {batch}")
+        if batch.disagreed > batch.audited or batch.cheap > batch.served:
+            raise ValueError(f"need disagreed <= audited and cheap <= served, got {batch}")
+        self.counts.setdefault(gear, AuditCounts()).add(batch)
+        for attribute, value in (segment or {}).items():
+            if attribute in self.segments:
+                self._add_segment(gear, attribute, _segment_value(value), batch)
+
+    def add_rows(self, gear: np.ndarray, cheap: np.ndarray, audited: np.ndarray, disagreed: np.ndarray,
+                 shed: np.ndarray | None = None, attributes: Mapping[str, Sequence[Any]] | None = None) -> None:
+        """Count rows: per row its gear, whether the cheap level answered it, whether it was
+        audited, whether the audit disagreed, whether its audit was shed; ``attributes`` the
+        segment values per row."""
+        gear = np.asarray(gear, dtype=np.int64)
+        cols = [np.asarray(c, dtype=bool) for c in (cheap, audited, disagreed,
+                                                      np.zeros(len(gear), bool) if shed is None else shed)]
+        if any(len(c) != len(gear) for c in cols):
+            raise ValueError("gear, cheap, audited, disagreed and shed must have one value per row")
+        cheap, audited, disagreed, shed = cols
+        if np.any(audited & ~cheap) or np.any(disagreed & ~audited):
+            raise ValueError("only cheap rows are audited, and only audited rows disagree")
+        attrs = {a: list(v) for a, v in (attributes or {}).items() if a in self.segments}
+        for a, v in attrs.items():
+            if len(v) != len(gear):
+                raise ValueError(f"attribute {a!r} must have one value per row")
+        for g in np.unique(gear):  # every gear checked before any is counted
+            self._check_gear(int(g))
+        for g in np.unique(gear):
+            m = gear == g
+            self.add(int(g), int(m.sum()), int(cheap[m].sum()), int(audited[m].sum()), int(disagreed[m].sum()),
+                     int(shed[m].sum()))
+            for a, values in attrs.items():
+                column = np.asarray([_segment_value(x) for x in values], dtype=object)[m]
+                for value in dict.fromkeys(column.tolist()):
+                    s = m.copy()
+                    s[m] = column == value
+                    self._add_segment(int(g), a, value, AuditCounts(int(s.sum()), int(cheap[s].sum()),
+                                                                    int(audited[s].sum()), int(disagreed[s].sum()),
+                                                                    int(shed[s].sum())))
+
+    def _add_segment(self, gear: int, attribute: str, value: str, batch: AuditCounts) -> None:
+        values = self.by_segment.setdefault(gear, {}).setdefault(attribute, {})
+        if value not in values and len(values) >= self.max_segments:
+            value = OTHER
+        values.setdefault(value, AuditCounts()).add(batch)
+
+    def _check_gear(self, gear: int) -> None:
+        if not 0 <= gear < len(self.gears):
+            raise ValueError(f"gear must be in [0, {len(self.gears) - 1}], got {gear!r}")
+
+    # ------------------------------------------------------------------ verdicts
+    @property
+    def alpha_gear(self) -> float:
+        """Error budget of one gear's verdicts (Bonferroni over the gears)."""
+        return (1.0 - self.confidence) / len(self.gears)
+
+    def reference_rate(self, gear: int) -> tuple[float | None, str]:
+        """The rate the alarm compares with, and where it comes from: the upper Clopper-Pearson
+        bound of the certification rows' disagreement rate, else the gear's max_loss."""
+        terms = self.gears[gear]
+        if terms.cert_rows:
+            k, n = int(terms.cert_disagreed or 0), int(terms.cert_rows)
+            upper = 1.0 if k >= n else float(stats.beta.ppf(1.0 - self.alpha_gear / 2.0, k + 1, n - k))
+            return upper, "certification"
+        if terms.max_loss is not None:
+            return terms.max_loss, "max_loss"
+        return None, "none"
+
+    def verdict(self, gear: int, counts: AuditCounts | None = None) -> dict[str, Any]:
+        """One gear's (or, with ``counts``, one segment's) figures and verdicts."""
+        self._check_gear(gear)
+        c = counts if counts is not None else self.counts.get(gear, AuditCounts())
+        terms = self.gears[gear]
+        reference, source = self.reference_rate(gear)
+        live_alpha = self.alpha_gear / 2.0 if source == "certification" else self.alpha_gear
+        share = c.cheap / c.served if c.served else 0.0
+        d_cheap = c.disagreed / c.audited if c.audited else None
+        centre = _clip((reference or terms.max_loss or 0.01) / max(share, 1e-9))
+        upper_cheap = upper_bound(c.audited, c.disagreed, live_alpha, tuned_prior(centre, self.horizon))
+        lower_cheap = lower_bound(c.audited, c.disagreed, live_alpha,
+                                  tuned_prior(_clip(self.rise * centre), self.horizon))
+        loss_upper = share * upper_cheap if self.rowwise and c.served else None
+        alarm = bool(reference is not None and c.audited and share * lower_cheap > reference)
+        return {
+            "gear": gear, "max_loss": terms.max_loss, "served_rows": c.served, "cheap_rows": c.cheap,
+            "cheap_share": share, "audited_rows": c.audited, "disagreed_rows": c.disagreed,
+            "shed_audits": c.shed,
+            "disagreement_rate": None if d_cheap is None else share * d_cheap,
+            "disagreement_lower": share * lower_cheap, "disagreement_upper": share * upper_cheap,
+            "loss_upper": loss_upper,
+            "supported": None if loss_upper is None or terms.max_loss is None else loss_upper <= terms.max_loss,
+            "certified_rate": None if not terms.cert_rows else (terms.cert_disagreed or 0) / terms.cert_rows,
+            "alarm_reference": reference, "alarm_reference_source": source, "alarm": alarm,
+        }
+
+    def report(self, segment: str | None = None) -> dict[str, Any]:
+        """Every gear's verdict; with ``segment`` (an attribute), one per value of it too."""
+        if segment is not None and segment not in self.segments:
+            raise ValueError(f"segment must be one of the followed attributes {self.segments}, got {segment!r}")
+        gears = []
+        for g in range(len(self.gears)):
+            entry = self.verdict(g)
+            if segment is not None:
+                values = self.by_segment.get(g, {}).get(segment, {})
+                entry["segments"] = [{"attribute": segment, "value": v, **_segment_fields(self.verdict(g, c))}
+                                     for v, c in sorted(values.items(), key=lambda kv: -kv[1].served)]
+            gears.append(entry)
+        return {"kind": "guarantee", "confidence": self.confidence, "rowwise": self.rowwise,
+                "alarm": any(e["alarm"] for e in gears), "gears": gears,
+                "segments_followed": list(self.segments)}
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> dict[str, Any]:
+        """The ledger as plain JSON-able values (counts only: the verdicts follow from them)."""
+        return {
+            "gears": [vars(g).copy() for g in self.gears], "rowwise": self.rowwise, "confidence": self.confidence,
+            "rise": self.rise, "horizon": self.horizon, "segments": self.segments, "max_segments": self.max_segments,
+            "counts": {str(g): vars(c).copy() for g, c in self.counts.items()},
+            "by_segment": {str(g): {a: {v: vars(c).copy() for v, c in vals.items()} for a, vals in attrs.items()}
+                           for g, attrs in self.by_segment.items()},
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> GuaranteeLedger:
+        ledger = cls([GearTerms.from_dict(g) for g in state["gears"]], rowwise=bool(state["rowwise"]),
+                     confidence=float(state["confidence"]), rise=float(state["rise"]), horizon=int(state["horizon"]),
+                     segments=list(state["segments"]), max_segments=int(state["max_segments"]))
+        ledger.counts = {int(g): AuditCounts(**c) for g, c in state["counts"].items()}
+        ledger.by_segment = {int(g): {a: {v: AuditCounts(**c) for v, c in vals.items()} for a, vals in attrs.items()}
+                             for g, attrs in state["by_segment"].items()}
+        return ledger
+
+
+def _segment_fields(verdict: dict[str, Any]) -> dict[str, Any]:
+    keep = ("served_rows", "cheap_share", "audited_rows", "disagreed_rows", "shed_audits", "disagreement_rate",
+            "disagreement_lower", "disagreement_upper", "loss_upper", "supported")
+    return {k: verdict[k] for k in keep}
+
+
+def _segment_value(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "null"
+    return str(value)[:256]
+
+
+def _clip(rate: float) -> float:
+    return min(max(rate, 1e-6), 0.999)
+
+
+def _opt_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -1,0 +1,369 @@
+"""The live guarantee (drift._confseq, drift._guarantee): the confidence sequences cover the
+true rate at every look, the alarm stays quiet on stationary streams and fires on a doubled
+disagreement rate, per gear; loss_upper bounds a loss built row by row; segments, state and
+bad input; the edge cases (no audits, every audit disagreeing, no certification counts).
+Seeded, no timing."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from drift._confseq import (
+    _log_mixture,
+    lower_bound,
+    rejects_at_most,
+    tuned_prior,
+    upper_bound,
+)
+from drift._guarantee import OTHER, AuditCounts, GearTerms, GuaranteeLedger
+
+STREAMS = 200
+ROWS = 20_000
+EVERY = 100
+ALPHA = 0.05
+
+
+def _tolerance(alpha: float, runs: int) -> float:
+    """Three binomial standard deviations of a share of ``runs`` runs at rate ``alpha``: with a
+    fixed seed the test is deterministic, and a valid sequence passes it with room to spare."""
+    return 3.0 * math.sqrt(alpha * (1.0 - alpha) / runs)
+
+
+def _streams(rate: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Audited rows and cumulative disagreements after every ``EVERY`` rows, per stream."""
+    rng = np.random.default_rng(seed)
+    s = rng.binomial(EVERY, rate, size=(STREAMS, ROWS // EVERY)).cumsum(axis=1)
+    n = np.arange(1, ROWS // EVERY + 1) * EVERY
+    return n, s
+
+
+# ---------------------------------------------------------------- confidence sequences
+@pytest.mark.parametrize("rate", [0.01, 0.05, 0.2])
+def test_lower_sequence_covers_at_every_look(rate):
+    n, s = _streams(rate, seed=int(rate * 1000))
+    # the alarm's prior is centred on twice the rate it tests: validity must not depend on it
+    prior = tuned_prior(min(2 * rate, 0.999))
+    missed = 0
+    for row in s:
+        for k in np.flatnonzero(row > rate * n):  # the lower bound can only pass the rate here
+            if rejects_at_most(int(n[k]), int(row[k]), rate, ALPHA, prior):
+                assert lower_bound(int(n[k]), int(row[k]), ALPHA, prior) > rate
+                missed += 1
+                break
+    assert missed / STREAMS <= ALPHA + _tolerance(ALPHA, STREAMS)
+
+
+@pytest.mark.parametrize("rate", [0.01, 0.05, 0.2])
+def test_upper_sequence_covers_at_every_look(rate):
+    n, s = _streams(rate, seed=7 + int(rate * 1000))
+    prior = tuned_prior(rate / 2)
+    level = math.log(1 / ALPHA)
+    missed = 0
+    for row in s:
+        for k in np.flatnonzero(row < rate * n):  # the upper bound can only fall below it here
+            # upper_bound < rate exactly when the lower-side mixture against rate reaches 1/alpha
+            if _log_mixture(int(n[k]), int(row[k]), rate, prior, "below") >= level:
+                assert upper_bound(int(n[k]), int(row[k]), ALPHA, prior) < rate
+                missed += 1
+                break
+    assert missed / STREAMS <= ALPHA + _tolerance(ALPHA, STREAMS)
+    # the shortcut and the bound agree where the bound does not exclude the rate, too
+    for row in s[:10]:
+        for k in (0, 9, 99, 199):
+            nk, sk = int(n[k]), int(row[k])
+            shortcut = sk < rate * nk and _log_mixture(nk, sk, rate, prior, "below") >= level
+            assert (upper_bound(nk, sk, ALPHA, prior) < rate) == shortcut
+
+
+def test_sequences_bracket_the_estimate_and_shrink():
+    prior = tuned_prior(0.05)
+    widths = []
+    for n in (100, 1_000, 20_000):
+        s = n // 20
+        lo, hi = lower_bound(n, s, ALPHA, prior), upper_bound(n, s, ALPHA, prior)
+        assert 0.0 <= lo <= s / n <= hi <= 1.0
+        widths.append(hi - lo)
+    assert widths[0] > widths[1] > widths[2] and widths[2] < 0.01
+    assert lower_bound(0, 0, ALPHA, prior) == 0.0 and upper_bound(0, 0, ALPHA, prior) == 1.0
+    assert lower_bound(500, 0, ALPHA, prior) == 0.0 and upper_bound(500, 500, ALPHA, prior) == 1.0
+
+
+def test_every_row_disagreeing_has_a_lower_bound():
+    """s == n: the search used to evaluate log(1 - p) at p = 1 (math domain error)."""
+    prior = tuned_prior(0.02)
+    bounds = [lower_bound(n, n, ALPHA, prior) for n in (1, 10, 100, 10_000)]
+    assert all(0.0 < b < 1.0 for b in bounds) and bounds == sorted(bounds)
+    assert lower_bound(100, 100, ALPHA, prior) >= lower_bound(100, 99, ALPHA, prior)
+    assert rejects_at_most(100, 100, 0.5, ALPHA, tuned_prior(0.6))
+
+
+# ---------------------------------------------------------------- the ledger
+def _gear(rows=4_000, disagreed=96, max_loss=0.02, gear=0):
+    return {"gear": gear, "max_loss": max_loss, "cert_rows": rows, "cert_disagreed": disagreed}
+
+
+def _serve(ledger, rng, gear, batches, d_cheap, served=50_000, share=0.8, audit=0.01, check=None):
+    """Serve ``batches`` batches; ``check`` is called with the ledger after each."""
+    for _ in range(batches):
+        cheap = rng.binomial(served, share)
+        audited = rng.binomial(cheap, audit)
+        ledger.add(gear, served, cheap, audited, rng.binomial(audited, d_cheap))
+        if check is not None:
+            check(ledger)
+
+
+def _alarm(ledger: GuaranteeLedger) -> bool:
+    """Gear 0's alarm; read only where it can be up (the lower bound never passes the estimate,
+    so share x estimate <= reference means no alarm: test_sequences_bracket_the_estimate)."""
+    c = ledger.counts[0]
+    if c.cheap / c.served * c.disagreed / max(c.audited, 1) <= ledger.reference_rate(0)[0]:
+        return False
+    return ledger.verdict(0)["alarm"]
+
+
+def test_alarm_is_quiet_on_stationary_streams():
+    rng = np.random.default_rng(11)
+    runs, share, d_cheap, cert_rows = 100, 0.8, 0.03, 4_000
+    alarmed = 0
+    for _ in range(runs):
+        # the certification rows come from the same traffic as the served ones
+        ledger = GuaranteeLedger([_gear(cert_rows, int(rng.binomial(cert_rows, share * d_cheap)))])
+        fired: list[bool] = []
+        _serve(ledger, rng, 0, 10, d_cheap, served=100_000, check=lambda lg, f=fired: f.append(_alarm(lg)))
+        alarmed += any(fired)
+    confidence = GuaranteeLedger([_gear()]).confidence
+    assert alarmed / runs <= (1 - confidence) + _tolerance(1 - confidence, runs)
+
+
+def test_alarm_fires_on_a_doubled_rate_and_is_counted_per_gear():
+    rng = np.random.default_rng(3)
+    ledger = GuaranteeLedger([_gear(20_000, 480, gear=0), _gear(20_000, 480, 0.04, gear=1)])
+    _serve(ledger, rng, 0, 10, 0.03)          # gear 0 as certified (0.8 x 0.03 = 480 / 20,000)
+    _serve(ledger, rng, 1, 10, 0.06)          # gear 1: twice the certified rate
+    g0, g1 = ledger.verdict(0), ledger.verdict(1)
+    assert not g0["alarm"] and g1["alarm"]
+    assert g1["disagreement_lower"] > g1["alarm_reference"] > g1["certified_rate"] == 0.024
+    assert ledger.counts[0].audited > 0 and ledger.counts[1].audited > 0
+    assert ledger.counts[0] != ledger.counts[1]
+    report = ledger.report()
+    assert report["alarm"] and [g["alarm"] for g in report["gears"]] == [False, True]
+    # each gear spends half the budget (Bonferroni over two gears)
+    assert ledger.alpha_gear == pytest.approx((1 - ledger.confidence) / 2)
+
+
+def _rows(rng, n, share, d_cheap, lose):
+    """Rows with a label, the full pipeline's class and the served class: the cheap level
+    answers ``share`` of them, disagrees with the full pipeline on ``d_cheap`` of those, and a
+    disagreement costs the served answer with probability ``lose`` (else it gains)."""
+    y = rng.integers(0, 2, n)
+    full = np.where(rng.random(n) < 0.85, y, 1 - y)
+    cheap = rng.random(n) < share
+    disagree = cheap & (rng.random(n) < d_cheap)
+    served = np.where(disagree, 1 - full, full)
+    flip = disagree & (rng.random(n) < lose)
+    full = np.where(flip, y, full)            # the disagreement costs the served answer
+    served = np.where(flip, 1 - y, served)
+    return y, full, served, cheap
+
+
+def test_loss_upper_bounds_a_constructed_loss():
+    rng = np.random.default_rng(5)
+    runs, below = 60, 0
+    for _ in range(runs):
+        y, full, served, cheap = _rows(rng, 20_000, 0.7, 0.04, 0.9)
+        audited = cheap & (rng.random(len(y)) < 0.2)
+        ledger = GuaranteeLedger([_gear(max_loss=0.05)])
+        ledger.add_rows(np.zeros(len(y), int), cheap, audited, audited & (served != full))
+        true_loss = np.mean(full == y) - np.mean(served == y)
+        v = ledger.verdict(0)
+        assert true_loss > 0.01 and v["loss_upper"] == pytest.approx(v["disagreement_upper"])
+        below += v["loss_upper"] < true_loss
+    assert below / runs <= ALPHA + _tolerance(ALPHA, runs)
+    # every disagreement a loss, every cheap row audited: the bound is the disagreement
+    # rate's upper bound, above the (known) loss
+    y, full, served, cheap = _rows(rng, 20_000, 0.7, 0.04, 1.0)
+    ledger = GuaranteeLedger([_gear(max_loss=0.05)])
+    ledger.add_rows(np.zeros(len(y), int), cheap, cheap, served != full)
+    v = ledger.verdict(0)
+    true_loss = np.mean(full == y) - np.mean(served == y)
+    assert true_loss == pytest.approx(np.mean(served != full))
+    assert true_loss <= v["loss_upper"] <= true_loss + 0.01 and v["supported"]
+
+
+def test_add_rows_counts_like_add():
+    rng = np.random.default_rng(2)
+    n = 5_000
+    gear = rng.integers(0, 2, n)
+    cheap = rng.random(n) < 0.7
+    audited = cheap & (rng.random(n) < 0.1)
+    disagreed = audited & (rng.random(n) < 0.2)
+    shed = cheap & ~audited & (rng.random(n) < 0.01)
+    rows = GuaranteeLedger([_gear(), _gear(gear=1)])
+    rows.add_rows(gear, cheap, audited, disagreed, shed)
+    batch = GuaranteeLedger([_gear(), _gear(gear=1)])
+    for g in (0, 1):
+        m = gear == g
+        batch.add(g, m.sum(), cheap[m].sum(), audited[m].sum(), disagreed[m].sum(), shed[m].sum())
+    assert rows.counts == batch.counts and rows.report() == batch.report()
+    assert rows.counts[1].shed == int(shed[gear == 1].sum()) > 0
+
+
+def test_segments_are_reported_and_capped():
+    rng = np.random.default_rng(9)
+    values = np.array(["eu", "us", "ap", "sa", "af"])
+    n = 10_000
+    region = values[rng.choice(5, n, p=[0.1, 0.4, 0.3, 0.15, 0.05])]
+    region[:5] = values          # every value appears in the first rows: eu, us, ap are followed
+    cheap = rng.random(n) < 0.8
+    audited = cheap & (rng.random(n) < 0.1)
+    disagreed = audited & (rng.random(n) < np.where(region == "ap", 0.2, 0.02))
+    ledger = GuaranteeLedger([_gear()], segments=["region"], max_segments=3)
+    ledger.add_rows(np.zeros(n, int), cheap, audited, disagreed,
+                    attributes={"region": region, "ignored": region})
+    entries = ledger.report("region")["gears"][0]["segments"]
+    # by served rows: "(other)" (sa + af, 20%) above eu (10%)
+    assert [e["value"] for e in entries] == ["us", "ap", OTHER, "eu"]
+    assert len(entries) == ledger.max_segments + 1
+    other = entries[2]
+    assert other["served_rows"] == int(np.isin(region, ["sa", "af"]).sum())
+    for key in ("served_rows", "audited_rows", "disagreed_rows"):
+        assert sum(e[key] for e in entries) == ledger.verdict(0)[key]
+    by_value = {e["value"]: e for e in entries}
+    assert by_value["ap"]["disagreement_lower"] > by_value["us"]["disagreement_upper"]
+    # segments never raise the alarm; an unfollowed attribute is not counted
+    assert set(ledger.by_segment[0]) == {"region"}
+    # add(): one value per batch, missing values count as "null"
+    ledger.add(0, 10, 8, 1, 0, segment={"region": None, "ignored": "x"})
+    assert ledger.by_segment[0]["region"][OTHER].served == other["served_rows"] + 10
+    wide = GuaranteeLedger([_gear()], segments=["region"], max_segments=10)
+    wide.add(0, 10, 8, 1, 0, segment={"region": float("nan")})
+    assert list(wide.by_segment[0]["region"]) == ["null"]
+
+
+def test_state_round_trips_through_json():
+    rng = np.random.default_rng(4)
+    ledger = GuaranteeLedger([_gear(), {"gear": 1, "max_loss": 0.04}], segments=["region"],
+                             max_segments=2, rise=3.0, horizon=500)
+    n = 3_000
+    region = rng.choice(["a", "b", "c"], n)
+    cheap = rng.random(n) < 0.8
+    audited = cheap & (rng.random(n) < 0.2)
+    ledger.add_rows(rng.integers(0, 2, n), cheap, audited, audited & (rng.random(n) < 0.05),
+                    attributes={"region": region})
+    state = json.loads(json.dumps(ledger.state()))
+    back = GuaranteeLedger.from_state(state)
+    assert back.state() == ledger.state()
+    assert back.report("region") == ledger.report("region")
+    assert back.report() == ledger.report()
+    assert back.gears[1].cert_rows is None and back.reference_rate(1) == (0.04, "max_loss")
+
+
+def test_bad_input_names_the_argument():
+    ledger = GuaranteeLedger([_gear()], segments=["region"])
+    with pytest.raises(ValueError, match=r"non-negative.*served=-1"):
+        ledger.add(0, -1, 0, 0, 0)
+    with pytest.raises(ValueError, match=r"non-negative.*shed=-2"):
+        ledger.add(0, 10, 5, 1, 0, shed=-2)
+    with pytest.raises(ValueError, match="disagreed <= audited"):
+        ledger.add(0, 10, 5, 1, 2)
+    with pytest.raises(ValueError, match="cheap <= served"):
+        ledger.add(0, 10, 11, 1, 0)
+    with pytest.raises(ValueError, match=r"gear must be in \[0, 0\], got 1"):
+        ledger.add(1, 10, 5, 1, 0)
+    with pytest.raises(ValueError, match="gear must be"):
+        ledger.verdict(-1)
+    with pytest.raises(ValueError, match=r"segment must be one of .*'region'.*got 'nope'"):
+        ledger.report("nope")
+    with pytest.raises(ValueError, match="one value per row"):
+        ledger.add_rows([0, 0, 0], [True, True], [False, False], [False, False])
+    with pytest.raises(ValueError, match="attribute 'region' must have one value per row"):
+        ledger.add_rows([0, 0], [True, True], [True, False], [False, False], attributes={"region": ["a"]})
+    with pytest.raises(ValueError, match="only cheap rows are audited"):
+        ledger.add_rows([0], [False], [True], [False])
+    with pytest.raises(ValueError, match="gear must be"):
+        ledger.add_rows([0, 3], [True, True], [True, True], [False, False])
+    with pytest.raises(ValueError, match="gears"):
+        GuaranteeLedger([])
+    with pytest.raises(ValueError, match="confidence"):
+        GuaranteeLedger([_gear()], confidence=1.0)
+    with pytest.raises(ValueError, match="rise"):
+        GuaranteeLedger([_gear()], rise=1.0)
+    with pytest.raises(ValueError, match="horizon"):
+        GuaranteeLedger([_gear()], horizon=3)
+    with pytest.raises(ValueError, match="disagreements <= audited rows"):
+        lower_bound(10, 11, ALPHA, tuned_prior(0.1))
+    with pytest.raises(ValueError, match="disagreements <= audited rows"):
+        upper_bound(10, -1, ALPHA, tuned_prior(0.1))
+    with pytest.raises(ValueError, match="alpha"):
+        rejects_at_most(10, 1, 0.1, 0.0, tuned_prior(0.1))
+    with pytest.raises(ValueError, match="mean"):
+        tuned_prior(0.0)
+    with pytest.raises(ValueError, match="horizon"):
+        tuned_prior(0.1, horizon=3)
+
+
+def test_a_gear_out_of_range_counts_nothing():
+    """add_rows with one bad gear used to count the good gears' rows before raising."""
+    ledger = GuaranteeLedger([_gear()])
+    with pytest.raises(ValueError, match="gear must be"):
+        ledger.add_rows([0, 3], [True, True], [True, True], [False, False])
+    assert ledger.counts == {}
+
+
+# ---------------------------------------------------------------- edge cases
+def test_no_audits_yet():
+    ledger = GuaranteeLedger([_gear()])
+    empty = ledger.verdict(0)
+    assert empty["loss_upper"] is None and empty["supported"] is None and not empty["alarm"]
+    assert empty["disagreement_rate"] is None and empty["cheap_share"] == 0.0
+    ledger.add(0, 1_000, 800, 0, 0, shed=8)
+    v = ledger.verdict(0)
+    # nothing audited: the cheap rows may all disagree, so the bound is the cheap share
+    assert v["loss_upper"] == pytest.approx(0.8 * 1.0) and v["supported"] is False
+    assert not v["alarm"] and v["disagreement_rate"] is None and v["shed_audits"] == 8
+    assert v["disagreement_lower"] == 0.0 and v["disagreement_upper"] == pytest.approx(0.8)
+    assert not ledger.report()["alarm"]
+
+
+def test_every_audit_disagreeing():
+    ledger = GuaranteeLedger([_gear()])
+    ledger.add(0, 1_000, 800, 200, 200)
+    v = ledger.verdict(0)
+    assert v["alarm"] and v["disagreement_rate"] == pytest.approx(0.8)
+    assert v["loss_upper"] == pytest.approx(0.8) and v["disagreement_upper"] == pytest.approx(0.8)
+    assert v["alarm_reference"] < v["disagreement_lower"] < 0.8
+
+
+def test_without_certification_counts_the_reference_is_max_loss():
+    for terms in ({"gear": 0, "max_loss": 0.02}, {"gear": 0, "max_loss": 0.02, "cert_rows": 0},
+                  GearTerms(0, 0.02, None, None)):
+        ledger = GuaranteeLedger([terms])
+        assert ledger.reference_rate(0) == (0.02, "max_loss")
+        ledger.add(0, 10_000, 8_000, 2_000, 20)           # 0.8 x 1% served: below max_loss
+        v = ledger.verdict(0)
+        assert v["alarm_reference_source"] == "max_loss" and v["certified_rate"] is None
+        assert not v["alarm"] and v["supported"]
+        ledger.add(0, 10_000, 8_000, 2_000, 200)          # 0.8 x 5.5% over both batches
+        assert ledger.verdict(0)["alarm"]
+    # certification rows without a disagreement count: none disagreed
+    ledger = GuaranteeLedger([{"gear": 0, "max_loss": 0.02, "cert_rows": 1_000}])
+    upper, source = ledger.reference_rate(0)
+    assert source == "certification" and 0 < upper < 0.01
+    # neither: no reference, never an alarm
+    bare = GuaranteeLedger([{"gear": 0}])
+    bare.add(0, 100, 100, 100, 100)
+    assert bare.reference_rate(0) == (None, "none")
+    assert not bare.verdict(0)["alarm"] and bare.verdict(0)["supported"] is None
+
+
+def test_metrics_that_are_not_rowwise_get_no_loss_bound():
+    ledger = GuaranteeLedger([_gear()], rowwise=False)
+    ledger.add(0, 1_000, 800, 100, 1)
+    v = ledger.verdict(0)
+    assert v["loss_upper"] is None and v["supported"] is None
+    assert v["disagreement_upper"] > v["disagreement_rate"] > v["disagreement_lower"]
+    assert AuditCounts(1, 1, 1, 1, 0) != AuditCounts()
