@@ -6,7 +6,9 @@ grew (`mix_shift`), what distinguishes two time ranges (`diff`), where inputs ch
 segments (`conditional_shift`), which columns drifted (`drift`, or
 sooner with a CUSUM: `sequential_drift`), when series changed
 (`change_points`) and whether the cascade's cheap level is still answering inside its
-validated data (`cascade_health`). `explain` and `diff` also work on any tables, raw or
+validated data (`cascade_health`). A served cascade's live audit is judged by a `GuaranteeLedger` (an anytime-valid bound on
+how often served answers differ from the full pipeline's), and labels fed back by a `LabelJoin`.
+`explain` and `diff` also work on any tables, raw or
 pre-aggregated. Verdicts export to Prometheus with `MonitorCollector`. See drift/README.md.
 """
 
@@ -14,6 +16,8 @@ from drift._changepoint import PageHinkley
 from drift._classify import MAD, Classifier, ErrorFlag, Percentile, Predicate
 from drift._errors import DataWarning, DriftError, NoReferenceError, SchemaError, StateError
 from drift._explain import diff, explain
+from drift._guarantee import GearTerms, GuaranteeCollector, GuaranteeLedger
+from drift._labels import LabelError, LabelJoin
 from drift._monitor import IngestReceipt, Monitor
 from drift._prometheus import MonitorCollector, prometheus_text
 from drift._results import (
@@ -38,7 +42,12 @@ __all__ = [
     "EffectGate",
     "ErrorFlag",
     "Explanation",
+    "GearTerms",
+    "GuaranteeCollector",
+    "GuaranteeLedger",
     "IngestReceipt",
+    "LabelError",
+    "LabelJoin",
     "Monitor",
     "MonitorCollector",
     "NoReferenceError",

@@ -37,15 +37,24 @@ error budget on noise).
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
-from drift._confseq import DEFAULT_HORIZON, lower_bound, tuned_prior, upper_bound
+from drift._confseq import (
+    DEFAULT_HORIZON,
+    broad_prior,
+    lower_bound,
+    rejects_at_most,
+    tuned_prior,
+    upper_bound,
+)
 
 #: the certificates' confidence, and so the live verdicts' (1 - the chance of any false alarm)
 DEFAULT_CONFIDENCE = 0.95
@@ -54,6 +63,9 @@ DEFAULT_CONFIDENCE = 0.95
 DEFAULT_RISE = 2.0
 #: values of one attribute followed as segments; rarer ones are counted under ``OTHER``
 DEFAULT_MAX_SEGMENTS = 50
+#: audited rows per epoch: the alarm also tests every run of recent epochs (see ``verdict``), so a
+#: rise late in a long quiet life is judged on the rows since it, not diluted by all before
+DEFAULT_EPOCH_ROWS = 2000
 #: the segment value rare values are pooled under
 OTHER = "(other)"
 
@@ -108,7 +120,10 @@ class GuaranteeLedger:
     horizon: int = DEFAULT_HORIZON
     segments: list[str] = field(default_factory=list)
     max_segments: int = DEFAULT_MAX_SEGMENTS
+    epoch_rows: int = DEFAULT_EPOCH_ROWS
     counts: dict[int, AuditCounts] = field(default_factory=dict)
+    #: per gear, the counts of each epoch of about ``epoch_rows`` audited rows, oldest first
+    epochs: dict[int, list[AuditCounts]] = field(default_factory=dict)
     by_segment: dict[int, dict[str, dict[str, AuditCounts]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -121,6 +136,8 @@ class GuaranteeLedger:
             raise ValueError(f"rise must be above 1, got {self.rise!r}")
         if self.horizon < 4:
             raise ValueError(f"horizon must be at least 4 audited rows, got {self.horizon!r}")
+        if self.epoch_rows < 1:
+            raise ValueError(f"epoch_rows must be at least 1, got {self.epoch_rows!r}")
         self.segments = list(self.segments)
 
     # ------------------------------------------------------------------ counting
@@ -134,6 +151,10 @@ class GuaranteeLedger:
         if batch.disagreed > batch.audited or batch.cheap > batch.served:
             raise ValueError(f"need disagreed <= audited and cheap <= served, got {batch}")
         self.counts.setdefault(gear, AuditCounts()).add(batch)
+        epochs = self.epochs.setdefault(gear, [])
+        if not epochs or epochs[-1].audited >= self.epoch_rows:  # a boundary set by counts, never by outcomes
+            epochs.append(AuditCounts())
+        epochs[-1].add(batch)
         for attribute, value in (segment or {}).items():
             if attribute in self.segments:
                 self._add_segment(gear, attribute, _segment_value(value), batch)
@@ -208,11 +229,14 @@ class GuaranteeLedger:
         share = c.cheap / c.served if c.served else 0.0
         d_cheap = c.disagreed / c.audited if c.audited else None
         centre = _clip((reference or terms.max_loss or 0.01) / max(share, 1e-9))
-        upper_cheap = upper_bound(c.audited, c.disagreed, live_alpha, tuned_prior(centre, self.horizon))
+        upper_cheap = upper_bound(c.audited, c.disagreed, live_alpha, broad_prior(centre))
         lower_cheap = lower_bound(c.audited, c.disagreed, live_alpha,
                                   tuned_prior(_clip(self.rise * centre), self.horizon))
         loss_upper = share * upper_cheap if self.rowwise and c.served else None
-        alarm = bool(reference is not None and c.audited and share * lower_cheap > reference)
+        if counts is None:
+            alarm, alarm_rows = self._alarm(gear, reference, live_alpha)
+        else:  # a segment: read, never alarmed on (module docstring)
+            alarm, alarm_rows = bool(reference is not None and c.audited and share * lower_cheap > reference), None
         return {
             "gear": gear, "max_loss": terms.max_loss, "served_rows": c.served, "cheap_rows": c.cheap,
             "cheap_share": share, "audited_rows": c.audited, "disagreed_rows": c.disagreed,
@@ -223,7 +247,33 @@ class GuaranteeLedger:
             "supported": None if loss_upper is None or terms.max_loss is None else loss_upper <= terms.max_loss,
             "certified_rate": None if not terms.cert_rows else (terms.cert_disagreed or 0) / terms.cert_rows,
             "alarm_reference": reference, "alarm_reference_source": source, "alarm": alarm,
+            "alarm_audited_rows": alarm_rows,
         }
+
+    def _alarm(self, gear: int, reference: float | None, alpha: float) -> tuple[bool, int | None]:
+        """Whether the served disagreement rate of the audited rows since the start of some epoch
+        is, at level ``alpha``, above ``reference``; and over how many audited rows it was found.
+
+        The runs of epochs ending now are tested from the newest start back to the oldest (the
+        whole history); the run that starts at epoch j (0 the first) spends ``alpha * 6 / (pi**2 *
+        (j + 1)**2)``, so the budgets sum to ``alpha`` over unlimited time (a union bound over
+        start times fixed by audited-row counts). A rise after a long quiet stretch is then tested
+        on the rows since it at a slightly higher threshold, where the whole history would dilute it."""
+        if reference is None:
+            return False, None
+        suffix = AuditCounts()
+        epochs = self.epochs.get(gear, [])
+        for j in range(len(epochs) - 1, -1, -1):
+            suffix.add(epochs[j])
+            if not suffix.audited or not suffix.cheap:
+                continue
+            share = suffix.cheap / suffix.served
+            rate = reference / share
+            budget = alpha * 6.0 / (math.pi ** 2 * (j + 1) ** 2)
+            prior = tuned_prior(_clip(self.rise * rate), self.horizon)
+            if rate < 1.0 and rejects_at_most(suffix.audited, suffix.disagreed, rate, budget, prior):
+                return True, suffix.audited
+        return False, None
 
     def report(self, segment: str | None = None) -> dict[str, Any]:
         """Every gear's verdict; with ``segment`` (an attribute), one per value of it too."""
@@ -247,7 +297,9 @@ class GuaranteeLedger:
         return {
             "gears": [vars(g).copy() for g in self.gears], "rowwise": self.rowwise, "confidence": self.confidence,
             "rise": self.rise, "horizon": self.horizon, "segments": self.segments, "max_segments": self.max_segments,
+            "epoch_rows": self.epoch_rows,
             "counts": {str(g): vars(c).copy() for g, c in self.counts.items()},
+            "epochs": {str(g): [vars(c).copy() for c in e] for g, e in self.epochs.items()},
             "by_segment": {str(g): {a: {v: vars(c).copy() for v, c in vals.items()} for a, vals in attrs.items()}
                            for g, attrs in self.by_segment.items()},
         }
@@ -256,11 +308,70 @@ class GuaranteeLedger:
     def from_state(cls, state: Mapping[str, Any]) -> GuaranteeLedger:
         ledger = cls([GearTerms.from_dict(g) for g in state["gears"]], rowwise=bool(state["rowwise"]),
                      confidence=float(state["confidence"]), rise=float(state["rise"]), horizon=int(state["horizon"]),
-                     segments=list(state["segments"]), max_segments=int(state["max_segments"]))
+                     segments=list(state["segments"]), max_segments=int(state["max_segments"]),
+                     epoch_rows=int(state.get("epoch_rows", DEFAULT_EPOCH_ROWS)))
         ledger.counts = {int(g): AuditCounts(**c) for g, c in state["counts"].items()}
+        ledger.epochs = {int(g): [AuditCounts(**c) for c in e] for g, e in state.get("epochs", {}).items()}
         ledger.by_segment = {int(g): {a: {v: AuditCounts(**c) for v, c in vals.items()} for a, vals in attrs.items()}
                              for g, attrs in state["by_segment"].items()}
         return ledger
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write :meth:`state` to ``path`` atomically (a crash leaves the old file or the new)."""
+        path = os.fspath(path)
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.state(), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike | None, **terms: Any) -> GuaranteeLedger:
+        """The ledger saved at ``path`` when there is one for the same gears, else a new one
+        from ``terms`` (the counts of a different certificate do not carry over)."""
+        fresh = cls(**terms)
+        if path is None or not os.path.exists(path):
+            return fresh
+        with open(path) as f:
+            saved = cls.from_state(json.load(f))
+        return saved if [vars(g) for g in saved.gears] == [vars(g) for g in fresh.gears] else fresh
+
+    def prometheus(self, prefix: str = "drift") -> Iterator[Any]:
+        """Gauges per gear: guarantee_alarm, guarantee_loss_upper, guarantee_disagreement_rate,
+        guarantee_disagreement_lower, guarantee_alarm_reference, guarantee_max_loss; counters
+        guarantee_audited_rows_total, guarantee_shed_audits_total."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        verdicts = [self.verdict(g) for g in range(len(self.gears))]
+        gauges = {"alarm": "1 when the served disagreement rate is above what certification saw",
+                  "loss_upper": "label-free anytime-valid upper bound on the served loss",
+                  "disagreement_rate": "served rows whose answer differs from the full pipeline's (point)",
+                  "disagreement_lower": "anytime-valid lower bound of that rate",
+                  "alarm_reference": "the rate the alarm compares with",
+                  "max_loss": "the gear's certified max_loss"}
+        for name, text in gauges.items():
+            family = GaugeMetricFamily(f"{prefix}_guarantee_{name}", text, labels=["gear"])
+            for v in verdicts:
+                value = v["alarm_reference"] if name == "alarm_reference" else v[name]
+                family.add_metric([str(v["gear"])], math.nan if value is None else float(value))
+            yield family
+        for name, key, text in (("audited_rows", "audited_rows", "cheap-level rows audited"),
+                                ("shed_audits", "shed_audits", "sampled rows whose audit was shed")):
+            family = CounterMetricFamily(f"{prefix}_guarantee_{name}", text, labels=["gear"])
+            for v in verdicts:
+                family.add_metric([str(v["gear"])], float(v[key]))
+            yield family
+
+
+class GuaranteeCollector:
+    """A prometheus_client collector of one ledger (register it beside MonitorCollector)."""
+
+    def __init__(self, ledger: GuaranteeLedger, prefix: str = "drift") -> None:
+        self.ledger, self.prefix = ledger, prefix
+
+    def collect(self) -> Iterator[Any]:
+        yield from self.ledger.prometheus(self.prefix)
 
 
 def _segment_fields(verdict: dict[str, Any]) -> dict[str, Any]:
