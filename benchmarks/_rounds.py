@@ -4,7 +4,10 @@ CPU per request read from /proc; what a request costs beyond the pipeline's own 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -75,3 +78,17 @@ def overhead(phase: dict[str, Any], pipeline_cpu_ms: float) -> dict[str, float]:
     app = sum(v for role, v in cpu.items() if role not in ("total", CLIENT_ROLE, OTHER_APPS))
     return {"app_cpu_ms_per_request": app, "pipeline_cpu_ms_per_request": pipeline_cpu_ms,
             "overhead_ms_per_request": app - pipeline_cpu_ms}
+
+
+def serving_main(parse_args: Callable[[Sequence[str] | None], argparse.Namespace],
+                 run: Callable[[argparse.Namespace], dict[str, Any]], markdown: Callable[[dict[str, Any]], str],
+                 argv: Sequence[str] | None = None) -> int:
+    """A served benchmark's entry point: parse, run, print its table, write ``--json``."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    args = parse_args(argv)
+    result = run(args)
+    print(markdown(result))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=2, default=float)
+    return 0

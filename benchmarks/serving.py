@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import sys
@@ -51,7 +50,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks._peer_serve import deploy_peer
-from benchmarks._rounds import ROUNDS, measure_rounds, median_phase, overhead
+from benchmarks._rounds import ROUNDS, measure_rounds, median_phase, overhead, serving_main
 from benchmarks._time_to_accuracy import at_accuracy, labelled, time_to_first_answer
 from serving.core.procstat import session_dir
 from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS
@@ -472,14 +471,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    args = parse_args(argv)
-    result = run(args)
-    print(markdown(result))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2, default=float)
-    return 0
+    return serving_main(parse_args, run, markdown, argv)
 
 
 if __name__ == "__main__":

@@ -190,6 +190,10 @@ def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hedging", action="store_true",
                         help="hedge stage calls: one still unanswered after the stage's latency tail is sent "
                              "again to another replica, the first answer kept")
+    parser.add_argument("--audit-rate", type=float, default=None, metavar="R",
+                        help="share of the cheap level's rows also run through the full pipeline, off the request "
+                             "path, to keep the live guarantee's bound (GET /NAME/drift?kind=guarantee; default "
+                             "0.01 with the monitor, 0 without)")
     parser.add_argument("--api-key-env", metavar="VAR",
                         help=f"require the API key held in this environment variable (e.g. {API_KEY_ENV}); "
                              "`build` writes the variable's name, and each replica reads the key where it runs "
@@ -229,6 +233,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from serving.launch.cluster import usable_cores
     from serving.launch.config import plan_offline, serve_config, write_serve_config
     from serving.launch.deploy import hedging_options
+    from serving.runtime.audit import resolve_audit_rate
     from serving.runtime.gears import check_gears, gear_info
 
     opt = willump.load(args.artifact)
@@ -251,11 +256,15 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise ValueError("the plan cannot be placed: " + "; ".join(plan.notes))
     gears = gear_info(args.gears, _gear_policy(args), opt, plan.target_p99_ms or args.deadline_ms)
     _check_exposure(args.host, args.api_key_env, args.require_key)
+    audit_rate, audit_note = resolve_audit_rate(args.audit_rate, monitor=monitor is not None,
+                                                cascade=len(opt.levels) > 1)
+    if audit_note:
+        print(f"willump: {audit_note}", flush=True)
     config = serve_config(args.artifact, plan, name=args.name, host=args.host, port=args.port, monitor=monitor,
                           degrade=args.degrade, deadline_ms=args.deadline_ms, api_key_env=args.api_key_env or None,
                           gears=gears, hedging=hedging_options(args.hedging), runtime=args.runtime,
                           min_replicas=args.min_replicas, max_replicas=args.max_replicas,
-                          runtime_env=args.runtime_env)
+                          runtime_env=args.runtime_env, audit_rate=audit_rate)
     out = write_serve_config(config, args.output)
     print(plan, flush=True)
     print(f"willump: wrote {out} (serve run {out} / serve deploy {out})", flush=True)
@@ -358,7 +367,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             proxy=None if args.address else args.proxy, transport=args.transport,
             layout=args.layout, calibrate=args.calibrate, deadline_ms=args.deadline_ms, degrade=args.degrade,
             api_key=_api_key(args), gears=args.gears, gear_policy=_gear_policy(args), insitu=args.insitu,
-            hedging=args.hedging,
+            hedging=args.hedging, audit_rate=args.audit_rate,
         )
         print(app.plan, flush=True)
         print(f"willump: serving {app.model_version} at {app.url} via {app.proxy}; dashboard at {app.url}/ui "

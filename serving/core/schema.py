@@ -262,6 +262,17 @@ def parse_request(body: bytes, model: type[BaseModel], schema: RowSchema,
     """A request body as the validated request and its rows as a frame; RequestError (4xx,
     naming the fields at fault) otherwise. CPU-bound: the ingress runs it off its event loop
     for large bodies."""
+    data = parse_json(body)
+    try:
+        parsed = model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestError(422, "request does not match the schema", validation_fields(exc)) from exc
+    return parsed, schema.to_frame(parsed.rows, max_rows)
+
+
+def parse_json(body: bytes) -> Any:
+    """A request body's JSON; RequestError 400 when it is not JSON, 422 naming the field that
+    holds a lone surrogate (valid JSON, but no text anything downstream can store)."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:  # a 5,000-digit integer is a ValueError too
@@ -270,11 +281,7 @@ def parse_request(body: bytes, model: type[BaseModel], schema: RowSchema,
         raise RequestError(400, "invalid JSON: nested too deeply") from None
     if _SURROGATE_ESCAPE.search(body):
         _refuse_lone_surrogates(data)
-    try:
-        parsed = model.model_validate(data)
-    except ValidationError as exc:
-        raise RequestError(422, "request does not match the schema", validation_fields(exc)) from exc
-    return parsed, schema.to_frame(parsed.rows, max_rows)
+    return data
 
 
 def _refuse_lone_surrogates(data: Any) -> None:

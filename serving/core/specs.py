@@ -133,6 +133,9 @@ class AppSpec(BaseModel):
     hedging: dict[str, Any] | None = None
     #: module groups served as chains of partition stages, by group name
     module_chains: dict[str, ModuleChainSpec] | None = None
+    #: share of the cheap level's rows the live audit also runs through the full pipeline
+    #: (serving.runtime.audit; 0: no audit)
+    audit_rate: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
 class IngressConfig(BaseModel):
@@ -168,6 +171,9 @@ class IngressConfig(BaseModel):
     max_in_flight: int = Field(ge=1)
     gears: dict[str, Any] | None = None
     hedging: dict[str, Any] | None = None
+    #: the live audit (:class:`serving.runtime.audit.LiveAudit`): rate, the full level's index per
+    #: gear, the request attributes followed as segments (None: no audit)
+    audit: dict[str, Any] | None = None
 
     def info(self) -> dict[str, Any]:
         """The plain-JSON form the dashboard and the ``/plan`` and ``/report`` routes read."""

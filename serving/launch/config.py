@@ -75,10 +75,12 @@ def serve_config(
     runtime_env: dict[str, Any] | None = None,
     gears: dict[str, Any] | None = None,
     hedging: dict[str, float] | None = None,
+    audit_rate: float = 0.0,
 ) -> dict[str, Any]:
     """The Serve config (a dict ready for YAML) deploying ``artifact`` with ``plan``; ``gears``:
     :func:`serving.runtime.gears.gear_info` (load-adaptive or pinned gears; None: the plan);
-    ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off).
+    ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off). ``audit_rate``: the
+    live audit's share (:func:`serving.runtime.audit.resolve_audit_rate` resolves a default).
     ``api_key_env``: the environment variable every ingress replica reads the API key from
     (the key stays out of the file; ``api_key`` instead stores its hash in it). Serving beyond
     loopback with neither is allowed here; ``willump build`` warns about it or refuses it.
@@ -92,6 +94,7 @@ def serve_config(
         api_key_hmac=key_digest(api_key, key_secret(create=True)) if api_key else None,
         api_key_env=api_key_env, min_replicas=min_replicas,
         allowed_hosts=list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None, max_replicas=max_replicas, gears=gears, hedging=hedging,
+        audit_rate=audit_rate,
     ).model_dump()
     applications = []
     if monitor is not None:

@@ -65,6 +65,7 @@ from serving.planning.planner import (
     placement_problem,
     plan_layouts,
 )
+from serving.runtime.audit import resolve_audit_rate
 from serving.runtime.gears import check_gears, gear_info
 from serving.runtime.hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_QUANTILE
 from serving.runtime.keys import SECRET_ENV, key_digest, key_secret, secret_path, weak_key_warning
@@ -246,6 +247,7 @@ def deploy(
     module_memory: float | None = None,
     module_devices: int = DEFAULT_MODULE_DEVICES,
     module_cpus: float = DEFAULT_MODULE_CPUS,
+    audit_rate: float | None = None,
 ) -> ServingApp:
     """Deploy on Ray Serve at ``http://host:port/<name>``.
 
@@ -293,6 +295,12 @@ def deploy(
     place of the module. Its stage files live on this machine (one-node clusters, or a
     folder every node mounts). The stages' plan still times the module in-process.
 
+    Live audit (``audit_rate``, default 1% on a cascade with the monitor): that share of the
+    rows the cheap level answers also runs through the full pipeline, off the request path and
+    shed first under load; the monitor keeps an anytime-valid bound on how often served answers
+    differ from the full pipeline's, per gear, at ``GET /{name}/drift?kind=guarantee``
+    (:mod:`serving.runtime.audit`, :class:`drift.GuaranteeLedger`).
+
     In situ (``insitu``, :mod:`serving.measure.insitu`): once the app runs, a probe of
     ``DEPLOY_PROBE_CLIENTS`` closed-loop clients sends it the sample rows for a few seconds
     while every process's CPU is read from /proc; a plan made here is made again with each
@@ -324,6 +332,9 @@ def deploy(
         check_gears(gears, gear_policy, opt, baseline=baseline)  # and the SLO, before minutes of profiling:
         gears_info = gear_info(gears, gear_policy, opt, (plan.target_p99_ms if plan is not None else p99_ms) or deadline_ms)
         use_gpu, notes = _use_gpu(opt, specs, device, runtime, sum(n.gpus for n in nodes))
+        audit_rate, audit_note = resolve_audit_rate(audit_rate, monitor=monitor is not None,
+                                                    cascade=len(opt.levels) > 1 and not baseline)
+        notes += [audit_note] if audit_note else []
         whole = (specs[0].name == WHOLE_STAGE) if plan is not None else layout == "whole"
         layout = _cascade_layout(layout, plan, whole, min_replicas, use_gpu, degrade or bool(hedge_spec))
         host = cluster.listen_host(host, len(nodes))
@@ -373,7 +384,7 @@ def deploy(
             min_replicas=min_replicas, max_replicas=max_replicas, downscale_to_zero_s=downscale_to_zero_s,
             gears=gears_info, hedging=hedge_spec,
             probe_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
-            module_chains=chains or None,
+            module_chains=chains or None, audit_rate=audit_rate,
         )
         monitor_app = run_spec(spec, opt, access_log=access_log)
         if token is not None:

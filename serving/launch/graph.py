@@ -28,9 +28,11 @@ from serving.core.specs import (
 )
 from serving.planning.planner import Plan
 from serving.runtime.calls import default_deadline_s
+from serving.runtime.gears import ladder
 from serving.runtime.records import REQUEST_COLUMN, build_records
 from serving.runtime.stage_runner import module_groups
 from willump import OptimizedPipeline
+from willump.runtime import class_disagreement_bounds_loss
 
 #: seconds without traffic before a scaled-to-zero stage gives its replica back
 DEFAULT_DOWNSCALE_TO_ZERO_S = 30.0
@@ -220,6 +222,7 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
         max_in_flight=spec.max_in_flight or plan.ingress_max_in_flight,
         gears=spec.gears,
         hedging=spec.hedging,
+        audit=audit_settings(spec, opt, record_config),
     )
     local_first = None
     ingress_cpus = plan.ingress_cpus
@@ -234,6 +237,37 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
         ray_actor_options=_actor_options(ingress_cpus),
     )
     return ingress.bind(handles[0], second, config, local_first)
+
+
+def audit_settings(spec: AppSpec, opt: OptimizedPipeline, record_config: dict[str, Any]) -> dict[str, Any] | None:
+    """The ingress's live-audit settings (None: no audit: rate 0, no monitor, or no cascade)."""
+    if not spec.audit_rate or spec.monitor is None or spec.baseline or len(opt.levels) < 2:
+        return None
+    return {"rate": spec.audit_rate, "final_levels": [len(opt.gear(g).levels) - 1 for g in range(len(opt.gears_))],
+            "segments": list(record_config.get("request_attributes", []))}
+
+
+def guarantee_terms(spec: AppSpec, opt: OptimizedPipeline, record_config: dict[str, Any]) -> dict[str, Any] | None:
+    """What the monitor's ledger judges the audit against (drift.GuaranteeLedger's arguments):
+    every certified gear's max_loss and certification counts, the metric, the confidence."""
+    if audit_settings(spec, opt, record_config) is None:
+        return None
+    report = opt.report()
+    return {"gears": [{"gear": g["gear"], "max_loss": g["max_loss"], "cert_rows": g.get("cert_rows"),
+                       "cert_disagreed": g.get("cert_disagreed")} for g in ladder(opt)],
+            "rowwise": class_disagreement_bounds_loss(report.metric), "confidence": float(report.confidence),
+            "segments": list(record_config.get("request_attributes", []))}
+
+
+def label_terms(opt: OptimizedPipeline, record_config: dict[str, Any]) -> dict[str, Any]:
+    """What the monitor's label join needs (drift.LabelJoin's arguments): the served classes,
+    each gear's max_loss with the full pipeline's certified score, the metric, the confidence."""
+    report = opt.report()
+    return {"classes": [c.item() if hasattr(c, "item") else c for c in opt.classes_],
+            "certified": [{"max_loss": g["max_loss"], "baseline_score": float(report.baseline_score)}
+                          for g in ladder(opt)],
+            "metric": str(report.metric), "confidence": float(report.confidence),
+            "segments": list(record_config.get("request_attributes", []))}
 
 
 def build_monitor(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = None) -> Any | None:
@@ -262,7 +296,7 @@ def build_monitor(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None 
     return MonitorStage.options(
         name="monitor", max_ongoing_requests=64, graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_S,
         ray_actor_options=_actor_options(plan.monitor_cpus or 0.1),
-    ).bind(monitor_config, reference)
+    ).bind(monitor_config, reference, guarantee_terms(spec, opt, record_config), label_terms(opt, record_config))
 
 
 def app_builder(args: dict[str, Any]) -> Any:

@@ -33,7 +33,7 @@ MONITOR_ROUTES: dict[str, tuple[str, dict[str, str]]] = {
     "explain": ("anomalies", {"anomalies": "explain", "mix": "mix_shift", "conditional": "conditional_shift",
                               "cascade": "cascade_health"}),
     "drift": ("columns", {"columns": "drift", "sequential": "sequential_drift", "changes": "change_points",
-                          "cascade": "cascade_health"}),
+                          "cascade": "cascade_health", "guarantee": "guarantee", "accuracy": "accuracy"}),
 }
 #: how a monitor query's annotation reads in OpenAPI (lists arrive comma-separated)
 _QUERY_TYPES = (("Sequence", {"type": "string", "description": "comma-separated"}),
@@ -55,6 +55,12 @@ def monitor_query_parameters(route: str) -> list[dict[str, Any]]:
                                      "schema": {"type": "string", "enum": list(kinds), "default": default}}]
     seen: dict[str, dict[str, Any]] = {}
     for kind, query in kinds.items():
+        if query in ("guarantee", "accuracy"):  # the live guarantee (serving.runtime.feedback), not the Monitor
+            seen.setdefault("segment", {"name": "segment", "in": "query", "required": False,
+                                        "schema": {"type": "string"},
+                                        "description": "a request attribute: one verdict per value of it; for "
+                                                       "kind=guarantee, accuracy"})
+            continue
         for name, p in inspect.signature(getattr(Monitor, query)).parameters.items():
             if name in ("self", "classifier", "gate", "segments", "reference", "window", "as_of"):
                 continue  # Python objects, or times and references the HTTP API does not take

@@ -53,21 +53,20 @@ from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metric
 from serving.runtime.edge import HttpEdge, install_error_handlers
 from serving.runtime.gears import GearRunners, GearSwitch
 from serving.runtime.http_support import (
-    MONITOR_ROUTES,
     OPEN_ROUTES,
     ROUTE_ERRORS,
     LazyHandle,
     error_response,
     key_hash,
-    monitor_error,
     openapi_document,
     public_plan,
     swagger_asset,
 )
 from serving.runtime.keys import KeyCheck
 from serving.runtime.metrics import ServingMetrics, exact_totals
+from serving.runtime.monitor_calls import MONITOR_QUERY_S, ingress_audit, monitor_query, post_labels
 from serving.runtime.records import RecordBuffer, record_columns
-from serving.runtime.replicas import LocalStage, coerce
+from serving.runtime.replicas import LocalStage
 from serving.runtime.stage_runner import StageRunner, concat_blocks, concat_rows, split_outputs
 from serving.runtime.watch import ReplicaWatch
 
@@ -78,8 +77,6 @@ log = logging.getLogger("ray.serve")
 PARSE_INLINE_BYTES = 64 * 1024
 #: share of a request's deadline kept to answer degraded when a later stage is late
 DEGRADE_RESERVE = 0.2
-#: seconds a monitor query may take when the client sets no deadline
-MONITOR_QUERY_S = 30.0
 #: seconds /readyz waits for each stage's canary before it counts the stage as not ready
 READY_TIMEOUT_S = 10.0
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -159,6 +156,7 @@ class Ingress(HttpEdge):
         self.gears = GearSwitch(config.gears)  # load-adaptive gears (serving.runtime.gears)
         self.gear_now = self.gears.pinned
         self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
+        self.audit = ingress_audit(self, config.audit)  # the live audit (serving.runtime.audit)
 
     # --- plumbing ------------------------------------------------------------------------
     def _remote_batch(self, handle: Any, stage: str):
@@ -328,6 +326,8 @@ class Ingress(HttpEdge):
                 if c:
                     self.metrics.count("willump_rows", int(c), level=str(i))
             self.metrics.count("willump_gear_rows", n, gear=str(gear))
+        if self.audit is not None and not probe:
+            self.audit.observe(frame, proba, level, gear, body.attributes)
         if self.records is not None:  # built for every request; a probe's are not sent (its CPU counts)
             columns = record_columns(frame, proba, level, replica, latency_ms, started, self.version,
                                      body.attributes, self.records.config, gear=gear,
@@ -381,6 +381,22 @@ class Ingress(HttpEdge):
         return {"indices": order.tolist(), "scores": [float(s) for s in scores[order]],
                 "approximate": approximate[order].tolist(), "k": body.k, "label": clean(self.classes[c], infinity="null"),
                 "ratio": ratio, "certificate": certificate, "model_version": self.version}
+
+    @app.post("/labels", responses=ROUTE_ERRORS, openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["labels"], "additionalProperties": False, "properties": {"labels": {
+                "type": "array", "minItems": 1, "items": {
+                    "type": "object", "required": ["request_id", "row", "label"], "additionalProperties": False,
+                    "properties": {"request_id": {"type": "string", "description": "X-Request-Id of the answer"},
+                                   "row": {"type": "integer", "minimum": 0,
+                                           "description": "the row's index in that request"},
+                                   "label": {"description": "the row's true class"}}}}}}}}}})
+    async def labels(self, request: Request) -> Response:
+        """Labels fed back for served rows, joined by request id and row index (late labels are
+        welcome within the monitor's retention window): ``{"accepted", "unknown", "duplicate"}``.
+        Served accuracy against the certified bound: ``GET /drift?kind=accuracy``."""
+        return await self._guarded("labels", request, lambda: post_labels(self, request.headers, request.state.body),
+                                   admit=True)
 
     @app.get("/report")
     async def report(self, request: Request) -> Response:
@@ -500,32 +516,13 @@ class Ingress(HttpEdge):
 
     @app.get("/explain")
     async def explain(self, request: Request) -> Response:
-        return await self._guarded("explain", request, lambda: self._monitor_query(request, "explain"))
+        return await self._guarded("explain", request, lambda: monitor_query(self, request.headers, request.query_params,
+                                                                                 "explain"))
 
     @app.get("/drift")
     async def drift(self, request: Request) -> Response:
-        return await self._guarded("drift", request, lambda: self._monitor_query(request, "drift"))
-
-    async def _monitor_query(self, request: Request, route: str) -> Any:
-        if self.monitor is None:
-            raise RequestError(503, "the monitor is not deployed for this app: deploy with monitor=... "
-                                    "(or --monitor-attributes on the command line)")
-        deadline = Deadline.from_headers(request.headers, MONITOR_QUERY_S)
-        params = {k: coerce(v) for k, v in request.query_params.items()}
-        default, names = MONITOR_ROUTES[route]
-        kind = params.pop("kind", default)
-        if kind not in names:
-            raise RequestError(422, f"kind must be one of {sorted(names)}", [{"field": "kind", "error": "unknown"}])
-        if self.records is not None:  # what is buffered first; a short deadline waits less, never cancels it
-            try:
-                await asyncio.wait_for(asyncio.shield(self.records.flush_soon()), max(deadline.remaining(), 0.001))
-            except asyncio.TimeoutError:
-                raise DeadlineExceeded("monitor", deadline.budget_s) from None
-        answer = await call_stage(self.monitor, "query", (names[kind], params), deadline, "monitor")
-        if answer["status"] != 200:
-            raise monitor_error(answer)
-        answer.pop("status")
-        return answer
+        return await self._guarded("drift", request, lambda: monitor_query(self, request.headers, request.query_params,
+                                                                               "drift"))
 
     async def __del__(self) -> None:
         # Serve awaits this on a graceful shutdown: stop watching, send the buffered records.
@@ -533,6 +530,11 @@ class Ingress(HttpEdge):
             self._watch.stop()
         if getattr(self, "_dashboard", None) is not None:
             self._dashboard.stop()
+        if getattr(self, "audit", None) is not None:
+            try:
+                await wait_or_cancel(self.audit.close(), 10.0, "monitor", 10.0)
+            except Exception as exc:
+                log.warning("live audit counts not sent at shutdown: %s", exc)
         if self.records is not None:
             try:
                 await wait_or_cancel(self.records.close(), 10.0, "monitor", 10.0)

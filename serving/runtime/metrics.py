@@ -58,6 +58,8 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "willump_deadline_exceeded": ("counter", "requests past their deadline, by the stage that was late",
                                   ("app", "stage")),
     "willump_shed_requests": ("counter", "requests refused because a queue was full", ("app", "stage")),
+    "willump_audit_rows": ("counter", "rows the live audit sampled, by outcome (agree, disagree, shed; "
+                           "serving.runtime.audit)", ("app", "outcome")),
     "willump_monitor_records_sent": ("counter", "serving records delivered to the monitor", ("app",)),
     "willump_monitor_records_dropped": ("counter", "serving records dropped, by reason (buffer_full, "
                                                    "send_failed)", ("app", "reason")),

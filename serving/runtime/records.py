@@ -15,6 +15,8 @@ from serving.runtime.calls import wait_or_cancel
 
 #: the record column holding the request id (drift.Monitor's request_column)
 REQUEST_COLUMN = "request_id"
+#: the row's index in its request, and the class index it was served (labels join on them)
+ROW_COLUMN, SERVED_CLASS_COLUMN = "request_row", "served_class"
 #: records buffered in the ingress before a send is forced
 FLUSH_ROWS = 2000
 #: longest a record waits in the ingress buffer (seconds)
@@ -54,6 +56,10 @@ def record_columns(
         "replica": np.asarray(replica).astype(str).astype(object),
         "level": np.asarray(level).astype(str).astype(object),
         REQUEST_COLUMN: np.full(n, request_id, dtype=object),
+        # what a label fed back later joins on (drift.LabelJoin): the row's index in its request
+        # and the class it was served
+        ROW_COLUMN: np.arange(n, dtype=np.int64),
+        SERVED_CLASS_COLUMN: proba.argmax(axis=1) if proba.size else np.zeros(n, dtype=np.int64),
     }
     if gear is not None:  # the certified gear that answered (serving.runtime.gears): an attribute to explain by
         columns["gear"] = np.full(n, str(gear), dtype=object)

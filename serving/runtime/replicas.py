@@ -21,6 +21,8 @@ from serving.core.artifacts import ArtifactSource
 from serving.core.constants import CONCURRENT_BATCHES
 from serving.core.specs import StageSpec
 from serving.runtime.dashboard.data import monitor_snapshot
+from serving.runtime.feedback import KINDS as FEEDBACK_KINDS
+from serving.runtime.feedback import Feedback
 from serving.runtime.gears import GearRunners
 from serving.runtime.module_chain import attach_chains
 from serving.runtime.stage_runner import StageRunner, merge_chunks, place_models, split_rows
@@ -120,6 +122,10 @@ class ModelStage:
     async def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
         return await asyncio.to_thread(self.runner.full_scores, rows, label_index)
 
+    async def audit(self, rows: pd.DataFrame) -> np.ndarray:
+        """The full pipeline's classes for rows the live audit sampled (serving.runtime.audit)."""
+        return await asyncio.to_thread(self.runner.full_classes, rows)
+
     def check_health(self) -> None:
         """Ray Serve calls this every ``health_check_period_s``: an exception marks the replica
         unhealthy and Serve replaces it. The canary runs one sample row on the stage's device."""
@@ -163,10 +169,13 @@ class MonitorStage:
     QUERIES = ("explain", "mix_shift", "conditional_shift", "drift", "sequential_drift", "change_points",
                "cascade_health")
 
-    def __init__(self, config: dict[str, Any], reference: list[dict[str, Any]] | None = None):
+    def __init__(self, config: dict[str, Any], reference: list[dict[str, Any]] | None = None,
+                 guarantee: dict[str, Any] | None = None, labels: dict[str, Any] | None = None):
         from drift import Monitor
 
         self.monitor = Monitor(**config)
+        #: the live audit's ledger and the labels fed back (serving.runtime.feedback)
+        self.feedback = Feedback(config.get("directory"), guarantee, labels)
         self.reference_rows = 0
         if reference:
             self.monitor.set_reference(reference)
@@ -181,6 +190,8 @@ class MonitorStage:
 
             self.registry = CollectorRegistry(auto_describe=False)
             self.registry.register(MonitorCollector(self.monitor))
+            for collector in self.feedback.collectors():
+                self.registry.register(collector)
         except ImportError:  # a drift without its Prometheus collector
             pass
 
@@ -191,7 +202,18 @@ class MonitorStage:
         async with self.lock:
             kept, rejected, why = await asyncio.to_thread(ingest_row_by_row_on_error, self.monitor, records)
             self.ingested += kept
+            await asyncio.to_thread(self.feedback.served, records)
         return {"ingested": self.ingested, "rejected": rejected, "error": why}
+
+    async def audit(self, entries: list[dict[str, Any]]) -> dict[str, Any]:
+        """The live audit's counts (serving.runtime.audit.LiveAudit.flush)."""
+        async with self.lock:
+            return await asyncio.to_thread(self.feedback.audit, entries)
+
+    async def labels(self, body: Any) -> dict[str, Any]:
+        """``POST /labels``: labels joined to served rows (serving.runtime.feedback)."""
+        async with self.lock:
+            return await asyncio.to_thread(self.feedback.label, body)
 
     async def flush(self) -> dict[str, Any]:
         async with self.lock:
@@ -200,12 +222,12 @@ class MonitorStage:
 
     def __del__(self) -> None:
         # Serve calls __del__ on graceful replica shutdown: persist the open pane.
-        monitor = getattr(self, "monitor", None)
-        if monitor is not None:
-            try:
-                monitor.close()
-            except Exception:  # shutting down: nothing left to report to
-                pass
+        for part in (getattr(self, "monitor", None), getattr(self, "feedback", None)):
+            if part is not None:
+                try:
+                    part.close()
+                except Exception:  # shutting down: nothing left to report to
+                    pass
 
     async def prometheus(self) -> str:
         """The monitor's counters and verdicts (drift_*) in Prometheus text format."""
@@ -221,7 +243,8 @@ class MonitorStage:
         (:func:`serving.runtime.dashboard.data.monitor_snapshot`)."""
 
         async with self.lock:
-            return await asyncio.to_thread(monitor_snapshot, self.monitor, options)
+            snapshot = await asyncio.to_thread(monitor_snapshot, self.monitor, options)
+            return {**snapshot, **self.feedback.snapshot()}  # the live guarantee, fresh on every ask
 
     async def query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
         async with self.lock:
@@ -233,6 +256,8 @@ class MonitorStage:
         ``retry_after_s`` (``exc.to_http()``), so a client can tell "wait" from "ask otherwise"."""
         from drift import DriftError
 
+        if name in FEEDBACK_KINDS:
+            return {**self.feedback.query(name, params), "ingested": self.ingested}
         if name not in self.QUERIES:
             return {"status": 404, "error": f"unknown monitor query {name!r}", "fields": []}
         method = getattr(self.monitor, name)

@@ -215,6 +215,11 @@ class StageRunner:
     def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
         return self.opt.baseline.predict_proba(rows)[:, label_index]
 
+    def full_classes(self, rows: pd.DataFrame) -> np.ndarray:
+        """The full pipeline's class index per row (the live audit's reference answer; every
+        gear's certificate is against this same pipeline)."""
+        return np.asarray(self.opt.baseline.predict_proba(rows)).argmax(axis=1)
+
 
 def split_outputs(merged: dict[str, Any], sizes: Sequence[int]) -> list[dict[str, Any]]:
     """A stage output over concatenated requests, split back per request (in order)."""

@@ -251,7 +251,26 @@ def _cascade(view: dict[str, Any]) -> str:
         else:
             text = _part_error(monitor, "cascade")
     figs = [f for f in figs if f]
-    return f'<h2 id="cascade">The cascade</h2>{text}<div class="grid">{"".join(figs)}</div>'
+    guarantee = _guarantee((monitor or {}).get("guarantee"))
+    return f'<h2 id="cascade">The cascade</h2>{text}{guarantee}<div class="grid">{"".join(figs)}</div>'
+
+
+def _guarantee(report: dict[str, Any] | None) -> str:
+    """The live audit's verdict per gear (serving.runtime.audit; drift.GuaranteeLedger)."""
+    if not report:
+        return ""
+    rows = [[g["gear"], pct(g["max_loss"]), f'{g["audited_rows"]:,}', f'{g["shed_audits"]:,}',
+             f'{pct(g["disagreement_rate"])} (at least {pct(g["disagreement_lower"])})',
+             pct(g["alarm_reference"]), pct(g["loss_upper"]),
+             "-" if g["supported"] is None else ("yes" if g["supported"] else "not yet"),
+             '<span class="bad">ALARM</span>' if g["alarm"] else "ok"] for g in report["gears"]]
+    lead = ("served answers differ from the full pipeline's more often than on the certification rows"
+            if report["alarm"] else "the live audit finds served answers in line with certification")
+    return (f'<h3>the live guarantee</h3><p class="{"notice" if report["alarm"] else "why"}">{esc(lead)} '
+            f'(anytime-valid, {pct(report["confidence"])} confidence)</p>'
+            + table(["gear", "max_loss", "audited", "shed", "disagreement", "certified rate", "loss upper bound",
+                     "supports max_loss", "verdict"],
+                    [[esc(c) if i < 8 else c for i, c in enumerate(r)] for r in rows], raw=True))
 
 
 def _drift(view: dict[str, Any]) -> str:

@@ -155,6 +155,11 @@ def test_monitor_routes_answer(app, request_rows):
     assert r.status_code == 409 and r.json()["reason"] == "no_reference" and "reference=-1h" in r.json()["error"]
     r = requests.get(app.url + "/explain", params={"metric": "nosuch"}, timeout=30)
     assert r.status_code == 422 and r.json()["reason"] == "schema", r.text
+    # the live audit runs by default on a cascade with the monitor (1% of the cheap rows)
+    gear = wait_for(lambda: (lambda g: g if g["served_rows"] >= 150 else None)(
+        requests.get(app.url + "/drift", params={"kind": "guarantee"}, timeout=30).json()["result"]["gears"][0]),
+        timeout=30)
+    assert gear["max_loss"] is not None and gear["alarm"] is False and gear["cheap_rows"] <= gear["served_rows"]
 
 
 def good_row(frame):
@@ -274,7 +279,7 @@ def test_haproxy_front_and_staged_layout(ray_cluster, app, synth_opt, request_ro
     same answers as the default fused layout."""
     assert app.proxy == "haproxy" and app.plan.layout == "fused"
     served = deploy(synth_opt, name="staged", port=ray_cluster, cpus=1, device="cpu", layout="staged", insitu="never",
-                    monitor=True, calibrate="never")
+                    monitor=True, calibrate="never", audit_rate=1.0)
     try:
         assert served.plan.layout == "staged" and served.plan.ingress_replicas == 1
         batch = request_rows.iloc[:50]
@@ -282,6 +287,27 @@ def test_haproxy_front_and_staged_layout(ray_cluster, app, synth_opt, request_ro
         assert r.status_code == 200, r.text
         np.testing.assert_allclose(np.array(r.json()["probabilities"]), synth_opt.predict_proba(batch),
                                    atol=1e-9)
+        # audit_rate=1: every cheap row ran through the full pipeline on the expensive stage, and
+        # the monitor counts exactly the rows whose class differs from the full pipeline's
+        proba, level = synth_opt.predict_with_levels(batch)
+        cheap = level != len(synth_opt.levels) - 1
+        differ = cheap & (proba.argmax(axis=1) != synth_opt.baseline.predict_proba(batch).argmax(axis=1))
+        gear = wait_for(lambda: (lambda g: g if g["audited_rows"] + g["shed_audits"] >= cheap.sum() else None)(
+            requests.get(served.url + "/drift", params={"kind": "guarantee"}, timeout=30).json()["result"]["gears"][0]),
+            timeout=60)
+        assert (gear["served_rows"], gear["cheap_rows"], gear["shed_audits"]) == (50, cheap.sum(), 0), gear
+        assert (gear["audited_rows"], gear["disagreed_rows"]) == (cheap.sum(), differ.sum()), gear
+        wait_for(lambda: 'willump_audit_rows_total{app="staged",outcome="agree"}' in requests.get(
+            served.url + "/metrics", timeout=30).text, timeout=60, message="the audit's rows in /metrics")
+        # labels fed back join the served rows by the answer's X-Request-Id and the row's index
+        rid, served_labels = r.headers["X-Request-Id"], r.json()["predictions"]
+        labels = [{"request_id": rid, "row": i, "label": label} for i, label in enumerate(served_labels[:10])]
+        out = post(served, "/labels", {"labels": [*labels, labels[0], {**labels[0], "request_id": "nosuch"}]})
+        assert out.status_code == 200 and out.json() == {"accepted": 10, "unknown": 1, "duplicate": 1}, out.text
+        bad = post(served, "/labels", {"labels": [{**labels[0], "label": "no such class"}]})
+        assert bad.status_code == 422 and bad.json()["fields"][0]["field"] == "labels[0].label", bad.text
+        accuracy = requests.get(served.url + "/drift", params={"kind": "accuracy"}, timeout=30).json()["result"]
+        assert accuracy["gears"][0]["labelled_rows"] == 10 and accuracy["gears"][0]["accuracy"] == 1.0, accuracy
         # the default monitor freezes its reference from the first 5 panes of traffic: until then
         # a query says so, with how long to wait (in the body and as Retry-After)
         r = requests.get(served.url + "/explain", params={"metric": "latency_ms"}, timeout=30)

@@ -16,7 +16,7 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from drift import Monitor, MonitorCollector
+from drift import GuaranteeCollector, GuaranteeLedger, Monitor, MonitorCollector
 from serving.runtime.dashboard.live import PLAN_FAMILIES
 from serving.runtime.metrics import FAMILIES
 from tests.conftest import REPO_ROOT
@@ -44,6 +44,9 @@ def exported_names() -> set[str]:
     monitor.flush()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(MonitorCollector(monitor))
+    ledger = GuaranteeLedger([{"gear": 0, "max_loss": 0.02, "cert_rows": 4000, "cert_disagreed": 40}])
+    ledger.add(0, 1000, 800, 80, 2)
+    registry.register(GuaranteeCollector(ledger))
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
         names |= {s.name for s in family.samples}
     return names
@@ -120,6 +123,7 @@ def test_the_issue_s_alerts_are_there():
     assert "willump_certified_answered_share" in exprs["WillumpCheapShareBelowCertified"]["expr"]
     assert "willump_slo_p99_seconds" in exprs["WillumpP99AboveSLO"]["expr"]
     assert "willump_degraded_rows_total" in exprs["WillumpDegradedAnswers"]["expr"]
+    assert "drift_guarantee_alarm" in exprs["WillumpGuaranteeAlarm"]["expr"]
 
 
 def _rules(*paths):

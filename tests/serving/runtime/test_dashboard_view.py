@@ -240,3 +240,20 @@ def test_a_tex_looking_attribute_value_is_drawn_as_text():
 
     svg = figure("segments", "a TeX-looking value", draw)
     assert 'data-points="2"' in svg and "foo" in svg
+
+
+def test_page_draws_the_live_guarantee_when_the_audit_runs(snapshot):
+    """The live audit's verdict (drift.GuaranteeLedger, kept by the monitor replica) is a table
+    in the cascade section: per gear the audited rows, the disagreement and its bound, the
+    certified rate, the loss bound against max_loss, and the alarm."""
+    from drift import GuaranteeLedger
+
+    ledger = GuaranteeLedger([{"gear": 0, "max_loss": 0.02, "cert_rows": 4000, "cert_disagreed": 40}])
+    ledger.add(0, 10_000, 8_000, 800, 60)
+    view = model(INFO, make_ring(), {**snapshot, "guarantee": ledger.report()}, monitor_age_s=3.0,
+                 monitor_error=None, refresh_s=10.0, now=T0 + 150.0)
+    page = render(view, root="/demo", cache={})
+    assert "the live guarantee" in page and "ALARM" in page and "800" in page
+    quiet = render(model(INFO, make_ring(), snapshot, monitor_age_s=3.0, monitor_error=None, refresh_s=10.0,
+                         now=T0 + 150.0), root="/demo", cache={})
+    assert "the live guarantee" not in quiet

@@ -43,8 +43,12 @@ def test_record_columns_hold_every_configured_field():
     frame = _frame(10)
     cols = _columns(frame, region=None)
     assert set(cols) == {"timestamp", "model_version", "replica", "level", "dest", "distance_bucket", "region",
-                         "latency_ms", "confidence", "score", "error", "distance", "request_id"}
+                         "latency_ms", "confidence", "score", "error", "distance", "request_id", "request_row",
+                         "served_class"}
     assert all(len(v) == 10 for v in cols.values())
+    # what a label fed back joins on: the row's index in its request and the class it was served
+    assert cols["request_row"].tolist() == list(range(10))
+    assert cols["served_class"].tolist() == (np.linspace(0, 1, 10) < 0.5).astype(int).tolist()
     assert all(v is None for v in cols["request_id"])  # no id given: each row stands alone
     with_id = record_columns(frame, np.full((10, 2), 0.5), np.zeros(10, dtype=int), np.full(10, "r"), 1.0,
                              0.0, "v1", None, CONFIG, request_id="abc")

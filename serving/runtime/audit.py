@@ -1,0 +1,232 @@
+"""The ingress's side of the live audit: a share of the rows the cheap level answers also runs
+through the full pipeline, off the request path, and the monitor keeps the anytime-valid verdict
+(:class:`drift.GuaranteeLedger`, ``GET /{name}/drift?kind=guarantee``).
+
+Per request the ingress counts, per gear (and per value of each request attribute the monitor
+follows), the rows served and the rows a cheaper level than the full one answered, and samples
+each of those cheap rows with probability ``rate``. Sampled rows wait in a bounded queue; one
+worker takes up to ``batch_rows`` of them at a time (the rows of many requests share one call,
+so an audit call costs what its batch is worth), asks the stage that holds the full model for
+its classes, and counts a disagreement where they differ from the class served. The counts go
+to the monitor every ``flush_s`` seconds, merged (they are sums).
+
+Shed first under load, and counted: a sampled row is shed when the queue is full, or when the
+worker finds the request path busy (:meth:`LiveAudit.busy`: the full model's stage has every
+call slot taken, or the ingress is at half its admission bound). A request never waits on an
+audit; an audit that fails is counted as shed, never as agreement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+log = logging.getLogger("ray.serve")
+
+#: the share of cheap-level rows audited when deploy() is not told otherwise
+DEFAULT_AUDIT_RATE = 0.01
+#: rows one audit call carries at most (rows of many requests share a call)
+AUDIT_BATCH_ROWS = 32
+#: sampled rows waiting for the worker at most; beyond, a sampled row is shed
+AUDIT_QUEUE_ROWS = 512
+#: seconds between two sends of the counts to the monitor, and the longest a sampled row waits
+#: for its batch to fill
+AUDIT_FLUSH_S = 1.0
+#: seconds one audit call may take before its rows count as shed
+AUDIT_CALL_S = 30.0
+#: counts kept for the monitor while it cannot be reached, in (gear, segment) entries
+MAX_PENDING_ENTRIES = 10_000
+
+
+def check_audit_rate(rate: Any) -> float:
+    """``deploy(audit_rate=...)``: a share in [0, 1] (ValueError naming the argument)."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= float(rate) <= 1.0:
+        raise ValueError(f"audit_rate must be a number in [0, 1], got {rate!r}")
+    return float(rate)
+
+
+def resolve_audit_rate(rate: Any, *, monitor: bool, cascade: bool) -> tuple[float, str | None]:
+    """``deploy(audit_rate=...)`` resolved: None is :data:`DEFAULT_AUDIT_RATE` on a cascade with
+    the monitor (whose ledger keeps the verdict) and 0 otherwise; a rate asked of an app without
+    the monitor is refused. Returns the rate and a note for the plan, if any."""
+    if rate is None:
+        return (DEFAULT_AUDIT_RATE if monitor and cascade else 0.0), None
+    rate = check_audit_rate(rate)
+    if rate and not monitor:
+        raise ValueError(f"audit_rate={rate}: the live audit's verdict is kept by the monitor; deploy with "
+                         "monitor=... (or --monitor-attributes), or audit_rate=0")
+    if rate and not cascade:
+        return 0.0, "live audit off: the plan serves the full pipeline, so every answer is its own audit"
+    return rate, None
+
+
+class LiveAudit:
+    """Samples cheap-level rows, audits them in batches off the request path, and sends the
+    counts to the monitor (module docstring).
+
+    ``full_classes(rows)``: the full pipeline's class indices for ``rows`` (awaitable);
+    ``send(entries)``: hands count entries to the monitor; ``busy()``: whether the request path
+    needs every slot now; ``final_levels[g]``: the index of gear ``g``'s full level."""
+
+    def __init__(self, rate: float, final_levels: list[int], full_classes: Callable[[pd.DataFrame], Awaitable[Any]],
+                 send: Callable[[list[dict[str, Any]]], Awaitable[Any]], busy: Callable[[], bool], *,
+                 segments: list[str] | None = None, seed: int = 0, batch_rows: int = AUDIT_BATCH_ROWS,
+                 queue_rows: int = AUDIT_QUEUE_ROWS, flush_s: float = AUDIT_FLUSH_S,
+                 on_count: Callable[[str, int], None] | None = None):
+        self.rate = check_audit_rate(rate)
+        self.final_levels = list(final_levels)
+        self.full_classes, self.send, self.busy = full_classes, send, busy
+        self.segments = list(segments or [])
+        self.rng = np.random.default_rng(seed)
+        self.batch_rows, self.queue_rows, self.flush_s = int(batch_rows), int(queue_rows), float(flush_s)
+        self.on_count = on_count or (lambda outcome, n: None)
+        #: sampled rows waiting: (rows, served classes, gear, segment key)
+        self.queue: list[tuple[pd.DataFrame, np.ndarray, int, tuple]] = []
+        self.queued = 0
+        #: counts not yet sent: (gear, segment key) -> [served, cheap, audited, disagreed, shed]
+        self.pending: dict[tuple[int, tuple], list[int]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._closed = False
+
+    # --- the request path: counting and sampling, no await ---------------------------------
+    def observe(self, rows: pd.DataFrame, proba: np.ndarray, level: np.ndarray, gear: int,
+                attributes: dict[str, Any] | None) -> None:
+        """Count a request's rows and queue a sample of its cheap-level rows (or shed it)."""
+        n = len(level)
+        if n == 0:
+            return
+        final = self.final_levels[gear] if gear < len(self.final_levels) else self.final_levels[-1]
+        cheap = np.flatnonzero(np.asarray(level) != final)
+        key = self._segment_key(attributes)
+        counts = self._entry(gear, key)
+        counts[0] += n
+        counts[1] += cheap.size
+        if cheap.size == 0 or self.rate == 0.0:
+            return
+        sampled = cheap[self.rng.random(cheap.size) < self.rate]
+        if sampled.size == 0:
+            return
+        room = self.queue_rows - self.queued
+        if room < sampled.size:
+            self._shed(gear, key, sampled.size - max(room, 0))
+            sampled = sampled[:max(room, 0)]
+            if sampled.size == 0:
+                return
+        served = np.asarray(proba)[sampled].argmax(axis=1)
+        self.queue.append((rows.iloc[sampled].reset_index(drop=True), served, gear, key))
+        self.queued += sampled.size
+        self._start()
+        if self.queued >= self.batch_rows:
+            self._wake.set()
+
+    def _segment_key(self, attributes: dict[str, Any] | None) -> tuple:
+        if not self.segments:
+            return ()
+        attributes = attributes or {}
+        return tuple((a, "<none>" if attributes.get(a) is None else str(attributes.get(a))) for a in self.segments)
+
+    def _entry(self, gear: int, key: tuple) -> list[int]:
+        entry = self.pending.get((gear, key))
+        if entry is None:
+            if len(self.pending) >= MAX_PENDING_ENTRIES:  # the monitor is unreachable for long: pool segments
+                key = ()
+                entry = self.pending.get((gear, key))
+            if entry is None:
+                entry = self.pending[(gear, key)] = [0, 0, 0, 0, 0]
+        return entry
+
+    def _shed(self, gear: int, key: tuple, n: int) -> None:
+        self._entry(gear, key)[4] += n
+        self.on_count("shed", n)
+
+    # --- the worker ---------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._task is None and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while not self._closed:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.flush_s)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            while self.queue and not self._closed:
+                await self.audit_batch()
+                if self.queued < self.batch_rows:
+                    break
+            await self.flush()
+
+    def take(self) -> list[tuple[pd.DataFrame, np.ndarray, int, tuple]]:
+        """Up to ``batch_rows`` queued rows (whole requests' samples, the first always)."""
+        batch, rows = [], 0
+        while self.queue and (not batch or rows + len(self.queue[0][0]) <= self.batch_rows):
+            item = self.queue.pop(0)
+            batch.append(item)
+            rows += len(item[0])
+        self.queued -= rows
+        return batch
+
+    async def audit_batch(self) -> None:
+        """Audit one batch of queued rows, or shed it when the request path is busy."""
+        batch = self.take()
+        if not batch:
+            return
+        if self.busy():
+            for rows, _, gear, key in batch:
+                self._shed(gear, key, len(rows))
+            return
+        try:
+            full = np.asarray(await asyncio.wait_for(
+                self.full_classes(pd.concat([b[0] for b in batch], ignore_index=True)), AUDIT_CALL_S))
+        except Exception as exc:  # an audit that cannot run is shed, never counted as agreement
+            log.warning("live audit call failed, %d rows shed: %s", sum(len(b[0]) for b in batch), exc)
+            for rows, _, gear, key in batch:
+                self._shed(gear, key, len(rows))
+            return
+        start = 0
+        for rows, served, gear, key in batch:
+            differ = int(np.count_nonzero(full[start:start + len(rows)] != served))
+            start += len(rows)
+            entry = self._entry(gear, key)
+            entry[2] += len(rows)
+            entry[3] += differ
+            self.on_count("disagree", differ)
+            self.on_count("agree", len(rows) - differ)
+
+    async def flush(self) -> None:
+        """Send the counts gathered so far; kept for the next try when the monitor fails."""
+        if not self.pending:
+            return
+        entries, self.pending = self.pending, {}
+        payload = [{"gear": gear, "served": c[0], "cheap": c[1], "audited": c[2], "disagreed": c[3], "shed": c[4],
+                    "segment": dict(key)} for (gear, key), c in entries.items()]
+        try:
+            await self.send(payload)
+        except Exception as exc:
+            log.warning("live audit counts not sent (kept for the next try): %s", exc)
+            for (gear, key), c in entries.items():
+                entry = self._entry(gear, key)
+                for i, v in enumerate(c):
+                    entry[i] += v
+
+    async def close(self) -> None:
+        """Stop the worker; queued rows are shed (counted), the counts sent."""
+        self._closed = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for rows, _, gear, key in self.queue:
+            self._shed(gear, key, len(rows))
+        self.queue, self.queued = [], 0
+        await self.flush()

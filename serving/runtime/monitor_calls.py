@@ -1,0 +1,97 @@
+"""What the ingress asks of the monitor replica: its queries (``GET /explain``, ``/drift``),
+the labels fed back (``POST /labels``), and the live audit's wiring (:mod:`serving.runtime.audit`).
+
+Every call first sends what the ingress still buffers (records of rows a query or a label is
+about), within the request's deadline; the monitor's own errors come back as the client's
+HTTP error (:func:`serving.runtime.http_support.monitor_error`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from serving.core.schema import RequestError, parse_json
+from serving.runtime.audit import AUDIT_CALL_S, LiveAudit
+from serving.runtime.calls import Deadline, DeadlineExceeded, call_stage
+from serving.runtime.http_support import MONITOR_ROUTES, monitor_error
+from serving.runtime.replicas import coerce
+
+#: seconds a monitor call may take when the client sets no deadline
+MONITOR_QUERY_S = 30.0
+_NO_MONITOR = ("the monitor is not deployed for this app: deploy with monitor=... "
+               "(or --monitor-attributes on the command line)")
+
+
+async def _flush_records(ingress: Any, deadline: Deadline) -> None:
+    """What is buffered first; a short deadline waits less, never cancels the send."""
+    if ingress.records is not None:
+        try:
+            await asyncio.wait_for(asyncio.shield(ingress.records.flush_soon()), max(deadline.remaining(), 0.001))
+        except asyncio.TimeoutError:
+            raise DeadlineExceeded("monitor", deadline.budget_s) from None
+
+
+async def _answer(ingress: Any, method: str, args: tuple, deadline: Deadline) -> dict[str, Any]:
+    answer = await call_stage(ingress.monitor, method, args, deadline, "monitor")
+    if answer["status"] != 200:
+        raise monitor_error(answer)
+    answer.pop("status")
+    return answer
+
+
+async def monitor_query(ingress: Any, headers: Any, query: Any, route: str) -> dict[str, Any]:
+    """``GET /{route}?kind=...``: the monitor query the kind names, with the other parameters."""
+    if ingress.monitor is None:
+        raise RequestError(503, _NO_MONITOR)
+    deadline = Deadline.from_headers(headers, MONITOR_QUERY_S)
+    params = {k: coerce(v) for k, v in query.items()}
+    default, names = MONITOR_ROUTES[route]
+    kind = params.pop("kind", default)
+    if kind not in names:
+        raise RequestError(422, f"kind must be one of {sorted(names)}", [{"field": "kind", "error": "unknown"}])
+    await _flush_records(ingress, deadline)
+    return await _answer(ingress, "query", (names[kind], params), deadline)
+
+
+async def post_labels(ingress: Any, headers: Any, body: bytes) -> dict[str, Any]:
+    """``POST /labels``: the labels joined to the served rows they name (drift.LabelJoin)."""
+    if ingress.monitor is None:
+        raise RequestError(503, "labels are joined by the monitor; " + _NO_MONITOR)
+    deadline = Deadline.from_headers(headers, MONITOR_QUERY_S)
+    payload = parse_json(body)
+    await _flush_records(ingress, deadline)  # the served rows they name may still be buffered here
+    return await _answer(ingress, "labels", (payload,), deadline)
+
+
+def ingress_audit(ingress: Any, settings: dict[str, Any] | None) -> LiveAudit | None:
+    """The ingress's live audit (None without settings or the monitor): the full pipeline's
+    classes from the stage that holds the full model, counts to the monitor, and shedding
+    whenever the request path needs the slots."""
+    if not settings or ingress.monitor is None:
+        return None
+
+    async def full_classes(rows: Any) -> Any:
+        if ingress.second is not None:
+            target, stage = ingress.second, ingress.stage_names[1]
+        elif ingress.local:
+            return await asyncio.to_thread(ingress.first.runner.full_classes, rows)
+        else:
+            target, stage = ingress.first, ingress.stage_names[0]
+        return await call_stage(target, "audit", (rows,), Deadline.after(AUDIT_CALL_S), stage)
+
+    async def send(entries: list) -> None:
+        answer = await call_stage(ingress.monitor, "audit", (entries,), Deadline.after(MONITOR_QUERY_S), "monitor")
+        if answer.get("error"):
+            raise RuntimeError(answer["error"])
+
+    def busy() -> bool:
+        """At half the admission bound, or every call slot of the full model's stage taken."""
+        if 2 * ingress.in_flight >= ingress.max_in_flight:
+            return True
+        full = ingress.coalescers.get(ingress.stage_names[-1])
+        return full is not None and len(ingress.stage_names) > 1 and full.in_flight >= full.limit
+
+    return LiveAudit(settings["rate"], settings["final_levels"], full_classes, send, busy,
+                     segments=settings.get("segments"), seed=settings.get("seed", 0),
+                     on_count=lambda outcome, n: ingress.metrics.count("willump_audit_rows", n, outcome=outcome))

@@ -1,0 +1,234 @@
+"""The live audit's ingress side (serving.runtime.audit) and the monitor replica's ledger,
+in this process (no Ray): sampling, batching, shedding under load, failures counted as shed,
+counts merged and sent, the verdict at /drift?kind=guarantee and its survival of a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from serving.runtime.audit import LiveAudit, check_audit_rate, resolve_audit_rate
+from serving.runtime.http_support import MONITOR_ROUTES, monitor_query_parameters
+from serving.runtime.replicas import MonitorStage
+
+TWO_CLASSES = np.array([[0.9, 0.1], [0.2, 0.8]])
+
+
+def _request(n: int, cheap: int, served: int = 0) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """n rows, the first ``cheap`` answered by level 0 (full level: 1), every served class ``served``."""
+    rows = pd.DataFrame({"x": np.arange(n, dtype=float)})
+    proba = np.repeat(TWO_CLASSES[[served]], n, axis=0)
+    level = np.where(np.arange(n) < cheap, 0, 1)
+    return rows, proba, level
+
+
+class _Sink:
+    def __init__(self, fail: int = 0):
+        self.entries: list[dict] = []
+        self.fail = fail
+
+    async def __call__(self, entries: list[dict]) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("monitor down")
+        self.entries.extend(entries)
+
+    def total(self, key: str) -> int:
+        return sum(e[key] for e in self.entries)
+
+
+def _audit(full, sink, busy=lambda: False, **kw) -> LiveAudit:
+    async def full_classes(rows: pd.DataFrame) -> np.ndarray:
+        return full(rows)
+
+    return LiveAudit(kw.pop("rate", 1.0), [1], full_classes, sink, busy, flush_s=0.01, **kw)
+
+
+def test_every_cheap_row_is_audited_in_batches_and_disagreements_counted():
+    calls: list[int] = []
+
+    def full(rows):
+        calls.append(len(rows))
+        return (rows["x"].to_numpy() % 2).astype(int)  # odd rows: class 1, where the served class is 0
+
+    async def go():
+        sink = _Sink()
+        audit = _audit(full, sink, batch_rows=8)
+        for _ in range(3):
+            audit.observe(*_request(6, cheap=4), gear=0, attributes=None)
+        while audit.queue:
+            await audit.audit_batch()
+        await audit.flush()
+        return sink
+
+    sink = asyncio.run(go())
+    assert sink.total("served") == 18 and sink.total("cheap") == 12 and sink.total("audited") == 12
+    assert sink.total("disagreed") == 6  # rows 1 and 3 of each request
+    assert sum(calls) == 12 and max(calls) <= 8  # the rows of several requests share a call
+
+
+def test_the_sampling_rate_is_kept_and_only_cheap_rows_are_sampled():
+    async def go():
+        sink = _Sink()
+        audit = _audit(lambda rows: np.zeros(len(rows), int), sink, rate=0.05, queue_rows=10**6)
+        for _ in range(400):
+            audit.observe(*_request(50, cheap=40), gear=0, attributes=None)
+        queued = audit.queued
+        await audit.close()
+        return queued, sink
+
+    queued, sink = asyncio.run(go())
+    assert 0.04 * 16000 < queued < 0.06 * 16000
+    assert sink.total("served") == 20000 and sink.total("cheap") == 16000
+    assert sink.total("shed") == queued  # closed before the worker ran: every queued row counted as shed
+
+
+def test_audits_are_shed_when_busy_when_the_queue_is_full_and_when_the_call_fails():
+    async def go():
+        busy_sink, full_sink, fail_sink = _Sink(), _Sink(), _Sink()
+        busy = _audit(lambda rows: np.zeros(len(rows), int), busy_sink, busy=lambda: True)
+        busy.observe(*_request(10, cheap=10), gear=0, attributes=None)
+        await busy.audit_batch()
+        await busy.flush()
+        small = _audit(lambda rows: np.zeros(len(rows), int), full_sink, queue_rows=4)
+        small.observe(*_request(10, cheap=10), gear=0, attributes=None)
+        await small.flush()
+
+        def broken(rows):
+            raise RuntimeError("stage gone")
+
+        failing = _audit(broken, fail_sink)
+        failing.observe(*_request(5, cheap=5), gear=0, attributes=None)
+        await failing.audit_batch()
+        await failing.flush()
+        return busy_sink, full_sink, fail_sink
+
+    busy_sink, full_sink, fail_sink = asyncio.run(go())
+    assert busy_sink.total("shed") == 10 and busy_sink.total("audited") == 0
+    assert full_sink.total("shed") == 6  # 4 rows queued, the other 6 shed at once
+    assert fail_sink.total("shed") == 5 and fail_sink.total("disagreed") == 0  # never counted as agreement
+
+
+def test_counts_survive_a_monitor_that_is_down_and_segments_are_kept():
+    async def go():
+        sink = _Sink(fail=1)
+        audit = LiveAudit(0.0, [1], None, sink, lambda: False, segments=["client"])
+        audit.observe(*_request(4, cheap=3), gear=0, attributes={"client": "a"})
+        audit.observe(*_request(2, cheap=2), gear=0, attributes={"client": "b"})
+        await audit.flush()  # fails: kept
+        audit.observe(*_request(4, cheap=0), gear=0, attributes={"client": "a"})
+        await audit.flush()
+        return sink
+
+    sink = asyncio.run(go())
+    by_client = {e["segment"]["client"]: e for e in sink.entries}
+    assert by_client["a"]["served"] == 8 and by_client["a"]["cheap"] == 3 and by_client["b"]["served"] == 2
+
+
+def test_rates_are_checked_and_resolved():
+    assert check_audit_rate(0) == 0.0 and check_audit_rate(0.5) == 0.5
+    for bad in (-0.1, 1.5, "0.1", True, None):
+        with pytest.raises(ValueError, match="audit_rate"):
+            check_audit_rate(bad)
+    assert resolve_audit_rate(None, monitor=True, cascade=True) == (0.01, None)
+    assert resolve_audit_rate(None, monitor=False, cascade=True) == (0.0, None)
+    with pytest.raises(ValueError, match="monitor"):
+        resolve_audit_rate(0.1, monitor=False, cascade=True)
+    rate, note = resolve_audit_rate(0.1, monitor=True, cascade=False)
+    assert rate == 0.0 and "full pipeline" in note
+
+
+def _stage(tmp_path=None, **terms):
+    config = {"attributes": ["region"], "metrics": ["latency_ms"]}
+    if tmp_path is not None:
+        config["directory"] = str(tmp_path)
+    guarantee = {"gears": [{"gear": 0, "max_loss": 0.02, "cert_rows": 4000, "cert_disagreed": 40}],
+                 "rowwise": True, "confidence": 0.95, "segments": ["client"], **terms}
+    return MonitorStage.func_or_class(config, None, guarantee)
+
+
+def test_the_monitor_replica_keeps_the_ledger_answers_the_query_and_survives_a_restart(tmp_path):
+    stage = _stage(tmp_path)
+    entries = [{"gear": 0, "served": 10_000, "cheap": 8_000, "audited": 800, "disagreed": 60, "shed": 3,
+                "segment": {"client": "a"}},
+               {"gear": 0, "served": 1_000, "cheap": 900, "audited": 90, "disagreed": 1, "shed": 0,
+                "segment": {"client": "b"}}]
+    assert asyncio.run(stage.audit(entries)) == {"accepted": 2}
+    answer = stage._query("guarantee", {})
+    assert answer["status"] == 200
+    gear = answer["result"]["gears"][0]
+    assert gear["audited_rows"] == 890 and gear["disagreed_rows"] == 61 and gear["shed_audits"] == 3
+    assert gear["alarm"]  # about 5.6% served disagreement against a certified 1%
+    assert 0.0 < gear["disagreement_lower"] < gear["disagreement_rate"] < gear["loss_upper"]
+    by_segment = stage._query("guarantee", {"segment": "client"})["result"]["gears"][0]["segments"]
+    assert [s["value"] for s in by_segment] == ["a", "b"]
+    assert stage._query("guarantee", {"segment": "nosuch"})["status"] == 422
+    assert stage._query("guarantee", {"bogus": 1})["status"] == 422
+    text = asyncio.run(stage.prometheus())
+    assert 'drift_guarantee_alarm{gear="0"} 1.0' in text and "drift_guarantee_audited_rows_total" in text
+    stage.monitor.close()
+
+    again = _stage(tmp_path)  # a restarted monitor replica reads the saved ledger
+    assert again._query("guarantee", {})["result"]["gears"][0]["audited_rows"] == 890
+    json.dumps(again._query("guarantee", {"segment": "client"}))
+    again.monitor.close()
+    fresh = _stage(tmp_path, gears=[{"gear": 0, "max_loss": 0.05}])  # another certificate: counts start over
+    assert fresh._query("guarantee", {})["result"]["gears"][0]["audited_rows"] == 0
+
+
+def test_an_app_without_the_audit_says_so_and_the_route_lists_the_kind():
+    stage = MonitorStage.func_or_class({"attributes": ["region"], "metrics": ["latency_ms"]})
+    answer = stage._query("guarantee", {})
+    assert answer["status"] == 404 and "audit_rate" in answer["error"]
+    assert asyncio.run(stage.audit([]))["accepted"] == 0
+    assert MONITOR_ROUTES["drift"][1]["guarantee"] == "guarantee"
+    params = {p["name"]: p for p in monitor_query_parameters("drift")}
+    assert "guarantee" in params["kind"]["schema"]["enum"] and "kind=guarantee" in params["segment"]["description"]
+
+
+def test_labels_join_served_records_through_the_monitor_replica_and_survive_a_restart(tmp_path):
+    """Served records carry each row's index and served class; the monitor replica keeps them
+    for the labels that follow (POST /labels), counts accepted / unknown / duplicate, answers
+    /drift?kind=accuracy against the certified floor, and keeps it all through a restart."""
+    from serving.runtime.records import record_columns
+
+    def stage():
+        labels = {"classes": ["neg", "pos"], "certified": [{"max_loss": 0.02, "baseline_score": 0.9}],
+                  "segments": ["client"], "metric": "accuracy", "confidence": 0.95}
+        return MonitorStage.func_or_class({"attributes": ["client"], "metrics": ["latency_ms"],
+                                           "directory": str(tmp_path)}, None, None, labels)
+
+    monitor = stage()
+    frame = pd.DataFrame({"x": np.arange(4.0)})
+    proba = np.array([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3], [0.4, 0.6]])
+    config = {"request_attributes": ["client"]}
+    for rid in ("req-a", "req-b"):
+        columns = record_columns(frame, proba, np.zeros(4, int), np.full(4, "r", dtype=object), 3.0, 1e9, "v1",
+                                 {"client": rid[-1]}, config, request_id=rid)
+        asyncio.run(monitor.ingest(pd.DataFrame(columns)))
+    answer = asyncio.run(monitor.labels({"labels": [
+        {"request_id": "req-a", "row": 0, "label": "neg"},   # served neg: correct
+        {"request_id": "req-a", "row": 1, "label": "neg"},   # served pos: wrong
+        {"request_id": "req-a", "row": 0, "label": "pos"},   # a second label for one row
+        {"request_id": "req-zz", "row": 0, "label": "pos"},  # no such request
+        {"request_id": "req-b", "row": 9, "label": "pos"}]}))  # no such row
+    assert answer == {"status": 200, "accepted": 2, "unknown": 2, "duplicate": 1}
+    bad = asyncio.run(monitor.labels({"labels": [{"request_id": "req-a", "row": 2, "label": "maybe"}]}))
+    assert bad["status"] == 422 and bad["fields"][0]["field"] == "labels[0].label"
+    report = monitor._query("accuracy", {"segment": "client"})["result"]
+    gear = report["gears"][0]
+    assert (gear["served_rows"], gear["labelled_rows"], gear["accuracy"]) == (8, 2, 0.5)
+    assert gear["certified_bound"]["floor"] == pytest.approx(0.88)
+    assert gear["estimate_without_labels"] == pytest.approx(proba.max(axis=1).mean())
+    assert {s["value"]: s["labelled_rows"] for s in gear["segments"]} == {"a": 2, "b": 0}
+    monitor.__del__()
+
+    again = stage()  # the served rows and the counts survive a restart
+    assert again._query("accuracy", {})["result"]["gears"][0]["labelled_rows"] == 2
+    late = asyncio.run(again.labels({"labels": [{"request_id": "req-b", "row": 3, "label": "pos"}]}))
+    assert late["accepted"] == 1
+    again.__del__()
