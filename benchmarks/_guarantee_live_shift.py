@@ -17,12 +17,15 @@ attribute: the planted value's share grows linearly from its natural share to 1 
 audited rows; within a value, rows are drawn uniformly. Per batch of about 20 audited rows the
 counts (served, cheap, audited, disagreed) of each value go into the ledger, the alarm is read,
 and the true loss is the held-out rows' loss under the current mixture (instantaneous) and over
-every row served so far (cumulative: what the ledger's counts speak of).
+every row served so far (cumulative). The ledger's alarm tests every run of its epochs (about
+2,000 audited rows each) ending now, so it speaks of the rows since some epoch start: between
+the two; the audited rows of the run that fired are reported.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from typing import Any
 
@@ -51,7 +54,10 @@ FIXED_COSTS = {"numeric": 0.7e-6, "capital": 0.6e-6, "household": 4.6e-6, "work"
                "<model>": 1e-6}
 
 
+@functools.lru_cache(maxsize=2)
 def _optimize(seed: int) -> tuple[Any, Any, dict[str, Any]]:
+    """The adult workload and its cascade (cached: the cbpe section reads the same cascade; copy
+    ``info`` before changing it)."""
     w = pipelines.build("adult", seed=seed)
     fit, cert = train_test_split(np.arange(len(w.X_train)), test_size=CERT_ROWS, random_state=seed,
                                  stratify=w.y_train)
@@ -137,9 +143,7 @@ def _stream(rng: np.random.Generator, values: np.ndarray, planted: str, ramp: in
             out["instant_cross_audits"] = audited
         if out["cumulative_cross_audits"] is None and loss_sum / served > max_loss:
             out["cumulative_cross_audits"] = audited
-        c = ledger.counts[0]
-        # share x lower > reference needs share x estimate > reference: no verdict needed below it
-        if out["alarm_audits"] is None and c.audited and (c.cheap / c.served) * (c.disagreed / c.audited) > reference:
+        if out["alarm_audits"] is None and alarm_possible(ledger, reference):
             verdict = ledger.verdict(0)
             if verdict["alarm"]:
                 segments = ledger.report(attribute)["gears"][0]["segments"]
@@ -147,12 +151,26 @@ def _stream(rng: np.random.Generator, values: np.ndarray, planted: str, ramp: in
                 out.update(alarm_audits=audited, top_segment_at_alarm=top["value"],
                            disagreement_at_alarm=verdict["disagreement_rate"],
                            loss_upper_at_alarm=verdict["loss_upper"], instant_loss_at_alarm=float(probs @ loss_v),
+                           alarm_run_audits=verdict["alarm_audited_rows"],
                            cumulative_loss_at_alarm=loss_sum / served, share_at_alarm=w)
         if out["alarm_audits"] is not None and (ramp is None or out["cumulative_cross_audits"] is not None):
             break
     final = ledger.verdict(0)
     out.update(final_audits=audited, final_loss_upper=final["loss_upper"], final_supported=final["supported"])
     return out
+
+
+def alarm_possible(ledger: GuaranteeLedger, reference: float) -> bool:
+    """Whether some run of gear 0's epochs ending now has a served disagreement estimate above
+    ``reference``: the ledger's alarm needs one (``rejects_at_most`` rejects a rate only below the
+    estimate), so no verdict is read otherwise (with a little slack: the verdict decides)."""
+    audited = disagreed = served = cheap = 0
+    for e in reversed(ledger.epochs.get(0, [])):
+        audited, disagreed, served, cheap = (audited + e.audited, disagreed + e.disagreed, served + e.served,
+                                             cheap + e.cheap)
+        if disagreed * cheap * (1 + 1e-9) > reference * served * audited:
+            return True
+    return False
 
 
 def _quantile(xs: list[Any], q: float = 0.5) -> float | None:
@@ -182,14 +200,29 @@ def _summary(runs: list[dict[str, Any]], planted: str) -> dict[str, Any]:
         "instant_loss_at_alarm_median": _quantile([r.get("instant_loss_at_alarm") for r in alarmed]),
         "cumulative_loss_at_alarm_median": _quantile([r.get("cumulative_loss_at_alarm") for r in alarmed]),
         "loss_upper_at_alarm_median": _quantile([r.get("loss_upper_at_alarm") for r in alarmed]),
+        "alarm_run_audits_median": _quantile([r.get("alarm_run_audits") for r in alarmed]),
         "loss_upper_at_stop_median": _quantile([r["final_loss_upper"] for r in runs]),
         "supported_at_stop": float(np.mean([bool(r["final_supported"]) for r in runs])),
         "runs": runs,
     }
 
 
+def planted_segments(table: list[dict[str, Any]], max_loss: float) -> dict[str, dict[str, Any]]:
+    """The segments a shift is planted on: among those losing at least 2 x max_loss, the one
+    that disagrees most and the one that loses most (the same row when one does both)."""
+    losing = [r for r in table if r["loss"] >= 2 * max_loss]
+    if not losing:
+        return {}
+    picks = {"disagrees most": max(losing, key=lambda r: r["disagreement"])}
+    most = max(losing, key=lambda r: r["loss"])
+    if most is not picks["disagrees most"]:
+        picks["loses most"] = most
+    return picks
+
+
 def shift_section(seeds: int, seed: int) -> dict[str, Any]:
     w, opt, info = _optimize(seed)
+    info = dict(info)
     Xc, yc = info.pop("cert")
     out: dict[str, Any] = {"workload": info, "target_audits": TARGET_SHIFT_AUDITS, "audit_rate": AUDIT_RATE,
                            "batch_audits": BATCH_AUDITS, "stream_audits": STREAM_AUDITS}
@@ -204,19 +237,15 @@ def shift_section(seeds: int, seed: int) -> dict[str, Any]:
     out["held_out"] = {"rows": len(loss), "cheap_share": float(cheap.mean()), "disagreement": float(disagree.mean()),
                        "loss": float(loss.mean())}
     table = segment_table(w.X_test, cheap, disagree, loss)
-    losing = [r for r in table if r["loss"] >= 2 * w.max_loss]
+    picks = planted_segments(table, w.max_loss)
     out["segments"] = sorted(table, key=lambda r: -r["disagreement"])
     for r in out["segments"]:
         r["rank_by_loss"] = 1 + sorted(table, key=lambda x: -x["loss"]).index(r)
-    if not losing:
+    if not picks:
         out["skipped"] = f"no segment of {MIN_SEGMENT_ROWS}+ held-out rows loses 2 x max_loss"
         return out
-    picks = {"disagrees most": max(losing, key=lambda r: r["disagreement"]),
-             "loses most": max(losing, key=lambda r: r["loss"])}
     scenarios = []
     for i, (why, pick) in enumerate(picks.items()):
-        if i and pick is picks["disagrees most"]:
-            continue
         values = categories(w.X_test, [pick["attribute"]])[pick["attribute"]].astype(str).to_numpy()
         for j, ramp in enumerate((*RAMPS, None) if i == 0 else RAMPS):
             rng = np.random.default_rng([seed, 4, i, j])
@@ -261,8 +290,9 @@ def print_shift(r: dict[str, Any]) -> None:
         return
     print("\n| planted segment | ramp to 100% (audited rows) | seeds | alarm: median (p90) audited rows "
           "| alarm before 5,000 | true loss > max_loss from: now | since the start | alarm no later than the "
-          "loss | alarm's top segment is it | served disagreement at alarm | loss now / since start at alarm |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "loss | alarm's top segment is it | served disagreement at alarm | loss now / since start at alarm "
+          "| run that fired (audited rows, median) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in r["scenarios"]:
         ramp = "stationary" if s["ramp_audits"] is None else f"{s['ramp_audits']:,}"
         top = "-" if s["top_segment_is_planted"] is None else f"{s['top_segment_is_planted']:.0%}"
@@ -270,7 +300,8 @@ def print_shift(r: dict[str, Any]) -> None:
               f"({_n(s['alarm_audits_p90'])}) | {s['alarm_before_target']:.0%} | {_n(s['instant_cross_audits_median'])} "
               f"| {_n(s['cumulative_cross_audits_median'])} | {s['alarm_before_instant_cross']:.0%} | {top} "
               f"| {_p(s['disagreement_at_alarm_median'])} | {_p(s['instant_loss_at_alarm_median'])} / "
-              f"{_p(s['cumulative_loss_at_alarm_median'])} |")
+              f"{_p(s['cumulative_loss_at_alarm_median'])} | "
+              f"{_n(s['alarm_run_audits_median']) if s['alarmed'] else '-'} |")
     ramps = [s for s in r["scenarios"] if s["ramp_audits"] is not None]
     met = [s for s in ramps if s["alarm_audits_median"] is not None and s["alarm_audits_median"] < r["target_audits"]]
     print(f"target (alarm before {r['target_audits']:,} audited rows): median met in {len(met)} of {len(ramps)} "

@@ -1,8 +1,9 @@
 """The live guarantee (drift._confseq, drift._guarantee): the confidence sequences cover the
 true rate at every look, the alarm stays quiet on stationary streams and fires on a doubled
-disagreement rate, per gear; loss_upper bounds a loss built row by row; segments, state and
-bad input; the edge cases (no audits, every audit disagreeing, no certification counts).
-Seeded, no timing."""
+disagreement rate, per gear, and on a late one within a few epochs where the whole-history test
+would not; epochs form by audited counts; loss_upper bounds a loss built row by row; segments,
+state and bad input; the edge cases (no audits, every audit disagreeing, no certification
+counts). Seeded, no timing."""
 
 from __future__ import annotations
 
@@ -117,11 +118,8 @@ def _serve(ledger, rng, gear, batches, d_cheap, served=50_000, share=0.8, audit=
 
 
 def _alarm(ledger: GuaranteeLedger) -> bool:
-    """Gear 0's alarm; read only where it can be up (the lower bound never passes the estimate,
-    so share x estimate <= reference means no alarm: test_sequences_bracket_the_estimate)."""
-    c = ledger.counts[0]
-    if c.cheap / c.served * c.disagreed / max(c.audited, 1) <= ledger.reference_rate(0)[0]:
-        return False
+    """Gear 0's alarm (every run of epochs ending now is tested: a run's estimate can pass the
+    reference while the whole history's does not, so there is no shortcut on the total counts)."""
     return ledger.verdict(0)["alarm"]
 
 
@@ -137,6 +135,54 @@ def test_alarm_is_quiet_on_stationary_streams():
         alarmed += any(fired)
     confidence = GuaranteeLedger([_gear()]).confidence
     assert alarmed / runs <= (1 - confidence) + _tolerance(1 - confidence, runs)
+
+
+def test_epochs_close_by_audited_counts():
+    quiet, risen = GuaranteeLedger([_gear()], epoch_rows=2_000), GuaranteeLedger([_gear()], epoch_rows=2_000)
+    for ledger, disagreed in ((quiet, (19, 20, 19, 20, 19)), (risen, (19, 20, 19, 20, 400))):
+        for d in disagreed:
+            ledger.add(0, 100_000, 80_000, 800, d)
+        # an epoch takes batches until it holds 2,000 audited rows, the next batch opens a new one
+        assert [e.audited for e in ledger.epochs[0]] == [2_400, 1_600]
+        assert sum(e.disagreed for e in ledger.epochs[0]) == ledger.counts[0].disagreed
+        assert GuaranteeLedger.from_state(json.loads(json.dumps(ledger.state()))).epochs == ledger.epochs
+    assert not quiet.verdict(0)["alarm"] and quiet.verdict(0)["alarm_audited_rows"] is None
+    # the newest run (the last epoch, 1,600 rows) fires first; the reported size is that run's
+    v = risen.verdict(0)
+    assert v["alarm"] and v["alarm_audited_rows"] == 1_600
+    assert risen.verdict(0, risen.counts[0])["alarm_audited_rows"] is None  # a segment's counts
+
+
+def test_a_late_rise_is_judged_on_the_rows_since_it():
+    """A 2x rise (2% -> 4% served) after 30,000 quiet audited rows: the epoch runs find it within
+    6,000 audited rows in most runs; the whole-history test (what ``verdict(gear, counts)`` does
+    with the total counts: 30,000 quiet rows dilute the rise) in few."""
+    rng = np.random.default_rng(2026)
+    runs, found, found_whole, quiet_alarms = 20, 0, 0, 0
+    for _ in range(runs):
+        ledger = GuaranteeLedger([_gear(20_000, 400)])
+
+        def batch(d_cheap, lg=ledger):
+            cheap = rng.binomial(25_000, 0.8)
+            audited = rng.binomial(cheap, 0.01)
+            lg.add(0, 25_000, cheap, audited, rng.binomial(audited, d_cheap))
+
+        batch(0.025)
+        while ledger.counts[0].audited < 30_000:
+            batch(0.025)
+        quiet_alarms += ledger.verdict(0)["alarm"]
+        onset, epoch_alarm, whole_alarm = ledger.counts[0].audited, None, False
+        while ledger.counts[0].audited - onset < 6_000:
+            batch(0.05)
+            if epoch_alarm is None and ledger.verdict(0)["alarm"]:
+                epoch_alarm = ledger.verdict(0)
+            whole_alarm = whole_alarm or ledger.verdict(0, ledger.counts[0])["alarm"]
+        found += epoch_alarm is not None
+        found_whole += whole_alarm
+        if epoch_alarm is not None:  # fired on a recent run of epochs, not the whole history
+            assert epoch_alarm["alarm_audited_rows"] < ledger.counts[0].audited - onset + 2 * ledger.epoch_rows
+    assert quiet_alarms <= 1
+    assert found >= 0.8 * runs and found_whole <= 0.2 * runs
 
 
 def test_alarm_fires_on_a_doubled_rate_and_is_counted_per_gear():
