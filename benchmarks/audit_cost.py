@@ -48,6 +48,12 @@ MAX_REQUESTS = 20_000
 RATES = (0.01, 0.1)
 
 
+def _name(rate: float) -> str:
+    """The app's name, which is also how its processes are told apart in /proc (no name may be
+    a prefix of another)."""
+    return "audit-off" if not rate else f"audit-r{round(rate * 10_000):05d}"
+
+
 def _guarantee(url: str) -> dict[str, Any]:
     r = requests.get(url + "/drift", params={"kind": "guarantee"}, timeout=60)
     r.raise_for_status()
@@ -80,8 +86,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         session = session_dir(ray.get_runtime_context().gcs_address)
         calibrate: Any = "always"
         for rate in rates:
-            key = f"audit-{rate:g}"
-            apps[key] = deploy(opt, name=key.replace(".", "p"), port=args.port, cpus=args.cpus, device="cpu",
+            key = _name(rate)
+            apps[key] = deploy(opt, name=key, port=args.port, cpus=args.cpus, device="cpu",
                                rows_per_request=n, calibrate=calibrate, insitu="never", audit_rate=rate,
                                monitor=dict(attributes=[], pane_seconds=5.0))
             calibrate = apps[key].plan.costs
@@ -91,15 +97,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for url in urls.values():
             asyncio.run(closed_loop(url, bodies, n, clients=args.clients, duration=WARMUP_S,
                                     max_requests=args.max_requests))
-        before = {key: _guarantee(app.url) for key, app in apps.items() if key != "audit-0"}
+        before = {key: _guarantee(app.url) for key, app in apps.items() if key != _name(0.0)}
         phases = measure_rounds(urls, bodies, rows_each=n, clients=args.clients, duration=args.duration,
                                 max_requests=args.max_requests, rounds=args.rounds, session=session)
         time.sleep(2.5)  # the audit's last counts reach the monitor (sent every second)
-        off = median_phase(phases["audit-0"])
+        off = median_phase(phases[_name(0.0)])
         off_cpu = overhead(off, 0.0)["app_cpu_ms_per_request"]
-        off_p99 = [p["p99_ms"] for p in phases["audit-0"] if p.get("p99_ms") is not None]
+        off_p99 = [p["p99_ms"] for p in phases[_name(0.0)] if p.get("p99_ms") is not None]
         for rate in rates:
-            key = f"audit-{rate:g}"
+            key = _name(rate)
             phase = median_phase(phases[key])
             entry = {"audit_rate": rate, "rows_per_s": phase["rows_per_s"], "p50_ms": phase["p50_ms"],
                      "p99_ms": phase["p99_ms"], "errors": phase["errors"], "requests": phase["requests"],
@@ -144,7 +150,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"{e['audit_cpu_ms_per_request_budget']:.2f}", f"{e['audited_rows']:,} / {e['shed_audits']:,}")
         lines.append(f"| {e['audit_rate']:g} | {e['rows_per_s']:.0f} | {e['p50_ms']:.1f} | {e['p99_ms']:.1f} | "
                      f"{e['app_cpu_ms_per_request']:.2f} | {' | '.join(audit)} | {e['errors']} |")
-    off = result["apps"]["audit-0"]["rounds"]
+    off = result["apps"][_name(0.0)]["rounds"]
     spread = [r["p99_ms"] for r in off if r.get("p99_ms") is not None]
     if spread:
         lines.append(f"\naudit-off p99 over its rounds: {min(spread):.1f}-{max(spread):.1f} ms "

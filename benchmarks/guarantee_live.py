@@ -35,7 +35,8 @@ Sections:
   ``max_loss``: audited rows to the alarm (target from the issue: before 5,000) beside the
   audited rows at which the true loss crossed ``max_loss``; also the segment where the cascade
   loses most, and a stationary replay. A real ledger, its verdict read after every batch.
-- **cbpe**: ``drift.LabelJoin``'s label-free accuracy estimate (the mean served-class probability)
+- **cbpe**: ``drift.LabelJoin``'s label-free accuracy estimate (the served confidence through the
+  certification rows' calibration map, averaged; the raw mean confidence beside it)
   against the labelled accuracy of the served answers on held-out rows, for Adult's cascade and
   the Davidson tweets' (``pipelines.toxic``), and on a planted segment alone (its share grown to
   100%) (target from the issue: within 2 points on held-out rows).

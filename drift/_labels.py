@@ -16,10 +16,12 @@ and bounded the served loss by ``max_loss``, so on traffic like the certificatio
 served accuracy is at least ``baseline_score - max_loss`` up to the certification's own sampling
 error; ``below_certified`` says the served accuracy's upper bound is under that floor.
 
-The label-free estimate is CBPE's (NannyML): the mean of the served class's probability over
-every served row, the accuracy a calibrated model expects. Its error bars count the sampling
-noise of the correct/incorrect outcomes given the probabilities; miscalibration (and so a
-covariate shift into regions where the model is over-confident) is beyond them, which is why the
+The label-free estimate is CBPE's (NannyML): the mean over every served row of the chance its
+served class is right, read from the served confidence through ``calibration`` (per gear: how
+often an answer of that confidence was right on the certification rows, willump's
+``Gear.calibration``; the raw confidence where there is none). Its error bars count the sampling
+noise of the correct/incorrect outcomes given those chances; a shift into rows where the map no
+longer holds (a segment the cheap level is over-confident on) is beyond them, which is why the
 labelled figure sits beside it.
 """
 
@@ -72,7 +74,8 @@ class LabelJoin:
 
     def __init__(self, path: str | os.PathLike | None, classes: Sequence[Any], *, confidence: float = 0.95,
                  certified: Sequence[Mapping[str, Any]] | None = None, segments: Sequence[str] = (),
-                 metric: str = "accuracy", retention_s: float = DEFAULT_RETENTION_S,
+                 metric: str = "accuracy", calibration: Sequence[Mapping[str, Sequence[float]] | None] | None = None,
+                 retention_s: float = DEFAULT_RETENTION_S,
                  max_rows: int = DEFAULT_MAX_ROWS, clock: Callable[[], float] = time.time) -> None:
         if not classes:
             raise ValueError("classes must name the served classes")
@@ -88,6 +91,8 @@ class LabelJoin:
         self.certified = [dict(c) for c in (certified or [])]
         self.segments = list(segments)
         self.metric = metric
+        self.calibration = [None if c is None else (np.asarray(c["x"], dtype=float), np.asarray(c["y"], dtype=float))
+                            for c in (calibration or [])]
         self.retention_s, self.max_rows, self.clock = float(retention_s), int(max_rows), clock
         self.path = None if path is None else os.fspath(path)
         self.db = sqlite3.connect(self.path or ":memory:", check_same_thread=False, isolation_level=None)
@@ -125,6 +130,11 @@ class LabelJoin:
         return kept
 
     def _count_served(self, gear: np.ndarray, conf: np.ndarray, attrs: dict[str, list]) -> None:
+        conf = conf.copy()
+        for g, cal in enumerate(self.calibration):  # the certification rows' confidence -> accuracy map
+            m = gear == g
+            if cal is not None and m.any():
+                conf[m] = np.interp(conf[m], *cal)
         var = conf * (1.0 - conf)
         groups: list[tuple[int, str, str, np.ndarray]] = []
         for g in np.unique(gear):
@@ -254,6 +264,7 @@ class LabelJoin:
         estimate = conf_sum / served if served else None
         err = z * math.sqrt(conf_var) / served if served else None
         return {"served_rows": served, "labelled_rows": labelled,
+                "estimate_calibrated": gear < len(self.calibration) and self.calibration[gear] is not None,
                 "accuracy": correct / labelled if labelled else None, "accuracy_lower": lower, "accuracy_upper": upper,
                 "certified_bound": {"max_loss": max_loss, "baseline_score": baseline, "floor": floor},
                 "below_certified": bool(floor is not None and upper is not None and upper < floor),

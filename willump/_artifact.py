@@ -412,6 +412,6 @@ def load(path: Any, *, check_versions: bool = True, trusted_key: str | bytes | N
     rep = opt.report_
     if rep is not None and rep.plan == "cascade":
         opt.gears_[0] = Gear(rep.max_loss, levels, rep.loss_bound, rep.bound_method, rep.cert_rows,
-                             rep.cert_disagreed)
+                             rep.cert_disagreed, rep.calibration)
     opt.manifest_ = manifest
     return opt

@@ -44,6 +44,10 @@ class Gear:
     #: None when unknown: the full pipeline (no cascade was certified) or an older artifact.
     cert_rows: int | None = None
     cert_disagreed: int | None = None
+    #: how often a served answer of this confidence was right on the certification rows: a
+    #: monotone map {"x": confidences, "y": accuracies} (isotonic regression), which turns the
+    #: served confidence into a label-free accuracy estimate calibrated like NannyML's CBPE
+    calibration: dict[str, list[float]] | None = None
 
 
 @dataclass

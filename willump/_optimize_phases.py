@@ -23,6 +23,7 @@ from ._blocks import hstack
 from ._bounds import N_BOOTSTRAP_SELECT, Resamples, certifiable_floor, rows_needed
 from ._capture import Pipeline
 from ._cascade import BaselinePipeline, Gear, Level, OptimizedPipeline
+from ._confidence import calibration_map
 from ._gears import certify_ladder
 from ._metrics import Labels, Metric
 from ._models import check_model, new_model, predict_proba, time_predict
@@ -44,6 +45,7 @@ from ._profile import (
     measure_node_costs,
     permutation_importance,
 )
+from ._routing import route
 from ._rows import n_rows, take
 from ._speed import choose_serving, measure_speedup
 from ._split import make_splits
@@ -369,12 +371,25 @@ def _attach_gears(run: _Run) -> None:
     accepted = run.decision.accepted
     if accepted is not None:
         run.opt.gears_ = [Gear(run.max_loss, run.levels, accepted.bound.upper, accepted.bound.method,
-                               accepted.rows, accepted.class_disagreed)] + [
+                               accepted.rows, accepted.class_disagreed, _calibration(run, accepted))] + [
             Gear(g.max_loss, _levels(g.accepted, run.small, run.full_model, run.group_names),
-                 g.accepted.bound.upper, g.accepted.bound.method, g.accepted.rows, g.accepted.class_disagreed)
+                 g.accepted.bound.upper, g.accepted.bound.method, g.accepted.rows, g.accepted.class_disagreed,
+                 _calibration(run, g.accepted))
             for g in run.gear_results[1:] if g.accepted is not None]
     else:
         run.opt.gears_ = [Gear(run.max_loss, run.levels, None, "")]
+
+
+def _calibration(run: _Run, sweep: Any) -> dict[str, list[float]] | None:
+    """The certified plan's served confidence against being right, on the certification rows
+    (isotonic, clipped at the ends; :attr:`willump._cascade.Gear.calibration`)."""
+    labels = run.split_labels["cert"]
+    level_probas = [run.probas["cert"][s] for s in sweep.chain[:-1]] + [run.full_proba["cert"]]
+    _, approx = route(level_probas, sweep.threshold)
+    known = labels.index >= 0
+    if known.sum() < 2:
+        return None
+    return calibration_map(approx[known].max(axis=1), approx[known].argmax(axis=1) == labels.index[known])
 
 
 def _report(run: _Run) -> None:
@@ -397,6 +412,7 @@ def _report(run: _Run) -> None:
     report.workers = opt.workers
     report.gears = [_gear_row(g, run.gear_results, graph, run.costs) for g in opt.gears_[1:]]
     report.cert_rows, report.cert_disagreed = opt.gears_[0].cert_rows, opt.gears_[0].cert_disagreed
+    report.calibration = opt.gears_[0].calibration
     if run.gears and len(opt.gears_) < len(run.gears) + 1:
         notes.append(f"gears: {len(opt.gears_) - 1} of {len(run.gears)} certified (the fixed sequence stopped, "
                      "or a gear had no plan within its max_loss)")

@@ -106,6 +106,8 @@ class Report:
     #: pipeline's (None: the full pipeline, or a report saved before they were kept)
     cert_rows: int | None = None
     cert_disagreed: int | None = None
+    #: the plan's served confidence against accuracy on those rows (willump._confidence)
+    calibration: dict[str, list[float]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _finite(asdict(self))

@@ -266,6 +266,8 @@ def label_terms(opt: OptimizedPipeline, record_config: dict[str, Any]) -> dict[s
     return {"classes": [c.item() if hasattr(c, "item") else c for c in opt.classes_],
             "certified": [{"max_loss": g["max_loss"], "baseline_score": float(report.baseline_score)}
                           for g in ladder(opt)],
+            # served confidence -> accuracy on the certification rows, per gear (willump's Gear.calibration)
+            "calibration": [getattr(g, "calibration", None) for g in opt.gears_],
             "metric": str(report.metric), "confidence": float(report.confidence),
             "segments": list(record_config.get("request_attributes", []))}
 

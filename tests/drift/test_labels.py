@@ -128,3 +128,14 @@ def test_arguments_are_checked():
         LabelJoin(None, [])
     with pytest.raises(ValueError, match="segment"):
         _join().report("nosuch")
+
+
+def test_the_estimate_reads_confidence_through_the_certification_rows_map():
+    """With a gear's calibration map (willump's Gear.calibration), the label-free estimate is
+    the mean mapped confidence: an under-confident level reads as the accuracy it has."""
+    cal = {"x": [0.5, 0.7, 0.9], "y": [0.6, 0.9, 0.99]}
+    join = LabelJoin(None, ["neg", "pos"], clock=Clock(), calibration=[cal, None])
+    join.served(["r"] * 4, [0, 1, 2, 3], [0, 0, 1, 1], [0, 0, 1, 1], [0.7, 0.9, 0.7, 0.9])
+    gears = {g["gear"]: g for g in join.report()["gears"]}
+    assert gears[0]["estimate_without_labels"] == pytest.approx((0.9 + 0.99) / 2) and gears[0]["estimate_calibrated"]
+    assert gears[1]["estimate_without_labels"] == pytest.approx(0.8) and not gears[1]["estimate_calibrated"]

@@ -594,6 +594,17 @@ def _check_certified_disagreement(opt, loaded, X, y, tmp_path):
     assert (report.cert_rows, report.cert_disagreed) == (n, counts[0])
     assert [(g["cert_rows"], g["cert_disagreed"]) for g in report.gears] == [(n, c) for c in counts[1:]]
     assert [(g.cert_rows, g.cert_disagreed) for g in loaded.gears_] == [(n, c) for c in counts]
+    # each gear's served confidence -> accuracy on the same rows (a label-free estimate's map):
+    # monotone, within [0, 1], averaging to the gear's accuracy there (isotonic regression keeps means)
+    labels = y[default_splits(X, y).cert]
+    for i, gear in enumerate(opt.gears_):
+        cal = gear.calibration
+        assert cal is not None and cal["x"] == sorted(cal["x"]) and cal["y"] == sorted(cal["y"])
+        assert 0.0 <= min(cal["y"]) <= max(cal["y"]) <= 1.0
+        proba = opt.gear(i).predict_proba(rows)
+        estimate = np.interp(proba.max(axis=1), cal["x"], cal["y"]).mean()
+        assert estimate == pytest.approx(np.mean(opt.gear(i).predict(rows) == labels), abs=2e-3)
+        assert loaded.gears_[i].calibration == cal
     manifest = json.loads((tmp_path / "geared" / "manifest.json").read_text())
     assert [(g["cert_rows"], g["cert_disagreed"]) for g in manifest["gears"]] == [(n, c) for c in counts[1:]]
     old = _without_certified_disagreement(tmp_path / "geared", tmp_path / "old")
