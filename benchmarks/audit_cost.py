@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     full = in_process(opt, frames, n, duration=args.duration, max_requests=args.max_requests,
                       predict=opt.baseline.predict_proba)
     full_ms_per_row = full["cpu_ms_per_request"] / n
-    result: dict[str, Any] = {"workload": args.workload, "rows_per_request": n, "clients": args.clients,
+    result: dict[str, Any] = {"workload": args.workload, "layout": args.layout, "rows_per_request": n,
+                              "clients": args.clients,
                               "duration_s": args.duration, "rounds": args.rounds, "date": time.strftime("%Y-%m-%d"),
                               "cheap_share": cheap_share, "full_cpu_ms_per_row": full_ms_per_row,
                               "loadavg_1m_start": os.getloadavg()[0], "apps": {}}
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             key = _name(rate)
             apps[key] = deploy(opt, name=key, port=args.port, cpus=args.cpus, device="cpu",
                                rows_per_request=n, calibrate=calibrate, insitu="never", audit_rate=rate,
+                               layout=args.layout,
                                monitor=dict(attributes=[], pane_seconds=5.0))
             calibrate = apps[key].plan.costs
             print(f"  {key}: deployed ({apps[key].plan.layout}, stages {[s.name for s in apps[key].plan.stages]})",
@@ -138,7 +140,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = [f"workload {result['workload']}, {result['rows_per_request']}-row requests, {result['clients']} clients, "
+    lines = [f"workload {result['workload']}, layout {result['layout']}, {result['rows_per_request']}-row requests, "
+             f"{result['clients']} clients, "
              f"{result['rounds']} rounds of {result['duration_s']:g} s; cheap share {result['cheap_share']:.1%}, "
              f"full pipeline {result['full_cpu_ms_per_row']:.3f} ms CPU per row in process",
              "", "| audit rate | rows/s | p50 ms | p99 ms | app CPU ms/request | audit CPU ms/request: measured | "
@@ -172,6 +175,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--cpus", type=float, default=float(os.cpu_count() or 2))
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layout", choices=("auto", "fused", "staged", "whole"), default="auto",
+                        help="deploy's layout for every app (default %(default)s: the audit runs where the full "
+                             "model is, in the ingress for a whole cascade there, else on the expensive stage)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     if any(not 0 < r <= 1 for r in args.rates):

@@ -194,6 +194,20 @@ async def traffic(url: str, payloads: list[bytes], seconds: float, rate: float, 
 ATTRIBUTES = ["model_version", "replica", "level", "dest", "origin", "carrier"]
 
 
+def show_guarantee(answer: dict[str, Any]) -> None:
+    """The live audit's verdict (1% of the cheap level's rows re-run through the full pipeline)."""
+    print("  does the certified guarantee still hold? (the live audit)")
+    if "http_status" in answer:
+        print(f"    HTTP {answer['http_status']}: {answer.get('error')}")
+        return
+    for g in answer["result"]["gears"]:
+        rate = "-" if g["disagreement_rate"] is None else f"{g['disagreement_rate']:.2%}"
+        certified = "-" if g["certified_rate"] is None else f"{g['certified_rate']:.2%}"
+        print(f"    gear {g['gear']}: {g['audited_rows']:,} rows audited ({g['shed_audits']:,} shed), served answers "
+              f"differ from the full pipeline's on {rate} (certification: {certified}); "
+              f"{'ALARM' if g['alarm'] else 'no alarm'}")
+
+
 def show_rows(title: str, answer: dict[str, Any], columns: list[str], limit: int = 5) -> None:
     """Print a monitor answer's top rows: the segment (attribute values) and the figures."""
     print(f"  {title}")
@@ -299,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         ):
             print(f"  curl '{app.url}/{query}&{at}'")
             show_rows(title, get(f"{app.url}/{query}&{at}"), columns, limit=limit)
+        print(f"  curl '{app.url}/drift?kind=guarantee'")
+        show_guarantee(get(f"{app.url}/drift?kind=guarantee"))
         print(f"\n  live dashboard: {app.url}/ui", flush=True)
         if keep:
             hold(app.url, rows_for_phase(X, 4000, True, rng), started)
