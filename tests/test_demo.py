@@ -25,5 +25,6 @@ def test_make_demo_runs_end_to_end(tmp_path):
     for step in ("1/5", "2/5", "3/5", "4/5", "5/5", "shutting down Serve and Ray", "demo finished"):
         assert step in out, step
     assert "curl '" in out and "/explain?kind=mix" in out and "live dashboard: http://" in out
-    assert "rows audited" in out and "/drift?kind=guarantee" in out  # the live audit runs by default
+    # the live audit's verdict: audited rows on a cascade, "nothing to audit" when the full pipeline serves
+    assert "/drift?kind=guarantee" in out and ("rows audited" in out or "nothing to audit" in out), out[-3000:]
     assert out.count(" 0 errors,") == 2, out[-3000:]  # both phases: every request answered

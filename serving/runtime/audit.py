@@ -40,6 +40,10 @@ AUDIT_QUEUE_ROWS = 512
 AUDIT_FLUSH_S = 2.0
 #: seconds one audit call may take before its rows count as shed
 AUDIT_CALL_S = 30.0
+#: a request of up to this many rows waits in the queue whole (its sampled rows are taken out by
+#: the worker, off the request path); a larger one is sliced at once, so that the queue's memory
+#: stays bounded by AUDIT_QUEUE_ROWS x this
+KEEP_FRAME_ROWS = 256
 #: counts kept for the monitor while it cannot be reached, in (gear, segment) entries
 MAX_PENDING_ENTRIES = 10_000
 
@@ -121,6 +125,8 @@ class LiveAudit:
             if sampled.size == 0:
                 return
         served = np.asarray(proba)[sampled].argmax(axis=1)
+        if len(rows) > KEEP_FRAME_ROWS:  # a large request: keep its sampled rows, not the whole frame
+            rows, sampled = rows.iloc[sampled].reset_index(drop=True), np.arange(sampled.size)
         self.queue.append((rows, sampled, served, gear, key))
         self.queued += sampled.size
         self._start()

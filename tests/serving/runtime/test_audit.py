@@ -232,3 +232,20 @@ def test_labels_join_served_records_through_the_monitor_replica_and_survive_a_re
     late = asyncio.run(again.labels({"labels": [{"request_id": "req-b", "row": 3, "label": "pos"}]}))
     assert late["accepted"] == 1
     again.__del__()
+
+
+def test_a_large_request_waits_as_its_sampled_rows_only():
+    """The queue holds whole small requests (sliced later, off the request path) but only the
+    sampled rows of a large one, so its memory stays bounded."""
+    from serving.runtime.audit import KEEP_FRAME_ROWS
+
+    async def go():
+        audit = _audit(lambda rows: np.zeros(len(rows), int), _Sink(), rate=0.5)
+        audit.observe(*_request(KEEP_FRAME_ROWS * 4, cheap=KEEP_FRAME_ROWS * 4), gear=0, attributes=None)
+        audit.observe(*_request(8, cheap=8), gear=0, attributes=None)
+        big, small = audit.queue
+        assert len(big[0]) == len(big[1]) < KEEP_FRAME_ROWS * 4 and len(small[0]) == 8
+        assert big[0]["x"].tolist() == sorted(big[0]["x"].tolist())  # the sampled rows, in order
+        await audit.close()
+
+    asyncio.run(go())
