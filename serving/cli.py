@@ -1,10 +1,10 @@
 """The ``willump`` command: ``willump serve ARTIFACT``, ``willump plan ARTIFACT``,
-``willump build ARTIFACT -o serve_config.yaml`` (a Ray Serve config for production tools) and
-``willump keygen``.
+``willump build ARTIFACT -o serve_config.yaml`` (a Ray Serve config for production tools),
+``willump recertify ARTIFACT --labels FILE`` (serving.cli_recertify) and ``willump keygen``.
 
 Exit codes: 0 done, 1 an error the message names (a bad artifact or argument value, a plan
 that cannot be placed), 2 a usage error (argparse), 3 (``plan``) no plan meets the rate, SLO or
-memory asked. Nothing heavy (torch, scikit-learn, Ray)
+memory asked, 4 (``recertify``) the plan does not hold on the new rows. Nothing heavy (torch, scikit-learn, Ray)
 is imported until a command needs it, so ``--help`` and ``--version`` answer at once."""
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any
 
+from serving.cli_recertify import add_parser as add_recertify_parser
+from serving.cli_recertify import cmd_recertify
 from serving.core.constants import API_KEY_ENV, CALIBRATE, CASCADE_LAYOUTS, INSITU, LOOPBACK_HOSTS
 from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
 from serving.runtime.keys import generate_key
@@ -99,12 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="willump", description="Serve and plan optimized pipelines.",
         epilog="A saved torch model (a file, not an artifact folder) is planned and served partitioned: "
-               "`willump plan MODEL.pt --help`. Exit codes: 0 done, 1 an error the message names, 2 usage, 3 (plan) no plan meets what was asked.")
+               "`willump plan MODEL.pt --help`. Exit codes: 0 done, 1 an error the message names, 2 usage, 3 (plan) no plan meets what was asked, 4 (recertify) the plan does not hold on the new rows.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     keygen = sub.add_parser("keygen", help="print a new API key (256 random bits) for --api-key-env")
     keygen.add_argument("--env", metavar="VAR", type=_variable, help=f"print it as `export VAR=KEY` (e.g. {API_KEY_ENV})")
+
+    add_recertify_parser(sub)
 
     serve = sub.add_parser("serve", help="deploy an artifact on Ray Serve (foreground)")
     serve.add_argument("artifact", help="directory written by OptimizedPipeline.save")
@@ -400,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_build(args)
         if args.command == "keygen":
             return cmd_keygen(args)
+        if args.command == "recertify":
+            return cmd_recertify(args)
         return cmd_serve(args)
     except Exception as exc:
         from willump import ArtifactError

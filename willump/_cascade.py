@@ -370,6 +370,15 @@ class OptimizedPipeline(_Scoring):
         return predict_proba(self.baseline.model, X)[:, label_index]
 
     # --- gears -----------------------------------------------------------------------
+    def recertify(self, X: Any, y: Any, *, metric: Any = None, confidence: float | None = None,
+                  seed: int = 0) -> Any:
+        """Bound every certified gear again on fresh labelled rows, plan unchanged (no refit, no
+        search): a :class:`willump._recertify.Recertification`; its ``pipeline()`` is this plan with
+        the new certificate when every gear held (see :mod:`willump._recertify`)."""
+        from ._recertify import recertify
+
+        return recertify(self, X, y, metric=metric, confidence=confidence, seed=seed)
+
     def gear(self, index: int) -> OptimizedPipeline:
         """The pipeline serving gear ``index`` of the certified ladder (0: this plan; higher:
         cheaper plans certified at looser max_loss, for serving under load)."""
