@@ -501,3 +501,4 @@ def test_sixty_four_trickling_connections_do_not_lock_out_other_clients(app, req
     finally:
         for s in stalled:
             s.close()
+
