@@ -452,29 +452,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"unknown sections {sorted(unknown)}")
     started = time.perf_counter()
     result: dict[str, Any] = {"quick": args.quick, "seed": args.seed}
-    if "rise" in sections:
-        result["rise"] = rise_section(50 if args.quick else 200, args.seed)
-        result["rise"]["seconds"] = time.perf_counter() - started
-        print_rise(result["rise"])
-        print(f"[rise done {time.perf_counter() - started:.0f} s]", file=sys.stderr, flush=True)
-    if "null" in sections:
+    runs = {
+        "rise": (lambda: rise_section(50 if args.quick else 200, args.seed), print_rise),
+        "null": (lambda: null_section(40 if args.quick else 200, args.seed, 10 if args.quick else 1,
+                                      4 if args.quick else 10), print_null),
+        "shift": (lambda: shift_section(8 if args.quick else 40, args.seed), print_shift),
+        "cbpe": (lambda: cbpe_section(args.seed), print_cbpe),
+    }
+    for name in SECTIONS:
+        if name not in sections:
+            continue
         t = time.perf_counter()
-        result["null"] = null_section(40 if args.quick else 200, args.seed, 10 if args.quick else 1,
-                                      4 if args.quick else 10)
-        result["null"]["seconds"] = time.perf_counter() - t
-        print_null(result["null"])
-        print(f"[null done {time.perf_counter() - started:.0f} s]", file=sys.stderr, flush=True)
-    if "shift" in sections:
-        t = time.perf_counter()
-        result["shift"] = shift_section(8 if args.quick else 40, args.seed)
-        result["shift"]["seconds"] = time.perf_counter() - t
-        print_shift(result["shift"])
-        print(f"[shift done {time.perf_counter() - started:.0f} s]", file=sys.stderr, flush=True)
-    if "cbpe" in sections:
-        t = time.perf_counter()
-        result["cbpe"] = cbpe_section(args.seed)
-        result["cbpe"]["seconds"] = time.perf_counter() - t
-        print_cbpe(result["cbpe"])
+        compute, show = runs[name]
+        result[name] = compute()
+        result[name]["seconds"] = time.perf_counter() - t
+        show(result[name])
+        print(f"[{name} done {time.perf_counter() - started:.0f} s]", file=sys.stderr, flush=True)
     result["seconds"] = time.perf_counter() - started
     print(f"\n{result['seconds']:.0f} s")
     if args.json is not None:

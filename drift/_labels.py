@@ -113,11 +113,15 @@ class LabelJoin:
         gear = np.zeros(n, dtype=np.int64) if gear is None else np.asarray(gear, dtype=np.int64)
         conf = np.asarray(confidence, dtype=float)
         attrs = {a: list(v) for a, v in (attributes or {}).items() if a in self.segments}
-        segs = [json.dumps({a: str(v[i]) for a, v in attrs.items()}, sort_keys=True) for i in range(n)]
+        # the rows of one request share its id and segment: each distinct one is checked or written once
+        names = sorted(attrs)
+        values = list(zip(*(attrs[a] for a in names), strict=True)) if names else [()] * n
+        seg_text = {v: json.dumps({a: str(x) for a, x in zip(names, v, strict=True)}, sort_keys=True)
+                    for v in dict.fromkeys(values)}
+        valid = {r: r is not None and bool(REQUEST_ID.match(str(r))) for r in dict.fromkeys(request_id)}
         now = float(self.clock())
-        keep = [(str(r), int(i), now, int(g), int(c), s)
-                for r, i, g, c, s in zip(request_id, row, gear, served_class, segs, strict=True)
-                if r is not None and REQUEST_ID.match(str(r))]
+        keep = [(str(r), int(i), now, int(g), int(c), seg_text[v])
+                for r, i, g, c, v in zip(request_id, row, gear, served_class, values, strict=True) if valid[r]]
         with self.db:
             self.db.execute("BEGIN")
             before = self.db.total_changes

@@ -83,7 +83,8 @@ class Feedback:
         """``GET /drift?kind=guarantee|accuracy[&segment=ATTRIBUTE]``."""
         part = self.ledger if kind == "guarantee" else self.labels
         if part is None:
-            why = ("runs no live audit: deploy it with audit_rate > 0 (a cascade with the monitor)"
+            why = ("runs no live audit: nothing to audit where the plan serves the full pipeline; on a cascade, "
+                   "deploy it with audit_rate > 0"
                    if kind == "guarantee" else "keeps no served rows for labels (deployed without the monitor)")
             return {"status": 404, "error": f"this app {why}", "fields": []}
         unknown = sorted(set(params) - {"segment"})

@@ -199,10 +199,14 @@ class MonitorStage:
         """Ingest a batch of served rows; a row the monitor refuses (a malformed value in a
         monitored column) is rejected alone, not with its batch. Returns the running total
         ingested, how many of these rows were rejected and the first reason."""
+        def both() -> tuple[int, int, str | None]:  # one thread hop: the monitor, then the label join
+            out = ingest_row_by_row_on_error(self.monitor, records)
+            self.feedback.served(records)
+            return out
+
         async with self.lock:
-            kept, rejected, why = await asyncio.to_thread(ingest_row_by_row_on_error, self.monitor, records)
+            kept, rejected, why = await asyncio.to_thread(both)
             self.ingested += kept
-            await asyncio.to_thread(self.feedback.served, records)
         return {"ingested": self.ingested, "rejected": rejected, "error": why}
 
     async def audit(self, entries: list[dict[str, Any]]) -> dict[str, Any]:
