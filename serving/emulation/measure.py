@@ -24,6 +24,8 @@ from serving.runtime.stage_runner import StageRunner
 PROFILE_CONCURRENCY = 6
 PROFILE_WARMUP_S = 1.0
 PROFILE_SECONDS = 4.0
+#: completed calls a measurement needs before it ends, however long past its seconds
+PROFILE_MIN_CALLS = 8
 
 
 def cluster_devices(device_types: Sequence[str]) -> dict[str, int]:
@@ -53,33 +55,45 @@ def stage_inputs(opt: Any, specs: Sequence[StageSpec],
     return calls, visits
 
 
-async def _drive(call, inputs: Sequence[Any], concurrency: int, warmup_s: float, seconds: float) -> tuple[int, float]:
-    """Closed loop: ``concurrency`` callers cycling through ``inputs``; completed calls and
-    seconds in the measured window (after the warm-up)."""
-    state = {"i": 0, "done": 0}
+async def _drive(call, inputs: Sequence[Any], concurrency: int, warmup_s: float, seconds: float,
+                 min_calls: int = 1, max_seconds: float | None = None) -> tuple[int, float]:
+    """Closed loop: ``concurrency`` callers cycling through ``inputs``; the calls completed
+    after the warm-up and the seconds they took. The window lasts ``seconds`` and then until
+    ``min_calls`` completed in it (a replica slowed by a busy machine is measured slow, not
+    at 0 calls/s), at most ``max_seconds`` (default 30x ``seconds``, at least 60 s)."""
+    limit = max_seconds if max_seconds is not None else max(60.0, 30.0 * seconds)
+    state: dict[str, Any] = {"i": 0, "done": 0, "stop": None}
     t_start = time.perf_counter()
-    t_measure, t_end = t_start + warmup_s, t_start + warmup_s + seconds
+    t_measure = t_start + warmup_s
+    t_end, t_limit = t_measure + seconds, t_measure + max(seconds, limit)
 
     async def caller():
-        while time.perf_counter() < t_end:
+        while state["stop"] is None:
             item = inputs[state["i"] % len(inputs)]
             state["i"] += 1
             await call(item)
-            if t_measure <= time.perf_counter() <= t_end:
-                state["done"] += 1
+            now = time.perf_counter()
+            if state["stop"] is not None or now < t_measure:
+                continue
+            state["done"] += 1
+            if (now >= t_end and state["done"] >= min_calls) or now >= t_limit:
+                state["stop"] = now
 
     await asyncio.gather(*(caller() for _ in range(concurrency)))
-    return state["done"], seconds
+    if state["done"] < min_calls:
+        raise TimeoutError(f"{state['done']} of {min_calls} calls completed within {limit:.1f} s of measurement")
+    return state["done"], state["stop"] - t_measure
 
 
 def measure_matrix(source: Any, opt: Any, specs: Sequence[StageSpec], device_types: Sequence[str],
                    emulation: DeviceEmulation, requests: Sequence[pd.DataFrame], *, name: str = "hetero-profile",
                    concurrency: int = PROFILE_CONCURRENCY, warmup_s: float = PROFILE_WARMUP_S,
-                   seconds: float = PROFILE_SECONDS) -> ThroughputMatrix:
+                   seconds: float = PROFILE_SECONDS, min_calls: int = PROFILE_MIN_CALLS) -> ThroughputMatrix:
     """The throughput matrix measured on this cluster: one replica of each stage on each
     device type, driven in a closed loop with the calls the stage sees when serving
     ``requests``; rates are calls/s, visits are calls per request. The stages measured on one
-    device type share one device (``device_share``): they are driven one at a time."""
+    device type share one device (``device_share``): they are driven one at a time. Each
+    measurement runs ``seconds`` and then until ``min_calls`` calls completed in it."""
     calls, visits = stage_inputs(opt, specs, requests)
     rates = np.zeros((len(specs), len(device_types)))
     for j, device in enumerate(device_types):
@@ -95,7 +109,8 @@ def measure_matrix(source: Any, opt: Any, specs: Sequence[StageSpec], device_typ
                 async def call(item, handle=handle):
                     return await handle.run.remote(*item)
 
-                done, elapsed = asyncio.run(_drive(call, calls[spec.name], concurrency, warmup_s, seconds))
+                done, elapsed = asyncio.run(_drive(call, calls[spec.name], concurrency, warmup_s, seconds,
+                                                   min_calls=min_calls))
                 rates[i, j] = done / elapsed
         finally:
             app.shutdown()
