@@ -28,6 +28,7 @@ import pandas as pd
 from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError
 
+from serving.core.serve_apps import delete_app, run_app
 from serving.core.specs import StageSpec
 from serving.emulation.device import MAX_ONGOING, DeviceEmulation, DeviceStage, check_jitter
 from serving.planning.hetero import WeightedRouter, Weights
@@ -381,7 +382,7 @@ class HeteroApp:
                 for (stage, device), n in sorted(self.deployments.items()) for k in range(n)]
 
     def shutdown(self) -> None:
-        serve.delete(self.name)
+        delete_app(self.name)
 
 
 def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tuple[str, str], int],
@@ -434,7 +435,8 @@ def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tup
         ingress_options["resources"] = dict(ingress_resources)
     app = HeteroIngress.options(name=f"{name}-ingress", num_replicas=1, ray_actor_options=ingress_options).bind(
         names, keys, bound, weights, hedging, hedge_quantile, probation_s, hedge_floor, hedge_idle_only)
-    handle = serve.run(app, name=name, route_prefix=None)
+    run_app(app, name)
+    handle = serve.get_app_handle(name)
     return HeteroApp(name, handle, {k: int(n) for k, n in replicas.items() if n > 0}, names)
 
 

@@ -29,6 +29,7 @@ from serving.core.constants import (
 )
 from serving.core.costs import HostCosts, load_cached, store_cached
 from serving.core.local_ray import exposure_note, start_local_ray
+from serving.core.serve_apps import delete_app, run_app
 from serving.core.specs import WHOLE_STAGE, AppSpec, gpu_capable, unsure_share
 from serving.launch import cluster
 from serving.launch.graph import (
@@ -100,9 +101,9 @@ class ServingApp:
         from ray import serve
 
         try:
-            serve.delete(self.name)
+            delete_app(self.name)
             if self.monitor_app is not None:
-                serve.delete(self.monitor_app)
+                delete_app(self.monitor_app)
             if self.artifact is not None:
                 artifacts.release(self.artifact, self.name)
         finally:
@@ -532,7 +533,6 @@ def _override_batching(plan: Plan, max_batch_size: int | None, batch_wait_timeou
 def run_spec(spec: AppSpec, opt: OptimizedPipeline | None = None, *, access_log: bool = False) -> str | None:
     """Run the monitor application (if any) and then the app of ``spec``; returns the
     monitor application's name."""
-    from ray import serve
 
     # Per-request access logs cost the ingress and stages a large share of their CPU here;
     # /metrics carries request counts and latencies instead.
@@ -544,6 +544,7 @@ def run_spec(spec: AppSpec, opt: OptimizedPipeline | None = None, *, access_log:
         except ImportError as exc:
             raise ValueError(f"monitor= needs the drift package: {exc}") from exc
         monitor_app = f"{spec.name}-monitor"
-        serve.run(build_monitor(spec, opt), name=monitor_app, route_prefix=None, logging_config=logging_config)
-    serve.run(build_app(spec, opt), name=spec.name, route_prefix=f"/{spec.name}", logging_config=logging_config)
+        run_app(build_monitor(spec, opt), monitor_app, None, logging_config)
+    run_app(build_app(spec, opt), spec.name, f"/{spec.name}", logging_config)
     return monitor_app
+

@@ -48,6 +48,9 @@ AUTOSCALE_LOOK_BACK_S = 10.5
 DEFAULT_REFERENCE_PANES = 5
 #: seconds a stage replica waits for its calls in flight when stopping
 GRACEFUL_SHUTDOWN_S = 10.0
+#: how often a stopping replica looks at its calls in flight (seconds; Ray's default, 2 s, made
+#: every redeploy, scale-down and shutdown wait that long for an idle replica)
+DRAIN_POLL_S = 0.2
 #: calls a partition stage of a module chain may hold (its lock still runs one batch at a time)
 CHAIN_MAX_ONGOING = 64
 
@@ -138,6 +141,7 @@ def chain_apps(name: str, chains: dict[str, ModuleChainSpec] | None, groups: lis
         out[group] = [
             PartitionStage.options(
                 name=f"{name}-{group}-part{k}", num_replicas=st.replicas, max_ongoing_requests=CHAIN_MAX_ONGOING,
+                graceful_shutdown_wait_loop_s=DRAIN_POLL_S,
                 ray_actor_options=_actor_options(chain.num_cpus, chain.num_gpus),
             ).bind(st.path, chain.device, 1, st.sha256)
             for k, st in enumerate(chain.stages)]
@@ -170,6 +174,7 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
             "max_ongoing_requests": sp.max_ongoing_requests,
             "max_queued_requests": sp.max_queued_requests,
             "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
+            "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
             "ray_actor_options": _actor_options(sp.num_cpus, sp.num_gpus if on_gpu else 0.0),
         }
         if autoscale:
@@ -233,7 +238,7 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
     ingress = Ingress.options(
         name=f"{name}-ingress", num_replicas=plan.ingress_replicas,
         # Serve's own limit sits above the ingress's admission bound, which answers 503 first
-        max_ongoing_requests=config.max_in_flight + 64,
+        max_ongoing_requests=config.max_in_flight + 64, graceful_shutdown_wait_loop_s=DRAIN_POLL_S,
         ray_actor_options=_actor_options(ingress_cpus),
     )
     return ingress.bind(handles[0], second, config, local_first)
@@ -297,6 +302,7 @@ def build_monitor(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None 
     plan = Plan.from_dict(spec.plan)
     return MonitorStage.options(
         name="monitor", max_ongoing_requests=64, graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_S,
+        graceful_shutdown_wait_loop_s=DRAIN_POLL_S,
         ray_actor_options=_actor_options(plan.monitor_cpus or 0.1),
     ).bind(monitor_config, reference, guarantee_terms(spec, opt, record_config), label_terms(opt, record_config))
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from serving.core.procstat import session_dir
+from serving.core.serve_apps import delete_app, run_app
 from serving.core.specs import AppSpec
 from serving.launch.graph import build_app, monitor_settings, row_schema
 from serving.measure.insitu import PROBE_BODIES, PROBE_HEADER, probe, summary
@@ -28,7 +29,6 @@ def refine_in_situ(spec: AppSpec, opt: Any, plan: Any, url: str, token: str, *,
     without the probe's token. Returns the plan in force and a note; a failed probe leaves the
     app and its plan as they were."""
     import ray
-    from ray import serve
 
     monitor = spec.monitor
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
@@ -54,8 +54,8 @@ def refine_in_situ(spec: AppSpec, opt: Any, plan: Any, url: str, token: str, *,
     logging_config = {"enable_access_log": access_log, "log_level": "INFO" if access_log else "WARNING"}
     # deleted first, so that the new replicas are placed on free nodes as planned (an update in
     # place would start them while the old ones still hold their CPUs); the monitor stays
-    serve.delete(spec.name)
-    serve.run(build_app(spec, opt), name=spec.name, route_prefix=f"/{spec.name}", logging_config=logging_config)
+    delete_app(spec.name)
+    run_app(build_app(spec, opt), spec.name, f"/{spec.name}", logging_config)
     what = "replicas planned again" if changed else "replicas unchanged"
     return refined, (f"in situ ({measured['clients']} clients, {measured['seconds']:g} s): CPU measured over modelled "
                      f"{summary(measured['factors'])}; {what}; bound {before['max_rows_per_s']:.0f} -> "

@@ -40,6 +40,7 @@ import pandas as pd
 from serving.core.costs import HostCosts
 from serving.core.procstat import group_cpu, process_cpu, session_dir, session_processes
 from serving.core.schema import ColumnSpec, PredictRequest, RowSchema, parse_request, predict_answer
+from serving.core.serve_apps import delete_app, run_app
 from serving.core.specs import IngressConfig
 from serving.planning.planner import MIN_IN_FLIGHT
 
@@ -158,7 +159,6 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
     """Run the probes on the Serve instance answering at ``base_url`` (its root URL) and
     return what they measured; the probe app is deleted afterwards."""
     import ray
-    from ray import serve
 
     from serving.runtime.ingress import Ingress
     from serving.runtime.replicas import ModelStage
@@ -173,8 +173,8 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
         None, None, _config(fused_name, "fused"), {"runner": EchoRunner(), "inline": True})
     logging = {"enable_access_log": False, "log_level": "WARNING"}
     route = f"/{app_name}"
-    serve.run(ingress, name=app_name, route_prefix=route, logging_config=logging)
-    serve.run(fused, name=fused_name, route_prefix=f"/{fused_name}", logging_config=logging)
+    run_app(ingress, app_name, route, logging)
+    run_app(fused, fused_name, f"/{fused_name}", logging)
     url = base_url.rstrip("/") + route
     me = os.getpid()
     session = session_dir(ray.get_runtime_context().gcs_address)
@@ -218,8 +218,8 @@ def calibrate(base_url: str, app_name: str, *, front: str, transport: str, cores
             phases[key]["per_call"] = max(n, 1) / max(loop.run_until_complete(_model_calls(app_name)) - calls0, 1)
     finally:
         loop.close()
-        serve.delete(app_name)
-        serve.delete(fused_name)
+        delete_app(app_name)
+        delete_app(fused_name)
     h = phases["health"]
     kb = {"one": _call_kb(1), "small": _call_kb(1), "medium": _call_kb(MEDIUM_ROWS), "large": _call_kb(LARGE_ROWS)}
     rows = {"one": 1, "small": 1, "medium": MEDIUM_ROWS, "large": LARGE_ROWS}

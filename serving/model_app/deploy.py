@@ -31,6 +31,7 @@ from serving import partition as sp
 from serving.core.constants import LOOPBACK_HOSTS
 from serving.core.local_ray import start_local_ray
 from serving.core.nodes import nodes
+from serving.core.serve_apps import delete_app, run_app
 from serving.model_app.placement import check_placeable, replica_resources
 from serving.model_app.stage_replica import canary_inputs, write_stage_file
 from serving.model_app.stages import (
@@ -71,7 +72,7 @@ class ModelApp:
         from ray import serve
 
         try:
-            serve.delete(self.name)
+            delete_app(self.name)
         finally:
             if self._tmp is not None:
                 self._tmp.cleanup()
@@ -274,8 +275,7 @@ def deploy_model(
         }
         ingress = ModelIngress.options(name=f"{name}-ingress", max_ongoing_requests=4096,
                                        ray_actor_options={"num_cpus": 0.0}).bind(handles, info)
-        serve.run(ingress, name=name, route_prefix=f"/{name}",
-                  logging_config={"enable_access_log": False, "log_level": "WARNING"})
+        run_app(ingress, name, f"/{name}", {"enable_access_log": False, "log_level": "WARNING"})
     except BaseException:
         if started:
             import ray

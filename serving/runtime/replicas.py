@@ -24,7 +24,6 @@ from serving.runtime.dashboard.data import monitor_snapshot
 from serving.runtime.feedback import KINDS as FEEDBACK_KINDS
 from serving.runtime.feedback import Feedback
 from serving.runtime.gears import GearRunners
-from serving.runtime.module_chain import attach_chains
 from serving.runtime.stage_runner import StageRunner, merge_chunks, place_models, split_rows
 
 
@@ -73,7 +72,10 @@ class ModelStage:
             opt = artifact.load()
             self.notes = place_models(opt, device, runtime)
             # a deep level too big for one device: its module runs as partition stages elsewhere
-            self.notes += attach_chains(opt, module_chains)
+            if module_chains:  # torch is imported only where a chain runs (a replica starts faster without)
+                from serving.runtime.module_chain import attach_chains
+
+                self.notes += attach_chains(opt, module_chains)
             self.runner = StageRunner(opt, spec, baseline=baseline, fallback=fallback)
         self.batching = batching
         #: run batches on this replica's event loop (a CPU-bound stage: StageProfile.runs_inline)

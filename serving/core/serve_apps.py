@@ -1,0 +1,52 @@
+"""Serve applications run and deleted with their status looked at every 0.1 s: Serve's own
+blocking client looks once a second, which added about a second to every deploy and every
+delete (a redeploy, a test, a CLI shutdown)."""
+
+from __future__ import annotations
+
+import time
+
+#: how often an application's status is looked at
+STATUS_POLL_S = 0.1
+
+
+def wait_running(name: str, timeout_s: float | None = None) -> None:
+    """Wait until the Serve application ``name`` runs; RuntimeError with Serve's message
+    when its deployment failed, TimeoutError after ``timeout_s`` (None: no limit, as Serve)."""
+    from ray import serve
+
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        app = serve.status().applications.get(name)
+        if app is None:
+            raise RuntimeError(f"waiting for application {name} to run, but it does not exist")
+        if app.status == "RUNNING":
+            return
+        if app.status == "DEPLOY_FAILED":
+            raise RuntimeError(f"deploying application {name} failed: {app.message}")
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"application {name} did not run within {timeout_s} s (status {app.status})")
+        time.sleep(STATUS_POLL_S)
+
+
+def run_app(target, name: str, route_prefix: str | None = None, logging_config: dict | None = None,
+            timeout_s: float | None = None) -> None:
+    """``serve.run`` of ``target`` as ``name`` (Serve's documented ``run_many``, not waiting),
+    waited for with :func:`wait_running`."""
+    from ray import serve
+
+    serve.run_many([serve.RunTarget(target, name=name, route_prefix=route_prefix, logging_config=logging_config)],
+                   wait_for_applications_running=False)
+    wait_running(name, timeout_s)
+
+
+def delete_app(name: str, timeout_s: float = 60.0) -> None:
+    """Delete the Serve application ``name`` and wait until it is gone (at most ``timeout_s``)."""
+    from ray import serve
+
+    serve.delete(name, _blocking=False)
+    deadline = time.monotonic() + timeout_s
+    while name in serve.status().applications:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"application {name} was not deleted within {timeout_s} s")
+        time.sleep(STATUS_POLL_S)
