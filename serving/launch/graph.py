@@ -48,8 +48,8 @@ AUTOSCALE_LOOK_BACK_S = 10.5
 DEFAULT_REFERENCE_PANES = 5
 #: seconds a stage replica waits for its calls in flight when stopping
 GRACEFUL_SHUTDOWN_S = 10.0
-#: how often a stopping replica looks at its calls in flight (seconds; Ray's default, 2 s, made
-#: every redeploy, scale-down and shutdown wait that long for an idle replica)
+#: how often a stopping stage or monitor replica looks at its calls in flight (seconds; Ray's
+#: default, 2 s, made every redeploy, scale-down and shutdown wait that long for an idle replica)
 DRAIN_POLL_S = 0.2
 #: calls a partition stage of a module chain may hold (its lock still runs one batch at a time)
 CHAIN_MAX_ONGOING = 64
@@ -238,7 +238,10 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
     ingress = Ingress.options(
         name=f"{name}-ingress", num_replicas=plan.ingress_replicas,
         # Serve's own limit sits above the ingress's admission bound, which answers 503 first
-        max_ongoing_requests=config.max_in_flight + 64, graceful_shutdown_wait_loop_s=DRAIN_POLL_S,
+        # (the ingress keeps Ray's drain poll: behind HAProxy a stopping ingress replica first stays
+        # reachable for INGRESS_DRAIN_S, and a slower poll once it is closed leaves stale pooled
+        # connections time to move on)
+        max_ongoing_requests=config.max_in_flight + 64,
         ray_actor_options=_actor_options(ingress_cpus),
     )
     return ingress.bind(handles[0], second, config, local_first)
