@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: pytest-xdist scopes of the tests that start Ray, servers, subprocess apps or a browser: the
-#: modules marked ``pytestmark = pytest.mark.starts_ray`` run in two lanes (`make test` runs
-#: ``-n 2 --dist loadgroup``), one per worker, module after module, while every other test is
-#: spread over both workers. The shared lane holds the modules that serve on the worker's
-#: shared Ray (``ray_cluster``); the own lane those that start a Ray of their own (a cluster of
-#: another shape, or subprocesses that start theirs). Their waits (replicas starting, traffic
-#: phases) overlap; each lane's Ray is private (its own ports, HAProxy files and side ports).
-SHARED_LANE, OWN_LANE = "ray-shared", "ray-own"
+#: pytest-xdist scope of the tests that start Ray, servers, subprocess apps or a browser: the
+#: modules marked ``pytestmark = pytest.mark.starts_ray`` run one after another on one worker
+#: (`make test` runs ``-n 2 --dist loadgroup``), sharing that worker's Ray where they can, while
+#: every other test is spread over both workers. Two such modules side by side were tried: on
+#: two cores their Rays' HAProxy ports collided and a replica-kill test's requests ran past their
+#: 30 s deadline, so they stay serial. tests/serving/test_ray_free.py checks the marks.
+SERIAL_GROUP = "ray-and-servers"
 #: what marks a module serial (read from its source: xdist's scheduler sees node ids, not marks)
 SERIAL_MARK = "pytest.mark.starts_ray"
 
@@ -42,15 +41,8 @@ def serial(nodeid: str) -> bool:
     return _marked(nodeid.split("::", 1)[0])
 
 
-def lane(nodeid: str) -> str | None:
-    """The serial lane of a test (None: spread over the workers one test at a time)."""
-    if not serial(nodeid):
-        return None
-    return OWN_LANE if _own_cluster(nodeid.split("::", 1)[0]) else SHARED_LANE
-
-
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    """The serial lanes first (each worker takes one at once), then the tests marked slow, then
+    """The serial scope first (one worker takes it at once), then the tests marked slow, then
     the rest: the long work starts early, so short tests fill both workers at the end instead
     of one long test holding the run's tail."""
     if config.getvalue("dist") != "loadgroup":
@@ -63,7 +55,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     def key(item) -> tuple:
         module = item.nodeid.split("::", 1)[0]
-        if serial(item.nodeid):  # lane by lane, the largest modules first
+        if serial(item.nodeid):  # modules that stop the worker's shared Ray for a cluster of their own last
             return (0, _own_cluster(module), -sizes[module], order[module])
         return (1 if item.get_closest_marker("slow") else 2, False, 0, order[module])
 
@@ -72,9 +64,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 @pytest.hookimpl(optionalhook=True)  # known only where xdist is loaded
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadgroup`` as `make test` runs it: each serial lane is one scope that one
-    worker runs, module after module, while the other tests are spread one by one (xdist
-    gives the largest scopes out first, one per worker). (xdist's
+    """``--dist loadgroup`` as `make test` runs it: the serial tests form one scope that one
+    worker runs, module after module, while the other tests are spread one by one. (xdist's
     own loadgroup suffixes node ids with the group of an ``xdist_group`` mark, which pytest
     9.2's node ids no longer take: its groups silently split.)"""
     if config.getvalue("dist") != "loadgroup":
@@ -83,7 +74,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     class SerialServers(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return lane(nodeid) or nodeid
+            return SERIAL_GROUP if serial(nodeid) else nodeid
 
     return SerialServers(config, log)
 

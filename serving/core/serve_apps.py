@@ -52,13 +52,28 @@ def run_app(target, name: str, route_prefix: str | None = None, logging_config: 
     wait_running(name, timeout_s)
 
 
+#: how Serve names a replica's actor: this prefix, then "<app>#<deployment>#<id>"
+REPLICA_ACTOR_PREFIX = "SERVE_REPLICA::"
+
+
 def delete_app(name: str, timeout_s: float = 60.0) -> None:
-    """Delete the Serve application ``name`` and wait until it is gone (at most ``timeout_s``)."""
+    """Delete the Serve application ``name`` and wait until it is gone and its replicas' actors
+    have ended, so that their CPUs, GPUs and custom resources are free again for what is
+    deployed next (Serve drops the application from its status a moment before that); at
+    most ``timeout_s``."""
+    import ray
     from ray import serve
 
     serve.delete(name, _blocking=False)
     deadline, pauses = time.monotonic() + timeout_s, _pauses()
-    while name in serve.status().applications:
+    prefix = f"{REPLICA_ACTOR_PREFIX}{name}#"
+
+    def gone() -> bool:
+        if name in serve.status().applications:
+            return False
+        return not any(a["name"].startswith(prefix) for a in ray.util.list_named_actors(all_namespaces=True))
+
+    while not gone():
         if time.monotonic() > deadline:
             raise TimeoutError(f"application {name} was not deleted within {timeout_s} s")
         time.sleep(next(pauses))

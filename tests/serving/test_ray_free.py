@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import OWN_LANE, REPO_ROOT, SERIAL_MARK, SHARED_LANE, lane, serial
+from tests.conftest import REPO_ROOT, SERIAL_MARK, serial
 
 #: what a module that starts Ray, a server, a subprocess or a browser uses
 STARTS = re.compile(r"ray_cluster|emulated_cluster|ray\.init|\bdeploy\(|deploy_hetero|serve\.(run|start)|"
@@ -27,8 +27,3 @@ def test_serial_group():
     assert serial("tests/serving/launch/test_api.py::test_static_routes")
     assert not serial("tests/serving/planning/test_planner.py::test_x")
     assert not serial("tests/willump/test_optimize.py::test_x") and not serial("tests/test_readme.py::test_the_tour_runs")
-    # two lanes, one per worker: the worker's shared Ray, and Rays of their own (clusters, subprocesses)
-    assert lane("tests/serving/launch/test_api.py::test_static_routes") == SHARED_LANE
-    assert lane("tests/serving/launch/test_multinode.py::test_x") == OWN_LANE
-    assert lane("tests/test_demo.py::test_make_demo_runs_end_to_end") == OWN_LANE
-    assert lane("tests/willump/test_optimize.py::test_x") is None
