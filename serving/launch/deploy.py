@@ -533,7 +533,6 @@ def _override_batching(plan: Plan, max_batch_size: int | None, batch_wait_timeou
 def run_spec(spec: AppSpec, opt: OptimizedPipeline | None = None, *, access_log: bool = False) -> str | None:
     """Run the monitor application (if any) and then the app of ``spec``; returns the
     monitor application's name."""
-
     # Per-request access logs cost the ingress and stages a large share of their CPU here;
     # /metrics carries request counts and latencies instead.
     logging_config = {"enable_access_log": access_log, "log_level": "INFO" if access_log else "WARNING"}
@@ -547,4 +546,3 @@ def run_spec(spec: AppSpec, opt: OptimizedPipeline | None = None, *, access_log:
         run_app(build_monitor(spec, opt), monitor_app, None, logging_config)
     run_app(build_app(spec, opt), spec.name, f"/{spec.name}", logging_config)
     return monitor_app
-

@@ -238,10 +238,10 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
     ingress = Ingress.options(
         name=f"{name}-ingress", num_replicas=plan.ingress_replicas,
         # Serve's own limit sits above the ingress's admission bound, which answers 503 first
-        # (the ingress keeps Ray's drain poll: behind HAProxy a stopping ingress replica first stays
-        # reachable for INGRESS_DRAIN_S, and a slower poll once it is closed leaves stale pooled
-        # connections time to move on)
         max_ongoing_requests=config.max_in_flight + 64,
+        # no DRAIN_POLL_S here: behind HAProxy a stopping ingress replica first stays reachable for
+        # INGRESS_DRAIN_S, and Ray's slower poll once it is closed leaves stale pooled connections
+        # time to move on
         ray_actor_options=_actor_options(ingress_cpus),
     )
     return ingress.bind(handles[0], second, config, local_first)
