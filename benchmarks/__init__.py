@@ -8,7 +8,8 @@ imports them). Run them from the repository root as modules::
     python -m benchmarks.serving       # served cascade vs served baseline
     python -m benchmarks.cluster       # shared, mixed and transient resources
     python -m benchmarks.partition     # partitioned deep models (+ benchmarks.partition_report)
-    python -m benchmarks.deep          # the certified deep cascade, served
+    python -m benchmarks.deep          # the certified deep cascade, served (--device gpu)
+    python -m benchmarks.gpu_check     # the GPU check, in one process (+ benchmarks.gpu_carry)
     python -m benchmarks.dashboard     # the dashboard's cost per replica
     python -m benchmarks.drift         # the monitor: quality, speed, memory, sampled regime, peers
 

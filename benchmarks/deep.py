@@ -21,6 +21,10 @@ predicted speedup next to the measured one, MiniLM's cost per row, and what
 that fits a device: one stage, replicated; the expensive stage then runs the module
 in-process in each replica).
 
+``--device gpu`` puts both apps' model stages on the machine's GPU (the full pipeline's
+stage too: the two are compared on the same device). A GPU stage's replicas share every
+free GPU, so there the apps are deployed and measured one after the other.
+
 Run it under the shared lock (``flock /tmp/willump-heavy.lock ...``); the load average
 is recorded. ``--artifact DIR`` saves the optimized pipeline there (or reuses it when
 present) so that a rerun skips the optimizer.
@@ -69,7 +73,9 @@ def optimized(args: argparse.Namespace) -> tuple[Any, Any]:
     import willump
     from pipelines import toxic_deep as td
 
-    w = td.build(args.data_dir, seed=args.seed, n_rows=args.rows)
+    # on a GPU machine the optimizer computes MiniLM there too; the artifact is saved
+    # device-neutral and the served stages place the module on their own device
+    w = td.build(args.data_dir, seed=args.seed, n_rows=args.rows, device=torch_device(args.device))
     if args.artifact and (Path(args.artifact) / "manifest.json").is_file():
         opt = willump.load(args.artifact)
         print(f"optimized pipeline loaded from {args.artifact}", flush=True)
@@ -81,6 +87,11 @@ def optimized(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.artifact:
         opt.save(args.artifact)
     return opt, w
+
+
+def torch_device(device: str) -> str:
+    """The torch device of ``--device`` ('gpu' is CUDA's first device)."""
+    return "cuda" if device == "gpu" else "cpu"
 
 
 def held_out(opt: Any, w: Any) -> dict[str, Any]:
@@ -109,7 +120,7 @@ def partition_answer(opt: Any, devices: int, sample: Any) -> dict[str, Any]:
     from serving import partition as sp
 
     group = opt.pipeline.graph_features()["minilm"]
-    example = group.inputs(sample.iloc[:16])
+    example = tuple(t.to(group.device) for t in group.inputs(sample.iloc[:16]))  # where the module sits
     graph = sp.capture(group.module, example)
     prof = sp.profile(graph, batch_sizes=(8, 16), device=group.device, threads=1, repeats=3, name="minilm")
     plan = sp.plan(prof, devices=devices, memory_per_device=None)
@@ -155,7 +166,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "load_start": _load(), "cpus_machine": os.cpu_count(),
         "command": " ".join(["python -m benchmarks.deep", *(args.argv or [])]),
-        "gpu": None, "cpus_per_app": args.cpus, "clients": args.clients,
+        "gpu": None, "device": args.device, "cpus_per_app": args.cpus, "clients": args.clients,
         "rows_per_request": args.rows_per_request, "duration_s": args.duration, "rounds": args.rounds,
     }
     try:
@@ -186,40 +197,62 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"held-out test ({h['rows']} rows): accuracy full {h['accuracy_full']:.4f}, cascade "
           f"{h['accuracy_cascade']:.4f}, realized loss {h['realized_loss']:+.4f} (bound {rep.loss_bound:.4f}); "
           f"answered per level {h['answered_share']}", flush=True)
-    result["partition"] = partition_answer(opt, max(1, int(args.cpus)), w.X_test)
-    print(f"serving.partition.plan for the MiniLM group on {int(args.cpus)} devices: {result['partition']}",
+    devices = 1 if args.device == "gpu" else max(1, int(args.cpus))
+    result["partition"] = partition_answer(opt, devices, w.X_test)
+    print(f"serving.partition.plan for the MiniLM group on {devices} {args.device} devices: {result['partition']}",
           flush=True)
 
     bodies, _ = payloads(w.X_test, args.rows_per_request)
     result["proxy"] = use_proxy(DEFAULT_PROXY, "grpc")
     # room for both apps at once: each plans within --cpus logical CPUs, on the same 2 cores
-    ray.init(address="local", num_cpus=int(2 * args.cpus + 2), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=int(2 * args.cpus + 2), num_gpus=1 if args.device == "gpu" else 0,
+             include_dashboard=False, log_to_driver=False)
     apps: dict[str, Any] = {}
+    # on a GPU the two apps run one after the other: a GPU stage's replicas share every free
+    # GPU, so the first app would leave the second none; on CPUs both stay up and alternate
+    together = not args.one_at_a_time
+    rounds: dict[str, list[dict[str, Any]]] = {"full": [], "cascade": []}
+    plans: dict[str, Any] = {}
+    calibrate: Any = "auto"
+
+    def up(key: str) -> None:
+        nonlocal calibrate
+        t0 = time.perf_counter()
+        app = deploy(opt, name=f"toxic-deep-{key}", port=args.port, cpus=args.cpus, baseline=key == "full",
+                     rows_per_request=args.rows_per_request, device=args.device, calibrate=calibrate)
+        calibrate = app.plan.costs
+        apps[key], plans[key] = app, app.plan
+        print(f"deployed {key} in {time.perf_counter() - t0:.0f} s: "
+              + ", ".join(f"{s.name} x{s.replicas} ({s.num_cpus:.2f} CPU, {s.num_gpus:.2f} GPU, {s.device})"
+                          for s in app.plan.stages), flush=True)
+        if key == "cascade":
+            result["served_levels"] = served_levels(app.url + "/predict", bodies)
+
+    def one_round(r: int, key: str) -> None:
+        m = measure(apps[key].url + "/predict", bodies, args.rows_per_request, args.clients, args.duration)
+        m["load"] = _load()
+        rounds[key].append(m)
+        print(f"  round {r + 1} {key}: {m['rows_per_s']:.1f} rows/s, p50 {m['p50_ms']:.0f} ms, "
+              f"p99 {m['p99_ms']:.0f} ms, {m['errors']} errors, load {m['load']}", flush=True)
+
     try:
-        calibrate: Any = "auto"
-        for key, baseline in (("full", True), ("cascade", False)):
-            t0 = time.perf_counter()
-            app = deploy(opt, name=f"toxic-deep-{key}", port=args.port, cpus=args.cpus, baseline=baseline,
-                         rows_per_request=args.rows_per_request, device="cpu", calibrate=calibrate)
-            calibrate = app.plan.costs
-            apps[key] = app
-            print(f"deployed {key} in {time.perf_counter() - t0:.0f} s: "
-                  + ", ".join(f"{s.name} x{s.replicas} ({s.num_cpus:.2f} CPU)" for s in app.plan.stages), flush=True)
-        result["served_levels"] = served_levels(apps["cascade"].url + "/predict", bodies)
-        rounds: dict[str, list[dict[str, Any]]] = {"full": [], "cascade": []}
-        for r in range(args.rounds):
-            order = ("full", "cascade") if r % 2 == 0 else ("cascade", "full")
-            for key in order:
-                m = measure(apps[key].url + "/predict", bodies, args.rows_per_request, args.clients, args.duration)
-                m["load"] = _load()
-                rounds[key].append(m)
-                print(f"  round {r + 1} {key}: {m['rows_per_s']:.1f} rows/s, p50 {m['p50_ms']:.0f} ms, "
-                      f"p99 {m['p99_ms']:.0f} ms, {m['errors']} errors, load {m['load']}", flush=True)
-        for key, app in apps.items():
+        if together:
+            for key in ("full", "cascade"):
+                up(key)
+            for r in range(args.rounds):
+                for key in (("full", "cascade") if r % 2 == 0 else ("cascade", "full")):
+                    one_round(r, key)
+        else:
+            for key in ("full", "cascade"):
+                up(key)
+                for r in range(args.rounds):
+                    one_round(r, key)
+                apps.pop(key).shutdown(stop_ray=False)
+        for key, plan in plans.items():
             runs = rounds[key]
-            pred = predict(app.plan, clients=args.clients, client_ms=app.plan.costs.client_ms, seed=args.seed)
+            pred = predict(plan, clients=args.clients, client_ms=plan.costs.client_ms, seed=args.seed)
             result[key] = {
-                "rounds": runs, "plan": app.plan.to_dict(),
+                "rounds": runs, "plan": plan.to_dict(),
                 "rows_per_s": statistics.median(x["rows_per_s"] for x in runs),
                 "p50_ms": statistics.median(x["p50_ms"] for x in runs),
                 "p99_ms": statistics.median(x["p99_ms"] for x in runs),
@@ -269,6 +302,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-loss", type=float, default=None, help="override the workload's max_loss (0.005)")
     ap.add_argument("--artifact", help="save the optimized pipeline here, or reuse it when present")
     ap.add_argument("--cpus", type=float, default=CPUS, help="logical CPUs each app plans for")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                    help="where the apps' model stages run: 'gpu' puts the expensive stage of the cascade and "
+                         "the full pipeline's stage on the machine's GPU (the apps then run one after the other)")
+    ap.add_argument("--one-at-a-time", action="store_true",
+                    help="deploy and measure the apps one after the other (always so with --device gpu)")
     ap.add_argument("--clients", type=int, default=CLIENTS)
     ap.add_argument("--rows-per-request", type=int, default=ROWS_PER_REQUEST)
     ap.add_argument("--duration", type=float, default=DURATION_S, help="seconds per measured round")
@@ -280,6 +318,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if not args.duration > 0 or not args.cpus > 0:
         ap.error("--duration and --cpus must be positive")
+    args.one_at_a_time = args.one_at_a_time or args.device == "gpu"
     args.port = args.port or free_port()
     args.argv = list(sys.argv[1:] if argv is None else argv)
     return args

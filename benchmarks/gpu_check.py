@@ -24,8 +24,8 @@ device it names:
    (device-neutral), the stages placed on the device, their canaries (the replicas' health
    check), the stages chained against the pipeline in process; ONNX Runtime asked for the
    device, its provider reported.
-5. **served**: the same through Ray Serve where Ray is installed (``benchmarks.deep``);
-   skipped with the reason where it is not.
+5. **served**: not here: the same cascade served through Ray Serve is
+   ``benchmarks.deep --device gpu``, whose wheels ``benchmarks.gpu_carry --served`` packs.
 
 It writes one JSON (``--out``) naming the device and prints the issue's targets next to
 what was measured. ``--device cpu`` runs the same code on the CPU (how it is tested).
@@ -297,9 +297,10 @@ def stage_check(device: str, opt: Any, X: Any, workdir: str) -> dict[str, Any]:
 
 
 def served_check(env: dict[str, Any]) -> dict[str, Any]:
+    how = "python -m benchmarks.deep --device gpu (its wheels packed by python -m benchmarks.gpu_carry --served)"
     if not env["ray"]:
-        return {"skipped": "Ray is not installed here; where it is: python -m benchmarks.deep"}
-    return {"skipped": "run python -m benchmarks.deep on this machine for the served figures"}
+        return {"skipped": f"Ray is not installed here; the served figures: {how}"}
+    return {"skipped": f"served figures in a process of their own: {how}"}
 
 
 def targets(result: dict[str, Any]) -> dict[str, Any]:

@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 
-def _summary(latencies: Sequence[float], rows: int, seconds: float, errors: int) -> dict[str, Any]:
+def _summary(latencies: Sequence[float], rows: int, seconds: float, errors: Counter[str]) -> dict[str, Any]:
     lat = np.asarray(latencies) * 1000.0
     return {
         "requests": len(latencies),
-        "errors": errors,
+        "errors": sum(errors.values()),
+        # what failed: "HTTP 503", or the client's exception ("ServerDisconnectedError", ...)
+        "error_kinds": dict(sorted(errors.items())),
         "rows_per_s": rows / seconds if seconds > 0 else 0.0,
         "requests_per_s": len(latencies) / seconds if seconds > 0 else 0.0,
         "p50_ms": float(np.percentile(lat, 50)) if lat.size else None,
@@ -33,13 +36,13 @@ async def closed_loop(url: str, payloads: Sequence[bytes], rows_each: int, *, cl
     import aiohttp
 
     latencies: list[float] = []
-    errors = 0
+    errors: Counter[str] = Counter()
     sent = 0
     stop_at = time.perf_counter() + duration
     headers = {"Content-Type": "application/json", **(headers or {})}
 
     async def worker(session: aiohttp.ClientSession, offset: int) -> None:
-        nonlocal errors, sent
+        nonlocal sent
         i = offset
         while time.perf_counter() < stop_at and sent < max_requests:
             sent += 1
@@ -50,9 +53,9 @@ async def closed_loop(url: str, payloads: Sequence[bytes], rows_each: int, *, cl
                     if r.status == 200:
                         latencies.append(time.perf_counter() - start)
                     else:
-                        errors += 1
-            except (aiohttp.ClientError, asyncio.TimeoutError):  # refused, reset, timed out: a failure
-                errors += 1
+                        errors[f"HTTP {r.status}"] += 1
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # refused, reset, timed out: a failure
+                errors[type(exc).__name__] += 1
             i += clients
 
     connector = aiohttp.TCPConnector(limit=clients)
@@ -91,14 +94,13 @@ async def open_loop(url: str, payloads: Sequence[bytes], *, rate: float, duratio
 
     latencies: list[float] = []
     levels: list[int] = []
-    errors = 0
+    errors: Counter[str] = Counter()
     headers = {"Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector,
                                      timeout=aiohttp.ClientTimeout(total=120)) as session:
 
         async def one(payload: bytes) -> None:
-            nonlocal errors
             start = time.perf_counter()
             try:
                 async with session.post(url, data=payload, headers=headers) as r:
@@ -107,9 +109,9 @@ async def open_loop(url: str, payloads: Sequence[bytes], *, rate: float, duratio
                         latencies.append(time.perf_counter() - start)
                         levels.append(max(json.loads(body)["level"]))
                     else:
-                        errors += 1
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                errors += 1
+                        errors[f"HTTP {r.status}"] += 1
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                errors[type(exc).__name__] += 1
 
         start = time.perf_counter()
         await poisson_calls(rate, duration, lambda i, t: one(payloads[i % len(payloads)]), seed)
@@ -144,7 +146,7 @@ async def http_floor(url: str, *, clients: int, duration: float) -> dict[str, An
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(clients)))
         elapsed = time.perf_counter() - start
-    return _summary(latencies, len(latencies), elapsed, 0)
+    return _summary(latencies, len(latencies), elapsed, Counter())
 
 
 def in_process(opt: Any, frames: Sequence[Any], rows_each: int, *, duration: float,
@@ -163,7 +165,7 @@ def in_process(opt: Any, frames: Sequence[Any], rows_each: int, *, duration: flo
         latencies.append(time.perf_counter() - t0)
         i += 1
     cpu = time.process_time() - cpu0
-    out = _summary(latencies, len(latencies) * rows_each, time.perf_counter() - start, 0)
+    out = _summary(latencies, len(latencies) * rows_each, time.perf_counter() - start, Counter())
     out["cpu_ms_per_request"] = 1000.0 * cpu / max(len(latencies), 1)
     return out
 

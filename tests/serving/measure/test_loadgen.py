@@ -1,0 +1,51 @@
+"""The load generator says what failed, not only how many: HTTP statuses and client errors
+are counted by kind (a benchmark's "13 errors" on the GPU machine could not be explained)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from aiohttp import web
+
+from serving.measure.loadgen import closed_loop
+
+
+def test_closed_loop_counts_errors_by_kind():
+    async def scenario() -> dict:
+        calls = {"n": 0}
+
+        async def predict(request: web.Request) -> web.Response:
+            calls["n"] += 1
+            await request.read()
+            if calls["n"] % 2 == 0:
+                return web.json_response({"error": "busy"}, status=503)
+            return web.json_response({"level": [0]})
+
+        app = web.Application()
+        app.router.add_post("/predict", predict)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            # one client, ten requests: the count does not depend on how fast the machine is
+            return await closed_loop(f"http://127.0.0.1:{port}/predict", [b'{"rows": []}'], 4, clients=1,
+                                     duration=300.0, max_requests=10)
+        finally:
+            await runner.cleanup()
+
+    out = asyncio.run(scenario())
+    assert out["requests"] == 5 and out["errors"] == 5
+    assert out["error_kinds"] == {"HTTP 503": 5}
+
+
+def test_closed_loop_counts_refused_connections():
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = asyncio.run(closed_loop(f"http://127.0.0.1:{port}/predict", [b"{}"], 1, clients=1, duration=300.0,
+                                  max_requests=3))
+    assert out["requests"] == 0 and out["errors"] == 3
+    assert list(out["error_kinds"]) == ["ClientConnectorError"]
