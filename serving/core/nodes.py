@@ -6,6 +6,8 @@ placement check; a Serve replica never spans nodes, so a cluster-wide sum is not
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from serving.core.profiles import NodeSpec
 
 
@@ -29,4 +31,20 @@ def nodes(*, free: bool = True) -> list[NodeSpec]:
                             gpus=float(have.get("GPU", 0.0)), head="node:__internal_head__" in total))
     if not out:
         raise RuntimeError("the Ray cluster has no alive node")
+    return out
+
+
+def within_gpus(nodes: list[NodeSpec], gpus: float | None) -> list[NodeSpec]:
+    """``nodes`` with at most ``gpus`` GPUs free among them (None: as they are), taken node by
+    node in order: the share of the cluster's GPUs one app may plan for, so that a second app
+    finds the rest free (a GPU stage's replicas otherwise share every free GPU)."""
+    if gpus is None:
+        return nodes
+    if not gpus >= 0:
+        raise ValueError(f"gpus must be >= 0, got {gpus!r}")
+    left, out = float(gpus), []
+    for n in nodes:
+        take = min(n.gpus, left)
+        left -= take
+        out.append(replace(n, gpus=take))
     return out

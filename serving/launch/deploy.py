@@ -29,6 +29,7 @@ from serving.core.constants import (
 )
 from serving.core.costs import HostCosts, load_cached, store_cached
 from serving.core.local_ray import exposure_note, start_local_ray
+from serving.core.nodes import within_gpus
 from serving.core.serve_apps import delete_app, run_app
 from serving.core.specs import WHOLE_STAGE, AppSpec, gpu_capable, unsure_share
 from serving.launch import cluster
@@ -269,6 +270,11 @@ def deploy(
     never leave it, no hop), and keeps the one with the higher bound (a note in the plan). ``device='auto'`` puts the
     later stages on a GPU when the cluster has one and their models can use it.
 
+    ``cpus`` and ``gpus`` (fractions allowed) are what this app's plan may use of the
+    cluster's free logical CPUs and GPUs (default: all of them; a Ray started here is given
+    them). Two apps sharing one GPU each pass their share, e.g. ``gpus=0.5``: without it, a
+    GPU stage's replicas share every free GPU and the next app finds none.
+
     Requests: ``deadline_ms`` (default: ``p99_ms``, else 30 s; a client may send
     ``X-Deadline-Ms``) bounds every request; past it the answer is 504, or with
     ``degrade=True`` the cheap level's prediction marked ``degraded``. An ingress replica
@@ -327,7 +333,7 @@ def deploy(
     try:
         if opt.sample_rows_ is None:
             raise ValueError("the artifact has no sample rows; re-optimize with keep_sample=True to serve it")
-        nodes = cluster.nodes(free=True)
+        nodes = within_gpus(cluster.nodes(free=True), gpus)
         code_note = cluster.check_code_reaches(ship_code, len(nodes))
         specs = specs_of(opt, baseline, plan)
         check_gears(gears, gear_policy, opt, baseline=baseline)  # and the SLO, before minutes of profiling:
@@ -470,7 +476,9 @@ def make_plan(opt: OptimizedPipeline, source: ArtifactSource, specs: list, nodes
                                                skip=sorted(on_gpu), whole=layout in ("whole", "auto"))
     timed = {p.name: p for p in cpu_profiles}
     for s in gpu_specs:
-        timed[s.name] = profile_gpu_stage(source, s, 1.0 if baseline else unsure_share(opt), runtime=runtime)
+        # the profiling processes share what one node's GPU has free for this app (``gpus``)
+        timed[s.name] = profile_gpu_stage(source, s, 1.0 if baseline else unsure_share(opt), runtime=runtime,
+                                          gpus=min(1.0, max((n.gpus for n in nodes), default=1.0)))
     profiles = [timed[s.name] for s in specs]
     if len(specs) == 1 and layout in ("whole", "auto"):
         layout = "staged"  # one stage (the baseline, a single model): nothing to split or merge

@@ -309,18 +309,23 @@ def profile_gpu_stage(
     batch_sizes: Sequence[int] = PROFILE_BATCH_SIZES,
     repeats: int = PROFILE_REPEATS,
     concurrency: Sequence[int] | None = None,
+    gpus: float = 1.0,
 ) -> StageProfile:
     """Time a GPU stage inside Ray actors holding a GPU (Ray must be running, with a GPU):
     batch seconds with one process, then the GPU's throughput with k processes sharing it,
-    relative to one (``speedup``)."""
+    relative to one (``speedup``). The processes hold ``gpus`` of one GPU among them (what
+    the app may use: another app may hold the rest)."""
     import ray
+
+    if not 0 < gpus <= 1:
+        raise ValueError(f"gpus must be in (0, 1], got {gpus!r}")
 
     concurrency = GPU_CONCURRENCY if concurrency is None else concurrency
     counts = sorted(set(concurrency) | {1})
     timer = ray.remote(_GpuTimer)
     # every process that will share the GPU is started (and loads the stage) once: one of
     # them times the batches alone, then the first k of them run at once for each k
-    actors = [timer.options(num_gpus=1.0 / counts[-1], num_cpus=0).remote(source, spec, runtime)
+    actors = [timer.options(num_gpus=gpus / counts[-1], num_cpus=0).remote(source, spec, runtime)
               for _ in range(counts[-1])]
     batch = max(b for b in batch_sizes if b <= 64) if any(b <= 64 for b in batch_sizes) else min(batch_sizes)
     speedup: dict[int, float] = {}

@@ -249,13 +249,19 @@ def test_app_still_answers_correctly_after_bad_input(app, synth_opt, request_row
 
 def test_gpu_placement_runs_on_cpu_here(ray_cluster, synth_opt, request_rows, monkeypatch):
     """With a (logical) GPU the expensive stage asks for it; ONNX falls back to the CPU provider.
-    Batch settings given to deploy override the plan's."""
+    Batch settings given to deploy override the plan's. ``gpus=0.5``: the app (its profiling
+    too) holds at most half the GPU, and leaves the rest free for another app."""
+    import ray
+
     import serving.measure.stages
 
     monkeypatch.setattr(serving.measure.stages, "GPU_CONCURRENCY", (1, 2))  # (1, 2, 4) by default: time
-    served = deploy(synth_opt, name="gpu", port=ray_cluster, cpus=1.5, device="gpu", runtime="onnx", insitu="never",
-                    max_batch_size=16, batch_wait_timeout_s=0.001, calibrate="never")
+    served = deploy(synth_opt, name="gpu", port=ray_cluster, cpus=1.5, gpus=0.5, device="gpu", runtime="onnx",
+                    insitu="never", max_batch_size=16, batch_wait_timeout_s=0.001, calibrate="never")
     try:
+        held = sum(s.num_gpus * s.replicas for s in served.plan.stages)
+        assert 0 < held <= 0.5 + 1e-9
+        assert ray.available_resources().get("GPU", 0.0) >= ray.cluster_resources()["GPU"] - 0.5 - 1e-9
         plan = requests.get(served.url + "/plan", timeout=30).json()
         assert all(s["max_batch_size"] == 16 and s["batch_wait_timeout_s"] == 0.001 for s in plan["stages"])
         stage = served.plan.stage("expensive")

@@ -109,7 +109,8 @@ def test_deploy_times_gpu_stages_on_the_gpu_only_and_the_baseline_too(optimized,
     """make_plan: the stages a GPU runs are skipped by the CPU profiler and timed in GPU actors;
     the full-pipeline baseline goes on the GPU as well, so cascade and baseline compare on one device."""
     import serving.launch.deploy as d
-    from serving.core.profiles import StageProfile
+    from serving.core.nodes import within_gpus
+    from serving.core.profiles import NodeSpec, StageProfile
     from serving.launch.graph import specs_of
 
     opt, _ = optimized
@@ -120,17 +121,21 @@ def test_deploy_times_gpu_stages_on_the_gpu_only_and_the_baseline_too(optimized,
         names = [s.name for s in specs_of(opt, baseline) if s.name not in skip]
         return [StageProfile(n, {1: 0.001}, 1.0) for n in names], None
 
-    def gpu_profile(source, spec, scale, *, runtime):
+    def gpu_profile(source, spec, scale, *, runtime, gpus):
         calls.setdefault("gpu", []).append((spec.name, scale))
+        calls["gpus"] = gpus
         return StageProfile(spec.name, {1: 0.001}, scale, "gpu")
 
     monkeypatch.setattr(d, "profile_on_cluster", cpu_profiles)
     monkeypatch.setattr(d, "profile_gpu_stage", gpu_profile)
     monkeypatch.setattr(d, "plan_layouts", lambda profiles, whole, *a, **k: profiles)
     specs = specs_of(opt, baseline)
-    profiles = d.make_plan(opt, None, specs, [], None, cpus=2, use_gpu=True, baseline=baseline, runtime="native",
+    # the app may use half of the node's GPU (deploy(gpus=0.5)): the profiling stays within it
+    nodes = within_gpus([NodeSpec("n", "h", 2.0, 1.0)], 0.5)
+    profiles = d.make_plan(opt, None, specs, nodes, None, cpus=2, use_gpu=True, baseline=baseline, runtime="native",
                            rps=None, p99_ms=None, rows_per_request=8, monitor=None, layout="fused")
     assert [p.name for p in profiles] == [s.name for s in specs]
+    assert calls["gpus"] == 0.5
     if baseline:
         assert calls["skip"] == ["baseline"] and calls["gpu"] == [("baseline", 1.0)]
     else:
