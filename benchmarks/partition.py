@@ -2,13 +2,14 @@
 
 Parts (all by default), each printed and written to the JSON file:
 
-- ``plan``: planner quality at cluster scale, simulated. PipeDream's GPU profiles of
-  vgg16, resnet50 and gnmt, M in {2, 4, 8, 16} devices with a per-device memory below
-  the model's footprint: predicted rows/s and p99 (discrete-event simulation, Poisson
-  and bursty) of DP + replication, DP without replication, even split by layers and by
+- ``plan``: planner quality at cluster scale, simulated. Every PipeDream GPU profile (14
+  networks), M in {2, 4, 8, 16} devices with a per-device memory below the model's
+  footprint: predicted rows/s (p99 too, by discrete-event simulation, Poisson and bursty,
+  for vgg16, resnet50 and gnmt) of DP + replication, DP without replication, even split by layers and by
   parameters (M stages, PiPPy / DeepSpeed defaults), whole-model replicas (do not fit).
   Two transports: the Serve hop measured in this run, and an assumed GPU interconnect
-  (labelled as such: no GPU here).
+  (labelled as such: no GPU here). Then whether the DP is at least as good as every even
+  split with replication (any stage count) on every profile, and its gain per profile.
 - ``emulated``: the same planner's plans served by :func:`serving.deploy_model` on
   emulated accelerators (blocks sleep for their profiled GPU time, real bytes cross
   real Serve hops); measured rows/s at saturation and p99 under Poisson load printed
@@ -41,6 +42,8 @@ import torch
 from serving import partition as sp
 from serving.model_app.load import closed_loop, open_loop
 
+#: the profiles whose plans are also simulated for p99 (the docs' tables); the rest of the
+#: PipeDream profiles are planned and compared on the cost model's rows/s alone
 MODELS = ("vgg16", "resnet50", "gnmt")
 DEVICES = (2, 4, 8, 16)
 #: per-device memory: this far from the largest single block's need (0) to the whole
@@ -107,13 +110,23 @@ def best_even(prof: sp.Profile, m: int, cap: float) -> sp.Plan | None:
     return best
 
 
-def part_plan(data_dir: str | None, serve_hop: sp.Transport, requests: int) -> dict[str, Any]:
+def profile_names(data_dir: str | None) -> list[str]:
+    """Every PipeDream profile in the shared folder (14 networks)."""
+    return sorted(p.stem for p in _profiles_dir(data_dir).glob("*.txt") if p.stem != "LICENSE")
+
+
+def part_plan(data_dir: str | None, serve_hop: sp.Transport, requests: int,
+              models: tuple[str, ...] | None = None, simulated: tuple[str, ...] = MODELS) -> dict[str, Any]:
+    """Every plan of every profile (``models``: default all) on the cost model; p99 simulated
+    for ``simulated``; and whether the DP with replication is at least as good as every even
+    split with replication (any stage count) on every profile, with its gain per profile."""
+    models = tuple(profile_names(data_dir)) if models is None else models
     out: dict[str, Any] = {"transports": {"serve-measured": serve_hop.to_dict(),
                                           "assumed-gpu": ASSUMED_GPU_HOP.to_dict()}, "rows": []}
     print("\n== plan: PipeDream GPU profiles (batch 64), simulated ==")
     for label, hop in (("assumed-gpu", ASSUMED_GPU_HOP), ("serve-measured", serve_hop)):
         print(f"-- transport {label}: {hop.fixed_ms:.3f} ms + bytes / {hop.bytes_per_s / 1e6:,.0f} MB/s")
-        for model in MODELS:
+        for model in models:
             path = _profiles_dir(data_dir) / f"{model}.txt"
             prof = sp.read_pipedream(path, transport=hop)
             cap, footprint = memory_cap(prof)
@@ -127,7 +140,7 @@ def part_plan(data_dir: str | None, serve_hop: sp.Transport, requests: int) -> d
                 for name, p in cands.items():
                     entry = {"feasible": p.feasible, "throughput": p.throughput, "latency_ms": p.latency_ms,
                              "stages": [(s.start, s.end, s.replicas) for s in p.stages]}
-                    if p.feasible:
+                    if p.feasible and model in simulated:
                         for arrivals in ("poisson", "bursty"):
                             sim = sp.simulate(p, prof, rate=rate_rows / 64, rows_per_request=64,
                                               requests=requests, arrivals=arrivals, seed=m)
@@ -142,11 +155,33 @@ def part_plan(data_dir: str | None, serve_hop: sp.Transport, requests: int) -> d
                     "throughput": any_k.throughput, "stages": [(s.start, s.end, s.replicas) for s in any_k.stages]}
                 row["dp_over_best_even_any_k"] = dp / any_k.throughput if any_k else math.inf
                 out["rows"].append(row)
-                cells = "  ".join(f"{k}: {_fmt(v['throughput'])}/s p99 {v.get('p99_ms_poisson', math.nan):.0f}ms"
+                cells = "  ".join(f"{k}: {_fmt(v['throughput'])}/s"
+                                  + (f" p99 {v['p99_ms_poisson']:.0f}ms" if "p99_ms_poisson" in v else "")
                                   if v["feasible"] else f"{k}: does not fit" for k, v in row["plans"].items())
-                print(f"{model:9s} M={m:2d} cap {cap / 2**20:7,.0f} MiB (model {footprint / 2**20:,.0f})  "
+                print(f"{model:13s} M={m:2d} cap {cap / 2**20:7,.0f} MiB (model {footprint / 2**20:,.0f})  "
                       f"DP/best-even {row['dp_over_best_even']:.2f}x (any k: {row['dp_over_best_even_any_k']:.2f}x) | {cells}")
+    out["versus_even"] = versus_even(out["rows"])
     return out
+
+
+def versus_even(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per transport and profile, the DP's gain over the best even split with replication (any
+    stage count) across the device counts, and every case where the DP fell short of it."""
+    gains: dict[str, dict[str, list[float]]] = {}
+    short = []
+    for r in rows:
+        g = r["dp_over_best_even_any_k"]
+        gains.setdefault(r["transport"], {}).setdefault(r["model"], []).append(g)
+        if g < 1 - 1e-9:
+            short.append({k: r[k] for k in ("transport", "model", "devices", "dp_over_best_even_any_k")})
+    summary = {t: {m: {"min": min(v), "max": max(v)} for m, v in per.items()} for t, per in gains.items()}
+    ok = not short
+    print(f"\nDP + replication >= every even split with replication (any stage count), on every profile and "
+          f"device count: {'yes' if ok else 'NO: ' + str(short)}")
+    for t, per in summary.items():
+        print(f"  {t}: gain per profile (min-max over M) "
+              + ", ".join(f"{m} {v['min']:.2f}-{v['max']:.2f}x" for m, v in per.items()))
+    return {"dp_at_least_every_even_split": ok, "short": short, "gain_per_profile": summary}
 
 
 # --- served runs ------------------------------------------------------------------------------
@@ -348,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--emulated-devices", default="4,8", help="device counts of the emulated runs")
     ap.add_argument("--emulated-plans", default="dp+replication,even by layers", help="plans to serve")
     ap.add_argument("--sim-requests", type=int, default=4000, help="requests per simulation")
+    ap.add_argument("--models", default="all", help="PipeDream profiles the plan part compares (default: all 14)")
+    ap.add_argument("--sim-models", default=",".join(MODELS), help="profiles whose plans are simulated for p99")
     args = ap.parse_args(argv)
     parts = [p.strip() for p in args.part.split(",") if p.strip()]
     bad = [p for p in parts if p not in PARTS]
@@ -376,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Serve hop measured here: {hop.fixed_ms:.2f} ms + bytes / {hop.bytes_per_s / 1e6:,.0f} MB/s "
               f"(points {[(int(b), round(ms, 2)) for b, ms in hop.points]})")
         if "plan" in parts:
-            result["plan"] = part_plan(args.data_dir, hop, args.sim_requests)
+            result["plan"] = part_plan(args.data_dir, hop, args.sim_requests,
+                                       None if args.models == "all" else tuple(args.models.split(",")),
+                                       tuple(args.sim_models.split(",")))
         if "emulated" in parts:
             result["emulated"] = part_emulated(
                 args.data_dir, probe, args.duration, tuple(args.emulated_models.split(",")),

@@ -103,12 +103,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if "ServeReplica:profiled:" in title}
         spies = {}
         if args.py_spy:
-            if shutil.which("py-spy") is None:
+            # on PATH, or beside this interpreter (a virtual environment not activated)
+            spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+            if spy is None:
                 raise SystemExit("--py-spy: py-spy is not installed (pip install py-spy)")
             for pid, role in replicas.items():
                 path = os.path.join(folder, f"{role}-{pid}.txt")
                 spies[(role, pid)] = (path, subprocess.Popen(
-                    ["py-spy", "record", "-p", str(pid), "-d", str(int(args.seconds)), "-r", str(args.rate),
+                    [spy, "record", "-p", str(pid), "-d", str(int(args.seconds)), "-r", str(args.rate),
                      "-f", "raw", "-o", path, "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         ours, before = session_processes(session), process_cpu()
         phase = asyncio.run(closed_loop(url, bodies, args.rows_per_request, clients=args.clients,

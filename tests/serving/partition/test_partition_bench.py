@@ -13,8 +13,9 @@ from benchmarks.partition_report import plan_table
 @pytest.mark.datasets
 def test_planner_part_on_pipedream_profiles(shared_datasets, monkeypatch):
     monkeypatch.setattr(bp, "DEVICES", (2, 4))
-    monkeypatch.setattr(bp, "MODELS", ("vgg16", "gnmt"))
-    out = bp.part_plan(str(shared_datasets), sp.Transport(5.0, 1e9, "test"), requests=300)
+    assert len(bp.profile_names(str(shared_datasets))) == 14  # the default: every profile
+    out = bp.part_plan(str(shared_datasets), sp.Transport(5.0, 1e9, "test"), requests=300,
+                       models=("vgg16", "gnmt"), simulated=("vgg16",))
     rows = out["rows"]
     assert len(rows) == 2 * 2 * 2  # transports x models x device counts
     for r in rows:
@@ -24,8 +25,15 @@ def test_planner_part_on_pipedream_profiles(shared_datasets, monkeypatch):
         dp = plans["dp+replication"]
         assert dp["feasible"] and all(
             dp["throughput"] >= p["throughput"] * (1 - 1e-9) for p in plans.values() if p["feasible"])
-        assert dp["p99_ms_poisson"] > 0 and dp["p99_ms_bursty"] > 0
+        if r["model"] == "vgg16":
+            assert dp["p99_ms_poisson"] > 0 and dp["p99_ms_bursty"] > 0
+        else:  # planned, not simulated
+            assert "p99_ms_poisson" not in dp
         assert r["dp_over_best_even_any_k"] <= r["dp_over_best_even"] + 1e-9
+    verdict = out["versus_even"]
+    assert verdict["dp_at_least_every_even_split"] and not verdict["short"]
+    assert set(verdict["gain_per_profile"]["assumed-gpu"]) == {"vgg16", "gnmt"}
+    assert all(v["min"] >= 1 - 1e-9 for v in verdict["gain_per_profile"]["serve-measured"].values())
     table = plan_table({"plan": out}, "assumed-gpu")
     assert table.count("\n") == 1 + 2 * 2 and "does not fit" in table
 
@@ -35,3 +43,12 @@ def test_memory_cap_lies_between_the_largest_block_and_the_model():
                       [[5.0], [0.0], [1.0]])
     cap, whole = bp.memory_cap(prof)
     assert whole == 85.0 and cap == pytest.approx(50.0 + 0.5 * 35.0)
+
+
+def test_a_dp_short_of_an_even_split_is_reported():
+    rows = [{"transport": "t", "model": "m", "devices": d, "dp_over_best_even_any_k": g}
+            for d, g in ((2, 1.2), (4, 0.9))]
+    verdict = bp.versus_even(rows)
+    assert not verdict["dp_at_least_every_even_split"]
+    assert verdict["short"] == [{"transport": "t", "model": "m", "devices": 4, "dp_over_best_even_any_k": 0.9}]
+    assert verdict["gain_per_profile"] == {"t": {"m": {"min": 0.9, "max": 1.2}}}
