@@ -89,6 +89,14 @@ def optimized(args: argparse.Namespace) -> tuple[Any, Any]:
     return opt, w
 
 
+def chain_options(args: argparse.Namespace) -> dict[str, Any]:
+    """deploy's module-chain options: MiniLM served as a chain of partition stages when
+    ``--module-memory`` is below its footprint (``serving.launch.module_chains``)."""
+    if args.module_memory is None:
+        return {}
+    return {"module_memory": args.module_memory, "module_devices": args.module_devices}
+
+
 def torch_device(device: str) -> str:
     """The torch device of ``--device`` ('gpu' is CUDA's first device)."""
     return "cuda" if device == "gpu" else "cpu"
@@ -213,15 +221,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     together = not args.one_at_a_time
     rounds: dict[str, list[dict[str, Any]]] = {"full": [], "cascade": []}
     plans: dict[str, Any] = {}
+    apps_notes: dict[str, list[str]] = {}
     calibrate: Any = "auto"
 
     def up(key: str) -> None:
         nonlocal calibrate
         t0 = time.perf_counter()
         app = deploy(opt, name=f"toxic-deep-{key}", port=args.port, cpus=args.cpus, baseline=key == "full",
-                     rows_per_request=args.rows_per_request, device=args.device, calibrate=calibrate)
+                     rows_per_request=args.rows_per_request, device=args.device, calibrate=calibrate,
+                     **chain_options(args))
         calibrate = app.plan.costs
         apps[key], plans[key] = app, app.plan
+        apps_notes[key] = list(app.notes)
+        for note in app.notes:
+            if note.startswith("module group"):
+                print(f"  {key}: {note}", flush=True)
         print(f"deployed {key} in {time.perf_counter() - t0:.0f} s: "
               + ", ".join(f"{s.name} x{s.replicas} ({s.num_cpus:.2f} CPU, {s.num_gpus:.2f} GPU, {s.device})"
                           for s in app.plan.stages), flush=True)
@@ -252,7 +266,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             runs = rounds[key]
             pred = predict(plan, clients=args.clients, client_ms=plan.costs.client_ms, seed=args.seed)
             result[key] = {
-                "rounds": runs, "plan": plan.to_dict(),
+                "rounds": runs, "plan": plan.to_dict(), "notes": list(apps_notes.get(key, [])),
                 "rows_per_s": statistics.median(x["rows_per_s"] for x in runs),
                 "p50_ms": statistics.median(x["p50_ms"] for x in runs),
                 "p99_ms": statistics.median(x["p99_ms"] for x in runs),
@@ -305,6 +319,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                     help="where the apps' model stages run: 'gpu' puts the expensive stage of the cascade and "
                          "the full pipeline's stage on the machine's GPU (the apps then run one after the other)")
+    ap.add_argument("--module-memory", type=float, default=None,
+                    help="bytes per device for the MiniLM module: below its footprint (about 95e6 on a CPU), "
+                         "deploy serves it as a chain of partition stages in both apps")
+    ap.add_argument("--module-devices", type=int, default=2, help="devices the module chain is planned on")
     ap.add_argument("--one-at-a-time", action="store_true",
                     help="deploy and measure the apps one after the other (always so with --device gpu)")
     ap.add_argument("--clients", type=int, default=CLIENTS)
@@ -318,6 +336,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if not args.duration > 0 or not args.cpus > 0:
         ap.error("--duration and --cpus must be positive")
+    if args.module_memory is not None and not args.module_memory > 0:
+        ap.error("--module-memory must be a positive number of bytes")
     args.one_at_a_time = args.one_at_a_time or args.device == "gpu"
     args.port = args.port or free_port()
     args.argv = list(sys.argv[1:] if argv is None else argv)

@@ -126,6 +126,11 @@ def app_spec(spec: AppSpec | dict[str, Any]) -> AppSpec:
     return spec if isinstance(spec, AppSpec) else AppSpec.model_validate(spec)
 
 
+def chain_role(group: str, k: int) -> str:
+    """The deployment name (less the app's) of stage ``k`` of ``group``'s module chain."""
+    return f"{group}-part{k}"
+
+
 def chain_apps(name: str, chains: dict[str, ModuleChainSpec] | None, groups: list[str]) -> dict[str, list] | None:
     """The partition-stage deployments of the module groups a stage computes that are served
     as chains (``deploy(module_memory=...)``); None when there are none."""
@@ -140,7 +145,7 @@ def chain_apps(name: str, chains: dict[str, ModuleChainSpec] | None, groups: lis
             continue
         out[group] = [
             PartitionStage.options(
-                name=f"{name}-{group}-part{k}", num_replicas=st.replicas, max_ongoing_requests=CHAIN_MAX_ONGOING,
+                name=f"{name}-{chain_role(group, k)}", num_replicas=st.replicas, max_ongoing_requests=CHAIN_MAX_ONGOING,
                 graceful_shutdown_wait_loop_s=DRAIN_POLL_S,
                 ray_actor_options=_actor_options(chain.num_cpus, chain.num_gpus),
             ).bind(st.path, chain.device, 1, st.sha256)

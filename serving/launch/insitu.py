@@ -14,10 +14,11 @@ from typing import Any
 from serving.core.procstat import session_dir
 from serving.core.serve_apps import delete_app, run_app
 from serving.core.specs import AppSpec
-from serving.launch.graph import build_app, monitor_settings, row_schema
+from serving.launch.graph import build_app, chain_role, monitor_settings, row_schema, specs_of
 from serving.measure.insitu import PROBE_BODIES, PROBE_HEADER, probe, summary
 from serving.measure.stages import request_bodies
 from serving.planning.planner import SIMULATED_LOAD, plan_again, same_deployments, simulated_at
+from serving.runtime.stage_runner import module_groups
 
 
 def refine_in_situ(spec: AppSpec, opt: Any, plan: Any, url: str, token: str, *,
@@ -36,7 +37,8 @@ def refine_in_situ(spec: AppSpec, opt: Any, plan: Any, url: str, token: str, *,
     headers = {PROBE_HEADER: token, **({"X-API-Key": api_key} if api_key else {})}
     try:
         measured = probe(f"{url}/predict", bodies, plan.rows_per_request, plan, spec.name,
-                         session=session_dir(ray.get_runtime_context().gcs_address) or "", headers=headers)
+                         session=session_dir(ray.get_runtime_context().gcs_address) or "", headers=headers,
+                         charge_to=chain_roles(spec, opt, plan))
     except Exception as exc:  # the app stays as deployed; the plan says it was not checked
         return plan, f"in-situ probe failed ({exc}); the plan's predictions are its model's alone"
     before = {"max_rows_per_s": plan.max_rows_per_s, "predicted": dict(plan.predicted), "bottleneck": plan.bottleneck}
@@ -60,3 +62,16 @@ def refine_in_situ(spec: AppSpec, opt: Any, plan: Any, url: str, token: str, *,
     return refined, (f"in situ ({measured['clients']} clients, {measured['seconds']:g} s): CPU measured over modelled "
                      f"{summary(measured['factors'])}; {what}; bound {before['max_rows_per_s']:.0f} -> "
                      f"{refined.max_rows_per_s:.0f} rows/s")
+
+
+def chain_roles(spec: AppSpec, opt: Any, plan: Any) -> dict[str, str]:
+    """Each module-chain deployment's role (as the probe names processes) -> the stage that
+    calls it, whose module work it does."""
+    chains = spec.module_chains or {}
+    out: dict[str, str] = {}
+    specs = specs_of(opt, spec.baseline, plan)
+    for stage in specs[1:] or specs:  # the stages chains serve (serving.launch.module_chains)
+        for group in module_groups(opt, stage):
+            for k in range(len(chains[group].stages) if group in chains else 0):
+                out[chain_role(group, k)] = stage.name
+    return out

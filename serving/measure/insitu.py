@@ -25,7 +25,7 @@ import asyncio
 import concurrent.futures
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from serving.core.procstat import cpu_per_request, process_cpu, session_dir, session_processes
@@ -114,13 +114,16 @@ def unreadable(nodes: Sequence[Any], gcs_address: str) -> str | None:
 def probe(url: str, payloads: Sequence[bytes], rows_per_request: int, plan: Any, app: str, *,
           session: str, clients: int = DEPLOY_PROBE_CLIENTS, seconds: float = PROBE_S,
           warmup_s: float = WARMUP_S, headers: dict[str, str] | None = None,
-          max_requests: int = MAX_PROBE_REQUESTS, seed: int = 0) -> dict[str, Any]:
+          max_requests: int = MAX_PROBE_REQUESTS, seed: int = 0,
+          charge_to: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Load the app at ``url`` (``POST .../predict``) with a closed loop of ``clients`` for
     ``seconds`` after ``warmup_s``, read every process of the Ray ``session`` from /proc, and
     compare each group's CPU per request with what ``plan``'s model charges at that load.
 
     Returns the probe's load and figures with ``factors`` (:func:`cpu_factors`) for
-    ``simulate(cpu_scale=...)`` and ``plan_stages(cpu_scale=...)``. Raises RuntimeError when
+    ``simulate(cpu_scale=...)`` and ``plan_stages(cpu_scale=...)``. ``charge_to`` maps roles
+    the plan has no deployment for to the one whose work they do (a module chain's partition
+    stages to the stage that calls them): their CPU counts in that one's factor. Raises RuntimeError when
     the app answered no probe request. Runs its HTTP client on a thread of its own, so it
     may be called from inside a running event loop (a notebook)."""
     from serving.measure.loadgen import closed_loop
@@ -147,7 +150,20 @@ def probe(url: str, payloads: Sequence[bytes], rows_per_request: int, plan: Any,
     return {"clients": clients, "seconds": seconds, "requests": run["requests"], "errors": run["errors"],
             "rows_per_s": run["rows_per_s"], "p99_ms": run["p99_ms"],
             "measured_cpu_ms_per_request": measured, "modelled_cpu_ms_per_request": modelled,
-            "factors": cpu_factors(measured, modelled)}
+            "factors": cpu_factors(charged(measured, charge_to or {}), modelled)}
+
+
+def charged(measured: dict[str, float], charge_to: Mapping[str, str]) -> dict[str, float]:
+    """``measured`` with each role of ``charge_to`` added to the role it works for (and
+    dropped): a module chain's processes do the calling stage's module work, which the plan
+    times inside that stage. Without this the stage looked cheaper than modelled (the module
+    ran elsewhere) and the chain's CPU was charged to nothing: on 2 cores the in-situ probe
+    raised a chained cascade's bound from 1,341 to 1,722 rows/s where 1,059 were served."""
+    out = dict(measured)
+    for role, target in charge_to.items():
+        if role in out and role != target:
+            out[target] = out.get(target, 0.0) + out.pop(role)
+    return out
 
 
 def probe_blocked(mode: str, nodes: list, min_replicas: int | None) -> str | None:

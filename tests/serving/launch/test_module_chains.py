@@ -120,13 +120,20 @@ def test_served_with_its_deep_level_split_across_stage_deployments(ray_cluster, 
     from ray import serve
 
     from serving import deploy
+    from serving.launch.insitu import chain_roles
 
     app = deploy(optimized, name="chained", port=ray_cluster, cpus=3, device="cpu", calibrate="never",
                  insitu="never", module_memory=CAP, module_cpus=0.25)
     try:
         assert app.spec.module_chains is not None and len(app.spec.module_chains["deep"].stages) >= 2
-        parts = [d for d in serve.status().applications["chained"].deployments if "-deep-part" in d]
+        deployments = serve.status().applications["chained"].deployments
+        parts = [d for d in deployments if "-deep-part" in d]
         assert len(parts) == len(app.spec.module_chains["deep"].stages)
+        # the in-situ probe charges the chain's processes to the stage that calls it
+        roles = chain_roles(app.spec, optimized, app.plan)
+        assert sorted(f"chained-{r}" for r in roles) == sorted(parts)
+        (caller,) = set(roles.values())
+        assert f"chained-{caller}" in deployments and caller != "ingress"
         X, _ = rows(64, 11)
         r = requests.post(app.url + "/predict", json={"rows": X.to_dict("records")}, timeout=120)
         assert r.status_code == 200, r.text
