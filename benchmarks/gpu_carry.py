@@ -68,9 +68,15 @@ exit $rc
 
 
 def _exclude(root: Path, *paths: str) -> None:
-    exclude = root / ".git" / "info" / "exclude"
-    if not exclude.parent.is_dir():
+    """Add ``paths`` to the checkout's git exclude file (a worktree's too: its ``.git`` is a file)."""
+    try:
+        found = subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"], cwd=root, check=True,
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        print("not a git checkout: .gpu and .whl are not ignored", file=sys.stderr)
         return
+    exclude = (root / found).resolve()
+    exclude.parent.mkdir(parents=True, exist_ok=True)
     have = exclude.read_text().splitlines() if exclude.is_file() else []
     with exclude.open("a") as f:
         for p in paths:

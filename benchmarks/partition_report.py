@@ -16,6 +16,10 @@ def _n(x: Any, digits: int = 0) -> str:
     return f"{x:,.{digits}f}"
 
 
+def _x(ratio: float | None) -> str:
+    return "no even split fits" if ratio is None else f"{ratio:.2f}x"
+
+
 def plan_table(d: dict[str, Any], transport: str) -> str:
     rows = [r for r in d["plan"]["rows"] if r["transport"] == transport]
     out = ["| model | M | memory / device (whole model) | DP + replication | DP, no replication | even by layers "
@@ -37,7 +41,7 @@ def plan_table(d: dict[str, Any], transport: str) -> str:
         out.append(f"| {r['model']} | {r['devices']} | {_n(r['memory_per_device'] / 2**20)} MiB "
                    f"({_n(r['footprint'] / 2**20)}) | {thr('dp+replication')} | {thr('dp, no replication')} "
                    f"| {thr('even by layers')} | {thr('even by params')} | {thr('whole-model replicas')} "
-                   f"| **{r['dp_over_best_even']:.2f}x** | {r['dp_over_best_even_any_k']:.2f}x "
+                   f"| **{r['dp_over_best_even']:.2f}x** | {_x(r['dp_over_best_even_any_k'])} "
                    f"| {p99('dp+replication')} | {p99(better)} |")
     return "\n".join(out)
 

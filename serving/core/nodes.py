@@ -6,9 +6,18 @@ placement check; a Serve replica never spans nodes, so a cluster-wide sum is not
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from serving.core.profiles import NodeSpec
+
+#: Ray's logical resources are kept in units of 1/10,000
+RESOURCE_UNIT = 1e-4
+
+
+def floor_units(x: float) -> float:
+    """``x`` rounded down to Ray's resource unit (never up: shares must add up to at most 1)."""
+    return math.floor(x / RESOURCE_UNIT + 1e-9) * RESOURCE_UNIT
 
 
 def nodes(*, free: bool = True) -> list[NodeSpec]:

@@ -11,6 +11,7 @@ and runs the app that :mod:`serving.launch.graph` builds from a JSON-able spec (
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import secrets
 import warnings
@@ -133,10 +134,12 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None, pro
         ray.init(address=address, **kwargs)
         return False
     use_proxy(proxy, transport)
+    # Ray counts a node's CPUs and GPUs in whole units; the app's plan keeps to the exact share
+    # (``cpus`` budget, :func:`within_gpus`), the rest stays free for the next app
     if cpus is not None:
-        kwargs["num_cpus"] = int(cpus) if float(cpus).is_integer() else cpus
+        kwargs["num_cpus"] = math.ceil(cpus)
     if gpus is not None:
-        kwargs["num_gpus"] = int(gpus) if float(gpus).is_integer() else gpus
+        kwargs["num_gpus"] = math.ceil(gpus)
     # "local": a new Ray here even when another one on this machine was started with `ray start`
     # (ray.init() would join that one, and refuse num_cpus); its control plane on loopback only
     start_local_ray(**kwargs)
@@ -448,7 +451,8 @@ def _use_gpu(opt: OptimizedPipeline, specs: list, device: str, runtime: str, fre
 
     capable = all(gpu_capable(opt, s, runtime) or module_groups(opt, s) for s in later)
     if device == "gpu" and free_gpus <= 0:
-        raise ValueError("device='gpu' but the Ray cluster has no free GPU")
+        raise ValueError("device='gpu' but no GPU is free for this app (the Ray cluster has none free, "
+                         "or deploy's gpus= share is 0)")
     if device == "gpu" and not capable:
         raise ValueError(f"device='gpu', but the models of stage(s) {[s.name for s in later]} cannot run on a "
                          "GPU (scikit-learn/LightGBM models run on the CPU); use runtime='onnx' (ONNX Runtime's "

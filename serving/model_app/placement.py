@@ -16,10 +16,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from serving.core.nodes import RESOURCE_UNIT, floor_units
 from serving.core.profiles import NodeSpec
-
-#: Ray's logical resources are kept in units of 1/10,000
-RESOURCE_UNIT = 1e-4
 
 
 @dataclass(frozen=True)
@@ -31,11 +29,6 @@ class ReplicaResources:
 
     def as_options(self) -> dict[str, float]:
         return {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
-
-
-def floor_units(x: float) -> float:
-    """``x`` rounded down to Ray's resource unit (never up: shares must add up to at most 1)."""
-    return math.floor(x / RESOURCE_UNIT + 1e-9) * RESOURCE_UNIT
 
 
 def replica_resources(replicas: int, device: str, nodes: Sequence[NodeSpec], *, cpus_per_replica: float = 1.0,

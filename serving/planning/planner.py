@@ -8,8 +8,9 @@ resources. :mod:`serving.planning.costmodel` turns a choice of replicas into CPU
 process and a throughput bound; the planner
 
 * without a target rate, adds replicas one at a time to the deployment whose processes
-  bind, while the bound rises by at least ``MIN_GAIN`` (once the machine's cores bind,
-  more processes only share them);
+  bind, while the bound rises by at least ``MIN_GAIN`` a replica (once the machine's cores
+  bind, more processes only share them); a replica that only hands the binding to another
+  deployment is kept when one more of that one makes the pair worth it;
 * with ``rps``, sizes each deployment for ``rps`` at ``headroom`` utilisation
   (InferLine-style) and calls the plan infeasible when a deployment, a machine or the
   logical budget would run above ``headroom``;
@@ -32,6 +33,7 @@ from typing import Any
 
 from serving.core.constants import CASCADE_LAYOUTS, CONCURRENT_BATCHES, LAYOUTS
 from serving.core.costs import HostCosts
+from serving.core.nodes import floor_units
 from serving.core.profiles import IngressProfile, NodeSpec, StageProfile
 from serving.planning import costmodel
 from serving.planning.costmodel import MONITOR_CPUS, Demand
@@ -256,7 +258,9 @@ def _gpu_share(profile: StageProfile, replicas: dict[str, int], nodes: list[Node
     """GPUs a replica of a GPU stage asks for: the replicas share the cluster's GPUs."""
     total = sum(n.gpus for n in nodes)
     per = total / max(replicas[profile.name], 1)
-    return round(min(1.0, per), 4)
+    # rounded down: 6 replicas at round(1/6, 4) = 0.1667 would ask 1.0002 of one GPU, and
+    # the sixth never placed (an H200 plan stopped at 5)
+    return floor_units(min(1.0, per))
 
 
 def plan_stages(

@@ -47,8 +47,9 @@ def test_memory_cap_lies_between_the_largest_block_and_the_model():
 
 def test_a_dp_short_of_an_even_split_is_reported():
     rows = [{"transport": "t", "model": "m", "devices": d, "dp_over_best_even_any_k": g}
-            for d, g in ((2, 1.2), (4, 0.9))]
+            for d, g in ((2, 1.2), (4, 0.9), (8, None))]
     verdict = bp.versus_even(rows)
     assert not verdict["dp_at_least_every_even_split"]
+    assert verdict["no_even_split_fits"] == [{"transport": "t", "model": "m", "devices": 8}]
     assert verdict["short"] == [{"transport": "t", "model": "m", "devices": 4, "dp_over_best_even_any_k": 0.9}]
     assert verdict["gain_per_profile"] == {"t": {"m": {"min": 0.9, "max": 1.2}}}
