@@ -29,3 +29,19 @@ def test_a_share_is_taken_node_by_node_and_cpus_are_untouched():
 def test_a_bad_share_is_named(bad):
     with pytest.raises(ValueError, match="gpus"):
         within_gpus(_nodes(), bad)
+
+
+def test_a_ray_started_for_a_share_gets_whole_units(monkeypatch):
+    """Ray refuses fractional CPU and GPU counts at start: an app deployed with cpus=1.5 and gpus=0.5 starts it
+    with 2 and 1, and the app's plan keeps to its share (``within_gpus``, the cpus budget)."""
+    import ray
+
+    import serving.launch.deploy as d
+
+    started: dict = {}
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(d, "use_proxy", lambda *a, **k: "serve")
+    monkeypatch.setattr(d, "start_local_ray", lambda **kw: started.update(kw))
+    assert d._ensure_ray(None, 1.5, 0.5) is True
+    assert started["num_cpus"] == 2 and started["num_gpus"] == 1
+    assert isinstance(started["num_cpus"], int) and isinstance(started["num_gpus"], int)
