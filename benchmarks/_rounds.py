@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import statistics
@@ -58,10 +59,14 @@ def median_phase(phases: list[dict[str, Any]]) -> dict[str, Any]:
         out[key] = statistics.median(values) if values else None
     out["requests"] = sum(p["requests"] for p in phases)
     out["errors"] = sum(p["errors"] for p in phases)
+    kinds: collections.Counter[str] = collections.Counter()
+    for p in phases:
+        kinds.update(p.get("error_kinds") or {})
+    out["error_kinds"] = dict(sorted(kinds.items()))  # what failed, over every round
     out["cpu_ms_per_request"] = _medians([p["cpu_ms_per_request"] for p in phases])
     if all("other_cpu_ms_per_request" in p for p in phases):
         out["other_cpu_ms_per_request"] = _medians([p["other_cpu_ms_per_request"] for p in phases])
-    out["rounds"] = [{k: p.get(k) for k in ("round", "at", "rows_per_s", "p99_ms", "errors", "requests")}
+    out["rounds"] = [{k: p.get(k) for k in ("round", "at", "rows_per_s", "p99_ms", "errors", "error_kinds", "requests")}
                      for p in phases]
     return out
 

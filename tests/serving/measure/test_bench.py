@@ -157,13 +157,15 @@ def test_rounds_are_summarised_by_medians_and_the_overhead_leaves_out_the_client
     from benchmarks._rounds import median_phase, overhead
 
     phases = [{"rows_per_s": r, "requests_per_s": r / 32, "p50_ms": 10.0, "p99_ms": p99, "seconds": 10.0,
-               "requests": 100, "errors": e, "round": i, "at": "00:00:00",
+               "requests": 100, "errors": e, "error_kinds": {"HTTP 503": e} if e else {}, "round": i,
+               "at": "00:00:00",
                "cpu_ms_per_request": {"ingress": ing, "other": 1.0, "load generator": 0.7, "other apps": 0.4,
                                       "total": ing + 2.1}}
               for i, (r, p99, e, ing) in enumerate([(5000, 200.0, 0, 6.0), (3000, 400.0, 2, 8.0), (4000, 300.0, 0, 7.0)])]
     phase = median_phase(phases)
     assert phase["rows_per_s"] == 4000 and phase["p99_ms"] == 300.0
     assert phase["errors"] == 2 and phase["requests"] == 300 and len(phase["rounds"]) == 3
+    assert phase["error_kinds"] == {"HTTP 503": 2} and phase["rounds"][1]["error_kinds"] == {"HTTP 503": 2}
     assert phase["cpu_ms_per_request"]["ingress"] == 7.0
     cost = overhead(phase, pipeline_cpu_ms=3.0)
     assert cost["app_cpu_ms_per_request"] == pytest.approx(8.0)  # ingress 7 + Ray's processes 1
