@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     together = not args.one_at_a_time
     rounds: dict[str, list[dict[str, Any]]] = {"full": [], "cascade": []}
     plans: dict[str, Any] = {}
-    apps_notes: dict[str, list[str]] = {}
+    notes: dict[str, list[str]] = {}
     calibrate: Any = "auto"
 
     def up(key: str) -> None:
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      **chain_options(args))
         calibrate = app.plan.costs
         apps[key], plans[key] = app, app.plan
-        apps_notes[key] = list(app.notes)
+        notes[key] = list(app.notes)
         for note in app.notes:
             if note.startswith("module group"):
                 print(f"  {key}: {note}", flush=True)
@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             runs = rounds[key]
             pred = predict(plan, clients=args.clients, client_ms=plan.costs.client_ms, seed=args.seed)
             result[key] = {
-                "rounds": runs, "plan": plan.to_dict(), "notes": list(apps_notes.get(key, [])),
+                "rounds": runs, "plan": plan.to_dict(), "notes": notes[key],
                 "rows_per_s": statistics.median(x["rows_per_s"] for x in runs),
                 "p50_ms": statistics.median(x["p50_ms"] for x in runs),
                 "p99_ms": statistics.median(x["p99_ms"] for x in runs),

@@ -15,6 +15,7 @@ from serving.core.procstat import session_dir
 from serving.core.serve_apps import delete_app, run_app
 from serving.core.specs import AppSpec
 from serving.launch.graph import build_app, chain_role, monitor_settings, row_schema, specs_of
+from serving.launch.module_chains import chain_callers
 from serving.measure.insitu import PROBE_BODIES, PROBE_HEADER, probe, summary
 from serving.measure.stages import request_bodies
 from serving.planning.planner import SIMULATED_LOAD, plan_again, same_deployments, simulated_at
@@ -69,8 +70,7 @@ def chain_roles(spec: AppSpec, opt: Any, plan: Any) -> dict[str, str]:
     calls it, whose module work it does."""
     chains = spec.module_chains or {}
     out: dict[str, str] = {}
-    specs = specs_of(opt, spec.baseline, plan)
-    for stage in specs[1:] or specs:  # the stages chains serve (serving.launch.module_chains)
+    for stage in chain_callers(specs_of(opt, spec.baseline, plan)):
         for group in module_groups(opt, stage):
             for k in range(len(chains[group].stages) if group in chains else 0):
                 out[chain_role(group, k)] = stage.name

@@ -42,6 +42,12 @@ DEFAULT_MODULE_CPUS = 0.5
 CHAIN_GPU_SHARERS = 1
 
 
+def chain_callers(specs: Sequence[StageSpec]) -> Sequence[StageSpec]:
+    """The stages whose module groups may be served as chains: the later stages of a cascade
+    (the first runs in or beside the ingress), or the one stage of a single-stage app."""
+    return specs[1:] or specs
+
+
 def plan_module_chains(opt: Any, specs: list[StageSpec], *, module_memory: float | None, devices: int,
                        device: str, cpus_per_replica: float, name: str,
                        workdir: str | os.PathLike | None = None,
@@ -55,7 +61,7 @@ def plan_module_chains(opt: Any, specs: list[StageSpec], *, module_memory: float
     if not isinstance(devices, int) or devices < 1:
         raise ValueError(f"module_devices must be a positive int, got {devices!r}")
     features = opt.pipeline.graph_features()
-    groups = sorted({g for s in specs[1:] or specs for g in module_groups(opt, s)})
+    groups = sorted({g for s in chain_callers(specs) for g in module_groups(opt, s)})
     chains: dict[str, ModuleChainSpec] = {}
     notes: list[str] = []
     folder: Path | None = None

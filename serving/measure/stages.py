@@ -25,6 +25,7 @@ import numpy as np
 
 from serving.core.constants import CONCURRENT_BATCHES
 from serving.core.jsonsafe import clean
+from serving.core.nodes import floor_units
 from serving.core.profiles import IngressProfile, StageProfile
 from serving.core.schema import PredictRequest, RowSchema, parse_request, predict_answer
 from serving.core.specs import StageSpec, stage_specs, unsure_share, whole_cascade
@@ -325,7 +326,8 @@ def profile_gpu_stage(
     timer = ray.remote(_GpuTimer)
     # every process that will share the GPU is started (and loads the stage) once: one of
     # them times the batches alone, then the first k of them run at once for each k
-    actors = [timer.options(num_gpus=gpus / counts[-1], num_cpus=0).remote(source, spec, runtime)
+    # each an equal share, rounded down to Ray's unit so that together they never ask for more
+    actors = [timer.options(num_gpus=floor_units(gpus / counts[-1]), num_cpus=0).remote(source, spec, runtime)
               for _ in range(counts[-1])]
     batch = max(b for b in batch_sizes if b <= 64) if any(b <= 64 for b in batch_sizes) else min(batch_sizes)
     speedup: dict[int, float] = {}
