@@ -28,6 +28,17 @@ def _stat(pid: str) -> tuple[int, float] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def runqueue_wait_s() -> float:
+    """Seconds the calling thread has spent runnable but waiting for a CPU (the second field of
+    ``/proc/thread-self/schedstat``): the time other processes' turns added to its wall clock.
+    0.0 where the kernel does not say."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _cmdline(pid: str) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

@@ -26,6 +26,7 @@ import numpy as np
 from serving.core.constants import CONCURRENT_BATCHES
 from serving.core.jsonsafe import clean
 from serving.core.nodes import floor_units
+from serving.core.procstat import runqueue_wait_s
 from serving.core.profiles import IngressProfile, StageProfile
 from serving.core.schema import PredictRequest, RowSchema, parse_request, predict_answer
 from serving.core.specs import StageSpec, stage_specs, unsure_share, whole_cascade
@@ -79,14 +80,21 @@ def request_bodies(rows: Any, rows_per_request: int, schema: Any, count: int = 1
 def _timed(fn, repeats: int) -> tuple[float, float]:
     """Median wall seconds and median CPU seconds of this process over ``repeats`` calls (the
     CPU clock counts every thread the call uses, e.g. a pipeline computing feature groups in
-    a thread pool, but not waits, nor other processes' use of the machine)."""
+    a thread pool, but not waits, nor other processes' use of the machine).
+
+    The wall clock leaves out the time the calling thread stood in the run queue
+    (:func:`serving.core.procstat.runqueue_wait_s`): on a machine busy with other work (Ray and
+    replicas starting while deploy profiles) that time made a CPU-bound stage look as if it
+    waited, so whether it ran inline (:attr:`StageProfile.runs_inline`) depended on what else
+    the machine did. Run-queue time of the call's other threads is still counted (a stage that
+    computes in a pool reads as waiting a little more on a busy machine)."""
     fn()  # warm-up
     walls, cpus = [], []
     for _ in range(repeats):
-        w0, c0 = time.perf_counter(), time.process_time()
+        w0, c0, q0 = time.perf_counter(), time.process_time(), runqueue_wait_s()
         fn()
         cpus.append(time.process_time() - c0)
-        walls.append(time.perf_counter() - w0)
+        walls.append(time.perf_counter() - w0 - (runqueue_wait_s() - q0))
     return float(np.median(walls)), float(np.median(cpus))
 
 

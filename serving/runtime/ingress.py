@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from ray import serve
 
@@ -51,6 +51,7 @@ from serving.runtime.calls import (
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
 from serving.runtime.edge import HttpEdge, install_error_handlers
+from serving.runtime.front import LeanFastAPI
 from serving.runtime.gears import GearRunners, GearSwitch
 from serving.runtime.http_support import (
     OPEN_ROUTES,
@@ -83,10 +84,12 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 # The OpenAPI document and /docs are served by the ingress itself (not FastAPI's defaults)
 # because they carry the per-pipeline row schema, known only once the artifact is loaded.
-app = FastAPI(
+# POST /predict and /top_k skip FastAPI's per-request machinery (serving.runtime.front).
+app = LeanFastAPI(
     title="willump serving",
     description="Cascaded ML inference: predictions, top-K, the optimizer's report, and the monitor.",
     openapi_url=None, docs_url=None, redoc_url=None,
+    hot_routes={("POST", "/predict"): "predict", ("POST", "/top_k"): "top_k"},
 )
 install_error_handlers(app)
 

@@ -187,3 +187,22 @@ def test_a_sampling_profile_is_summed_by_what_the_time_went_to():
     assert out["groups"]["parse and validate the body"] == pytest.approx(0.1)
     assert out["groups"]["FastAPI"] == pytest.approx(0.2) and out["groups"]["other: something_else"] == pytest.approx(0.1)
     assert next(iter(out["functions"])).startswith("Thread.run")  # every sample is inside it
+
+
+def test_the_request_path_benchmark_pairs_old_and_new_and_prints_every_step(tmp_path, capsys):
+    """benchmarks.request_path on a tiny block: every step timed on both sides, the JSON written,
+    bad sizes refused by name."""
+    import json
+
+    import pytest
+
+    from benchmarks import request_path
+
+    path = tmp_path / "out.json"
+    assert request_path.main(["--rows-per-request", "4", "--block", "8", "--repeats", "1", "--json", str(path)]) == 0
+    out = json.loads(path.read_text())
+    assert set(out["steps"]) == {"dispatch", "parse", "encode"}
+    assert all(s["old_ms"] > 0 and s["new_ms"] > 0 for s in out["steps"].values())
+    assert "dispatch" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        request_path.main(["--block", "0"])
