@@ -96,6 +96,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      rows_per_request=args.rows_per_request, device="cpu",
                      layout="staged" if args.baseline else args.layout, calibrate="auto", insitu="never")
         out["stages"] = [s.name for s in app.plan.stages]
+        # how each stage runs on its replicas: on the event loop (inline) or in threads
+        out["inline"] = {p.name: {"inline": p.runs_inline, "cpu_share": round(p.cpu_share, 3)}
+                         for p in app.plan.profiles or ()}
         url = app.url + "/predict"
         asyncio.run(closed_loop(url, bodies, args.rows_per_request, clients=args.clients, duration=3,
                                 max_requests=10**6))
@@ -139,7 +142,7 @@ def report(out: dict[str, Any]) -> str:
     cpu = ", ".join(f"{k} {v:.2f}" for k, v in out["cpu_ms_per_request"].items())
     lines = [f"{out['workload']} ({'baseline' if out['baseline'] else out['layout']}; stages {out['stages']}): "
              f"{out['rows_per_s']:.0f} rows/s, p99 {out['p99_ms']:.1f} ms, {out['errors']} failed; "
-             f"CPU ms per request: {cpu}"]
+             f"CPU ms per request: {cpu}; stages inline: {out.get('inline')}"]
     for role, prof in out.get("profiles", {}).items():
         lines.append(f"{role} ({prof['samples']} samples):")
         lines += [f"  {share:6.1%}  {name}" for name, share in prof["groups"].items() if share >= 0.005]

@@ -78,16 +78,21 @@ def request_bodies(rows: Any, rows_per_request: int, schema: Any, count: int = 1
 
 
 def _timed(fn, repeats: int) -> tuple[float, float]:
-    """Median wall seconds and median CPU seconds of this process over ``repeats`` calls (the
-    CPU clock counts every thread the call uses, e.g. a pipeline computing feature groups in
-    a thread pool, but not waits, nor other processes' use of the machine).
+    """Wall seconds the call takes with the machine to itself, and its median CPU seconds, over
+    ``repeats`` calls (the CPU clock counts every thread the call uses, e.g. a pipeline
+    computing feature groups in a thread pool, but not waits, nor other processes' use of
+    the machine).
 
-    The wall clock leaves out the time the calling thread stood in the run queue
-    (:func:`serving.core.procstat.runqueue_wait_s`): on a machine busy with other work (Ray and
-    replicas starting while deploy profiles) that time made a CPU-bound stage look as if it
-    waited, so whether it ran inline (:attr:`StageProfile.runs_inline`) depended on what else
-    the machine did. Run-queue time of the call's other threads is still counted (a stage that
-    computes in a pool reads as waiting a little more on a busy machine)."""
+    A busy machine (Ray and replicas starting while deploy profiles) lengthens the wall
+    clock without the call waiting for anything of its own: its thread stands in the run
+    queue (:func:`serving.core.procstat.runqueue_wait_s`, left out), or waits for the GIL
+    while another thread of the process runs (a Ray worker's own threads), which no
+    counter separates from a real wait. Such a disturbance only ever lowers a call's share
+    of CPU in its wall time, so the call's own share is read from its least disturbed
+    repeat, and its wall time is its median CPU time over that share. Before, whether a
+    CPU-bound stage ran inline (:attr:`StageProfile.runs_inline`, decided from that share)
+    depended on what else the machine did. A stage that waits on every call (a lookup, a
+    device) keeps its waits: they are in every repeat."""
     fn()  # warm-up
     walls, cpus = [], []
     for _ in range(repeats):
@@ -95,7 +100,11 @@ def _timed(fn, repeats: int) -> tuple[float, float]:
         fn()
         cpus.append(time.process_time() - c0)
         walls.append(time.perf_counter() - w0 - (runqueue_wait_s() - q0))
-    return float(np.median(walls)), float(np.median(cpus))
+    cpu = float(np.median(cpus))
+    share = max(c / max(w, c, 1e-12) for w, c in zip(walls, cpus, strict=True))
+    if share < 1e-3:  # (almost) no CPU at all: a stage that waits; its wall clock as measured
+        return float(np.median(walls)), cpu
+    return cpu / share, cpu
 
 
 def _median_seconds(fn, repeats: int) -> float:

@@ -47,3 +47,24 @@ def test_a_cpu_bound_call_sharing_its_cpu_reads_as_cpu_bound():
         hog.join()
     assert raw_wall > 1.5 * 0.2 and waited > 0.3 * raw_wall  # the hog took turns, and schedstat saw them
     assert cpu_s / wall >= 0.9, (cpu_s, wall)
+
+
+def test_a_call_that_waits_every_time_keeps_its_waits_and_one_disturbed_repeat_does_not_count():
+    """Spin 20 ms and sleep 20 ms per call: half of its time is its own wait. A CPU-bound call
+    whose repeats are disturbed now and then (a sleep standing in for the GIL held elsewhere)
+    reads as CPU-bound."""
+    def waits():
+        _spin(0.02)
+        time.sleep(0.02)
+
+    wall, cpu_s = _timed(waits, repeats=3)
+    assert 0.35 <= cpu_s / wall <= 0.65, (cpu_s, wall)
+    calls = iter(range(100))
+
+    def disturbed():
+        _spin(0.02)
+        if next(calls) % 2:
+            time.sleep(0.04)
+
+    wall, cpu_s = _timed(disturbed, repeats=5)
+    assert cpu_s / wall >= 0.9, (cpu_s, wall)
