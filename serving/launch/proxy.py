@@ -45,6 +45,11 @@ DEFAULT_PROXY = "haproxy"
 TRANSPORTS = ("grpc", "ray")
 #: the environment flag Ray Serve reads to put HAProxy in front of the ingress replicas
 HAPROXY_FLAG = "RAY_SERVE_ENABLE_HA_PROXY"
+#: the Ray Serve flag that has HAProxy log every request for HAProxyManager to count
+HAPROXY_METRICS_FLAG = "RAY_SERVE_HAPROXY_METRICS_ENABLED"
+#: whether HAProxy logs every request for Serve's HTTP metrics (False: the ingress replicas
+#: record them, at less CPU; see proxy_environment)
+HAPROXY_REQUEST_LOG_METRICS = False
 #: the documented Ray Serve flag for its throughput-optimized mode
 THROUGHPUT_FLAG = "RAY_SERVE_THROUGHPUT_OPTIMIZED"
 
@@ -159,6 +164,11 @@ def proxy_environment(proxy: str = DEFAULT_PROXY, transport: str = "grpc") -> di
         "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": os.path.join(files, "metrics.sock"),
         "RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": str(HAPROXY_TIMEOUT_S),
         "RAY_SERVE_HAPROXY_TIMEOUT_CLIENT_S": str(HAPROXY_TIMEOUT_S),
+        # Serve's per-request HTTP metrics recorded by the ingress replica that answered, not
+        # by HAProxy writing a syslog datagram per request for HAProxyManager to parse with
+        # regular expressions in Python (about 0.1 ms of CPU per request on the project
+        # machine; the same serve_num_http_requests and latency families either way)
+        HAPROXY_METRICS_FLAG: "1" if HAPROXY_REQUEST_LOG_METRICS else "0",
     })
     if real is not None:
         env["RAY_SERVE_HAPROXY_BINARY_PATH"] = _launcher(files, real)
