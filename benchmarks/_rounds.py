@@ -27,14 +27,25 @@ OTHER_APPS = "other apps"
 
 def measure_rounds(urls: dict[str, str], bodies: Sequence[bytes], *, rows_each: int, clients: int,
                    duration: float, max_requests: int, rounds: int, session: str | None,
-                   extra: Callable[..., dict[str, Any]] | None = None) -> dict[str, list[dict]]:
+                   extra: Callable[..., dict[str, Any]] | None = None,
+                   local: dict[str, Callable[[], dict[str, Any]]] | None = None) -> dict[str, list[dict]]:
     """``rounds`` closed-loop phases per app, the apps taken in turn (the order rotates every
     round); each phase with its CPU ms per request by role (this Ray's processes only) and what
-    ``extra(before, after, seconds, requests, ours)`` adds from the /proc readings."""
-    keys = list(urls)
+    ``extra(before, after, seconds, requests, ours)`` adds from the /proc readings. ``local``
+    phases (a name -> a call that measures one phase in this process, e.g. the pipeline in
+    process) take their turns among the apps', so they see the same machine."""
+    local = dict(local or {})
+    keys = list(urls) + list(local)
     out: dict[str, list[dict]] = {k: [] for k in keys}
     for r in range(rounds):
         for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+            if key in local:
+                phase = local[key]()
+                phase["round"], phase["at"] = r, time.strftime("%H:%M:%S")
+                out[key].append(phase)
+                print(f"    round {r + 1} {key}: {phase['rows_per_s']:.0f} rows/s, CPU "
+                      f"{phase['cpu_ms_per_request']:.2f} ms per request", flush=True)
+                continue
             ours = session_processes(session) if session else None
             before, t0 = process_cpu(), time.perf_counter()
             phase = asyncio.run(closed_loop(urls[key], bodies, rows_each, clients=clients, duration=duration,
@@ -47,6 +58,17 @@ def measure_rounds(urls: dict[str, str], bodies: Sequence[bytes], *, rows_each: 
             out[key].append(phase)
             print(f"    round {r + 1} {key}: {phase['rows_per_s']:.0f} rows/s, p99 {phase['p99_ms'] or 0:.1f} ms, "
                   f"{phase['errors']} failed", flush=True)
+    return out
+
+
+def median_local(phases: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the rounds of a phase measured in this process (rates, latencies, its CPU
+    per request), each round's own figures kept."""
+    out = {key: statistics.median(p[key] for p in phases)
+           for key in ("rows_per_s", "requests_per_s", "p50_ms", "p99_ms", "cpu_ms_per_request")
+           if all(p.get(key) is not None for p in phases)}
+    out["requests"] = sum(p["requests"] for p in phases)
+    out["rounds"] = phases
     return out
 
 

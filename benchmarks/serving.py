@@ -11,7 +11,8 @@ pipeline and (c') the original one.
                             [--duration 10] [--rounds 3] [--json PATH]
 
 Every app is deployed at once (costs calibrated at the first), then measured in ``--rounds``
-alternating rounds (A B C D, B C D A, ...; :mod:`benchmarks._rounds`), each a closed loop of
+alternating rounds (A B C D, B C D A, ...; :mod:`benchmarks._rounds`; (c) and (c') take their
+turns in the rounds too, so they run beside the same Ray), each app's phase a closed loop of
 ``--clients`` aiohttp clients after the same warm-up; the medians are reported, with every
 round's figures and the failed requests (a refused, reset or timed-out request counts as
 failed). Per configuration: CPU per request by process group (/proc, this Ray's processes
@@ -50,7 +51,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks._peer_serve import deploy_peer
-from benchmarks._rounds import ROUNDS, measure_rounds, median_phase, overhead, serving_main
+from benchmarks._rounds import (
+    ROUNDS,
+    measure_rounds,
+    median_local,
+    median_phase,
+    overhead,
+    serving_main,
+)
 from benchmarks._time_to_accuracy import at_accuracy, labelled, time_to_first_answer
 from serving.core.procstat import session_dir
 from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS
@@ -179,12 +187,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d"), "pipeline_workers": getattr(opt, "workers", 1),
     }
     n = args.rows_per_request
-    result["in_process"] = in_process(opt, frames, n, duration=args.duration, max_requests=args.max_requests)
-    result["in_process"].update(at_accuracy(result["in_process"], opt, data, baseline=False, cpus=1.0))
-    result["in_process_baseline"] = in_process(opt, frames, n, duration=args.duration, max_requests=args.max_requests,
-                                               predict=opt.baseline.predict_proba)
-    print(f"  (c) in-process: {result['in_process']['rows_per_s']:.0f} rows/s; the baseline in process "
-          f"{result['in_process_baseline']['rows_per_s']:.0f} rows/s", flush=True)
+    # (c) and (c'), the pipelines in this process: measured in the rounds beside the apps (the
+    # same machine, Ray's background included), so the overhead subtracts like from like
+    local = {"in_process": lambda: in_process(opt, frames, n, duration=args.duration, max_requests=args.max_requests),
+             "in_process_baseline": lambda: in_process(opt, frames, n, duration=args.duration,
+                                                       max_requests=args.max_requests,
+                                                       predict=opt.baseline.predict_proba)}
     result["proxy"], result["transport"] = use_proxy(args.proxy, args.transport), args.transport
     # every app is deployed at once, each planned for --cpus (Ray's logical CPUs are a budget per
     # app here, not a limit on the machine): the rounds then alternate between them
@@ -215,7 +223,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "other_cpu_ms_per_request": other_processes(before, after, requests, ours)}
 
         rounds = measure_rounds(urls, bodies, rows_each=n, clients=args.clients, duration=args.duration,
-                                max_requests=args.max_requests, rounds=args.rounds, session=session, extra=extra)
+                                max_requests=args.max_requests, rounds=args.rounds, session=session, extra=extra,
+                                local=local)
+        result["in_process"] = median_local(rounds["in_process"])
+        result["in_process"].update(at_accuracy(result["in_process"], opt, data, baseline=False, cpus=1.0))
+        result["in_process_baseline"] = median_local(rounds["in_process_baseline"])
+        print(f"  (c) in-process: {result['in_process']['rows_per_s']:.0f} rows/s; the baseline in process "
+              f"{result['in_process_baseline']['rows_per_s']:.0f} rows/s (medians of the rounds)", flush=True)
         pipeline_ms = {True: result["in_process_baseline"]["cpu_ms_per_request"],
                        False: result["in_process"]["cpu_ms_per_request"]}
         for key, label, baseline, _ in PHASES:

@@ -206,3 +206,22 @@ def test_the_request_path_benchmark_pairs_old_and_new_and_prints_every_step(tmp_
     assert "dispatch" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         request_path.main(["--block", "0"])
+
+
+def test_in_process_phases_take_their_turns_in_the_rounds_and_are_summarised_by_medians():
+    from benchmarks._rounds import measure_rounds, median_local
+
+    calls = []
+
+    def phase(name, rate):
+        def run():
+            calls.append(name)
+            return {"rows_per_s": rate + len(calls), "requests_per_s": 1.0, "p50_ms": 1.0, "p99_ms": 2.0,
+                    "cpu_ms_per_request": float(len(calls)), "requests": 10}
+        return run
+
+    rounds = measure_rounds({}, [], rows_each=1, clients=1, duration=0.0, max_requests=1, rounds=3, session=None,
+                            local={"c": phase("c", 100.0), "c'": phase("c'", 10.0)})
+    assert calls == ["c", "c'", "c'", "c", "c", "c'"]  # the order rotates every round
+    summary = median_local(rounds["c"])
+    assert summary["cpu_ms_per_request"] == 4.0 and summary["requests"] == 30 and len(summary["rounds"]) == 3
