@@ -49,3 +49,30 @@ def test_closed_loop_counts_refused_connections():
                                   max_requests=3))
     assert out["requests"] == 0 and out["errors"] == 3
     assert list(out["error_kinds"]) == ["ClientConnectorError"]
+
+
+def test_load_phases_time_on_a_settled_heap_and_leave_it_as_it_was():
+    """The measuring process's long-lived objects are frozen while a phase times (its own full
+    collections would read as the app's latency), re-entrantly, and thawed afterwards."""
+    import asyncio
+    import gc
+
+    from serving.measure.loadgen import settled_heap, timed_on_a_settled_heap
+
+    assert gc.get_freeze_count() == 0
+    seen = []
+
+    @timed_on_a_settled_heap
+    async def phase():
+        seen.append(gc.get_freeze_count())
+        with settled_heap():  # a phase inside a phase: still frozen, thawed only at the end
+            pass
+        seen.append(gc.get_freeze_count())
+        return "done"
+
+    @timed_on_a_settled_heap
+    def local_phase():
+        return gc.get_freeze_count()
+
+    assert asyncio.run(phase()) == "done" and seen[0] > 0 and seen[1] == seen[0]
+    assert local_phase() > 0 and gc.get_freeze_count() == 0
