@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from serving.core.procstat import cpu_per_request, process_cpu, session_processes
-from serving.measure.loadgen import closed_loop
+from serving.measure.loadgen import closed_loop, settled_heap
 
 #: rounds each app is measured in (the medians are reported)
 ROUNDS = 3
@@ -37,27 +37,28 @@ def measure_rounds(urls: dict[str, str], bodies: Sequence[bytes], *, rows_each: 
     local = dict(local or {})
     keys = list(urls) + list(local)
     out: dict[str, list[dict]] = {k: [] for k in keys}
-    for r in range(rounds):
-        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
-            if key in local:
-                phase = local[key]()
+    with settled_heap():  # collected once, before any CPU reading (not inside a phase's)
+        for r in range(rounds):
+            for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+                if key in local:
+                    phase = local[key]()
+                    phase["round"], phase["at"] = r, time.strftime("%H:%M:%S")
+                    out[key].append(phase)
+                    print(f"    round {r + 1} {key}: {phase['rows_per_s']:.0f} rows/s, CPU "
+                          f"{phase['cpu_ms_per_request']:.2f} ms per request", flush=True)
+                    continue
+                ours = session_processes(session) if session else None
+                before, t0 = process_cpu(), time.perf_counter()
+                phase = asyncio.run(closed_loop(urls[key], bodies, rows_each, clients=clients, duration=duration,
+                                                max_requests=max_requests))
+                after = process_cpu()
+                phase["cpu_ms_per_request"] = cpu_per_request(before, after, phase["requests"], key.replace("_", "-"), ours)
+                if extra is not None:
+                    phase.update(extra(before, after, time.perf_counter() - t0, phase["requests"], ours))
                 phase["round"], phase["at"] = r, time.strftime("%H:%M:%S")
                 out[key].append(phase)
-                print(f"    round {r + 1} {key}: {phase['rows_per_s']:.0f} rows/s, CPU "
-                      f"{phase['cpu_ms_per_request']:.2f} ms per request", flush=True)
-                continue
-            ours = session_processes(session) if session else None
-            before, t0 = process_cpu(), time.perf_counter()
-            phase = asyncio.run(closed_loop(urls[key], bodies, rows_each, clients=clients, duration=duration,
-                                            max_requests=max_requests))
-            after = process_cpu()
-            phase["cpu_ms_per_request"] = cpu_per_request(before, after, phase["requests"], key.replace("_", "-"), ours)
-            if extra is not None:
-                phase.update(extra(before, after, time.perf_counter() - t0, phase["requests"], ours))
-            phase["round"], phase["at"] = r, time.strftime("%H:%M:%S")
-            out[key].append(phase)
-            print(f"    round {r + 1} {key}: {phase['rows_per_s']:.0f} rows/s, p99 {phase['p99_ms'] or 0:.1f} ms, "
-                  f"{phase['errors']} failed", flush=True)
+                print(f"    round {r + 1} {key}: {phase['rows_per_s']:.0f} rows/s, p99 {phase['p99_ms'] or 0:.1f} ms, "
+                      f"{phase['errors']} failed", flush=True)
     return out
 
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from serving.core.procstat import cpu_per_request, process_cpu, session_dir, session_processes
+from serving.measure.loadgen import settled_heap
 from serving.planning.simulate import simulate
 
 #: share of the planned closed-loop clients the probe runs (a light load: batches merge less
@@ -135,7 +136,8 @@ def probe(url: str, payloads: Sequence[bytes], rows_per_request: int, plan: Any,
         return asyncio.run(closed_loop(url, payloads, rows_per_request, clients=clients, duration=duration,
                                        max_requests=max_requests, headers=headers))
 
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    # the heap settled once, before the CPU readings: the load's own collection is not the app's
+    with settled_heap(), concurrent.futures.ThreadPoolExecutor(1) as pool:
         if warmup_s > 0:
             pool.submit(load, warmup_s).result()
         before = process_cpu()

@@ -225,3 +225,27 @@ def test_in_process_phases_take_their_turns_in_the_rounds_and_are_summarised_by_
     assert calls == ["c", "c'", "c'", "c", "c", "c'"]  # the order rotates every round
     summary = median_local(rounds["c"])
     assert summary["cpu_ms_per_request"] == 4.0 and summary["requests"] == 30 and len(summary["rounds"]) == 3
+
+
+def test_the_rounds_collect_the_measuring_heap_before_any_cpu_reading(monkeypatch):
+    """The load generator's heap is settled once for all rounds: no collection of it falls
+    between a phase's two /proc readings (it would be charged to the load generator)."""
+    import gc
+
+    import benchmarks._rounds as rounds_module
+    from serving.measure.loadgen import timed_on_a_settled_heap
+
+    events = []
+    real_collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *a: events.append("collect") or real_collect(*a))
+    monkeypatch.setattr(rounds_module, "process_cpu", lambda: events.append("cpu") or {})
+    monkeypatch.setattr(rounds_module, "cpu_per_request", lambda *a, **k: {})
+
+    @timed_on_a_settled_heap
+    async def closed_loop(url, bodies, rows_each, **kwargs):
+        return {"requests": 1, "rows_per_s": 1.0, "p99_ms": 1.0, "errors": 0}
+
+    monkeypatch.setattr(rounds_module, "closed_loop", closed_loop)
+    rounds_module.measure_rounds({"a": "u", "b": "v"}, [b"{}"], rows_each=1, clients=1, duration=0.0,
+                                 max_requests=1, rounds=2, session=None)
+    assert events[0] == "collect" and events.count("collect") == 1 and events.count("cpu") == 8
