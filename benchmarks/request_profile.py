@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bodies, _ = payloads(X, args.rows_per_request)
     use_proxy(None, "grpc")
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
-    out: dict[str, Any] = {"workload": args.workload, "layout": args.layout, "baseline": args.baseline}
+    out: dict[str, Any] = {"workload": args.workload, "layout": args.layout, "baseline": args.baseline,
+                           "pipeline_workers": getattr(opt, "workers", 1)}
     folder = tempfile.mkdtemp(prefix="willump-profile-")
     try:
         session = session_dir(ray.get_runtime_context().gcs_address)
@@ -142,7 +143,8 @@ def report(out: dict[str, Any]) -> str:
     cpu = ", ".join(f"{k} {v:.2f}" for k, v in out["cpu_ms_per_request"].items())
     lines = [f"{out['workload']} ({'baseline' if out['baseline'] else out['layout']}; stages {out['stages']}): "
              f"{out['rows_per_s']:.0f} rows/s, p99 {out['p99_ms']:.1f} ms, {out['errors']} failed; "
-             f"CPU ms per request: {cpu}; stages inline: {out.get('inline')}"]
+             f"CPU ms per request: {cpu}; stages inline: {out.get('inline')}; the artifact's feature-group "
+             f"threads: {out.get('pipeline_workers')}"]
     for role, prof in out.get("profiles", {}).items():
         lines.append(f"{role} ({prof['samples']} samples):")
         lines += [f"  {share:6.1%}  {name}" for name, share in prof["groups"].items() if share >= 0.005]

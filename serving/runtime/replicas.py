@@ -24,7 +24,13 @@ from serving.runtime.dashboard.data import monitor_snapshot
 from serving.runtime.feedback import KINDS as FEEDBACK_KINDS
 from serving.runtime.feedback import Feedback
 from serving.runtime.gears import GearRunners
-from serving.runtime.stage_runner import StageRunner, merge_chunks, place_models, split_rows
+from serving.runtime.stage_runner import (
+    StageRunner,
+    merge_chunks,
+    place_models,
+    serial_when_inline,
+    split_rows,
+)
 
 
 def _rows_in(items: list) -> int:
@@ -70,7 +76,7 @@ class ModelStage:
             self.notes, self.runner = [], runner
         else:
             opt = artifact.load()
-            self.notes = place_models(opt, device, runtime)
+            self.notes = place_models(opt, device, runtime) + serial_when_inline(opt, inline)
             # a deep level too big for one device: its module runs as partition stages elsewhere
             if module_chains:  # torch is imported only where a chain runs (a replica starts faster without)
                 from serving.runtime.module_chain import attach_chains
@@ -349,7 +355,7 @@ class LocalStage:
             self.notes, self.runner = [], runner
         else:
             opt = artifact.load()
-            self.notes = place_models(opt, device, runtime)
+            self.notes = place_models(opt, device, runtime) + serial_when_inline(opt, inline)
             self.runner = StageRunner(opt, spec, fallback=fallback)
         self.replica = replica_id("ingress")  # records name the ingress replica that answered
         #: run batches on the ingress's event loop (a CPU-bound stage: StageProfile.runs_inline)

@@ -22,6 +22,23 @@ from willump import OptimizedPipeline
 from willump.runtime import Block, hstack, predict_proba
 
 
+def serial_when_inline(opt: OptimizedPipeline, inline: bool) -> list[str]:
+    """A stage that runs inline on its replica's event loop computes its feature groups one
+    after another (``opt.workers = 1``); returns a note when that overrides the artifact.
+
+    ``optimize(workers="auto")`` keeps one thread per group when that measured faster for one
+    call in one process; a close call, decided by the wall clock of a few repeats, that went
+    either way from run to run. Served, the replicas are the parallelism: an inline stage is
+    CPU-bound by its profile, so its groups' threads only contend for the GIL, and the event
+    loop waits on them (a profile of such an ingress spent 45% of its samples in thread
+    hand-offs, at about half the rows/s)."""
+    if not inline or getattr(opt, "workers", 1) <= 1:
+        return []
+    was, opt.workers = opt.workers, 1
+    return [f"feature groups computed one after another on the event loop (the artifact asked for {was} "
+            "threads; the stage runs inline, so its replicas are the parallelism)"]
+
+
 def place_models(opt: OptimizedPipeline, device: str, runtime: str) -> list[str]:
     """Move or convert the models to run on ``device``; returns notes on what happened.
 

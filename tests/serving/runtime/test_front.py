@@ -110,3 +110,4 @@ def test_the_ingress_app_answers_predict_and_top_k_itself():
     assert ingress.app.hot_routes == {("POST", "/predict"): "predict", ("POST", "/top_k"): "top_k"}
     cls = ingress.Ingress.func_or_class
     assert all(callable(getattr(cls, name)) for name in ingress.app.hot_routes.values())
+
