@@ -42,24 +42,29 @@ def measure_rounds(urls: dict[str, str], bodies: Sequence[bytes], *, rows_each: 
             for key in keys[r % len(keys):] + keys[:r % len(keys)]:
                 if key in local:
                     phase = local[key]()
-                    phase["round"], phase["at"] = r, time.strftime("%H:%M:%S")
-                    out[key].append(phase)
-                    print(f"    round {r + 1} {key}: {phase['rows_per_s']:.0f} rows/s, CPU "
-                          f"{phase['cpu_ms_per_request']:.2f} ms per request", flush=True)
-                    continue
-                ours = session_processes(session) if session else None
-                before, t0 = process_cpu(), time.perf_counter()
-                phase = asyncio.run(closed_loop(urls[key], bodies, rows_each, clients=clients, duration=duration,
-                                                max_requests=max_requests))
-                after = process_cpu()
-                phase["cpu_ms_per_request"] = cpu_per_request(before, after, phase["requests"], key.replace("_", "-"), ours)
-                if extra is not None:
-                    phase.update(extra(before, after, time.perf_counter() - t0, phase["requests"], ours))
+                    said = f"CPU {phase['cpu_ms_per_request']:.2f} ms per request"
+                else:
+                    phase = _app_phase(urls[key], key, bodies, rows_each=rows_each, clients=clients,
+                                       duration=duration, max_requests=max_requests, session=session, extra=extra)
+                    said = f"p99 {phase['p99_ms'] or 0:.1f} ms, {phase['errors']} failed"
                 phase["round"], phase["at"] = r, time.strftime("%H:%M:%S")
                 out[key].append(phase)
-                print(f"    round {r + 1} {key}: {phase['rows_per_s']:.0f} rows/s, p99 {phase['p99_ms'] or 0:.1f} ms, "
-                      f"{phase['errors']} failed", flush=True)
+                print(f"    round {r + 1} {key}: {phase['rows_per_s']:.0f} rows/s, {said}", flush=True)
     return out
+
+
+def _app_phase(url: str, key: str, bodies: Sequence[bytes], *, rows_each: int, clients: int, duration: float,
+               max_requests: int, session: str | None, extra: Callable[..., dict[str, Any]] | None) -> dict[str, Any]:
+    """One closed-loop phase of one app, with its CPU ms per request by role from /proc."""
+    ours = session_processes(session) if session else None
+    before, t0 = process_cpu(), time.perf_counter()
+    phase = asyncio.run(closed_loop(url, bodies, rows_each, clients=clients, duration=duration,
+                                    max_requests=max_requests))
+    after = process_cpu()
+    phase["cpu_ms_per_request"] = cpu_per_request(before, after, phase["requests"], key.replace("_", "-"), ours)
+    if extra is not None:
+        phase.update(extra(before, after, time.perf_counter() - t0, phase["requests"], ours))
+    return phase
 
 
 def median_local(phases: list[dict[str, Any]]) -> dict[str, Any]:

@@ -45,7 +45,7 @@ REPEATS = 7
 class _Checked(RowSchema):
     """The row schema as it was: every value checked on its own (the fast path switched off)."""
 
-    def _fast_frame(self, rows: list[dict[str, Any]]) -> None:
+    def _fast_frame(self, rows: list[dict[str, Any]], required: set[str] | None = None) -> None:
         return None
 
 

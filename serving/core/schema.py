@@ -174,10 +174,10 @@ class RowSchema:
         if len(rows) > max_rows:
             raise RequestError(413, f"too many rows: {len(rows)} > {max_rows}",
                                [{"field": "rows", "error": f"at most {max_rows} rows per request"}])
-        frame = self._fast_frame(rows)
+        required = {c.name for c in self.columns}
+        frame = self._fast_frame(rows, required)
         if frame is not None:
             return frame
-        required = {c.name for c in self.columns}
         allowed = required | set(self.optional)
         errors: list[dict[str, str]] = []
         for i, row in enumerate(rows):
@@ -201,42 +201,33 @@ class RowSchema:
             frame[name] = pd.Series([row.get(name) for row in rows], index=frame.index)
         return frame
 
-    def _fast_frame(self, rows: list[dict[str, Any]]) -> pd.DataFrame | None:
+    def _fast_frame(self, rows: list[dict[str, Any]], required: set[str] | None = None) -> pd.DataFrame | None:
         """The frame of rows that are plainly valid, checked a column at a time (every row has
-        exactly the required columns; each column's values all of the one type its kind
+        exactly the ``required`` columns; each column's values all of the one type its kind
         takes, no nulls, integers in range, numbers finite); None otherwise, and the per-value
-        checks of :meth:`to_frame` find and name what is wrong. Equal to what they build."""
-        required = {c.name for c in self.columns}
+        checks of :meth:`to_frame` find and name what is wrong. Both build each column with
+        :func:`_array`."""
+        required = {c.name for c in self.columns} if required is None else required
         if not all(row.keys() == required for row in rows):
             return None  # optional columns, or a missing or unknown one
         data: dict[str, Any] = {}
         for spec in self.columns:
             values = list(map(operator.itemgetter(spec.name), rows))
             types = set(map(type, values))
-            if spec.kind == "string" and types == {str}:
-                data[spec.name] = pd.array(values, dtype=spec.dtype if spec.dtype in ("str", "string", "object")
-                                           else "object")
-            elif spec.kind == "number" and types <= {int, float}:
+            if spec.kind in ("number", "integer") and types <= ({int, float} if spec.kind == "number" else {int}):
                 if int in types and not all(-INT_LIMIT <= v < INT_LIMIT for v in values if type(v) is int):
                     return None
-                column = np.array(values, dtype=np.float64)
-                if not np.isfinite(column).all():
-                    return None
-                data[spec.name] = column
-            elif spec.kind == "integer" and types == {int} and not spec.nullable:
-                target = np.dtype(spec.dtype if spec.dtype.startswith(("int", "uint")) else np.int64)
                 try:
-                    data[spec.name] = np.array(values, dtype=target)
-                except OverflowError:
+                    column = _array(spec, values)
+                except OverflowError:  # beyond the column's own integer type
                     return None
-            elif spec.kind == "integer" and types == {int}:  # nullable: as the per-value path builds it
-                if not all(-INT_LIMIT <= v < INT_LIMIT for v in values):
+                if column.dtype.kind == "f" and not np.isfinite(column).all():
                     return None
-                data[spec.name] = np.array(values, dtype=np.float64)
-            elif spec.kind == "boolean" and types == {bool}:
-                data[spec.name] = pd.array(values, dtype="boolean") if spec.nullable else np.array(values, dtype=bool)
+            elif (spec.kind, types) in (("string", {str}), ("boolean", {bool})):
+                column = _array(spec, values)
             else:
                 return None
+            data[spec.name] = column
         return pd.DataFrame(data)
 
     @staticmethod
@@ -259,21 +250,35 @@ class RowSchema:
         if len(errors) > before:
             return None
         if spec.kind == "integer" and not spec.nullable:
-            # exact, not through float64 (which rounds past 2^53 and wraps at 2^63)
-            target = np.dtype(spec.dtype if spec.dtype.startswith(("int", "uint")) else np.int64)
             ints = [int(v) for v in values]
-            info = np.iinfo(target)
+            info = np.iinfo(_integer_dtype(spec))
             for i, v in enumerate(ints):
                 if not info.min <= v <= info.max:
                     errors.append({"field": f"rows[{i}].{spec.name}",
-                                   "error": f"out of range for {target.name} ({info.min}..{info.max})"})
+                                   "error": f"out of range for {info.dtype.name} ({info.min}..{info.max})"})
                     return None
-            return np.array(ints, dtype=target)
-        if spec.kind in ("number", "integer"):
-            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-        if spec.kind == "boolean":
-            return pd.array(values, dtype="boolean") if spec.nullable else np.array(values, dtype=bool)
-        return pd.array(values, dtype=spec.dtype if spec.dtype in ("str", "string", "object") else "object")
+            return _array(spec, ints)
+        return _array(spec, values)
+
+
+def _integer_dtype(spec: ColumnSpec) -> np.dtype:
+    """The array type of a non-nullable integer column: its sample's, or int64."""
+    return np.dtype(spec.dtype if spec.dtype.startswith(("int", "uint")) else np.int64)
+
+
+def _array(spec: ColumnSpec, values: list[Any]) -> Any:
+    """A checked column's values as the frame's array, the one rule both the column-at-a-time
+    and the per-value paths of :meth:`RowSchema.to_frame` build with. A non-nullable integer
+    column is built exactly, not through float64 (which rounds past 2^53 and wraps at 2^63):
+    OverflowError beyond its type."""
+    if spec.kind == "integer" and not spec.nullable:
+        return np.array(values, dtype=_integer_dtype(spec))
+    if spec.kind in ("number", "integer"):
+        return np.array([np.nan if v is None else v for v in values] if None in values else values,
+                        dtype=np.float64)
+    if spec.kind == "boolean":
+        return pd.array(values, dtype="boolean") if spec.nullable else np.array(values, dtype=bool)
+    return pd.array(values, dtype=spec.dtype if spec.dtype in ("str", "string", "object") else "object")
 
 
 def _is_number(v: Any) -> bool:

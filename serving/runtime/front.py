@@ -56,13 +56,15 @@ class LeanFastAPI(FastAPI):
         super().__init__(*args, **kwargs)
         self.hot_routes = dict(hot_routes or {})
         self.owner = owner
+        self._found: Any = None  # the owner, once found: a replica's instance does not change
 
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
         if scope["type"] == "http" and self.hot_routes:
             name = self.hot_routes.get((scope["method"], route_path(scope)))
-            owner = (self.owner or _servable)() if name is not None else None
-            if owner is not None:
-                await answer(getattr(owner, name), scope, receive, send)
+            if name is not None and self._found is None:
+                self._found = (self.owner or _servable)()
+            if name is not None and self._found is not None:
+                await answer(getattr(self._found, name), scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 

@@ -23,7 +23,7 @@ from serving.core.schema import (
 class Checked(RowSchema):
     """The same schema with the fast path switched off: the per-value checks build the frame."""
 
-    def _fast_frame(self, rows):
+    def _fast_frame(self, rows, required=None):
         return None
 
 

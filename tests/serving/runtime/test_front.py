@@ -111,3 +111,12 @@ def test_the_ingress_app_answers_predict_and_top_k_itself():
     cls = ingress.Ingress.func_or_class
     assert all(callable(getattr(cls, name)) for name in ingress.app.hot_routes.values())
 
+
+
+def test_the_owner_is_looked_up_once():
+    """Serve's replica context is read on the first hot request only, not on every one."""
+    owner, looks = Owner(), []
+    app = front.LeanFastAPI(hot_routes={("POST", "/predict"): "predict"}, owner=lambda: looks.append(1) or owner)
+    for _ in range(3):
+        assert _call(app, "POST", "/predict", b"{}")[0] == 200
+    assert len(looks) == 1 and len(owner.seen) == 3
