@@ -21,7 +21,7 @@ demo: venv
 
 test: venv
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=20
+	$(BIN)/python -m pytest -n 3 --dist loadgroup --durations=20
 
 bench: venv
 	$(BIN)/python -m benchmarks.workloads

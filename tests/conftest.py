@@ -11,14 +11,17 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: pytest-xdist scope of the tests that start Ray, servers, subprocess apps or a browser: the
-#: modules marked ``pytestmark = pytest.mark.starts_ray`` run one after another on one worker
-#: (`make test` runs ``-n 2 --dist loadgroup``), sharing that worker's Ray where they can, while
-#: every other test is spread over both workers. Two such modules side by side were tried: on
-#: two cores their Rays' HAProxy ports collided and a replica-kill test's requests ran past their
-#: 30 s deadline, so they stay serial. tests/serving/test_ray_free.py checks the marks.
-SERIAL_GROUP = "ray-and-servers"
-#: what marks a module serial (read from its source: xdist's scheduler sees node ids, not marks)
+#: pytest-xdist lanes of the tests that start Ray, servers, subprocess apps or a browser (the
+#: modules marked ``pytestmark = pytest.mark.starts_ray``). Each lane runs on one worker, module
+#: after module: the modules that serve on the worker's shared Ray in one, those that start Rays
+#: of their own (clusters of another shape, subprocess apps) in the other, so a worker's shared
+#: Ray is never stopped and started again mid-run. `make test` runs ``-n 3 --dist loadgroup``:
+#: the lanes mostly wait on Ray (deploys, rolling updates, subprocesses), so the third worker
+#: takes the CPU-bound tests beside them, and each lane's worker joins it when its lane is done.
+#: tests/serving/test_ray_free.py checks the marks.
+SHARED_RAY_LANE = "ray-shared"
+OWN_RAY_LANE = "ray-own"
+#: what marks a module as one of a lane (read from its source: xdist's scheduler sees node ids, not marks)
 SERIAL_MARK = "pytest.mark.starts_ray"
 
 
@@ -41,10 +44,22 @@ def serial(nodeid: str) -> bool:
     return _marked(nodeid.split("::", 1)[0])
 
 
+def lane(nodeid: str) -> str | None:
+    """The lane a test runs in (None: any worker may take it on its own)."""
+    return _module_lane(nodeid.split("::", 1)[0])
+
+
+@functools.cache
+def _module_lane(module: str) -> str | None:
+    if not _marked(module):
+        return None
+    return OWN_RAY_LANE if _own_cluster(module) else SHARED_RAY_LANE
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    """The serial scope first (one worker takes it at once), then the tests marked slow, then
-    the rest: the long work starts early, so short tests fill both workers at the end instead
-    of one long test holding the run's tail."""
+    """The lanes' modules first, largest first, then the apps in subprocesses, then the tests
+    marked slow, then the rest: the long work starts early, so short tests fill the workers at
+    the end instead of one long test holding the run's tail."""
     if config.getvalue("dist") != "loadgroup":
         return
     sizes: dict[str, int] = {}
@@ -55,28 +70,53 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     def key(item) -> tuple:
         module = item.nodeid.split("::", 1)[0]
-        if serial(item.nodeid):  # modules that stop the worker's shared Ray for a cluster of their own last
-            return (0, _own_cluster(module), -sizes[module], order[module])
-        return (1 if item.get_closest_marker("slow") else 2, False, 0, order[module])
+        if serial(item.nodeid):
+            return (0, -sizes[module], order[module])
+        if item.get_closest_marker("app_in_subprocess"):
+            return (1, 0, order[module])
+        return (2 if item.get_closest_marker("slow") else 3, 0, order[module])
 
     items.sort(key=key)  # stable: tests keep their order inside a module
 
 
+#: niceness a worker takes on when it starts a test outside the lanes: the lanes mostly wait on
+#: Ray (deploys, rolling updates, subprocess apps), and their replicas' CPU is the run's critical
+#: path, while the other tests are CPU-bound and have slack; on two cores, equal priority stretched
+#: the lanes by about 1.4x. The apps in subprocesses (``app_in_subprocess``: the demo, the README
+#: tour, which send traffic by the clock) keep normal priority and run first. One-way (a worker
+#: never raises its priority again): a lane's worker takes other tests only once its lane is done.
+OTHER_TESTS_NICENESS = 10
+_niced = False
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A worker whose lane is done (it starts a test outside the lanes: a worker gets its lane
+    first, whole) stops its shared Ray, and lowers its priority once."""
+    global _niced
+    if not os.environ.get("PYTEST_XDIST_WORKER") or item.config.getvalue("dist") != "loadgroup":
+        return
+    if lane(item.nodeid) is None:
+        WORKER_RAY.release()
+        if not _niced and not item.get_closest_marker("app_in_subprocess"):
+            os.nice(OTHER_TESTS_NICENESS)
+            _niced = True
+
+
 @pytest.hookimpl(optionalhook=True)  # known only where xdist is loaded
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadgroup`` as `make test` runs it: the serial tests form one scope that one
-    worker runs, module after module, while the other tests are spread one by one. (xdist's
-    own loadgroup suffixes node ids with the group of an ``xdist_group`` mark, which pytest
-    9.2's node ids no longer take: its groups silently split.)"""
+    """``--dist loadgroup`` as `make test` runs it: each lane is one scope that one worker runs,
+    module after module, while the other tests are spread one by one. (xdist's own loadgroup
+    suffixes node ids with the group of an ``xdist_group`` mark, which pytest 9.2's node ids no
+    longer take: its groups silently split.)"""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class SerialServers(LoadScopeScheduling):
+    class Lanes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return SERIAL_GROUP if serial(nodeid) else nodeid
+            return lane(nodeid) or nodeid
 
-    return SerialServers(config, log)
+    return Lanes(config, log)
 
 
 # --- one Ray per pytest worker, shared by the serving modules that use the standard cluster -----

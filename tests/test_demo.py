@@ -11,8 +11,9 @@ import pytest
 
 from tests.conftest import REPO_ROOT, free_port
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on a worker of its own
-pytestmark = [pytest.mark.starts_ray, pytest.mark.slow]
+#: a subprocess with a Ray of its own, like the README's tour: outside the two Ray lanes (their
+#: workers are busy for most of the run), started first on the worker that takes the other tests
+pytestmark = [pytest.mark.app_in_subprocess, pytest.mark.slow]
 
 
 def test_make_demo_runs_end_to_end(tmp_path):

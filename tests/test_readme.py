@@ -56,6 +56,7 @@ def test_only_the_set_up_block_lies_outside_the_tour() -> None:
     assert "python" in langs and "bash" in langs
 
 
+@pytest.mark.app_in_subprocess
 @pytest.mark.slow
 def test_the_tour_runs(tmp_path: Path) -> None:
     """As from a clone: the data folder holds nothing, so the tour reads the repository's copy."""

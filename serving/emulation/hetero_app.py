@@ -297,7 +297,10 @@ class HeteroIngress:
         else:
             self.counts["hedge_wins"] += 1
             self._done(stage, second, now - t1, out)
-            self.windows[stage].add(now - t0)  # the first call took at least this long
+            # the first call took at least this long: its replica is judged on that lower bound
+            # too, or a replica whose stalled calls are always cancelled would never be judged slow
+            self.windows[stage].add(now - t0)
+            self.slow.observe(f"{stage}@{first}", f"{stage}@{first.split('/')[0]}", now - t0)
         return out
 
     async def predict(self, rows: pd.DataFrame) -> dict[str, Any]:

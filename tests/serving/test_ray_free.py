@@ -1,13 +1,20 @@
 """Serving test modules that start Ray, a server, a subprocess or a browser carry the
-``starts_ray`` mark (`make test` runs them on one worker, module after module: two Rays side by
-side on CI's two cores would starve each other); the others carry none and are spread over both
-workers. A change that makes a module start something must mark it."""
+``starts_ray`` mark (`make test` runs them in two lanes, each on one worker, module after module:
+those on the worker's shared Ray, and those that start Rays of their own); the others carry none
+and are spread over the workers. A change that makes a module start something must mark it."""
 
 from __future__ import annotations
 
 import re
 
-from tests.conftest import REPO_ROOT, SERIAL_MARK, serial
+from tests.conftest import (
+    OWN_RAY_LANE,
+    REPO_ROOT,
+    SERIAL_MARK,
+    SHARED_RAY_LANE,
+    lane,
+    serial,
+)
 
 #: what a module that starts Ray, a server, a subprocess or a browser uses
 STARTS = re.compile(r"ray_cluster|emulated_cluster|ray\.init|\bdeploy\(|deploy_hetero|serve\.(run|start)|"
@@ -27,3 +34,10 @@ def test_serial_group():
     assert serial("tests/serving/launch/test_api.py::test_static_routes")
     assert not serial("tests/serving/planning/test_planner.py::test_x")
     assert not serial("tests/willump/test_optimize.py::test_x") and not serial("tests/test_readme.py::test_the_tour_runs")
+
+
+def test_lanes():
+    assert lane("tests/serving/launch/test_api.py::test_static_routes") == SHARED_RAY_LANE
+    assert lane("tests/serving/launch/test_cli.py::test_plan_prints_a_plan") == OWN_RAY_LANE
+    assert lane("tests/serving/launch/test_multinode.py::test_x") == OWN_RAY_LANE
+    assert lane("tests/serving/planning/test_planner.py::test_x") is None

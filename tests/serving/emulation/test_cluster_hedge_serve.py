@@ -13,7 +13,7 @@ from serving.core.specs import stage_specs
 from serving.emulation.hetero_app import DeviceEmulation, deploy_hetero
 from tests.serving.conftest import release_worker_ray
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 EMULATION = DeviceEmulation(fixed_ms={"cheap": 2.0, "expensive": 2.0}, per_row_ms={"cheap": 0.0, "expensive": 0.0})

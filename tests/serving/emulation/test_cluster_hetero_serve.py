@@ -15,7 +15,7 @@ from serving.emulation.measure import cluster_devices, measure_matrix, stage_inp
 from serving.planning.hetero import plan_max_rate
 from tests.serving.conftest import emulated_cluster
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 EMULATION = DeviceEmulation(fixed_ms={"cheap": 2.0, "expensive": 4.0}, per_row_ms={"cheap": 0.1, "expensive": 1.0},

@@ -17,7 +17,7 @@ from serving.core.specs import stage_specs
 from serving.emulation.hetero_app import DeviceEmulation, deploy_hetero
 from tests.serving.conftest import emulated_cluster
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 #: transient devices are slow here so that calls are in flight on them when they go

@@ -12,7 +12,7 @@ import requests
 from serving import deploy
 from tests.serving.conftest import free_port, wait_for
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 

@@ -19,7 +19,7 @@ from serving.core.procstat import alive, descendants, listening_sockets
 from tests.serving.conftest import free_port, wait_for
 from tests.serving.launch.ray_probes import open_without_token, outside_address
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 WILLUMP = [sys.executable, "-m", "serving.cli"]

@@ -19,7 +19,7 @@ from serving.runtime.module_chain import RemoteModule, attach_chains
 
 from .module_cascade import optimized_with, rows
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 #: bytes per device: each 256x256 layer (263 KiB) fits, the module (~530 KiB) does not

@@ -21,14 +21,15 @@ from serving import deploy
 from serving.launch.config import plan_offline
 from tests.serving.conftest import free_port, release_worker_ray, wait_for
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 CLIENTS = 4
 ROWS_PER_REQUEST = 16
-#: seconds of load kept up after the worker node is removed
-OBSERVE_AFTER_S = 25.0
-WINDOW_S = 4.0
+#: correct answers the load must have had before the worker node goes, and after it went
+#: (outcomes, not rates: a rate measures the machine)
+ANSWERS_BEFORE = 12
+ANSWERS_AFTER = 8
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +128,11 @@ def test_both_ingress_replicas_answer_through_the_head(app, request_rows):
                 if line.startswith("ray_willump_requests_total") and 'app="multi"' in line
                 and 'route="predict"' in line}
 
-    wait_for(lambda: len(workers()) == 2, timeout=30, message="requests counted by both ingress replicas")
+    def both_counted() -> bool:  # more requests while waiting: a loaded machine exports metrics late
+        requests.post(app.url + "/predict", json=body, timeout=60).raise_for_status()
+        return len(workers()) == 2
+
+    wait_for(both_counted, timeout=120, interval=1.0, message="requests counted by both ingress replicas")
 
 
 def ray_node_id() -> str:
@@ -168,10 +173,14 @@ def test_removing_the_worker_node_under_load(cluster, app, synth_opt, request_ro
     for t in threads:
         t.start()
     try:
-        time.sleep(8)
+        wait_for(lambda: sum(r[1] == 200 for r in results) >= ANSWERS_BEFORE, timeout=120,
+                 message="answers before the worker node went")
         t_remove = time.monotonic()
         c.remove_node(worker, allow_graceful=False)
-        time.sleep(OBSERVE_AFTER_S)
+        # requests were answered after the loss (a second after it: not in flight when it went)
+        wait_for(lambda: sum(r[0] >= t_remove + 1 and r[2] for r in results) >= ANSWERS_AFTER, timeout=120,
+                 message="correct answers after the worker node went")
+        t_end = time.monotonic()
     finally:
         stop.set()
         for t in threads:
@@ -179,19 +188,15 @@ def test_removing_the_worker_node_under_load(cluster, app, synth_opt, request_ro
     ok = [r for r in results if r[1] == 200]
     failed = [r for r in results if r[1] != 200]
     assert ok and all(r[2] for r in ok), "a request answered 200 was wrong"
-    before = _rate(results, t_remove - 6, t_remove)
-    starts = np.arange(t_remove + 5, t_remove + OBSERVE_AFTER_S - WINDOW_S + 1e-9, 1.0)
-    after = max(_rate(results, s, s + WINDOW_S) for s in starts)
-    placed = _replica_nodes("multi")
+    before = _rate(results, min(r[0] for r in results), t_remove)
+    after = _rate(results, t_remove, t_end)
     print(f"node removal: {len(ok)} ok, {len(failed)} failed (statuses {sorted({r[1] for r in failed})}); "
-          f"{before:.1f} req/s before, best {WINDOW_S:.0f}s window {after:.1f} req/s after; replicas now on "
-          f"{ {k: len(v) for k, v in placed.items()} } node(s)")
+          f"{before:.1f} req/s before, {after:.1f} req/s in the {t_end - t_remove:.1f} s after")
     # in flight on the worker's replicas when it went: a few requests per client at most
     assert len(failed) <= 3 * CLIENTS, f"{len(failed)} failed"
     # recovery is an outcome, not a rate (a rate measures the machine: under a CPU hog it read
-    # 24.5 req/s before and 0.0 in the window after): requests were answered after the loss, and
-    # the app answers every request once it has settled, within a generous deadline
-    assert any(t >= t_remove + 1 for t, _, _ in ok), "no request was answered after the worker node went"
+    # 24.5 req/s before and 0.0 in the window after): requests were answered after the loss (the
+    # wait above), and the app answers every request once it has settled, within a generous deadline
     session = requests.Session()
 
     def answers_all() -> bool:
@@ -203,4 +208,7 @@ def test_removing_the_worker_node_under_load(cluster, app, synth_opt, request_ro
         return True
 
     wait_for(answers_all, timeout=180, message="every request answered after the worker node went")
-    assert {c for v in placed.values() for c in v} == {ray_node_id()}  # every replica now on the head
+    head = {ray_node_id()}
+    placed = wait_for(lambda: (p := _replica_nodes("multi")) and {n for v in p.values() for n in v} == head and p,
+                      timeout=120, message="every replica on the head node")
+    print(f"replicas now on {({k: len(v) for k, v in placed.items()})} node(s)")

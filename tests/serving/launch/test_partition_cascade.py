@@ -13,7 +13,7 @@ from serving.runtime.stage_runner import StageRunner, module_groups, place_model
 
 from .module_cascade import optimized_with, rows
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 

@@ -21,7 +21,7 @@ from serving.launch.proxy import (
     use_proxy,
 )
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 

@@ -18,7 +18,7 @@ from torch import nn
 import serving.partition as sp
 from serving.model_app import cli as model_cli
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 

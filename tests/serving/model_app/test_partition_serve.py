@@ -20,7 +20,7 @@ import serving.partition as sp
 from pipelines._minilm import BertConfig, MiniLM
 from serving.model_app.transport import fit_transport
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -41,7 +41,7 @@ def browser() -> str | None:
     return None
 
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = [pytest.mark.starts_ray,
               pytest.mark.skipif(browser() is None, reason="no headless Chromium on this machine "
                                                            "(.ci/run installs Debian's chromium with apt-get)")]

@@ -21,7 +21,7 @@ from tests.serving.conftest import wait_for
 from tests.serving.pipelines import POISON, set_delay, stall_once
 from tests.willump.synth import make_rows
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 #: a stalled lookup takes this long; every deadline below is well under it

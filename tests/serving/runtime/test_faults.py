@@ -10,20 +10,23 @@ import pytest
 import requests
 
 from serving import deploy
+from tests.conftest import wait_for
 
-#: starts Ray, servers, subprocess apps or a browser: `make test` runs it on the serial worker
+#: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
 
 #: client threads generating load
 CLIENTS = 4
 ROWS_PER_REQUEST = 16
-#: seconds of load kept up after Serve reports every replica RUNNING again
-OBSERVE_AFTER_S = 20.0
-#: width of the windows the recovered rate is measured over; the best window must reach
-#: RECOVERED_SHARE of the rate before the kill (one noisy window on 2 shared cores is not a failure
-#: to recover, a rate that never comes back is)
-WINDOW_S = 4.0
-RECOVERED_SHARE = 0.7
+#: seconds of load before the kill (HAProxy's health checks and connection pools settled): a kill
+#: 1-2 s into the load, beside the suite's other Ray lane, once cost 8 requests (4 connections
+#: closed, 4 of HAProxy's 502/503 answers, which Serve's template turns into plain 500s), more than
+#: one per client; Serve's HAProxy replays only requests never sent (``retry-on conn-failure``)
+WARM_S = 6.0
+#: correct answers the load must have had before the kill, and after Serve reports every replica
+#: RUNNING again (an outcome, not a rate: a rate measures the machine)
+ANSWERS_BEFORE = 20
+ANSWERS_AFTER = 20
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +81,9 @@ def test_killed_replica_loses_no_successful_request(app, synth_opt, request_rows
     for t in threads:
         t.start()
     try:
-        time.sleep(6)
+        started = time.perf_counter()
+        wait_for(lambda: sum(r[1] == 200 for r in results) >= ANSWERS_BEFORE
+                 and time.perf_counter() - started >= WARM_S, timeout=120, message="answers before the kill")
         t_kill = time.perf_counter()
         # the default (fused) layout: the expensive stage's replica and one of the ingress
         # replicas that run the cheap stage
@@ -98,7 +103,10 @@ def test_killed_replica_loses_no_successful_request(app, synth_opt, request_rows
                 break
             time.sleep(0.25)
         t_healthy = time.perf_counter()
-        time.sleep(OBSERVE_AFTER_S)
+        # recovered: the load is answered again, correctly, once Serve has replaced the replicas
+        wait_for(lambda: sum(r[0] >= t_healthy and r[2] for r in results) >= ANSWERS_AFTER, timeout=120,
+                 message="correct answers after the replicas were replaced")
+        t_end = time.perf_counter()
     finally:
         stop.set()
         for t in threads:
@@ -110,16 +118,14 @@ def test_killed_replica_loses_no_successful_request(app, synth_opt, request_rows
     # what can be lost is what was in flight on the killed ingress replica: at most one request
     # per client (HAProxy forwards each client's next request to a live replica).
     assert len(failures) <= CLIENTS, f"{len(failures)} failed requests: {sorted({r[1] for r in failures})}"
-    before = _rate(results, t_kill - 5, t_kill)
-    starts = np.arange(t_healthy, t_healthy + OBSERVE_AFTER_S - WINDOW_S + 1e-9, 1.0)
-    after = max(_rate(results, s, s + WINDOW_S) for s in starts)
-    assert after >= RECOVERED_SHARE * before, (before, after)
+    before = _rate(results, min(r[0] for r in results), t_kill)
+    after = _rate(results, t_healthy, t_end)
     text = requests.get(app.url + "/metrics", timeout=30).text
     retries = sum(float(line.split()[-1]) for line in text.splitlines()
                   if line.startswith("willump_stage_retries_total"))
     print(f"kill test: {len(successes)} ok, {len(failures)} failed (in flight on the killed ingress replica; "
           f"{sorted({(r[1], r[4]) for r in failures})}), {retries:.0f} stage calls retried, "
-          f"{before:.1f} req/s before, best {WINDOW_S:.0f}s window {after:.1f} req/s after recovery, "
+          f"{before:.1f} req/s before, {after:.1f} req/s after recovery, "
           f"recovered in {t_healthy - t_kill:.1f}s")
 
 
