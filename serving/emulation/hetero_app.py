@@ -227,8 +227,13 @@ class HeteroIngress:
     def _done(self, stage: str, replica: str, seconds: float, out: dict | None) -> None:
         self.windows[stage].add(seconds)
         if out is not None:
-            self.slow.observe(f"{stage}@{replica}", f"{stage}@{replica.split('/')[0]}", seconds)
+            self._judge(stage, replica, seconds)
             self.winner_device_s += float(out.get("device_s", 0.0))
+
+    def _judge(self, stage: str, replica: str, seconds: float) -> None:
+        """A call's latency (or a lower bound of it) on ``replica``, judged against its peers of
+        the same device type."""
+        self.slow.observe(f"{stage}@{replica}", f"{stage}@{replica.split('/')[0]}", seconds)
 
     async def _call(self, stage: str, rows: pd.DataFrame, blocks: dict | None, gear: int = 0) -> dict[str, Any]:
         """A stage call; a call whose replica was lost (its actor died) is sent again to
@@ -300,7 +305,7 @@ class HeteroIngress:
             # the first call took at least this long: its replica is judged on that lower bound
             # too, or a replica whose stalled calls are always cancelled would never be judged slow
             self.windows[stage].add(now - t0)
-            self.slow.observe(f"{stage}@{first}", f"{stage}@{first.split('/')[0]}", now - t0)
+            self._judge(stage, first, now - t0)
         return out
 
     async def predict(self, rows: pd.DataFrame) -> dict[str, Any]:
