@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
@@ -16,11 +17,22 @@ from tests.serving.conftest import free_port, wait_for
 pytestmark = pytest.mark.starts_ray
 
 
+#: the in-situ probe's load here (seconds of warm-up, seconds measured): these tests check what
+#: the probe does (factors, replanning, its rows kept from the monitor), not how close its
+#: figures come (`python -m benchmarks.serving` prints them); the defaults are 2 s and 4 s
+PROBE_WARMUP_S, PROBE_S = 1.0, 2.0
+
+
 @pytest.fixture(scope="module")
 def app(ray_cluster, synth_opt):
-    served = deploy(synth_opt, name="api", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
-                    monitor=dict(attributes=["region"], features=["a"], pane_seconds=1.0,
-                                 auto_reference_panes=1), insitu="always", layout="fused")
+    import serving.launch.insitu
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(serving.launch.insitu, "probe", functools.partial(
+            serving.launch.insitu.probe, warmup_s=PROBE_WARMUP_S, seconds=PROBE_S))
+        served = deploy(synth_opt, name="api", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
+                        monitor=dict(attributes=["region"], features=["a"], pane_seconds=1.0,
+                                     auto_reference_panes=1), insitu="always", layout="fused")
     yield served
     served.shutdown(stop_ray=False)
 
