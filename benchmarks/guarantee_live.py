@@ -3,7 +3,7 @@ when nothing changes, what it says on a real cascade under a covariate shift, an
 label-free accuracy estimate comes to the labelled one.
 
     python -m benchmarks.guarantee_live [--json PATH] [--quick] [--seed N]
-                                        [--sections rise,null,shift,cbpe]
+                                        [--sections rise,null,shift,cbpe,hold]
 
 The served cascade's cheap level answers a share of the rows (0.8 in the simulations); 1% of
 those are audited (also run through the full pipeline), and an audited row *disagrees* when the
@@ -40,6 +40,10 @@ Sections:
   against the labelled accuracy of the served answers on held-out rows, for Adult's cascade and
   the Davidson tweets' (``pipelines.toxic``), and on a planted segment alone (its share grown to
   100%) (target from the issue: within 2 points on held-out rows).
+- **hold**: ``deploy(on_alarm="step")``'s ledger (``GuaranteeLedger(hold=True)``): audited rows
+  until a 2x rise holds gear 0, served rows in full until the hold is released once the rise is
+  gone, the share of runs released while it persists, and the share held again over quiet days
+  after a release (``benchmarks._guarantee_live_hold``).
 
 The rise and null sections evaluate the alarm with ``first_alarm``: the ledger's test of every run
 of epochs, vectorised over the checks and screened (only candidates reach
@@ -64,11 +68,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks._guarantee_live_cbpe import cbpe_section, print_cbpe
+from benchmarks._guarantee_live_hold import hold_section, print_hold
 from benchmarks._guarantee_live_shift import print_shift, shift_section
 from drift._confseq import rejects_at_most, tuned_prior
 from drift._guarantee import DEFAULT_EPOCH_ROWS, AuditCounts, GearTerms, GuaranteeLedger, _clip
 
-SECTIONS = ("rise", "null", "shift", "cbpe")
+SECTIONS = ("rise", "null", "shift", "cbpe", "hold")
 #: targets from the issue
 TARGET_DETECT_AUDITS = 2_000
 TARGET_NULL_ALARM_SHARE = 0.05
@@ -458,6 +463,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                       4 if args.quick else 10), print_null),
         "shift": (lambda: shift_section(8 if args.quick else 40, args.seed), print_shift),
         "cbpe": (lambda: cbpe_section(args.seed), print_cbpe),
+        "hold": (lambda: hold_section(20 if args.quick else 100, args.seed), print_hold),
     }
     for name in SECTIONS:
         if name not in sections:

@@ -27,6 +27,16 @@ Two verdicts per gear, both valid at every moment at once:
   is a statement about rows like the certification rows; this says the served rows no longer
   are, in the one respect the certificate rests on.
 
+With ``hold=True`` an alarm also *holds* its gear: the app stops serving it (and every cheaper
+gear) and serves a more conservative one, or the full pipeline when gear 0 is held. A held gear
+goes on being audited where its answers can still be computed (while the full pipeline serves,
+gear 0's cheap level runs on every row and every row it would have answered is compared with the
+full pipeline's answer, which the row pays for anyway); the hold is released once the rows
+audited since it began show, at the live level, a served disagreement rate at most the alarm's
+reference (an anytime-valid upper bound under it). The alarm then tests only the epochs since the
+release: a release starts a new epoch, and the runs it tests are a subset of those the union
+bound already pays for, so releases spend no extra error budget.
+
 Error budget: ``1 - confidence`` split evenly over the gears (Bonferroni), and within a gear
 half to the certification bound and half to the live sequence, so the chance of any false alarm,
 over unlimited time, is at most ``1 - confidence``. Segments (attribute=value) get the same
@@ -125,6 +135,14 @@ class GuaranteeLedger:
     #: per gear, the counts of each epoch of about ``epoch_rows`` audited rows, oldest first
     epochs: dict[int, list[AuditCounts]] = field(default_factory=dict)
     by_segment: dict[int, dict[str, dict[str, AuditCounts]]] = field(default_factory=dict)
+    #: whether an alarm holds its gear until the release test passes (module docstring)
+    hold: bool = False
+    #: per held gear, the counts audited since its hold began (the release test's rows)
+    held: dict[int, AuditCounts] = field(default_factory=dict)
+    #: per gear, how many times it was held
+    holds: dict[int, int] = field(default_factory=dict)
+    #: per gear, the epoch its alarm's runs start from (0; after a release, the epoch it began)
+    alarm_from: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.gears = [g if isinstance(g, GearTerms) else GearTerms.from_dict(g) for g in self.gears]
@@ -152,12 +170,40 @@ class GuaranteeLedger:
             raise ValueError(f"need disagreed <= audited and cheap <= served, got {batch}")
         self.counts.setdefault(gear, AuditCounts()).add(batch)
         epochs = self.epochs.setdefault(gear, [])
-        if not epochs or epochs[-1].audited >= self.epoch_rows:  # a boundary set by counts, never by outcomes
+        if not epochs or epochs[-1].audited >= self.epoch_rows:  # a boundary set by counts (or a release)
             epochs.append(AuditCounts())
         epochs[-1].add(batch)
         for attribute, value in (segment or {}).items():
             if attribute in self.segments:
                 self._add_segment(gear, attribute, _segment_value(value), batch)
+        if self.hold:
+            self._update_hold(gear, batch)
+
+    def _update_hold(self, gear: int, batch: AuditCounts) -> None:
+        """Hold ``gear`` when its alarm rings; release it when the rows since the hold pass the
+        release test, and start its alarm's runs again from a new epoch."""
+        if gear in self.held:
+            self.held[gear].add(batch)
+            upper = self.release_upper(gear)
+            if upper is not None and upper <= self.reference_rate(gear)[0]:
+                del self.held[gear]
+                self.epochs[gear].append(AuditCounts())
+                self.alarm_from[gear] = len(self.epochs[gear]) - 1
+        elif self._alarm(gear, self.reference_rate(gear)[0], self._live_alpha(gear))[0]:
+            self.held[gear] = AuditCounts()
+            self.holds[gear] = self.holds.get(gear, 0) + 1
+
+    def release_upper(self, gear: int) -> float | None:
+        """A held gear's anytime-valid upper bound on its served disagreement rate over the rows
+        audited since the hold began (None: not held, or nothing audited yet). The hold lifts
+        once it is at most the alarm's reference."""
+        c = self.held.get(gear)
+        reference = self.reference_rate(gear)[0]
+        if c is None or not c.audited or not c.served or reference is None:
+            return None
+        share = c.cheap / c.served
+        return share * upper_bound(c.audited, c.disagreed, self._live_alpha(gear),
+                                   broad_prior(_clip(reference / max(share, 1e-9))))
 
     def add_rows(self, gear: np.ndarray, cheap: np.ndarray, audited: np.ndarray, disagreed: np.ndarray,
                  shed: np.ndarray | None = None, attributes: Mapping[str, Sequence[Any]] | None = None) -> None:
@@ -224,8 +270,8 @@ class GuaranteeLedger:
         self._check_gear(gear)
         c = counts if counts is not None else self.counts.get(gear, AuditCounts())
         terms = self.gears[gear]
-        reference, source = self.reference_rate(gear)
-        live_alpha = self.alpha_gear / 2.0 if source == "certification" else self.alpha_gear
+        reference, _ = self.reference_rate(gear)
+        live_alpha = self._live_alpha(gear)
         share = c.cheap / c.served if c.served else 0.0
         d_cheap = c.disagreed / c.audited if c.audited else None
         centre = _clip((reference or terms.max_loss or 0.01) / max(share, 1e-9))
@@ -246,9 +292,15 @@ class GuaranteeLedger:
             "loss_upper": loss_upper,
             "supported": None if loss_upper is None or terms.max_loss is None else loss_upper <= terms.max_loss,
             "certified_rate": None if not terms.cert_rows else (terms.cert_disagreed or 0) / terms.cert_rows,
-            "alarm_reference": reference, "alarm_reference_source": source, "alarm": alarm,
+            "alarm_reference": reference, "alarm_reference_source": self.reference_rate(gear)[1], "alarm": alarm,
             "alarm_audited_rows": alarm_rows,
+            **({"held": gear in self.held, "holds": self.holds.get(gear, 0),
+                "release_upper": self.release_upper(gear)} if counts is None and self.hold else {}),
         }
+
+    def _live_alpha(self, gear: int) -> float:
+        """The live sequence's share of the gear's budget (half when certification's bound takes the other)."""
+        return self.alpha_gear / 2.0 if self.reference_rate(gear)[1] == "certification" else self.alpha_gear
 
     def _alarm(self, gear: int, reference: float | None, alpha: float) -> tuple[bool, int | None]:
         """Whether the served disagreement rate of the audited rows since the start of some epoch
@@ -263,7 +315,7 @@ class GuaranteeLedger:
             return False, None
         suffix = AuditCounts()
         epochs = self.epochs.get(gear, [])
-        for j in range(len(epochs) - 1, -1, -1):
+        for j in range(len(epochs) - 1, self.alarm_from.get(gear, 0) - 1, -1):  # since the last release
             suffix.add(epochs[j])
             if not suffix.audited or not suffix.cheap:
                 continue
@@ -289,7 +341,8 @@ class GuaranteeLedger:
             gears.append(entry)
         return {"kind": "guarantee", "confidence": self.confidence, "rowwise": self.rowwise,
                 "alarm": any(e["alarm"] for e in gears), "gears": gears,
-                "segments_followed": list(self.segments)}
+                "segments_followed": list(self.segments),
+                **({"held": sorted(self.held)} if self.hold else {})}
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
@@ -302,6 +355,9 @@ class GuaranteeLedger:
             "epochs": {str(g): [vars(c).copy() for c in e] for g, e in self.epochs.items()},
             "by_segment": {str(g): {a: {v: vars(c).copy() for v, c in vals.items()} for a, vals in attrs.items()}
                            for g, attrs in self.by_segment.items()},
+            "hold": self.hold, "held": {str(g): vars(c).copy() for g, c in self.held.items()},
+            "holds": {str(g): n for g, n in self.holds.items()},
+            "alarm_from": {str(g): j for g, j in self.alarm_from.items()},
         }
 
     @classmethod
@@ -314,6 +370,10 @@ class GuaranteeLedger:
         ledger.epochs = {int(g): [AuditCounts(**c) for c in e] for g, e in state.get("epochs", {}).items()}
         ledger.by_segment = {int(g): {a: {v: AuditCounts(**c) for v, c in vals.items()} for a, vals in attrs.items()}
                              for g, attrs in state["by_segment"].items()}
+        ledger.hold = bool(state.get("hold", False))
+        ledger.held = {int(g): AuditCounts(**c) for g, c in state.get("held", {}).items()}
+        ledger.holds = {int(g): int(n) for g, n in state.get("holds", {}).items()}
+        ledger.alarm_from = {int(g): int(j) for g, j in state.get("alarm_from", {}).items()}
         return ledger
 
     def save(self, path: str | os.PathLike) -> None:
@@ -335,12 +395,17 @@ class GuaranteeLedger:
             return fresh
         with open(path) as f:
             saved = cls.from_state(json.load(f))
-        return saved if [vars(g) for g in saved.gears] == [vars(g) for g in fresh.gears] else fresh
+        if [vars(g) for g in saved.gears] != [vars(g) for g in fresh.gears]:
+            return fresh
+        saved.hold = fresh.hold  # the deploy's choice now; holds kept only while it holds
+        if not saved.hold:
+            saved.held = {}
+        return saved
 
     def prometheus(self, prefix: str = "drift") -> Iterator[Any]:
         """Gauges per gear: guarantee_alarm, guarantee_loss_upper, guarantee_disagreement_rate,
-        guarantee_disagreement_lower, guarantee_alarm_reference, guarantee_max_loss; counters
-        guarantee_audited_rows_total, guarantee_shed_audits_total."""
+        guarantee_disagreement_lower, guarantee_alarm_reference, guarantee_max_loss (and
+        guarantee_held with ``hold``); counters guarantee_audited_rows_total, guarantee_shed_audits_total."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         verdicts = [self.verdict(g) for g in range(len(self.gears))]
@@ -350,10 +415,12 @@ class GuaranteeLedger:
                   "disagreement_lower": "anytime-valid lower bound of that rate",
                   "alarm_reference": "the rate the alarm compares with",
                   "max_loss": "the gear's certified max_loss"}
+        if self.hold:
+            gauges["held"] = "1 while the alarm holds the gear (the app serves a more conservative one)"
         for name, text in gauges.items():
             family = GaugeMetricFamily(f"{prefix}_guarantee_{name}", text, labels=["gear"])
             for v in verdicts:
-                value = v["alarm_reference"] if name == "alarm_reference" else v[name]
+                value = v[name]
                 family.add_metric([str(v["gear"])], math.nan if value is None else float(value))
             yield family
         for name, key, text in (("audited_rows", "audited_rows", "cheap-level rows audited"),

@@ -70,6 +70,8 @@ class PredictResponse(BaseModel):
     gear_max_loss: float | None = Field(None, description="the max_loss that gear was certified for")
     gear_loss_bound: float | None = Field(None, description="that gear's certified upper bound on the loss "
                                                             "(None: the full pipeline, no approximation)")
+    full_pipeline: bool = Field(False, description="the full pipeline answered every row: the live audit's alarm "
+                                                   "holds gear 0 (deploy(on_alarm='step'); serving.runtime.hold)")
 
 
 class TopKResponse(BaseModel):

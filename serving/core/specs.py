@@ -136,6 +136,8 @@ class AppSpec(BaseModel):
     #: share of the cheap level's rows the live audit also runs through the full pipeline
     #: (serving.runtime.audit; 0: no audit)
     audit_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    #: what the audit's alarm does: "alert" only, or "step" (hold the gear; serving.runtime.hold)
+    on_alarm: Literal["alert", "step"] = "alert"
 
 
 class IngressConfig(BaseModel):

@@ -28,6 +28,7 @@ from serving.core.specs import AppSpec
 from serving.launch.graph import monitor_settings, row_schema, specs_of
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
 from serving.planning.planner import Plan, Resources, plan_layouts
+from serving.runtime.hold import check_on_alarm
 from serving.runtime.keys import key_digest, key_secret
 
 
@@ -76,11 +77,13 @@ def serve_config(
     gears: dict[str, Any] | None = None,
     hedging: dict[str, float] | None = None,
     audit_rate: float = 0.0,
+    on_alarm: str = "alert",
 ) -> dict[str, Any]:
     """The Serve config (a dict ready for YAML) deploying ``artifact`` with ``plan``; ``gears``:
     :func:`serving.runtime.gears.gear_info` (load-adaptive or pinned gears; None: the plan);
     ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off). ``audit_rate``: the
-    live audit's share (:func:`serving.runtime.audit.resolve_audit_rate` resolves a default).
+    live audit's share (:func:`serving.runtime.audit.resolve_audit_rate` resolves a default);
+    ``on_alarm``: what its alarm does (:mod:`serving.runtime.hold`).
     ``api_key_env``: the environment variable every ingress replica reads the API key from
     (the key stays out of the file; ``api_key`` instead stores its hash in it). Serving beyond
     loopback with neither is allowed here; ``willump build`` warns about it or refuses it.
@@ -94,7 +97,7 @@ def serve_config(
         api_key_hmac=key_digest(api_key, key_secret(create=True)) if api_key else None,
         api_key_env=api_key_env, min_replicas=min_replicas,
         allowed_hosts=list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None, max_replicas=max_replicas, gears=gears, hedging=hedging,
-        audit_rate=audit_rate,
+        audit_rate=audit_rate, on_alarm=check_on_alarm(on_alarm, audit_rate),
     ).model_dump()
     applications = []
     if monitor is not None:

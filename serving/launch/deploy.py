@@ -71,6 +71,7 @@ from serving.planning.planner import (
 from serving.runtime.audit import resolve_audit_rate
 from serving.runtime.gears import check_gears, gear_info
 from serving.runtime.hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_QUANTILE
+from serving.runtime.hold import check_on_alarm
 from serving.runtime.keys import SECRET_ENV, key_digest, key_secret, secret_path, weak_key_warning
 from serving.runtime.stage_runner import module_groups
 from willump import OptimizedPipeline
@@ -253,6 +254,7 @@ def deploy(
     module_devices: int = DEFAULT_MODULE_DEVICES,
     module_cpus: float = DEFAULT_MODULE_CPUS,
     audit_rate: float | None = None,
+    on_alarm: str = "alert",
 ) -> ServingApp:
     """Deploy on Ray Serve at ``http://host:port/<name>``.
 
@@ -309,7 +311,11 @@ def deploy(
     rows the cheap level answers also runs through the full pipeline, off the request path and
     shed first under load; the monitor keeps an anytime-valid bound on how often served answers
     differ from the full pipeline's, per gear, at ``GET /{name}/drift?kind=guarantee``
-    (:mod:`serving.runtime.audit`, :class:`drift.GuaranteeLedger`).
+    (:mod:`serving.runtime.audit`, :class:`drift.GuaranteeLedger`). ``on_alarm="step"`` also
+    acts on its alarm: the alarmed gear is held and the app serves a more conservative one, or
+    the full pipeline while gear 0 is held (every answer then says ``full_pipeline``), until the
+    rows audited since pass the release test (:mod:`serving.runtime.hold`); the default
+    "alert" only raises it (metric, route, dashboard, alert rule).
 
     In situ (``insitu``, :mod:`serving.measure.insitu`): once the app runs, a probe of
     ``DEPLOY_PROBE_CLIENTS`` closed-loop clients sends it the sample rows for a few seconds
@@ -345,6 +351,7 @@ def deploy(
         audit_rate, audit_note = resolve_audit_rate(audit_rate, monitor=monitor is not None,
                                                     cascade=len(opt.levels) > 1 and not baseline)
         notes += [audit_note] if audit_note else []
+        on_alarm = check_on_alarm(on_alarm, audit_rate)
         whole = (specs[0].name == WHOLE_STAGE) if plan is not None else layout == "whole"
         layout = _cascade_layout(layout, plan, whole, min_replicas, use_gpu, degrade or bool(hedge_spec))
         host = cluster.listen_host(host, len(nodes))
@@ -394,7 +401,7 @@ def deploy(
             min_replicas=min_replicas, max_replicas=max_replicas, downscale_to_zero_s=downscale_to_zero_s,
             gears=gears_info, hedging=hedge_spec,
             probe_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
-            module_chains=chains or None, audit_rate=audit_rate,
+            module_chains=chains or None, audit_rate=audit_rate, on_alarm=on_alarm,
         )
         monitor_app = run_spec(spec, opt, access_log=access_log)
         if token is not None:

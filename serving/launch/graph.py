@@ -257,7 +257,7 @@ def audit_settings(spec: AppSpec, opt: OptimizedPipeline, record_config: dict[st
     if not spec.audit_rate or spec.monitor is None or spec.baseline or len(opt.levels) < 2:
         return None
     return {"rate": spec.audit_rate, "final_levels": [len(opt.gear(g).levels) - 1 for g in range(len(opt.gears_))],
-            "segments": list(record_config.get("request_attributes", []))}
+            "segments": list(record_config.get("request_attributes", [])), "on_alarm": spec.on_alarm}
 
 
 def guarantee_terms(spec: AppSpec, opt: OptimizedPipeline, record_config: dict[str, Any]) -> dict[str, Any] | None:
@@ -269,7 +269,7 @@ def guarantee_terms(spec: AppSpec, opt: OptimizedPipeline, record_config: dict[s
     return {"gears": [{"gear": g["gear"], "max_loss": g["max_loss"], "cert_rows": g.get("cert_rows"),
                        "cert_disagreed": g.get("cert_disagreed")} for g in ladder(opt)],
             "rowwise": class_disagreement_bounds_loss(report.metric), "confidence": float(report.confidence),
-            "segments": list(record_config.get("request_attributes", []))}
+            "segments": list(record_config.get("request_attributes", [])), "hold": spec.on_alarm == "step"}
 
 
 def label_terms(opt: OptimizedPipeline, record_config: dict[str, Any]) -> dict[str, Any]:

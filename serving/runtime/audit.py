@@ -82,7 +82,8 @@ class LiveAudit:
                  send: Callable[[list[dict[str, Any]]], Awaitable[Any]], busy: Callable[[], bool], *,
                  segments: list[str] | None = None, seed: int = 0, batch_rows: int = AUDIT_BATCH_ROWS,
                  queue_rows: int = AUDIT_QUEUE_ROWS, flush_s: float = AUDIT_FLUSH_S,
-                 on_count: Callable[[str, int], None] | None = None):
+                 on_count: Callable[[str, int], None] | None = None,
+                 on_answer: Callable[[Any], None] | None = None):
         self.rate = check_audit_rate(rate)
         self.final_levels = list(final_levels)
         self.full_classes, self.send, self.busy = full_classes, send, busy
@@ -90,6 +91,8 @@ class LiveAudit:
         self.rng = np.random.default_rng(seed)
         self.batch_rows, self.queue_rows, self.flush_s = int(batch_rows), int(queue_rows), float(flush_s)
         self.on_count = on_count or (lambda outcome, n: None)
+        #: called with the monitor's answer to every send (it names the gears held: serving.runtime.hold)
+        self.on_answer = on_answer or (lambda answer: None)
         #: sampled rows waiting: (the request's rows, the sampled positions, served classes, gear,
         #: segment key); the rows are taken out of the request's frame by the worker, not here
         self.queue: list[tuple[pd.DataFrame, np.ndarray, np.ndarray, int, tuple]] = []
@@ -132,6 +135,22 @@ class LiveAudit:
         self._start()
         if self.queued >= self.batch_rows:
             self._wake.set()
+
+    def shadow(self, gear: int, served: int, decided: int, disagreed: int,
+               attributes: dict[str, Any] | None) -> None:
+        """Count a request the full pipeline answered while ``gear`` is held: ``decided`` rows
+        its cheap levels would have answered, every one of them audited (the full pipeline ran on
+        them to serve them), ``disagreed`` of them answered differently (serving.runtime.hold)."""
+        if served <= 0:
+            return
+        counts = self._entry(gear, self._segment_key(attributes))
+        counts[0] += served
+        counts[1] += decided
+        counts[2] += decided
+        counts[3] += disagreed
+        self.on_count("disagree", disagreed)
+        self.on_count("agree", decided - disagreed)
+        self._start()
 
     def _segment_key(self, attributes: dict[str, Any] | None) -> tuple:
         if not self.segments:
@@ -216,13 +235,15 @@ class LiveAudit:
         payload = [{"gear": gear, "served": c[0], "cheap": c[1], "audited": c[2], "disagreed": c[3], "shed": c[4],
                     "segment": dict(key)} for (gear, key), c in entries.items()]
         try:
-            await self.send(payload)
+            answer = await self.send(payload)
         except Exception as exc:
             log.warning("live audit counts not sent (kept for the next try): %s", exc)
             for (gear, key), c in entries.items():
                 entry = self._entry(gear, key)
                 for i, v in enumerate(c):
                     entry[i] += v
+            return
+        self.on_answer(answer)
 
     async def close(self) -> None:
         """Stop the worker; queued rows are shed (counted), the counts sent."""

@@ -42,7 +42,8 @@ class Feedback:
     # --- writes -------------------------------------------------------------------------------
     def audit(self, entries: list[dict[str, Any]]) -> dict[str, Any]:
         """Add the live audit's counts (serving.runtime.audit.LiveAudit.flush), saved before the
-        answer so that an acknowledged count survives a restart."""
+        answer so that an acknowledged count survives a restart; with the ledger's ``hold``,
+        the answer names the gears held now (serving.runtime.hold)."""
         if self.ledger is None:
             return {"accepted": 0, "error": "this monitor has no live audit (deploy with audit_rate > 0)"}
         for e in entries:
@@ -50,7 +51,7 @@ class Feedback:
                             segment=e.get("segment"))
         if self.ledger_path is not None:
             self.ledger.save(self.ledger_path)
-        return {"accepted": len(entries)}
+        return {"accepted": len(entries), **({"held": sorted(self.ledger.held)} if self.ledger.hold else {})}
 
     def served(self, records: Any) -> None:
         """Keep a batch of served records for the labels that may follow."""

@@ -202,6 +202,8 @@ class GearSwitch:
         self.clock = clock
         self.policy = GearPolicy(len(self.ladder), **info["policy"]) if self.mode == "adaptive" else None
         self.pinned = self.mode if isinstance(self.mode, int) else 0
+        #: gears the live audit's alarm holds (serving.runtime.hold): none are served, nor any cheaper
+        self.held: frozenset[int] = frozenset()
         self._started: dict[int, float] = {}
         self._ids = itertools.count()
 
@@ -227,10 +229,16 @@ class GearSwitch:
             now = self.clock()
             self.policy.record(now, 1000.0 * (now - started))
 
-    def fields(self, gear: int) -> dict[str, Any]:
-        """The answer's gear fields: the gear, and the max_loss and certified bound it carries."""
+    def hold(self, gears: Any) -> None:
+        """The gears the monitor's ledger holds now (the answer to the audit's last counts)."""
+        self.held = frozenset(int(g) for g in gears if 0 <= int(g) < len(self.ladder))
+
+    def fields(self, gear: int, full: bool = False) -> dict[str, Any]:
+        """The answer's gear fields: the gear, the max_loss and certified bound it carries, and
+        whether the full pipeline answered every row (gear 0 held by the live audit's alarm)."""
         row = self.ladder[gear]
-        return {"gear": gear, "gear_max_loss": row["max_loss"], "gear_loss_bound": row["loss_bound"]}
+        return {"gear": gear, "gear_max_loss": row["max_loss"], "gear_loss_bound": row["loss_bound"],
+                "full_pipeline": full}
 
 
 def gear_spec(spec: Any, levels: int) -> Any:

@@ -53,6 +53,7 @@ from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metric
 from serving.runtime.edge import HttpEdge, install_error_handlers
 from serving.runtime.front import LeanFastAPI
 from serving.runtime.gears import GearRunners, GearSwitch
+from serving.runtime.hold import answer_in_full, held_gear
 from serving.runtime.http_support import (
     OPEN_ROUTES,
     ROUTE_ERRORS,
@@ -281,17 +282,20 @@ class Ingress(HttpEdge):
         return await self._guarded("predict", request, lambda: self._geared(request), admit=True)
 
     async def _geared(self, request: Request) -> Response:
-        """The gear this request is served by (serving.runtime.gears), held for its whole life."""
+        """The gear this request is served by (serving.runtime.gears; below any gear the live
+        audit holds, serving.runtime.hold), kept for its whole life."""
         token, gear = self.gears.begin()
-        if gear != self.gear_now:
-            self.gear_now = gear
-            self.metrics.count("willump_gear_switches", gear=str(gear))
+        gear, full = held_gear(gear, self.gears.held)
+        now = "full" if full else gear
+        if now != self.gear_now:
+            self.gear_now = now
+            self.metrics.count("willump_gear_switches", gear=str(now))
         try:
-            return await self._predict(request, gear)
+            return await self._predict(request, gear, full)
         finally:
             self.gears.end(token)
 
-    async def _predict(self, request: Request, gear: int = 0) -> Response:
+    async def _predict(self, request: Request, gear: int = 0, full: bool = False) -> Response:
         deadline = self._deadline(request)
         body, frame = await self._parse(request, PredictRequest)
         started, t0 = time.time(), time.perf_counter()
@@ -322,22 +326,29 @@ class Ingress(HttpEdge):
                 proba[unsure] = out2["proba"]
                 level[unsure] = out2["level"]
                 replica[unsure] = out2["replica"]
+        if full:  # gear 0 held: the full pipeline answers every row, and audits gear 0's decisions
+            decided, disagreed = await answer_in_full(self, frame, proba, level, replica, degraded,
+                                                      self.audit.final_levels[gear], deadline)
         latency_ms = (time.perf_counter() - t0) * 1000.0
         probe = self._probe(request)
         if not probe:
             for i, c in enumerate(np.bincount(level, minlength=len(self.info["levels"]))):
                 if c:
                     self.metrics.count("willump_rows", int(c), level=str(i))
-            self.metrics.count("willump_gear_rows", n, gear=str(gear))
+            self.metrics.count("willump_gear_rows", n, gear="full" if full else str(gear))
         if self.audit is not None and not probe:
-            self.audit.observe(frame, proba, level, gear, body.attributes)
+            if full:
+                self.audit.shadow(gear, n, decided, disagreed, body.attributes)
+            else:
+                self.audit.observe(frame, proba, level, gear, body.attributes)
         if self.records is not None:  # built for every request; a probe's are not sent (its CPU counts)
             columns = record_columns(frame, proba, level, replica, latency_ms, started, self.version,
                                      body.attributes, self.records.config, gear=gear,
                                      request_id=getattr(request.state, "request_id", None))
             if not probe:
                 self.records.add(columns)
-        return Response(predict_answer(self.classes, proba, level, degraded, self.version, self.gears.fields(gear)),
+        return Response(predict_answer(self.classes, proba, level, degraded, self.version,
+                                       self.gears.fields(gear, full)),
                         media_type="application/json")
 
     @app.post("/top_k", response_model=TopKResponse, responses=ROUTE_ERRORS, openapi_extra={

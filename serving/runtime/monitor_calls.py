@@ -14,6 +14,7 @@ from typing import Any
 from serving.core.schema import RequestError, parse_json
 from serving.runtime.audit import AUDIT_CALL_S, LiveAudit
 from serving.runtime.calls import Deadline, DeadlineExceeded, call_stage
+from serving.runtime.hold import full_proba
 from serving.runtime.http_support import MONITOR_ROUTES, monitor_error
 from serving.runtime.replicas import coerce
 
@@ -72,18 +73,18 @@ def ingress_audit(ingress: Any, settings: dict[str, Any] | None) -> LiveAudit | 
         return None
 
     async def full_classes(rows: Any) -> Any:
-        if ingress.second is not None:
-            target, stage = ingress.second, ingress.stage_names[1]
-        elif ingress.local:
-            return await asyncio.to_thread(ingress.first.runner.full_classes, rows)
-        else:
-            target, stage = ingress.first, ingress.stage_names[0]
-        return await call_stage(target, "audit", (rows,), Deadline.after(AUDIT_CALL_S), stage)
+        return (await full_proba(ingress, rows, Deadline.after(AUDIT_CALL_S))).argmax(axis=1)
 
-    async def send(entries: list) -> None:
+    async def send(entries: list) -> dict[str, Any]:
         answer = await call_stage(ingress.monitor, "audit", (entries,), Deadline.after(MONITOR_QUERY_S), "monitor")
         if answer.get("error"):
             raise RuntimeError(answer["error"])
+        return answer
+
+    def on_answer(answer: dict[str, Any]) -> None:
+        """The gears the ledger holds now (only an app deployed with on_alarm='step' acts on them)."""
+        if settings.get("on_alarm") == "step":
+            ingress.gears.hold(answer.get("held", ()))
 
     def busy() -> bool:
         """At half the admission bound, or every call slot of the full model's stage taken."""
@@ -94,4 +95,5 @@ def ingress_audit(ingress: Any, settings: dict[str, Any] | None) -> LiveAudit | 
 
     return LiveAudit(settings["rate"], settings["final_levels"], full_classes, send, busy,
                      segments=settings.get("segments"), seed=settings.get("seed", 0),
-                     on_count=lambda outcome, n: ingress.metrics.count("willump_audit_rows", n, outcome=outcome))
+                     on_count=lambda outcome, n: ingress.metrics.count("willump_audit_rows", n, outcome=outcome),
+                     on_answer=on_answer)

@@ -130,9 +130,11 @@ class ModelStage:
     async def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
         return await asyncio.to_thread(self.runner.full_scores, rows, label_index)
 
-    async def audit(self, rows: pd.DataFrame) -> np.ndarray:
-        """The full pipeline's classes for rows the live audit sampled (serving.runtime.audit)."""
-        return await asyncio.to_thread(self.runner.full_classes, rows)
+    async def full_proba(self, rows: pd.DataFrame) -> np.ndarray:
+        """The full pipeline's probabilities: for rows the live audit sampled
+        (serving.runtime.audit), and for every row the cascade answered below its full level
+        while the audit's alarm holds gear 0 (serving.runtime.hold)."""
+        return await asyncio.to_thread(self.runner.full_proba, rows)
 
     def check_health(self) -> None:
         """Ray Serve calls this every ``health_check_period_s``: an exception marks the replica

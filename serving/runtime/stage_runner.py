@@ -230,12 +230,12 @@ class StageRunner:
         return {"scores": scores, "certificate": self.opt.topk_certify(label_index, check, scores).to_dict()}
 
     def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
-        return self.opt.baseline.predict_proba(rows)[:, label_index]
+        return self.full_proba(rows)[:, label_index]
 
-    def full_classes(self, rows: pd.DataFrame) -> np.ndarray:
-        """The full pipeline's class index per row (the live audit's reference answer; every
-        gear's certificate is against this same pipeline)."""
-        return np.asarray(self.opt.baseline.predict_proba(rows)).argmax(axis=1)
+    def full_proba(self, rows: pd.DataFrame) -> np.ndarray:
+        """The full pipeline's probabilities (the live audit's reference answer, and the answer
+        while the audit's alarm holds gear 0; every gear's certificate is against this pipeline)."""
+        return np.asarray(self.opt.baseline.predict_proba(rows))
 
 
 def split_outputs(merged: dict[str, Any], sizes: Sequence[int]) -> list[dict[str, Any]]:

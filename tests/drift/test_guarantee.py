@@ -413,3 +413,74 @@ def test_metrics_that_are_not_rowwise_get_no_loss_bound():
     assert v["loss_upper"] is None and v["supported"] is None
     assert v["disagreement_upper"] > v["disagreement_rate"] > v["disagreement_lower"]
     assert AuditCounts(1, 1, 1, 1, 0) != AuditCounts()
+
+
+# ---------------------------------------------------------------- the hold (deploy(on_alarm="step"))
+def _batch(ledger, rng, d_cheap, gear=0, served=10_000, share=0.8, audit=0.05):
+    cheap = int(rng.binomial(served, share))
+    audited = int(rng.binomial(cheap, audit))
+    ledger.add(gear, served, cheap, audited, int(rng.binomial(audited, d_cheap)))
+
+
+def test_an_alarm_holds_its_gear_until_the_rows_since_pass_the_release_test():
+    """A doubled rate holds gear 0; rows audited at the doubled rate keep it held; rows at the
+    certified rate release it, and the alarm then tests only the epochs since the release; a
+    second rise holds it again. Without ``hold`` the same counts hold nothing."""
+    rng = np.random.default_rng(7)
+    ledger, plain = GuaranteeLedger([_gear()], hold=True), GuaranteeLedger([_gear()])
+    certified = 96 / 4_000
+    for _ in range(40):
+        if ledger.held:
+            break
+        _batch(ledger, rng, 2 * certified)
+    assert ledger.report()["held"] == [0] and ledger.holds == {0: 1}
+    v = ledger.verdict(0)
+    assert v["held"] and v["alarm"] and v["holds"] == 1 and v["release_upper"] is None  # no row since
+    for _ in range(40):  # still at the doubled rate: never released
+        _batch(ledger, rng, 2 * certified)
+    assert ledger.held.keys() == {0} and ledger.verdict(0)["release_upper"] > ledger.reference_rate(0)[0]
+    for _ in range(200):  # back at the certified rate: released
+        _batch(ledger, rng, certified)
+        if not ledger.held:
+            break
+    assert not ledger.held and ledger.alarm_from[0] == len(ledger.epochs[0]) - 1
+    after = ledger.verdict(0)
+    assert not after["alarm"] and not after["held"] and after["release_upper"] is None
+    assert after["audited_rows"] == ledger.counts[0].audited  # the totals keep every row
+    for _ in range(100):  # a second rise
+        if ledger.held:
+            break
+        _batch(ledger, rng, 3 * certified)
+    assert ledger.holds == {0: 2} and ledger.held.keys() == {0}
+    state = json.loads(json.dumps(ledger.state()))
+    back = GuaranteeLedger.from_state(state)
+    assert (back.hold, back.held, back.holds, back.alarm_from) == (True, ledger.held, ledger.holds, ledger.alarm_from)
+    plain.add(0, 10_000, 8_000, 8_000, 8_000)
+    assert plain.verdict(0)["alarm"] and not plain.held and "held" not in plain.report()
+    assert "held" not in plain.verdict(0)
+
+
+def test_a_held_gear_is_rarely_released_while_its_rate_stays_above_the_reference():
+    """The release test's error: streams held at a rate 1.5x the alarm's reference are released
+    in at most alpha (+ binomial tolerance) of runs, over 100 batches of 400 audited rows."""
+    rng = np.random.default_rng(11)
+    runs, released = 100, 0
+    for _ in range(runs):
+        ledger = GuaranteeLedger([_gear()], hold=True)
+        ledger.held[0] = AuditCounts()
+        rate = 1.5 * ledger.reference_rate(0)[0] / 0.8
+        for _ in range(100):
+            _batch(ledger, rng, rate, audit=0.05)
+        released += 0 not in ledger.held
+    assert released / runs <= ledger._live_alpha(0) + _tolerance(ledger._live_alpha(0), runs)
+
+
+def test_a_saved_hold_is_dropped_when_the_app_no_longer_holds(tmp_path):
+    path = tmp_path / "guarantee.json"
+    ledger = GuaranteeLedger([_gear()], hold=True)
+    ledger.add(0, 10_000, 8_000, 8_000, 8_000)
+    assert ledger.held
+    ledger.save(path)
+    assert GuaranteeLedger.open(path, gears=[_gear()], hold=True).held.keys() == {0}
+    reopened = GuaranteeLedger.open(path, gears=[_gear()])
+    assert not reopened.hold and not reopened.held and reopened.holds == {0: 1}

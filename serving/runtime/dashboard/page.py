@@ -263,9 +263,14 @@ def _guarantee(report: dict[str, Any] | None) -> str:
              f'{pct(g["disagreement_rate"])} (at least {pct(g["disagreement_lower"])})',
              pct(g["alarm_reference"]), pct(g["loss_upper"]),
              "-" if g["supported"] is None else ("yes" if g["supported"] else "not yet"),
-             '<span class="bad">ALARM</span>' if g["alarm"] else "ok"] for g in report["gears"]]
+             ('<span class="bad">ALARM</span>' if g["alarm"] else "ok")
+             + (' <span class="bad">HELD</span>' if g.get("held") else "")] for g in report["gears"]]
     lead = ("served answers differ from the full pipeline's more often than on the certification rows"
             if report["alarm"] else "the live audit finds served answers in line with certification")
+    held = report.get("held")
+    if held:
+        lead += ("; the full pipeline answers every row until the rows audited since show gear 0 is back"
+                 if 0 in held else f"; gear(s) {', '.join(map(str, held))} held: a more conservative gear serves")
     return (f'<h3>the live guarantee</h3><p class="{"notice" if report["alarm"] else "why"}">{esc(lead)} '
             f'(anytime-valid, {pct(report["confidence"])} confidence)</p>'
             + table(["gear", "max_loss", "audited", "shed", "disagreement", "certified rate", "loss upper bound",

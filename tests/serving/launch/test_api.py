@@ -297,7 +297,7 @@ def test_haproxy_front_and_staged_layout(ray_cluster, app, synth_opt, request_ro
     same answers as the default fused layout."""
     assert app.proxy == "haproxy" and app.plan.layout == "fused"
     served = deploy(synth_opt, name="staged", port=ray_cluster, cpus=1, device="cpu", layout="staged", insitu="never",
-                    monitor=True, calibrate="never", audit_rate=1.0)
+                    monitor=True, calibrate="never", audit_rate=1.0, on_alarm="step")
     try:
         assert served.plan.layout == "staged" and served.plan.ingress_replicas == 1
         batch = request_rows.iloc[:50]
@@ -331,8 +331,52 @@ def test_haproxy_front_and_staged_layout(ray_cluster, app, synth_opt, request_ro
         r = requests.get(served.url + "/explain", params={"metric": "latency_ms"}, timeout=30)
         assert r.status_code == 409 and r.json()["reason"] == "reference_pending", r.text
         assert int(r.headers["Retry-After"]) >= 1 and r.json()["retry_after_s"] > 0
+        _hold_and_release(served, synth_opt)
     finally:
         served.shutdown(stop_ray=False)
+
+
+def _cheap_rows(opt, n: int = 20_000, seed: int = 99):
+    """Rows the cheap level answers, split by whether its class differs from the full pipeline's."""
+    from tests.willump.synth import make_rows
+
+    rows = make_rows(n, seed=seed)[0]
+    proba, level = opt.predict_with_levels(rows)
+    cheap = level != len(opt.levels) - 1
+    same = proba.argmax(axis=1) == opt.baseline.predict_proba(rows).argmax(axis=1)
+    return rows[cheap & ~same].reset_index(drop=True), rows[cheap & same].reset_index(drop=True)
+
+
+def _hold_and_release(served, opt) -> None:
+    """deploy(on_alarm="step") on an app auditing every cheap row: rows the cheap level answers
+    unlike the full pipeline ring the alarm and hold gear 0; the full pipeline then answers
+    every row (and audits gear 0's decisions on them) until the rows audited since pass the
+    release test; then the cascade answers again."""
+    differ, agree = _cheap_rows(opt)
+    full_level = len(opt.levels) - 1
+
+    def answer(rows) -> dict:
+        r = post(served, "/predict", {"rows": rows_of(rows)})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def guarantee() -> dict:
+        return requests.get(served.url + "/drift", params={"kind": "guarantee"}, timeout=30).json()["result"]
+
+    assert not answer(differ.iloc[:40])["full_pipeline"]
+    wait_for(lambda: guarantee()["held"] == [0], timeout=60, message="the alarm to hold gear 0")
+    wait_for(lambda: answer(agree.iloc[:1])["full_pipeline"], timeout=60, message="the ingress to serve in full")
+    batch = agree.iloc[1:151]
+    held = answer(batch)
+    assert held["full_pipeline"] and held["level"] == [full_level] * len(batch)
+    np.testing.assert_allclose(np.array(held["probabilities"]), opt.baseline.predict_proba(batch), atol=1e-9)
+    report = guarantee()["gears"][0]
+    assert report["held"] and report["holds"] == 1 and report["alarm"], report
+    wait_for(lambda: not answer(agree.iloc[151:161])["full_pipeline"], timeout=60, message="the hold released")
+    report = guarantee()
+    assert report["held"] == [] and report["gears"][0]["holds"] == 1 and not report["gears"][0]["alarm"], report
+    text = requests.get(served.url + "/metrics", timeout=30).text
+    assert 'willump_gear_rows_total{app="staged",gear="full"}' in text
 
 
 def test_whole_layout_serves_every_level_in_the_ingress(ray_cluster, synth_opt, request_rows):

@@ -103,7 +103,8 @@ def test_switch_uses_the_oldest_request_in_flight_and_its_latency():
     assert gear == 0
     now[0] = 0.06  # the first request has waited 60 ms: the next one is served cheaper
     fast, gear = switch.begin()
-    assert gear == 1 and switch.fields(gear) == {"gear": 1, "gear_max_loss": 0.02, "gear_loss_bound": 0.015}
+    assert gear == 1 and switch.fields(gear) == {"gear": 1, "gear_max_loss": 0.02, "gear_loss_bound": 0.015,
+                                                  "full_pipeline": False}
     switch.end(slow)
     switch.end(fast)
     pinned = GearSwitch({**info, "mode": 1, "policy": {}})

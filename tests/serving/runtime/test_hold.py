@@ -1,0 +1,130 @@
+"""The live audit's automatic response (serving.runtime.hold), in this process (no Ray): which
+gear serves while gears are held, the full pipeline's answers replacing the cascade's with gear
+0's decisions counted as its audits, the degrade path, the monitor replica naming the held gears
+in its answer to the audit's counts, and the ingress's audit acting on that answer."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from serving.runtime.audit import LiveAudit
+from serving.runtime.calls import Deadline, DeadlineExceeded
+from serving.runtime.gears import GearSwitch
+from serving.runtime.hold import answer_in_full, check_on_alarm, held_gear
+from serving.runtime.replicas import MonitorStage
+
+LADDER = [{"gear": g, "max_loss": m, "loss_bound": m / 2, "method": "", "cert_rows": 4000, "cert_disagreed": 40}
+          for g, m in enumerate((0.01, 0.02, 0.04))]
+
+
+def test_never_a_held_gear_nor_one_cheaper():
+    assert held_gear(2, frozenset()) == (2, False)
+    assert held_gear(0, frozenset({1})) == (0, False)
+    assert held_gear(1, frozenset({1})) == (0, False) and held_gear(2, frozenset({1})) == (0, False)
+    assert held_gear(2, frozenset({2})) == (1, False)
+    assert held_gear(0, frozenset({0})) == (0, True) and held_gear(2, frozenset({0, 2})) == (0, True)
+    switch = GearSwitch({"mode": 2, "policy": {}, "ladder": LADDER})
+    switch.hold([1, 7])  # a gear the ladder does not have is ignored
+    assert switch.held == frozenset({1}) and held_gear(switch.begin()[1], switch.held) == (0, False)
+    assert switch.fields(0, True) == {"gear": 0, "gear_max_loss": 0.01, "gear_loss_bound": 0.005, "full_pipeline": True}
+    assert switch.fields(2)["full_pipeline"] is False
+
+
+def test_on_alarm_is_checked():
+    assert check_on_alarm("alert", 0.0) == "alert" and check_on_alarm("step", 0.01) == "step"
+    with pytest.raises(ValueError, match="on_alarm must be one of"):
+        check_on_alarm("panic", 0.01)
+    with pytest.raises(ValueError, match="audit_rate > 0"):
+        check_on_alarm("step", 0.0)
+
+
+def _ingress(full, degrade=False):
+    counted: list[tuple] = []
+    runner = types.SimpleNamespace(full_proba=full)
+    metrics = types.SimpleNamespace(count=lambda name, n=1, **labels: counted.append((name, n)))
+    return types.SimpleNamespace(second=None, local=True, first=types.SimpleNamespace(runner=runner),
+                                 degrade=degrade, metrics=metrics, stage_names=["cascade"]), counted
+
+
+def test_the_full_pipeline_answers_every_row_below_the_full_level_and_gear_0s_decisions_are_counted():
+    rows = pd.DataFrame({"x": np.arange(6.0)})
+    proba = np.array([[0.9, 0.1]] * 4 + [[0.3, 0.7]] * 2)
+    level = np.array([0, 0, 1, 0, 2, 2])      # full level 2; rows 0, 1, 3 cheap, row 2 an intermediate level
+    degraded = np.array([False, False, False, True, False, False])  # row 3: a late stage's fallback
+    replica = np.array(["r"] * 6, dtype=object)
+    seen: list[int] = []
+
+    def full(frame):
+        seen.extend(frame["x"].astype(int).tolist())
+        return np.array([[0.2, 0.8], [0.6, 0.4], [0.1, 0.9], [0.7, 0.3]])
+
+    ingress, _ = _ingress(full)
+    decided, disagreed = asyncio.run(answer_in_full(ingress, rows, proba, level, replica, degraded, 2,
+                                                    Deadline.after(5.0)))
+    assert seen == [0, 1, 2, 3]
+    # rows 0, 1, 2 were the cascade's own decisions (row 3 was degraded); rows 0 and 2 differ
+    assert (decided, disagreed) == (3, 2)
+    np.testing.assert_allclose(proba[:4], [[0.2, 0.8], [0.6, 0.4], [0.1, 0.9], [0.7, 0.3]])
+    assert level.tolist() == [2] * 6 and not degraded.any() and replica[:4].tolist() == ["full"] * 4
+
+
+def test_past_the_deadline_the_cascade_answers_degraded_or_the_request_fails():
+    rows = pd.DataFrame({"x": [1.0, 2.0]})
+
+    def late(frame):
+        raise DeadlineExceeded("cascade", 0.1)
+
+    for degrade in (True, False):
+        proba, level = np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([0, 1])
+        degraded, replica = np.zeros(2, dtype=bool), np.array(["r", "r"], dtype=object)
+        ingress, counted = _ingress(late, degrade)
+        call = answer_in_full(ingress, rows, proba, level, replica, degraded, 1, Deadline.after(5.0))
+        if not degrade:
+            with pytest.raises(DeadlineExceeded):
+                asyncio.run(call)
+            continue
+        assert asyncio.run(call) == (0, 0)
+        assert degraded.tolist() == [True, False] and level.tolist() == [0, 1]
+        assert counted == [("willump_degraded_rows", 1)]
+
+
+def test_the_monitor_names_the_held_gears_and_the_ingress_audit_acts_on_them(tmp_path):
+    config = {"attributes": ["region"], "metrics": ["latency_ms"], "directory": str(tmp_path)}
+    terms = {"gears": [{"gear": 0, "max_loss": 0.02, "cert_rows": 4000, "cert_disagreed": 40}],
+             "rowwise": True, "confidence": 0.95, "segments": [], "hold": True}
+    stage = MonitorStage.func_or_class(config, None, terms)
+    quiet = {"gear": 0, "served": 1_000, "cheap": 800, "audited": 800, "disagreed": 8, "shed": 0, "segment": {}}
+    assert asyncio.run(stage.audit([quiet])) == {"accepted": 1, "held": []}
+    answer = asyncio.run(stage.audit([{**quiet, "disagreed": 200}]))
+    assert answer == {"accepted": 1, "held": [0]}
+    report = stage._query("guarantee", {})["result"]
+    assert report["held"] == [0] and report["gears"][0]["held"] and report["gears"][0]["holds"] == 1
+    assert 'drift_guarantee_held{gear="0"} 1.0' in asyncio.run(stage.prometheus())
+    stage.monitor.close()
+    again = MonitorStage.func_or_class(config, None, terms)  # a restarted monitor keeps the hold
+    assert again._query("guarantee", {})["result"]["held"] == [0]
+    again.monitor.close()
+
+    # the ingress side: the answer to a send reaches the switch; shadow counts go out as audits
+    switch = GearSwitch({"mode": "off", "policy": {}, "ladder": LADDER[:1]})
+    sent: list[dict] = []
+
+    async def send(entries):
+        sent.extend(entries)
+        return {"accepted": len(entries), "held": [0]}
+
+    async def go():
+        audit = LiveAudit(0.01, [1], None, send, lambda: False, on_answer=lambda a: switch.hold(a["held"]))
+        audit.shadow(0, 32, 30, 3, None)
+        audit.shadow(0, 0, 0, 0, None)  # an empty request counts nothing
+        await audit.flush()
+        await audit.close()
+
+    asyncio.run(go())
+    assert switch.held == frozenset({0})
+    assert [(e["served"], e["cheap"], e["audited"], e["disagreed"]) for e in sent] == [(32, 30, 30, 3)]
