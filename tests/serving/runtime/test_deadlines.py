@@ -30,9 +30,10 @@ STALL_S = 4.0
 
 @pytest.fixture(scope="module")
 def strict(ray_cluster, stallable_opt):
-    """No degradation; at most 2 requests in flight per ingress replica."""
+    """No degradation; at most 2 requests in flight per ingress replica; the live audit samples
+    every cheap row (the monitor keeps its counts)."""
     app = deploy(stallable_opt, name="strict", port=ray_cluster, cpus=1.5, device="cpu", calibrate="never", insitu="never",
-                 deadline_ms=3000, max_in_flight=2, layout="fused")
+                 deadline_ms=3000, max_in_flight=2, layout="fused", monitor=True, audit_rate=1.0)
     yield app
     app.shutdown(stop_ray=False)
 
@@ -92,6 +93,37 @@ def test_a_stalled_stage_answers_504_at_the_deadline(strict, split_rows, stall):
     assert r.status_code == 504 and "3000 ms" in r.json()["error"]
     wait_for(lambda: metric(strict, 'willump_deadline_exceeded_total{app="strict",stage="expensive"}') >= 2,
              timeout=30, message="deadline misses counted")
+
+
+def test_the_live_audit_sheds_while_the_request_path_is_busy_and_counts_it(strict, split_rows, stall):
+    """Shed first under load, and counted: while a stalled request holds half the ingress's
+    admission bound, the audit's rows are shed (a request of AUDIT_BATCH_ROWS cheap rows wakes
+    the audit at once), every answer still 200; once the stall ends, the next cheap rows are audited."""
+    from serving.runtime.audit import AUDIT_BATCH_ROWS
+
+    unsure, sure = split_rows
+    assert strict.plan.ingress_replicas == 1, "the stalled request must hold the replica the next one reaches"
+    assert len(sure) >= AUDIT_BATCH_ROWS + 40
+
+    def guarantee() -> dict:
+        return requests.get(strict.url + "/drift", params={"kind": "guarantee"}, timeout=30).json()["result"]["gears"][0]
+
+    before = guarantee()
+    with ThreadPoolExecutor(1) as pool:
+        stalled = pool.submit(post, strict, unsure.iloc[:4])
+        time.sleep(0.5)  # the stalled request is in flight (its lookup stalls STALL_S, its deadline is 3 s)
+        r = post(strict, sure.iloc[:AUDIT_BATCH_ROWS])
+        assert r.status_code == 200, r.text
+        assert stalled.result().status_code == 504
+    shed = wait_for(lambda: (g := guarantee())["shed_audits"] >= before["shed_audits"] + AUDIT_BATCH_ROWS and g,
+                    timeout=60, message="the busy path's audits shed and counted")
+    set_delay(0.0)
+    r = post(strict, sure.iloc[AUDIT_BATCH_ROWS:AUDIT_BATCH_ROWS + 40])
+    assert r.status_code == 200, r.text
+    after = wait_for(lambda: (g := guarantee())["audited_rows"] >= shed["audited_rows"] + 40 and g, timeout=60,
+                     message="the next cheap rows audited")
+    assert after["shed_audits"] == shed["shed_audits"]
+    assert metric(strict, 'willump_audit_rows_total{app="strict",outcome="shed"}') >= AUDIT_BATCH_ROWS
 
 
 def test_a_bad_deadline_header_is_the_clients_mistake(strict, request_rows):
