@@ -13,7 +13,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip setuptools wheel
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]" --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[all,dev]" --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: venv

@@ -50,7 +50,12 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'serving' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:  # the core install has no Ray: say which extra adds it
+        from willump.runtime import explain_missing
+
+        raise explain_missing(exc, f"serving.{name}") from exc
     globals()[name] = value
     return value
 

@@ -401,6 +401,14 @@ def main(argv: list[str] | None = None) -> int:
 
         return model_cli.main(argv)
     args = build_parser().parse_args(argv)
+    if args.command in ("plan", "build", "serve"):
+        from willump.runtime import require
+
+        try:
+            require("ray", f"willump {args.command}")
+        except ImportError as exc:
+            print(f"willump: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
     try:
         if args.command == "plan":
             return cmd_plan(args)

@@ -26,7 +26,10 @@ INPUT_NAME = "input"
 
 def to_onnx(model: Any, n_features: int, target_opset: int | None = None) -> bytes:
     """Serialized ONNX model computing class probabilities from float32 features."""
+    from ._extras import require
     from ._models import TorchClassifier
+
+    require("onnx", "ONNX export")
 
     name = type(model).__module__
     if isinstance(model, TorchClassifier):
@@ -71,6 +74,9 @@ def _torch_to_onnx(model: Any, n_features: int) -> bytes:
 def providers_for(device: str) -> list[str]:
     """ONNX Runtime providers for a device, CPU last as the fallback (an OnnxModel checks
     which one the session really took: :func:`fallback_reason`)."""
+    from ._extras import require
+
+    require("onnxruntime", "runtime='onnx'")
     import onnxruntime as ort
 
     if device.startswith("cuda"):

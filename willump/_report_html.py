@@ -42,6 +42,9 @@ def _svg(fig: Any) -> str:
 
 
 def _figure(caption: str, draw) -> str:
+    from willump._extras import require
+
+    require("matplotlib", "the report's plots")
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=FIGURE_SIZE)

@@ -12,13 +12,16 @@ change without breaking it (``tests/test_layering.py`` keeps it so).
 - ``Level``: one cascade level (groups, model, threshold);
 - ``clear_row_caches()``: empty every feature group's row cache in this process;
 - ``class_disagreement_bounds_loss(metric)``: whether the rate at which served classes differ
-  from the full pipeline's bounds a metric's loss (the live audit's label-free bound).
+  from the full pipeline's bounds a metric's loss (the live audit's label-free bound);
+- ``require(module, what)``, ``explain_missing(exc, what)``: an ImportError naming the extra of
+  ``willump-serve`` that installs a missing module.
 """
 
 from ._artifact import artifact_version, read_manifest
 from ._blocks import Block, hstack, take_rows
 from ._capture import clear_row_caches
 from ._cascade import Level
+from ._extras import explain_missing, require
 from ._metrics import resolve_metric
 from ._models import predict_proba
 
@@ -33,5 +36,5 @@ def class_disagreement_bounds_loss(metric: object) -> bool:
         return False
     return m.kind == "rowwise" and bool(m.sees_labels_only)
 
-__all__ = ["Block", "Level", "artifact_version", "class_disagreement_bounds_loss", "clear_row_caches", "hstack",
-           "predict_proba", "read_manifest", "take_rows"]
+__all__ = ["Block", "Level", "artifact_version", "class_disagreement_bounds_loss", "clear_row_caches",
+           "explain_missing", "hstack", "predict_proba", "read_manifest", "require", "take_rows"]
