@@ -44,3 +44,7 @@ LAYOUTS = ("staged", "fused")
 #: and "auto" (the better of "fused" and "whole" by the plan's bound;
 #: :func:`serving.planning.planner.plan_layouts`)
 CASCADE_LAYOUTS = ("auto", *LAYOUTS, "whole")
+
+#: request bodies up to this size are parsed on the ingress's event loop; larger ones in a
+#: thread, so that one big request does not stall every other request on the replica
+PARSE_INLINE_BYTES = 64 * 1024

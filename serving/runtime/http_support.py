@@ -24,9 +24,12 @@ from serving.core.schema import (
 )
 from serving.runtime.calls import RETRY_AFTER_S, DeadlineExceeded, StageOverloaded
 from serving.runtime.metrics import ServingMetrics
+from serving.runtime.oip import infer_request_schema
 
 #: routes answered without the API key (load balancers' health checks)
 OPEN_ROUTES = ("healthz",)
+#: their paths (the Open Inference Protocol's liveness route is open too: serving.runtime.oip)
+OPEN_PATHS = ("/healthz", "/v2/health/live")
 
 #: GET /explain and /drift: ``kind`` -> the monitor query it runs, and the default kind
 MONITOR_ROUTES: dict[str, tuple[str, dict[str, str]]] = {
@@ -98,6 +101,7 @@ def openapi_document(fastapi_app: FastAPI, schema: RowSchema, *, keyed: bool = F
     components["TopKRequestBody"] = topk
     for model in (PredictResponse, TopKResponse, ErrorResponse):
         components.setdefault(model.__name__, model.model_json_schema())
+    components["InferRequestBody"] = infer_request_schema(schema)
     if monitor:
         for route in MONITOR_ROUTES:
             operation = doc.get("paths", {}).get(f"/{route}", {}).get("get")
@@ -109,7 +113,7 @@ def openapi_document(fastapi_app: FastAPI, schema: RowSchema, *, keyed: bool = F
             "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}}
         doc["security"] = [{"bearer": []}, {"apiKey": []}]
         for path, operations in doc.get("paths", {}).items():
-            if path.strip("/") in OPEN_ROUTES:
+            if path in OPEN_PATHS:
                 for operation in operations.values():
                     operation["security"] = []
     return doc

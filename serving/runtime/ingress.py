@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from ray import serve
 
 from serving.core.artifacts import ArtifactSource
-from serving.core.constants import CONCURRENT_BATCHES, INGRESS_BATCH_ROWS
+from serving.core.constants import CONCURRENT_BATCHES, INGRESS_BATCH_ROWS, PARSE_INLINE_BYTES
 from serving.core.jsonsafe import clean
 from serving.core.schema import (
     PredictRequest,
@@ -40,6 +40,7 @@ from serving.core.schema import (
     predict_answer,
 )
 from serving.core.specs import IngressConfig, StageSpec
+from serving.runtime import oip
 from serving.runtime.calls import (
     Deadline,
     DeadlineExceeded,
@@ -50,8 +51,7 @@ from serving.runtime.calls import (
 )
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
-from serving.runtime.edge import HttpEdge, install_error_handlers
-from serving.runtime.front import LeanFastAPI
+from serving.runtime.edge import HttpEdge
 from serving.runtime.gears import GearRunners, GearSwitch
 from serving.runtime.hold import answer_in_full, held_gear
 from serving.runtime.http_support import (
@@ -64,9 +64,11 @@ from serving.runtime.http_support import (
     public_plan,
     swagger_asset,
 )
+from serving.runtime.ingress_app import app
 from serving.runtime.keys import KeyCheck
 from serving.runtime.metrics import ServingMetrics, exact_totals
 from serving.runtime.monitor_calls import MONITOR_QUERY_S, ingress_audit, monitor_query, post_labels
+from serving.runtime.oip import InferRequest, infer_answer
 from serving.runtime.records import RecordBuffer, record_columns
 from serving.runtime.replicas import LocalStage
 from serving.runtime.stage_runner import StageRunner, concat_blocks, concat_rows, split_outputs
@@ -74,25 +76,12 @@ from serving.runtime.watch import ReplicaWatch
 
 log = logging.getLogger("ray.serve")
 
-#: bodies up to this size are parsed on the event loop; larger ones in a thread, so that
-#: one big request does not stall every other request on the replica
-PARSE_INLINE_BYTES = 64 * 1024
 #: share of a request's deadline kept to answer degraded when a later stage is late
 DEGRADE_RESERVE = 0.2
 #: seconds /readyz waits for each stage's canary before it counts the stage as not ready
 READY_TIMEOUT_S = 10.0
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
-# The OpenAPI document and /docs are served by the ingress itself (not FastAPI's defaults)
-# because they carry the per-pipeline row schema, known only once the artifact is loaded.
-# POST /predict and /top_k skip FastAPI's per-request machinery (serving.runtime.front).
-app = LeanFastAPI(
-    title="willump serving",
-    description="Cascaded ML inference: predictions, top-K, the optimizer's report, and the monitor.",
-    openapi_url=None, docs_url=None, redoc_url=None,
-    hot_routes={("POST", "/predict"): "predict", ("POST", "/top_k"): "top_k"},
-)
-install_error_handlers(app)
 
 
 # Serve pickles deployment classes when they are decorated: every helper a method uses
@@ -281,9 +270,10 @@ class Ingress(HttpEdge):
     async def predict(self, request: Request) -> Response:
         return await self._guarded("predict", request, lambda: self._geared(request), admit=True)
 
-    async def _geared(self, request: Request) -> Response:
+    async def _geared(self, request: Request, oip: InferRequest | None = None) -> Response:
         """The gear this request is served by (serving.runtime.gears; below any gear the live
-        audit holds, serving.runtime.hold), kept for its whole life."""
+        audit holds, serving.runtime.hold), kept for its whole life. ``oip``: an Open Inference
+        Protocol request, parsed (serving.runtime.oip), answered in that protocol."""
         token, gear = self.gears.begin()
         gear, full = held_gear(gear, self.gears.held)
         now = "full" if full else gear
@@ -291,13 +281,18 @@ class Ingress(HttpEdge):
             self.gear_now = now
             self.metrics.count("willump_gear_switches", gear=str(now))
         try:
-            return await self._predict(request, gear, full)
+            return await self._predict(request, gear, full, oip)
         finally:
             self.gears.end(token)
 
-    async def _predict(self, request: Request, gear: int = 0, full: bool = False) -> Response:
+    async def _predict(self, request: Request, gear: int = 0, full: bool = False,
+                       oip: InferRequest | None = None) -> Response:
         deadline = self._deadline(request)
-        body, frame = await self._parse(request, PredictRequest)
+        if oip is None:
+            body, frame = await self._parse(request, PredictRequest)
+            attributes = body.attributes
+        else:
+            frame, attributes = oip.frame, oip.attributes
         started, t0 = time.time(), time.perf_counter()
         n = len(frame)
         out = await self.coalescers[self.stage_names[0]].submit(frame, None, deadline, key=gear)
@@ -338,15 +333,18 @@ class Ingress(HttpEdge):
             self.metrics.count("willump_gear_rows", n, gear="full" if full else str(gear))
         if self.audit is not None and not probe:
             if full:
-                self.audit.shadow(gear, n, decided, disagreed, body.attributes)
+                self.audit.shadow(gear, n, decided, disagreed, attributes)
             else:
-                self.audit.observe(frame, proba, level, gear, body.attributes)
+                self.audit.observe(frame, proba, level, gear, attributes)
         if self.records is not None:  # built for every request; a probe's are not sent (its CPU counts)
             columns = record_columns(frame, proba, level, replica, latency_ms, started, self.version,
-                                     body.attributes, self.records.config, gear=gear,
+                                     attributes, self.records.config, gear=gear,
                                      request_id=getattr(request.state, "request_id", None))
             if not probe:
                 self.records.add(columns)
+        if oip is not None:
+            return Response(infer_answer(self.name, self.version, oip, self.classes, proba, level, degraded,
+                                         self.gears.fields(gear, full)), media_type="application/json")
         return Response(predict_answer(self.classes, proba, level, degraded, self.version,
                                        self.gears.fields(gear, full)),
                         media_type="application/json")
@@ -467,6 +465,29 @@ class Ingress(HttpEdge):
                                  "stages": clean(stages)}, status_code=200 if ready else 503)
 
         return await self._guarded("readyz", request, work)
+
+    # --- the Open Inference Protocol v2 (serving.runtime.oip) ----------------------------------
+    @app.post("/v2/models/{model}/infer", responses=ROUTE_ERRORS, openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/InferRequestBody"}}}}})
+    async def oip_infer(self, model: str, request: Request) -> Response:
+        return await self._guarded("infer", request, lambda: oip.infer(self, model, request), admit=True)
+
+    @app.get("/v2/models/{model}")
+    async def oip_metadata(self, model: str, request: Request) -> Response:
+        return await self._guarded("metadata", request, lambda: oip.model_metadata(self, model))
+
+    @app.get("/v2/models/{model}/ready")
+    async def oip_model_ready(self, model: str, request: Request) -> Response:
+        return await self._guarded("readyz", request, lambda: oip.model_ready(self, model))
+
+    @app.get("/v2/health/live")
+    async def oip_live(self, request: Request) -> Response:
+        return await self._guarded("healthz", request, oip.live)  # open to all, as /healthz
+
+    @app.get("/v2/health/ready")
+    async def oip_ready(self, request: Request) -> Response:
+        return await self._guarded("readyz", request, lambda: oip.model_ready(self))
 
     async def stage_health(self) -> tuple[dict[str, Any], bool]:
         stages: dict[str, Any] = {}

@@ -405,6 +405,41 @@ def test_whole_layout_serves_every_level_in_the_ingress(ray_cluster, synth_opt, 
         served.shutdown(stop_ray=False)
 
 
+def test_the_open_inference_protocol_answers_like_predict(app, synth_opt, request_rows):
+    """POST /v2/models/{name}/infer (KServe's and Triton's protocol): one tensor per column in,
+    the cascade's answer out, equal to POST /predict's; the metadata, readiness and liveness
+    routes; mistakes answered in the app's error shape."""
+    batch = request_rows.iloc[:24]
+    body = {"id": "req-1", "inputs": [{"name": c, "shape": [len(batch)], "datatype": "FP64",
+                                       "data": batch[c].tolist()} for c in batch.columns]}
+    r = post(app, "/v2/models/api/infer", body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    native = post(app, "/predict", {"rows": rows_of(batch)}).json()
+    tensors = {t["name"]: t for t in out["outputs"]}
+    assert out["model_name"] == "api" and out["id"] == "req-1" and out["model_version"] == app.model_version
+    assert tensors["probabilities"]["shape"] == [len(batch), 2]
+    np.testing.assert_allclose(np.array(tensors["probabilities"]["data"]).reshape(len(batch), 2),
+                               np.array(native["probabilities"]), atol=1e-12)
+    np.testing.assert_allclose(np.array(tensors["probabilities"]["data"]).reshape(len(batch), 2),
+                               synth_opt.predict_proba(batch), atol=1e-9)
+    assert tensors["predictions"]["data"] == native["predictions"] and tensors["level"]["data"] == native["level"]
+    assert out["parameters"]["gear"] == 0 and out["parameters"]["full_pipeline"] is False
+    only = post(app, "/v2/models/api/infer", {**body, "outputs": [{"name": "predictions"}]}).json()
+    assert [t["name"] for t in only["outputs"]] == ["predictions"]
+    meta = requests.get(app.url + "/v2/models/api", timeout=30).json()
+    assert meta["name"] == "api" and [i["name"] for i in meta["inputs"]] == list(batch.columns)
+    assert requests.get(app.url + "/v2/models/api/ready", timeout=60).json() == {"name": "api", "ready": True}
+    assert requests.get(app.url + "/v2/health/ready", timeout=60).status_code == 200
+    assert requests.get(app.url + "/v2/health/live", timeout=30).json() == {"live": True}
+    wrong = post(app, "/v2/models/other/infer", body)
+    assert wrong.status_code == 404 and wrong.json()["fields"][0]["field"] == "path:model", wrong.text
+    bad = post(app, "/v2/models/api/infer", {**body, "inputs": body["inputs"][:2]})
+    assert bad.status_code == 422 and bad.json()["request_id"] and "missing input" in bad.text, bad.text
+    wait_for(lambda: 'willump_requests_total{app="api",route="infer",status="200"}' in requests.get(
+        app.url + "/metrics", timeout=30).text, timeout=60, message="infer requests in /metrics")
+
+
 def test_large_request_bypasses_the_ingress_batcher(app, synth_opt):
     from tests.willump.synth import make_rows
 
@@ -456,6 +491,12 @@ def test_api_key_is_required_except_for_health(keyed, request_rows):
     assert "s3cret" not in keyed.spec.model_dump_json()  # only its hash travels with the app
     assert requests.get(keyed.url + "/readyz", timeout=30).status_code == 401
     assert requests.get(keyed.url + "/healthz", timeout=30).json() == {"status": "ok"}
+    assert requests.get(keyed.url + "/v2/health/live", timeout=30).status_code == 200  # open, as /healthz
+    assert requests.get(keyed.url + "/v2/health/ready", timeout=30).status_code == 401
+    infer = {"inputs": [{"name": c, "shape": [4], "datatype": "FP64", "data": request_rows[c].iloc[:4].tolist()}
+                        for c in request_rows.columns]}
+    assert post(keyed, "/v2/models/keyed/infer", infer).status_code == 401
+    assert post(keyed, "/v2/models/keyed/infer", infer, headers={"X-API-Key": "s3cret"}).status_code == 200
     plan = requests.get(keyed.url + "/plan", headers={"Authorization": "Bearer s3cret"}, timeout=30).json()
     assert plan["nodes"][0]["host"] == keyed.plan.nodes[0].host  # with the key: the plan as made
     doc = requests.get(keyed.url + "/openapi.json", headers={"X-API-Key": "s3cret"}, timeout=30).json()
