@@ -198,6 +198,9 @@ def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
                         help="share of the cheap level's rows also run through the full pipeline, off the request "
                              "path, to keep the live guarantee's bound (GET /NAME/drift?kind=guarantee; default "
                              "0.01 with the monitor, 0 without)")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="the replicas' logs: text lines, or one JSON object a line carrying the request id "
+                             "(default: text)")
     parser.add_argument("--on-alarm", choices=("alert", "step"), default="alert",
                         help="what the live audit's alarm does: 'alert' raises it (metric, route, dashboard); "
                              "'step' also holds the alarmed gear and serves a more conservative one, or the full "
@@ -272,7 +275,8 @@ def cmd_build(args: argparse.Namespace) -> int:
                           degrade=args.degrade, deadline_ms=args.deadline_ms, api_key_env=args.api_key_env or None,
                           gears=gears, hedging=hedging_options(args.hedging), runtime=args.runtime,
                           min_replicas=args.min_replicas, max_replicas=args.max_replicas,
-                          runtime_env=args.runtime_env, audit_rate=audit_rate, on_alarm=args.on_alarm)
+                          runtime_env=args.runtime_env, audit_rate=audit_rate, on_alarm=args.on_alarm,
+                          log_format=args.log_format)
     out = write_serve_config(config, args.output)
     print(plan, flush=True)
     print(f"willump: wrote {out} (serve run {out} / serve deploy {out})", flush=True)
@@ -376,6 +380,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             layout=args.layout, calibrate=args.calibrate, deadline_ms=args.deadline_ms, degrade=args.degrade,
             api_key=_api_key(args), gears=args.gears, gear_policy=_gear_policy(args), insitu=args.insitu,
             hedging=args.hedging, audit_rate=args.audit_rate, on_alarm=args.on_alarm,
+            log_format=args.log_format,
         )
         print(app.plan, flush=True)
         print(f"willump: serving {app.model_version} at {app.url} via {app.proxy}; dashboard at {app.url}/ui "

@@ -5,6 +5,7 @@ and every delete (a redeploy, a test, a CLI shutdown)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 #: how often an application's status is looked at: first after STATUS_POLL_S, then each wait
 #: STATUS_POLL_GROWTH times longer up to STATUS_POLL_MAX_S (each look asks Serve's controller
@@ -39,6 +40,21 @@ def wait_running(name: str, timeout_s: float | None = None) -> None:
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"application {name} did not run within {timeout_s} s (status {app.status})")
         time.sleep(next(pauses))
+
+
+#: ``deploy(log_format=...)``: Serve's replica logs as text lines, or one JSON object a line (with
+#: the request id, application, deployment and replica of every line logged inside a request)
+LOG_FORMATS = ("text", "json")
+
+
+def logging_config(access_log: bool = False, log_format: str = "text") -> dict[str, Any]:
+    """Serve's logging config for an app's deployments. Per-request access logs cost the ingress
+    and stages a large share of their CPU here, so they are off unless asked for (/metrics carries
+    request counts and latencies instead)."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log_format must be one of {LOG_FORMATS}, got {log_format!r}")
+    return {"enable_access_log": bool(access_log), "log_level": "INFO" if access_log else "WARNING",
+            "encoding": log_format.upper()}
 
 
 def run_app(target, name: str, route_prefix: str | None = None, logging_config: dict | None = None,

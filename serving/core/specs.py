@@ -138,6 +138,10 @@ class AppSpec(BaseModel):
     audit_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     #: what the audit's alarm does: "alert" only, or "step" (hold the gear; serving.runtime.hold)
     on_alarm: Literal["alert", "step"] = "alert"
+    #: Serve's replica logs: text lines or JSON objects, with a line per request or not
+    #: (serving.core.serve_apps.logging_config)
+    log_format: Literal["text", "json"] = "text"
+    access_log: bool = False
 
 
 class IngressConfig(BaseModel):
@@ -176,6 +180,9 @@ class IngressConfig(BaseModel):
     #: the live audit (:class:`serving.runtime.audit.LiveAudit`): rate, the full level's index per
     #: gear, the request attributes followed as segments (None: no audit)
     audit: dict[str, Any] | None = None
+    #: write each log record when it happens (an app that asked for access or JSON logs), not in
+    #: Serve's buffer of 1,000 (serving.runtime.edge.unbuffer_request_logs)
+    unbuffered_logs: bool = False
 
     def info(self) -> dict[str, Any]:
         """The plain-JSON form the dashboard and the ``/plan`` and ``/report`` routes read."""

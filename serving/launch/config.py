@@ -24,6 +24,7 @@ import yaml
 from serving.core.artifacts import ArtifactSource, path_version
 from serving.core.constants import LOOPBACK_HOSTS
 from serving.core.jsonsafe import clean
+from serving.core.serve_apps import logging_config
 from serving.core.specs import AppSpec
 from serving.launch.graph import monitor_settings, row_schema, specs_of
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
@@ -78,12 +79,14 @@ def serve_config(
     hedging: dict[str, float] | None = None,
     audit_rate: float = 0.0,
     on_alarm: str = "alert",
+    log_format: str = "text",
 ) -> dict[str, Any]:
     """The Serve config (a dict ready for YAML) deploying ``artifact`` with ``plan``; ``gears``:
     :func:`serving.runtime.gears.gear_info` (load-adaptive or pinned gears; None: the plan);
     ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off). ``audit_rate``: the
     live audit's share (:func:`serving.runtime.audit.resolve_audit_rate` resolves a default);
-    ``on_alarm``: what its alarm does (:mod:`serving.runtime.hold`).
+    ``on_alarm``: what its alarm does (:mod:`serving.runtime.hold`); ``log_format``: "text" or
+    "json" replica logs (:func:`serving.core.serve_apps.logging_config`).
     ``api_key_env``: the environment variable every ingress replica reads the API key from
     (the key stays out of the file; ``api_key`` instead stores its hash in it). Serving beyond
     loopback with neither is allowed here; ``willump build`` warns about it or refuses it.
@@ -97,7 +100,7 @@ def serve_config(
         api_key_hmac=key_digest(api_key, key_secret(create=True)) if api_key else None,
         api_key_env=api_key_env, min_replicas=min_replicas,
         allowed_hosts=list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None, max_replicas=max_replicas, gears=gears, hedging=hedging,
-        audit_rate=audit_rate, on_alarm=check_on_alarm(on_alarm, audit_rate),
+        audit_rate=audit_rate, on_alarm=check_on_alarm(on_alarm, audit_rate), log_format=log_format,
     ).model_dump()
     applications = []
     if monitor is not None:
@@ -109,7 +112,7 @@ def serve_config(
         for entry in applications:
             entry["runtime_env"] = runtime_env
     return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port},
-            "logging_config": {"enable_access_log": False, "log_level": "WARNING"},
+            "logging_config": logging_config(log_format=log_format),
             "applications": applications}
 
 

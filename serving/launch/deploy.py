@@ -31,7 +31,7 @@ from serving.core.constants import (
 from serving.core.costs import HostCosts, load_cached, store_cached
 from serving.core.local_ray import exposure_note, start_local_ray
 from serving.core.nodes import within_gpus
-from serving.core.serve_apps import delete_app, run_app
+from serving.core.serve_apps import delete_app, logging_config, run_app
 from serving.core.specs import WHOLE_STAGE, AppSpec, gpu_capable, unsure_share
 from serving.launch import cluster
 from serving.launch.graph import (
@@ -255,6 +255,7 @@ def deploy(
     module_cpus: float = DEFAULT_MODULE_CPUS,
     audit_rate: float | None = None,
     on_alarm: str = "alert",
+    log_format: str = "text",
 ) -> ServingApp:
     """Deploy on Ray Serve at ``http://host:port/<name>``.
 
@@ -317,6 +318,11 @@ def deploy(
     rows audited since pass the release test (:mod:`serving.runtime.hold`); the default
     "alert" only raises it (metric, route, dashboard, alert rule).
 
+    Logs: ``log_format="json"`` writes the replicas' logs as one JSON object a line (Serve's
+    encoding, with the request id, application, deployment and replica of every line logged
+    inside a request); ``access_log=True`` adds a line per request (off by default: it costs
+    the ingress a large share of its CPU, and /metrics counts requests and latencies).
+
     In situ (``insitu``, :mod:`serving.measure.insitu`): once the app runs, a probe of
     ``DEPLOY_PROBE_CLIENTS`` closed-loop clients sends it the sample rows for a few seconds
     while every process's CPU is read from /proc; a plan made here is made again with each
@@ -333,6 +339,7 @@ def deploy(
     _check_arguments(name, min_replicas, device, layout, transport, proxy, monitor, calibrate,
                      deadline_ms, rows_per_request, insitu)
     hedge_spec = hedging_options(hedging)
+    logging_config(access_log, log_format)  # checks log_format before anything starts
     weak = weak_key_warning(api_key) if api_key else None
     if weak:
         warnings.warn(weak, stacklevel=2)
@@ -401,12 +408,13 @@ def deploy(
             min_replicas=min_replicas, max_replicas=max_replicas, downscale_to_zero_s=downscale_to_zero_s,
             gears=gears_info, hedging=hedge_spec,
             probe_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
-            module_chains=chains or None, audit_rate=audit_rate, on_alarm=on_alarm,
+            module_chains=chains or None, audit_rate=audit_rate, on_alarm=on_alarm, log_format=log_format,
+            access_log=access_log,
         )
-        monitor_app = run_spec(spec, opt, access_log=access_log)
+        monitor_app = run_spec(spec, opt)
         if token is not None:
             plan, probe_note = refine_in_situ(spec, opt, plan, f"{base}/{name}", token, api_key=api_key,
-                                              replan=made_here, budget_cpus=cpus, access_log=access_log,
+                                              replan=made_here, budget_cpus=cpus,
                                               overrides=lambda p: _override_batching(p, max_batch_size,
                                                                                      batch_wait_timeout_s))
             notes.append(probe_note)
@@ -549,12 +557,10 @@ def _override_batching(plan: Plan, max_batch_size: int | None, batch_wait_timeou
             stage.batch_wait_timeout_s = float(batch_wait_timeout_s)
 
 
-def run_spec(spec: AppSpec, opt: OptimizedPipeline | None = None, *, access_log: bool = False) -> str | None:
+def run_spec(spec: AppSpec, opt: OptimizedPipeline | None = None) -> str | None:
     """Run the monitor application (if any) and then the app of ``spec``; returns the
     monitor application's name."""
-    # Per-request access logs cost the ingress and stages a large share of their CPU here;
-    # /metrics carries request counts and latencies instead.
-    logging_config = {"enable_access_log": access_log, "log_level": "INFO" if access_log else "WARNING"}
+    logging = logging_config(spec.access_log, spec.log_format)
     monitor_app = None
     if spec.monitor is not None:
         try:
@@ -562,6 +568,6 @@ def run_spec(spec: AppSpec, opt: OptimizedPipeline | None = None, *, access_log:
         except ImportError as exc:
             raise ValueError(f"monitor= needs the drift package: {exc}") from exc
         monitor_app = f"{spec.name}-monitor"
-        run_app(build_monitor(spec, opt), monitor_app, None, logging_config)
-    run_app(build_app(spec, opt), spec.name, f"/{spec.name}", logging_config)
+        run_app(build_monitor(spec, opt), monitor_app, None, logging)
+    run_app(build_app(spec, opt), spec.name, f"/{spec.name}", logging)
     return monitor_app

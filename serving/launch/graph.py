@@ -233,6 +233,7 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
         gears=spec.gears,
         hedging=spec.hedging,
         audit=audit_settings(spec, opt, record_config),
+        unbuffered_logs=spec.access_log or spec.log_format == "json",
     )
     local_first = None
     ingress_cpus = plan.ingress_cpus

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from serving.core.procstat import session_dir
-from serving.core.serve_apps import delete_app, run_app
+from serving.core.serve_apps import delete_app, logging_config, run_app
 from serving.core.specs import AppSpec
 from serving.launch.graph import build_app, chain_role, monitor_settings, row_schema, specs_of
 from serving.launch.module_chains import chain_callers
@@ -24,7 +24,7 @@ from serving.runtime.stage_runner import module_groups
 
 def refine_in_situ(spec: AppSpec, opt: Any, plan: Any, url: str, token: str, *,
                    api_key: str | None, replan: bool, budget_cpus: float | None,
-                   access_log: bool = False, overrides: Callable[[Any], None] | None = None) -> tuple[Any, str]:
+                   overrides: Callable[[Any], None] | None = None) -> tuple[Any, str]:
     """Probe the app running ``spec``, plan again with the measured CPU factors (``replan``;
     else the given plan keeps its replicas and only its predictions change; ``overrides``
     re-applies the caller's settings to the new plan), and redeploy the app with that plan and
@@ -54,11 +54,10 @@ def refine_in_situ(spec: AppSpec, opt: Any, plan: Any, url: str, token: str, *,
     refined.in_situ.update({**{k: v for k, v in measured.items() if k != "factors"}, "before": before,
                             "replanned": changed})
     spec.plan, spec.probe_sha256 = refined.to_dict(), None
-    logging_config = {"enable_access_log": access_log, "log_level": "INFO" if access_log else "WARNING"}
     # deleted first, so that the new replicas are placed on free nodes as planned (an update in
     # place would start them while the old ones still hold their CPUs); the monitor stays
     delete_app(spec.name)
-    run_app(build_app(spec, opt), spec.name, f"/{spec.name}", logging_config)
+    run_app(build_app(spec, opt), spec.name, f"/{spec.name}", logging_config(spec.access_log, spec.log_format))
     what = "replicas planned again" if changed else "replicas unchanged"
     return refined, (f"in situ ({measured['clients']} clients, {measured['seconds']:g} s): CPU measured over modelled "
                      f"{summary(measured['factors'])}; {what}; bound {before['max_rows_per_s']:.0f} -> "

@@ -51,7 +51,7 @@ from serving.runtime.calls import (
 )
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
-from serving.runtime.edge import HttpEdge
+from serving.runtime.edge import HttpEdge, unbuffer_request_logs
 from serving.runtime.gears import GearRunners, GearSwitch
 from serving.runtime.hold import answer_in_full, held_gear
 from serving.runtime.http_support import (
@@ -107,6 +107,8 @@ class Ingress(HttpEdge):
         self.first, self.second = first, second
         self.local = isinstance(first, LocalStage)
         self.version = config.model_version
+        if config.unbuffered_logs:
+            unbuffer_request_logs()
         self.classes = np.asarray(config.classes, dtype=object)
         self.schema = RowSchema.from_dict(config.row_schema)
         self.max_body = config.max_body_bytes

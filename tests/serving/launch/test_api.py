@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -381,11 +382,12 @@ def _hold_and_release(served, opt) -> None:
 
 def test_whole_layout_serves_every_level_in_the_ingress(ray_cluster, synth_opt, request_rows):
     """layout="whole": one stage runs every level inside the ingress (no stage deployment, no
-    hop); answers, levels, top-K and readiness as in process."""
+    hop); answers, levels, top-K and readiness as in process. Its logs are JSON, one object a
+    line, an access line per request carrying the client's request id."""
     from ray import serve
 
     served = deploy(synth_opt, name="whole", port=ray_cluster, cpus=1, device="cpu", layout="whole", insitu="never",
-                    calibrate="never", degrade=True)
+                    calibrate="never", degrade=True, log_format="json", access_log=True)
     try:
         assert served.plan.layout == "fused" and [s.name for s in served.plan.stages] == ["cascade"]
         assert list(serve.status().applications["whole"].deployments) == ["whole-ingress"]
@@ -401,8 +403,27 @@ def test_whole_layout_serves_every_level_in_the_ingress(ray_cluster, synth_opt, 
         assert r.status_code == 200 and r.json()["indices"] == synth_opt.top_k(batch, 10).indices.tolist()
         ready = requests.get(served.url + "/readyz", timeout=60)
         assert ready.status_code == 200 and list(ready.json()["stages"]) == ["cascade"], ready.text
+        rid = "json-log-check-1"
+        assert post(served, "/predict", {"rows": rows_of(batch.iloc[:2])}, headers={"X-Request-Id": rid}).ok
+        line = wait_for(lambda: _logged(rid, "whole"), timeout=60, message="the request's JSON log line")
+        assert line["application"] == "whole" and line["deployment"].endswith("whole-ingress"), line
+        assert line["request_id"] == rid and line["message"].startswith("POST /whole/predict 200"), line
     finally:
         served.shutdown(stop_ray=False)
+
+
+def _logged(request_id: str, app: str) -> dict | None:
+    """The first JSON line of ``app``'s replica logs carrying ``request_id`` (None: none yet)."""
+    import ray
+
+    from serving.core.procstat import session_dir
+
+    logs = Path(session_dir(ray.get_runtime_context().gcs_address)) / "logs" / "serve"
+    for path in sorted(logs.glob(f"replica_{app}_*.log")):
+        for text in path.read_text(errors="replace").splitlines():
+            if request_id in text:
+                return json.loads(text)  # a line that is not JSON fails the test here
+    return None
 
 
 def test_the_open_inference_protocol_answers_like_predict(app, synth_opt, request_rows):
