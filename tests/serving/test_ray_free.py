@@ -40,4 +40,5 @@ def test_lanes():
     assert lane("tests/serving/launch/test_api.py::test_static_routes") == SHARED_RAY_LANE
     assert lane("tests/serving/launch/test_cli.py::test_plan_prints_a_plan") == OWN_RAY_LANE
     assert lane("tests/serving/launch/test_multinode.py::test_x") == OWN_RAY_LANE
+    assert lane("tests/serving/runtime/test_faults.py::test_x") == OWN_RAY_LANE  # a guest (GUEST_MARK)
     assert lane("tests/serving/planning/test_planner.py::test_x") is None

@@ -12,10 +12,13 @@ import pytest
 import requests
 
 from serving import deploy
+from tests.conftest import OWN_RAY_LANE
 from tests.serving.conftest import wait_for
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
+#: a guest of the own-Ray lane (tests/conftest.py: GUEST_MARK), to balance the lanes
+RAY_LANE = OWN_RAY_LANE
 
 
 def post(app, path, body):

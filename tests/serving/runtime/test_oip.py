@@ -11,7 +11,14 @@ import pandas as pd
 import pytest
 
 from serving.core.schema import RequestError, RowSchema
-from serving.runtime.oip import OUTPUTS, InferRequest, check_model, infer_answer, metadata, parse_infer
+from serving.runtime.oip import (
+    OUTPUTS,
+    InferRequest,
+    check_model,
+    infer_answer,
+    metadata,
+    parse_infer,
+)
 
 SAMPLE = pd.DataFrame({"a": [0.5, 1.0], "n": [1, 2], "s": ["x", "y"], "t": [True, False]})
 SCHEMA = RowSchema.from_sample(SAMPLE, ["a", "n", "s", "t"])
