@@ -337,14 +337,20 @@ def artifact_version(manifest: dict[str, Any]) -> str:
 
 
 def version_mismatches(saved: dict[str, str]) -> list[str]:
+    """What differs, library by library, between the versions an artifact was saved with and
+    those running, each with what to install. A library installed at save time but absent now
+    is no mismatch: the artifact may not use it (the core install has no torch or lightgbm), and
+    if it does, unpickling names it with its pip line (:func:`load`)."""
     current = _library_versions()
     problems = []
     for name, parts in VERSION_CHECKS.items():
         a, b = saved.get(name), current.get(name)
-        if a is None and b is None:
+        if a is None or b is None:
             continue
-        if a is None or b is None or a.split(".")[:parts] != b.split(".")[:parts]:
-            problems.append(f"{name} saved with {a or 'absent'}, running {b or 'absent'}")
+        if a.split(".")[:parts] != b.split(".")[:parts]:
+            fix = (f"use Python {'.'.join(a.split('.')[:2])}" if name == "python" else
+                   f"pip install '{name}=={a}'")
+            problems.append(f"{name} saved with {a}, running {b}: {fix}, or save the artifact again here")
     return problems
 
 
@@ -389,6 +395,12 @@ def load(path: Any, *, check_versions: bool = True, trusted_key: str | bytes | N
         try:
             with (root / name).open("rb") as fh:
                 return cloudpickle.load(fh)
+        except ModuleNotFoundError as exc:  # a library the artifact uses is not installed here
+            from ._extras import explain_missing
+
+            saved = manifest.get("versions", {}).get((exc.name or "").split(".")[0].replace("sklearn", "scikit-learn"))
+            raise ArtifactError(f"could not load {root / name}: {explain_missing(exc, 'this artifact')}"
+                                + (f" (it was saved with version {saved})" if saved else "")) from exc
         except Exception as exc:
             raise ArtifactError(f"could not load {root / name}: {type(exc).__name__}: {exc}") from exc
 

@@ -100,7 +100,7 @@ def test_version_mismatch_is_refused(saved, tmp_path):
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["versions"]["scikit-learn"] = "0.1.0"
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactError, match="scikit-learn saved with 0.1.0"):
+    with pytest.raises(ArtifactError, match=r"scikit-learn saved with 0.1.0, running .*: pip install 'scikit-learn==0.1.0'"):
         willump.load(copy)
     with pytest.warns(UserWarning, match="other library versions"):
         willump.load(copy, check_versions=False)
@@ -256,3 +256,25 @@ def test_a_signed_artifact_loads_only_with_its_key_and_unaltered(saved, tmp_path
         willump.load(unsigned, trusted_key="k" * 32)
     with pytest.raises(ValueError, match="empty"):
         opt.save(tmp_path / "x.willump", signing_key="")
+
+
+def test_a_library_absent_here_is_named_only_where_the_artifact_needs_it(saved, tmp_path, monkeypatch):
+    """Saved where torch and lightgbm were installed, loaded where one is not (the core install):
+    no mismatch for a library the artifact does not use; one it does use is named with its pip line."""
+    import shutil
+    import sys
+
+    import willump._artifact as artifact
+
+    _, path, _ = saved
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["versions"]["torch"] = "9.9.0"  # installed at save time, in another version
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    versions = artifact._library_versions()
+    monkeypatch.setattr(artifact, "_library_versions", lambda: {k: v for k, v in versions.items() if k != "torch"})
+    assert willump.load(copy) is not None  # torch absent here: the artifact does not need it
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # the artifact's models need scikit-learn
+    with pytest.raises(ArtifactError, match="sklearn"):
+        willump.load(copy)
