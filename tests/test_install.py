@@ -59,3 +59,18 @@ def test_a_clean_venv_with_the_core_alone(tmp_path: Path):
         assert heavy not in listed, f"{heavy.rstrip('=')} came with the core install"
     out = subprocess.run([str(python), str(CHECK)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "core install: ok" in out.stdout, out.stdout + out.stderr
+    # an artifact saved here, where torch and lightgbm are installed, loads there without them
+    import willump
+    from sklearn.linear_model import LogisticRegression
+
+    from tests.willump.synth import make_rows, three_groups
+
+    X, y = make_rows(1500, seed=4)
+    artifact = tmp_path / "synth.willump"
+    willump.optimize(three_groups, LogisticRegression(), X, y, max_loss=0.05, verbose=False).save(artifact)
+    load = ("import sys, pandas as pd, willump; opt = willump.load(sys.argv[1]); "
+            "rows = pd.DataFrame({'a': [0.1, -2.0], 'b': [0.3, 0.0], 'c': [1.0, 0.5]}); "
+            "print(opt.predict_proba(rows).shape)")
+    out = subprocess.run([str(python), "-c", load, str(artifact)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "(2, 2)" in out.stdout, out.stdout + out.stderr
