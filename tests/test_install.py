@@ -60,9 +60,9 @@ def test_a_clean_venv_with_the_core_alone(tmp_path: Path):
     out = subprocess.run([str(python), str(CHECK)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "core install: ok" in out.stdout, out.stdout + out.stderr
     # an artifact saved here, where torch and lightgbm are installed, loads there without them
-    import willump
     from sklearn.linear_model import LogisticRegression
 
+    import willump
     from tests.willump.synth import make_rows, three_groups
 
     X, y = make_rows(1500, seed=4)
