@@ -198,6 +198,13 @@ def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
                         help="share of the cheap level's rows also run through the full pipeline, off the request "
                              "path, to keep the live guarantee's bound (GET /NAME/drift?kind=guarantee; default "
                              "0.01 with the monitor, 0 without)")
+    parser.add_argument("--tracing", action="store_true",
+                        help="trace requests with OpenTelemetry (Ray Serve's tracing; spans under the Ray session's "
+                             "logs/serve/spans unless --tracing-exporter says otherwise)")
+    parser.add_argument("--tracing-sample", type=float, default=None, metavar="R",
+                        help="share of requests traced, in [0, 1] (default 0.01)")
+    parser.add_argument("--tracing-exporter", default=None, metavar="MODULE:FUNCTION",
+                        help="a function returning OpenTelemetry span processors (e.g. an OTLP exporter's)")
     parser.add_argument("--log-format", choices=("text", "json"), default="text",
                         help="the replicas' logs: text lines, or one JSON object a line carrying the request id "
                              "(default: text)")
@@ -276,7 +283,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                           gears=gears, hedging=hedging_options(args.hedging), runtime=args.runtime,
                           min_replicas=args.min_replicas, max_replicas=args.max_replicas,
                           runtime_env=args.runtime_env, audit_rate=audit_rate, on_alarm=args.on_alarm,
-                          log_format=args.log_format)
+                          log_format=args.log_format, tracing=_tracing(args))
     out = write_serve_config(config, args.output)
     print(plan, flush=True)
     print(f"willump: wrote {out} (serve run {out} / serve deploy {out})", flush=True)
@@ -380,9 +387,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             layout=args.layout, calibrate=args.calibrate, deadline_ms=args.deadline_ms, degrade=args.degrade,
             api_key=_api_key(args), gears=args.gears, gear_policy=_gear_policy(args), insitu=args.insitu,
             hedging=args.hedging, audit_rate=args.audit_rate, on_alarm=args.on_alarm,
-            log_format=args.log_format,
+            log_format=args.log_format, tracing=_tracing(args),
         )
         print(app.plan, flush=True)
+        for note in app.notes:
+            if note.startswith("tracing"):
+                print(f"willump: {note}", flush=True)
         print(f"willump: serving {app.model_version} at {app.url} via {app.proxy}; dashboard at {app.url}/ui "
               "(Ctrl-C to stop)", flush=True)
         while not stop.wait(0.5):
@@ -397,6 +407,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
             release_proxy_files()
         print("willump: stopped", flush=True)
     return 0
+
+
+def _tracing(args: argparse.Namespace) -> dict[str, Any] | bool:
+    """``--tracing`` and its options as ``deploy(tracing=...)``."""
+    if not args.tracing:
+        if args.tracing_sample is not None or args.tracing_exporter:
+            raise ValueError("--tracing-sample and --tracing-exporter need --tracing")
+        return False
+    out: dict[str, Any] = {}
+    if args.tracing_sample is not None:
+        out["sampling_ratio"] = args.tracing_sample
+    if args.tracing_exporter:
+        out["exporter_import_path"] = args.tracing_exporter
+    return out or True
 
 
 def main(argv: list[str] | None = None) -> int:

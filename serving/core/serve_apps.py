@@ -57,6 +57,36 @@ def logging_config(access_log: bool = False, log_format: str = "text") -> dict[s
             "encoding": log_format.upper()}
 
 
+#: ``deploy(tracing={...})``'s keys (Ray Serve's TracingConfig, OpenTelemetry spans)
+TRACING_KEYS = ("exporter_import_path", "sampling_ratio")
+#: the share of requests traced when ``tracing=True`` (Serve's own default is 1%)
+DEFAULT_TRACE_SAMPLE = 0.01
+
+
+def tracing_config(tracing: Any) -> dict[str, Any] | None:
+    """``deploy(tracing=...)`` as Serve's TracingConfig fields (None: off). ``True``: Serve's file
+    exporter (spans under the Ray session's ``logs/serve/spans``), ``DEFAULT_TRACE_SAMPLE`` of
+    requests; a dict sets ``exporter_import_path`` (``"module:function"`` returning OpenTelemetry
+    span processors, e.g. an OTLP exporter's) and ``sampling_ratio`` in [0, 1]. ValueError naming
+    the argument otherwise."""
+    if tracing is None or tracing is False:
+        return None
+    if tracing is True:
+        return {"enabled": True, "exporter_import_path": "", "sampling_ratio": DEFAULT_TRACE_SAMPLE}
+    if not isinstance(tracing, dict):
+        raise ValueError(f"tracing must be True, False or a dict with {list(TRACING_KEYS)}, got {tracing!r}")
+    unknown = sorted(set(tracing) - set(TRACING_KEYS))
+    if unknown:
+        raise ValueError(f"tracing: unknown key(s) {unknown}; accepted: {list(TRACING_KEYS)}")
+    ratio = tracing.get("sampling_ratio", DEFAULT_TRACE_SAMPLE)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"tracing['sampling_ratio'] must be a number in [0, 1], got {ratio!r}")
+    path = tracing.get("exporter_import_path", "")
+    if not isinstance(path, str) or (path and ":" not in path):
+        raise ValueError(f"tracing['exporter_import_path'] must be 'module:function', got {path!r}")
+    return {"enabled": True, "exporter_import_path": path, "sampling_ratio": float(ratio)}
+
+
 def run_app(target, name: str, route_prefix: str | None = None, logging_config: dict | None = None,
             timeout_s: float | None = None) -> None:
     """``serve.run`` of ``target`` as ``name`` (Serve's documented ``run_many``, not waiting),

@@ -24,7 +24,7 @@ import yaml
 from serving.core.artifacts import ArtifactSource, path_version
 from serving.core.constants import LOOPBACK_HOSTS
 from serving.core.jsonsafe import clean
-from serving.core.serve_apps import logging_config
+from serving.core.serve_apps import logging_config, tracing_config
 from serving.core.specs import AppSpec
 from serving.launch.graph import monitor_settings, row_schema, specs_of
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
@@ -80,13 +80,15 @@ def serve_config(
     audit_rate: float = 0.0,
     on_alarm: str = "alert",
     log_format: str = "text",
+    tracing: bool | dict[str, Any] = False,
 ) -> dict[str, Any]:
     """The Serve config (a dict ready for YAML) deploying ``artifact`` with ``plan``; ``gears``:
     :func:`serving.runtime.gears.gear_info` (load-adaptive or pinned gears; None: the plan);
     ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off). ``audit_rate``: the
     live audit's share (:func:`serving.runtime.audit.resolve_audit_rate` resolves a default);
     ``on_alarm``: what its alarm does (:mod:`serving.runtime.hold`); ``log_format``: "text" or
-    "json" replica logs (:func:`serving.core.serve_apps.logging_config`).
+    "json" replica logs (:func:`serving.core.serve_apps.logging_config`); ``tracing``: Serve's
+    tracing config (:func:`serving.core.serve_apps.tracing_config`).
     ``api_key_env``: the environment variable every ingress replica reads the API key from
     (the key stays out of the file; ``api_key`` instead stores its hash in it). Serving beyond
     loopback with neither is allowed here; ``willump build`` warns about it or refuses it.
@@ -111,9 +113,13 @@ def serve_config(
     if runtime_env:
         for entry in applications:
             entry["runtime_env"] = runtime_env
-    return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port},
-            "logging_config": logging_config(log_format=log_format),
-            "applications": applications}
+    config = {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port},
+              "logging_config": logging_config(log_format=log_format),
+              "applications": applications}
+    traced = tracing_config(tracing)
+    if traced is not None:
+        config["tracing_config"] = traced
+    return config
 
 
 def write_serve_config(config: dict[str, Any], path: str | os.PathLike) -> Path:

@@ -31,7 +31,7 @@ from serving.core.constants import (
 from serving.core.costs import HostCosts, load_cached, store_cached
 from serving.core.local_ray import exposure_note, start_local_ray
 from serving.core.nodes import within_gpus
-from serving.core.serve_apps import delete_app, logging_config, run_app
+from serving.core.serve_apps import delete_app, logging_config, run_app, tracing_config
 from serving.core.specs import WHOLE_STAGE, AppSpec, gpu_capable, unsure_share
 from serving.launch import cluster
 from serving.launch.graph import (
@@ -256,6 +256,7 @@ def deploy(
     audit_rate: float | None = None,
     on_alarm: str = "alert",
     log_format: str = "text",
+    tracing: bool | dict[str, Any] = False,
 ) -> ServingApp:
     """Deploy on Ray Serve at ``http://host:port/<name>``.
 
@@ -318,6 +319,11 @@ def deploy(
     rows audited since pass the release test (:mod:`serving.runtime.hold`); the default
     "alert" only raises it (metric, route, dashboard, alert rule).
 
+    Tracing: ``tracing=True`` has Serve trace 1% of requests with OpenTelemetry (spans in the Ray
+    session's ``logs/serve/spans``); ``tracing={"exporter_import_path": "module:function",
+    "sampling_ratio": 0.1}`` sends them where that function's span processors do. Serve sets
+    tracing when it starts: joining a running Serve keeps its setting (a note says so).
+
     Logs: ``log_format="json"`` writes the replicas' logs as one JSON object a line (Serve's
     encoding, with the request id, application, deployment and replica of every line logged
     inside a request); ``access_log=True`` adds a line per request (off by default: it costs
@@ -340,11 +346,13 @@ def deploy(
                      deadline_ms, rows_per_request, insitu)
     hedge_spec = hedging_options(hedging)
     logging_config(access_log, log_format)  # checks log_format before anything starts
+    traced = tracing_config(tracing)
     weak = weak_key_warning(api_key) if api_key else None
     if weak:
         warnings.warn(weak, stacklevel=2)
     cluster.ships_code(ship_code, address)  # validates the option before anything starts
     started = _ensure_ray(address, cpus, gpus, proxy, transport, ship_code=ship_code, monitor=monitor is not None)
+    serve_was_running = _serve_running()
     source, opt = artifacts.resolve(target, name, artifact_share)
     try:
         if opt.sample_rows_ is None:
@@ -367,7 +375,9 @@ def deploy(
             warnings.warn(f"serving on {host} (beyond loopback) without an API key: whoever reaches the port can "
                           f"call every route, /plan and the monitor's answers included; pass api_key= (or "
                           f"`willump serve --api-key-env {API_KEY_ENV}`)", stacklevel=2)
-        serve_start(host, port)
+        serve_start(host, port, traced)
+        if traced is not None:
+            notes.append(_tracing_note(traced, serve_was_running))
         base = root_url(host, port)
         front = running_proxy()
         if proxy is not None and front != proxy:
@@ -454,10 +464,45 @@ def hedging_options(hedging: bool | dict[str, float] | None) -> dict[str, float]
     return options
 
 
-def serve_start(host: str, port: int) -> None:
+def serve_start(host: str, port: int, tracing: dict[str, Any] | None = None) -> None:
+    """Serve started (or joined) with HTTP on ``host:port``; ``tracing``: its TracingConfig, which
+    Serve applies only when this call starts it."""
     from ray import serve
 
-    serve.start(http_options={"host": host, "port": port})
+    if tracing is None:
+        serve.start(http_options={"host": host, "port": port})
+        return
+    from ray.serve.schema import TracingConfig
+
+    serve.start(http_options={"host": host, "port": port}, tracing_config=TracingConfig(**tracing))
+
+
+def _serve_running() -> bool:
+    """Whether a Serve instance already runs on the Ray this process is connected to."""
+    import ray
+
+    if not ray.is_initialized():
+        return False
+    from ray import serve
+
+    try:
+        serve.context._get_global_client(raise_if_no_controller_running=True)
+    except Exception:
+        return False
+    return True
+
+
+def _tracing_note(traced: dict[str, Any], was_running: bool) -> str:
+    if was_running:
+        return ("tracing asked for, but Serve was already running: its own tracing setting stays (start it with "
+                "tracing, or set RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH before `ray start`)")
+    import ray
+
+    from serving.core.procstat import session_dir
+
+    where = traced["exporter_import_path"] or (
+        f"{session_dir(ray.get_runtime_context().gcs_address) or 'the Ray session'}/logs/serve/spans")
+    return f"tracing {traced['sampling_ratio']:.0%} of requests to {where}"
 
 
 def _use_gpu(opt: OptimizedPipeline, specs: list, device: str, runtime: str, free_gpus: float) -> tuple[bool, list[str]]:

@@ -83,7 +83,7 @@ def test_serve_runs_until_sigterm_and_leaves_nothing_behind(artifact, request_ro
     lines: list[str] = []
     proc = subprocess.Popen(
         [*WILLUMP, "serve", str(artifact), "--name", "cli", "--port", str(port), "--cpus", "2",
-         "--calibrate", "never", "--transport", "ray"],
+         "--calibrate", "never", "--transport", "ray", "--tracing", "--tracing-sample", "1.0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     started: set[int] = set()
     try:
@@ -92,6 +92,11 @@ def test_serve_runs_until_sigterm_and_leaves_nothing_behind(artifact, request_ro
         url = f"http://127.0.0.1:{port}/cli"
         assert requests.get(url + "/healthz", timeout=30).status_code == 200
         assert _predict(url, request_rows).status_code == 200
+        # --tracing: Serve's OpenTelemetry spans, every request (--tracing-sample 1.0), in the folder it names
+        spans = Path(next(line for line in lines if "willump: tracing 100% of requests to" in line).split(" to ")[-1]
+                     .strip())
+        wait_for(lambda: any("replica_handle_request cli-ingress" in f.read_text() for f in spans.glob("*.json")),
+                 timeout=60, message="the request's span")
         started = _tree(proc.pid) - {proc.pid}
         assert any("haproxy" in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")
                    for p in alive(started)), "no HAProxy among the app's processes"

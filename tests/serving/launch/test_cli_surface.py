@@ -68,3 +68,33 @@ def test_build_writes_scale_to_zero_onnx_and_a_runtime_env(synth_opt, tmp_path, 
         main(["build", str(artifact), "-o", str(out), "--runtime-env", str(tmp_path / "list.yaml")])
     assert stop.value.code == EXIT_USAGE and "must hold a mapping" in capsys.readouterr().err
     assert main(["build", str(artifact), "-o", str(out), "--min-replicas", "-1"]) == EXIT_ERROR
+
+
+def test_tracing_and_log_options_reach_the_serve_config(synth_opt, tmp_path, capsys):
+    """--tracing (with a sample and an exporter) and --log-format go into the Serve config
+    `willump build` writes (Serve's tracing_config and logging_config); the sample needs --tracing."""
+    import yaml
+
+    from serving.core.serve_apps import tracing_config
+
+    artifact = tmp_path / "a.willump"
+    synth_opt.save(artifact)
+    out = tmp_path / "serve.yaml"
+    assert main(["build", str(artifact), "-o", str(out), "--host", "127.0.0.1", "--cpus", "2", "--tracing",
+                 "--tracing-sample", "0.25", "--tracing-exporter", "my_otlp:processors", "--log-format", "json"]) == 0
+    config = yaml.safe_load(out.read_text())
+    assert config["tracing_config"] == {"enabled": True, "exporter_import_path": "my_otlp:processors",
+                                        "sampling_ratio": 0.25}
+    assert config["logging_config"]["encoding"] == "JSON" and config["applications"][-1]["args"]["log_format"] == "json"
+    from ray.serve.schema import ServeDeploySchema
+
+    ServeDeploySchema.model_validate(config)  # what `serve deploy` checks
+    capsys.readouterr()
+    assert main(["build", str(artifact), "-o", str(out), "--tracing-sample", "0.5"]) == EXIT_ERROR
+    assert "need --tracing" in capsys.readouterr().err
+    assert tracing_config(True) == {"enabled": True, "exporter_import_path": "", "sampling_ratio": 0.01}
+    assert tracing_config(False) is None
+    for bad, field in ((0.5, "tracing must be"), ({"sampling_ratio": 2}, "sampling_ratio"),
+                       ({"exporter_import_path": "nocolon"}, "exporter_import_path"), ({"rate": 1}, "unknown key")):
+        with pytest.raises(ValueError, match=field):
+            tracing_config(bad)
