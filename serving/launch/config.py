@@ -26,7 +26,7 @@ from serving.core.constants import LOOPBACK_HOSTS
 from serving.core.jsonsafe import clean
 from serving.core.serve_apps import logging_config, tracing_config
 from serving.core.specs import AppSpec
-from serving.launch.graph import monitor_settings, row_schema, specs_of
+from serving.launch.graph import deployment_overrides, monitor_settings, row_schema, specs_of
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
 from serving.planning.planner import Plan, Resources, plan_layouts
 from serving.runtime.hold import check_on_alarm
@@ -108,8 +108,9 @@ def serve_config(
     if monitor is not None:
         applications.append({"name": f"{name}-monitor", "route_prefix": None,
                              "import_path": "serving.launch.graph:monitor_builder", "args": spec})
+    # the plan's deployments where an operator tunes them (Serve applies these over the code's)
     applications.append({"name": name, "route_prefix": f"/{name}", "import_path": "serving.launch.graph:app_builder",
-                         "args": spec})
+                         "args": spec, "deployments": deployment_overrides(spec)})
     if runtime_env:
         for entry in applications:
             entry["runtime_env"] = runtime_env

@@ -167,33 +167,13 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
     monitor = spec.monitor
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
     degrade = spec.degrade
-    autoscale = spec.min_replicas is not None
     handles: list[Any] = [None] if fused else []
     for i, stage_spec in enumerate(specs):
         if fused and i == 0:
             continue
         sp = plan.stage(stage_spec.name)
         on_gpu = sp.device == "gpu"
-        options: dict[str, Any] = {
-            "name": f"{name}-{stage_spec.name}",
-            "max_ongoing_requests": sp.max_ongoing_requests,
-            "max_queued_requests": sp.max_queued_requests,
-            "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
-            "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
-            "ray_actor_options": _actor_options(sp.num_cpus, sp.num_gpus if on_gpu else 0.0),
-        }
-        if autoscale:
-            low = spec.min_replicas
-            idle = DEFAULT_DOWNSCALE_TO_ZERO_S if spec.downscale_to_zero_s is None else spec.downscale_to_zero_s
-            options["autoscaling_config"] = {
-                "min_replicas": low, "initial_replicas": max(low, 1),
-                "max_replicas": max(spec.max_replicas or sp.replicas, sp.replicas, 1),
-                "target_ongoing_requests": AUTOSCALE_TARGET_ONGOING,
-                "upscale_delay_s": 0.0, "downscale_delay_s": idle, "downscale_to_zero_delay_s": idle,
-                "look_back_period_s": AUTOSCALE_LOOK_BACK_S,
-            }
-        else:
-            options["num_replicas"] = sp.replicas
+        options = stage_options(spec, plan, stage_spec.name)
         fallback = degrade and i == 0
         chains = chain_apps(name, spec.module_chains, module_groups(opt, stage_spec))
         handles.append(ModelStage.options(**options).bind(
@@ -236,21 +216,67 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
         unbuffered_logs=spec.access_log or spec.log_format == "json",
     )
     local_first = None
-    ingress_cpus = plan.ingress_cpus
     if fused:
         local_first = {"artifact": spec.artifact, "spec": vars(specs[0]).copy(),
                        "runtime": spec.runtime, "fallback": degrade, "inline": runs_inline(plan, specs[0].name)}
     second = handles[1] if len(handles) > 1 else None
-    ingress = Ingress.options(
-        name=f"{name}-ingress", num_replicas=plan.ingress_replicas,
+    ingress = Ingress.options(**ingress_options(spec, plan, config.max_in_flight))
+    return ingress.bind(handles[0], second, config, local_first)
+
+
+def stage_options(spec: AppSpec, plan: Plan, stage: str) -> dict[str, Any]:
+    """A model stage deployment's Serve options (replicas or autoscaling, limits, resources): what
+    :func:`build_app` deploys it with, and what ``willump build`` writes in the Serve config's
+    ``deployments:`` section for an operator to tune."""
+    sp = plan.stage(stage)
+    options: dict[str, Any] = {
+        "name": f"{spec.name}-{stage}",
+        "max_ongoing_requests": sp.max_ongoing_requests,
+        "max_queued_requests": sp.max_queued_requests,
+        "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
+        "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
+        "ray_actor_options": _actor_options(sp.num_cpus, sp.num_gpus if sp.device == "gpu" else 0.0),
+    }
+    if spec.min_replicas is not None:
+        low = spec.min_replicas
+        idle = DEFAULT_DOWNSCALE_TO_ZERO_S if spec.downscale_to_zero_s is None else spec.downscale_to_zero_s
+        options["autoscaling_config"] = {
+            "min_replicas": low, "initial_replicas": max(low, 1),
+            "max_replicas": max(spec.max_replicas or sp.replicas, sp.replicas, 1),
+            "target_ongoing_requests": AUTOSCALE_TARGET_ONGOING,
+            "upscale_delay_s": 0.0, "downscale_delay_s": idle, "downscale_to_zero_delay_s": idle,
+            "look_back_period_s": AUTOSCALE_LOOK_BACK_S,
+        }
+    else:
+        options["num_replicas"] = sp.replicas
+    return options
+
+
+def ingress_options(spec: AppSpec, plan: Plan, max_in_flight: int) -> dict[str, Any]:
+    """The ingress deployment's Serve options (see :func:`stage_options`)."""
+    return {
+        "name": f"{spec.name}-ingress", "num_replicas": plan.ingress_replicas,
         # Serve's own limit sits above the ingress's admission bound, which answers 503 first
-        max_ongoing_requests=config.max_in_flight + 64,
+        "max_ongoing_requests": max_in_flight + 64,
         # no DRAIN_POLL_S here: behind HAProxy a stopping ingress replica first stays reachable for
         # INGRESS_DRAIN_S, and Ray's slower poll once it is closed leaves stale pooled connections
         # time to move on
-        ray_actor_options=_actor_options(ingress_cpus),
-    )
-    return ingress.bind(handles[0], second, config, local_first)
+        "ray_actor_options": _actor_options(plan.ingress_cpus),
+    }
+
+
+def deployment_overrides(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = None) -> list[dict[str, Any]]:
+    """The app's deployments as a Serve config's ``deployments:`` section: the plan's replicas,
+    autoscaling, limits and resources per deployment, in Serve's own keys, so an operator reads
+    and tunes them where Serve looks (a value changed there overrides the plan's; module chains'
+    deployments keep the plan's)."""
+    spec = app_spec(spec)
+    opt = _opt(spec, opt)
+    plan = Plan.from_dict(spec.plan)
+    specs = specs_of(opt, spec.baseline, plan)
+    fused = plan.layout == "fused" and (len(specs) > 1 or specs[0].name == WHOLE_STAGE)
+    stages = [stage_options(spec, plan, s.name) for i, s in enumerate(specs) if not (fused and i == 0)]
+    return [ingress_options(spec, plan, spec.max_in_flight or plan.ingress_max_in_flight), *stages]
 
 
 def audit_settings(spec: AppSpec, opt: OptimizedPipeline, record_config: dict[str, Any]) -> dict[str, Any] | None:

@@ -89,6 +89,16 @@ def test_tracing_and_log_options_reach_the_serve_config(synth_opt, tmp_path, cap
     from ray.serve.schema import ServeDeploySchema
 
     ServeDeploySchema.model_validate(config)  # what `serve deploy` checks
+    # the plan's deployments in Serve's own section, one per deployment the app builds
+    from serving.launch.graph import build_app
+
+    deployments = {d["name"]: d for d in config["applications"][-1]["deployments"]}
+    built = build_app(config["applications"][-1]["args"])
+    names = {built._bound_deployment.name} | {
+        a._bound_deployment.name for a in built._bound_deployment.init_args if hasattr(a, "_bound_deployment")}
+    assert set(deployments) == names, (set(deployments), names)
+    ingress = next(d for n, d in deployments.items() if n.endswith("-ingress"))
+    assert ingress["num_replicas"] >= 1 and ingress["ray_actor_options"]["num_cpus"] > 0
     capsys.readouterr()
     assert main(["build", str(artifact), "-o", str(out), "--tracing-sample", "0.5"]) == EXIT_ERROR
     assert "need --tracing" in capsys.readouterr().err
