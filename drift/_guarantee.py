@@ -135,6 +135,8 @@ class GuaranteeLedger:
     #: per gear, the counts of each epoch of about ``epoch_rows`` audited rows, oldest first
     epochs: dict[int, list[AuditCounts]] = field(default_factory=dict)
     by_segment: dict[int, dict[str, dict[str, AuditCounts]]] = field(default_factory=dict)
+    #: reference_rate per gear (a function of the gear's terms and the confidence only)
+    _references: dict[int, tuple[float | None, str]] = field(default_factory=dict, repr=False, compare=False)
     #: whether an alarm holds its gear until the release test passes (module docstring)
     hold: bool = False
     #: per held gear, the counts audited since its hold began (the release test's rows)
@@ -160,8 +162,10 @@ class GuaranteeLedger:
 
     # ------------------------------------------------------------------ counting
     def add(self, gear: int, served: int, cheap: int, audited: int, disagreed: int, shed: int = 0,
-            segment: Mapping[str, Any] | None = None) -> None:
-        """Count one batch of one gear (optionally of one segment: attribute -> value)."""
+            segment: Mapping[str, Any] | None = None, *, decide: bool = True) -> None:
+        """Count one batch of one gear (optionally of one segment: attribute -> value). With
+        ``hold``, the gear's hold is then decided (:meth:`decide_holds`) unless ``decide`` is
+        False: a caller adding many entries at once decides once, after the last."""
         self._check_gear(gear)
         batch = AuditCounts(int(served), int(cheap), int(audited), int(disagreed), int(shed))
         if min(batch.served, batch.cheap, batch.audited, batch.disagreed, batch.shed) < 0:
@@ -176,14 +180,21 @@ class GuaranteeLedger:
         for attribute, value in (segment or {}).items():
             if attribute in self.segments:
                 self._add_segment(gear, attribute, _segment_value(value), batch)
-        if self.hold:
-            self._update_hold(gear, batch)
-
-    def _update_hold(self, gear: int, batch: AuditCounts) -> None:
-        """Hold ``gear`` when its alarm rings; release it when the rows since the hold pass the
-        release test, and start its alarm's runs again from a new epoch."""
-        if gear in self.held:
+        if gear in self.held:  # the release test's rows
             self.held[gear].add(batch)
+        if self.hold and decide:
+            self.decide_holds([gear])
+
+    def decide_holds(self, gears: Sequence[int] | None = None) -> list[int]:
+        """Hold each of ``gears`` (default: all) whose alarm rings; release a held one whose rows
+        since the hold pass the release test, and start its alarm's runs again from a new epoch.
+        Returns the gears held now."""
+        for gear in range(len(self.gears)) if gears is None else gears:
+            self._decide_hold(gear)
+        return sorted(self.held)
+
+    def _decide_hold(self, gear: int) -> None:
+        if gear in self.held:
             upper = self.release_upper(gear)
             if upper is not None and upper <= self.reference_rate(gear)[0]:
                 del self.held[gear]
@@ -256,6 +267,11 @@ class GuaranteeLedger:
     def reference_rate(self, gear: int) -> tuple[float | None, str]:
         """The rate the alarm compares with, and where it comes from: the upper Clopper-Pearson
         bound of the certification rows' disagreement rate, else the gear's max_loss."""
+        if gear not in self._references:
+            self._references[gear] = self._reference_rate(gear)
+        return self._references[gear]
+
+    def _reference_rate(self, gear: int) -> tuple[float | None, str]:
         terms = self.gears[gear]
         if terms.cert_rows:
             k, n = int(terms.cert_disagreed or 0), int(terms.cert_rows)

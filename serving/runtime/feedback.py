@@ -46,9 +46,11 @@ class Feedback:
         the answer names the gears held now (serving.runtime.hold)."""
         if self.ledger is None:
             return {"accepted": 0, "error": "this monitor has no live audit (deploy with audit_rate > 0)"}
-        for e in entries:
+        for e in entries:  # an entry per (gear, segment): the holds are decided once, after the last
             self.ledger.add(int(e["gear"]), e["served"], e["cheap"], e["audited"], e["disagreed"], e.get("shed", 0),
-                            segment=e.get("segment"))
+                            segment=e.get("segment"), decide=False)
+        if self.ledger.hold:
+            self.ledger.decide_holds(sorted({int(e["gear"]) for e in entries}))
         if self.ledger_path is not None:
             self.ledger.save(self.ledger_path)
         return {"accepted": len(entries), **({"held": sorted(self.ledger.held)} if self.ledger.hold else {})}

@@ -193,10 +193,10 @@ def infer_answer(model: str, version: str, request: InferRequest, classes: np.nd
     labels = np.asarray(classes)[np.argmax(proba, axis=1)]
     if not np.isfinite(proba).all():
         raise ValueError("infer_answer: probabilities must be finite")
+    datatype = _label_datatype(labels)
     tensors = {
-        "predictions": {"datatype": _label_datatype(labels), "shape": [n],
-                        "data": clean(labels.tolist() if _label_datatype(labels) != "BYTES" else
-                                      [str(v) for v in labels])},
+        "predictions": {"datatype": datatype, "shape": [n],
+                        "data": clean(labels.tolist() if datatype != "BYTES" else [str(v) for v in labels])},
         "probabilities": {"datatype": "FP64", "shape": [n, k], "data": np.round(proba, 12).ravel().tolist()},
         "level": {"datatype": "INT64", "shape": [n], "data": np.asarray(level).tolist()},
         "degraded": {"datatype": "BOOL", "shape": [n], "data": np.asarray(degraded).tolist()},

@@ -484,3 +484,13 @@ def test_a_saved_hold_is_dropped_when_the_app_no_longer_holds(tmp_path):
     assert GuaranteeLedger.open(path, gears=[_gear()], hold=True).held.keys() == {0}
     reopened = GuaranteeLedger.open(path, gears=[_gear()])
     assert not reopened.hold and not reopened.held and reopened.holds == {0: 1}
+
+
+def test_entries_added_without_deciding_hold_only_when_decided():
+    """The monitor adds a flush's entries (one per gear and segment) with decide=False and decides
+    the holds once after the last: the same verdict as deciding after each, for one alarm test."""
+    ledger = GuaranteeLedger([_gear()], hold=True, segments=["client"])
+    for client in "abcd":
+        ledger.add(0, 2_500, 2_000, 2_000, 500, segment={"client": client}, decide=False)
+    assert not ledger.held
+    assert ledger.decide_holds() == [0] and ledger.holds == {0: 1}
