@@ -21,7 +21,14 @@ from typing import Any
 
 from serving.cli_recertify import add_parser as add_recertify_parser
 from serving.cli_recertify import cmd_recertify
-from serving.core.constants import API_KEY_ENV, CALIBRATE, CASCADE_LAYOUTS, INSITU, LOOPBACK_HOSTS
+from serving.core.constants import (
+    API_KEY_ENV,
+    CALIBRATE,
+    CASCADE_LAYOUTS,
+    INSITU,
+    LOOPBACK_HOSTS,
+    LOST_AFTER_S,
+)
 from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
 from serving.runtime.keys import generate_key
 
@@ -187,6 +194,15 @@ def _gear_policy(args: argparse.Namespace) -> dict[str, Any] | None:
     return {"slo_ms": args.gear_slo_ms} if args.gear_slo_ms is not None else None
 
 
+def _lost_after(value: str) -> float | None:
+    if value.strip().lower() in ("off", "none"):
+        return None
+    seconds = float(value)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"--lost-after-s must be > 0 seconds or 'off', got {value!r}")
+    return seconds
+
+
 def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deadline-ms", type=float, help="per-request deadline (default: --p99-ms, else 30 s)")
     parser.add_argument("--degrade", action="store_true",
@@ -194,6 +210,12 @@ def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hedging", action="store_true",
                         help="hedge stage calls: one still unanswered after the stage's latency tail is sent "
                              "again to another replica, the first answer kept")
+    parser.add_argument("--router", choices=("capacity", "serve"), default="capacity",
+                        help="how a stage's calls reach its replicas: by measured capacity, draining and silent "
+                             "replicas last (default), or Ray Serve's power of two choices")
+    parser.add_argument("--lost-after-s", type=_lost_after, default=LOST_AFTER_S, metavar="S",
+                        help=f"copy a stage call unanswered this long to another replica (default {LOST_AFTER_S:g}; "
+                             "'off': never)")
     parser.add_argument("--audit-rate", type=float, default=None, metavar="R",
                         help="share of the cheap level's rows also run through the full pipeline, off the request "
                              "path, to keep the live guarantee's bound (GET /NAME/drift?kind=guarantee; default "
@@ -281,6 +303,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     config = serve_config(args.artifact, plan, name=args.name, host=args.host, port=args.port, monitor=monitor,
                           degrade=args.degrade, deadline_ms=args.deadline_ms, api_key_env=args.api_key_env or None,
                           gears=gears, hedging=hedging_options(args.hedging), runtime=args.runtime,
+                          router=args.router, lost_after_s=args.lost_after_s,
                           min_replicas=args.min_replicas, max_replicas=args.max_replicas,
                           runtime_env=args.runtime_env, audit_rate=audit_rate, on_alarm=args.on_alarm,
                           log_format=args.log_format, tracing=_tracing(args))
@@ -386,7 +409,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             proxy=None if args.address else args.proxy, transport=args.transport,
             layout=args.layout, calibrate=args.calibrate, deadline_ms=args.deadline_ms, degrade=args.degrade,
             api_key=_api_key(args), gears=args.gears, gear_policy=_gear_policy(args), insitu=args.insitu,
-            hedging=args.hedging, audit_rate=args.audit_rate, on_alarm=args.on_alarm,
+            hedging=args.hedging, router=args.router, lost_after_s=args.lost_after_s,
+            audit_rate=args.audit_rate, on_alarm=args.on_alarm,
             log_format=args.log_format, tracing=_tracing(args),
         )
         print(app.plan, flush=True)

@@ -48,3 +48,9 @@ CASCADE_LAYOUTS = ("auto", *LAYOUTS, "whole")
 #: request bodies up to this size are parsed on the ingress's event loop; larger ones in a
 #: thread, so that one big request does not stall every other request on the replica
 PARSE_INLINE_BYTES = 64 * 1024
+
+#: seconds a stage call may wait on a replica nobody has reported lost (a node cut off, a hung
+#: process) before the ingress copies it to another replica, whatever the hedging settings;
+#: the capacity router ranks a replica silent this long last (serving.runtime.calls.StageHedge,
+#: serving.runtime.routing; deploy(lost_after_s=...))
+LOST_AFTER_S = 2.0

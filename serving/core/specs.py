@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.core.constants import MAX_BODY_BYTES, MAX_ROWS
+from serving.core.constants import LOST_AFTER_S, MAX_BODY_BYTES, MAX_ROWS
 from willump import OptimizedPipeline
 
 
@@ -131,6 +131,12 @@ class AppSpec(BaseModel):
     gears: dict[str, Any] | None = None
     #: :class:`serving.runtime.calls.StageHedge`'s options (None: no hedging)
     hedging: dict[str, Any] | None = None
+    #: how calls reach a stage's replicas: "capacity" (serving.runtime.routing.CapacityRouter:
+    #: by measured capacity, draining and silent replicas last) or "serve" (Serve's default)
+    router: Literal["capacity", "serve"] = "capacity"
+    #: seconds a stage call may wait on a replica nobody reported lost before it is copied to
+    #: another (serving.runtime.hedge.LOST_AFTER_S; None: never)
+    lost_after_s: float | None = Field(default=LOST_AFTER_S, gt=0)
     #: module groups served as chains of partition stages, by group name
     module_chains: dict[str, ModuleChainSpec] | None = None
     #: share of the cheap level's rows the live audit also runs through the full pipeline
@@ -177,6 +183,7 @@ class IngressConfig(BaseModel):
     max_in_flight: int = Field(ge=1)
     gears: dict[str, Any] | None = None
     hedging: dict[str, Any] | None = None
+    lost_after_s: float | None = Field(default=LOST_AFTER_S, gt=0)
     #: the live audit (:class:`serving.runtime.audit.LiveAudit`): rate, the full level's index per
     #: gear, the request attributes followed as segments (None: no audit)
     audit: dict[str, Any] | None = None

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from serving.core.artifacts import ArtifactSource, path_version
-from serving.core.constants import LOOPBACK_HOSTS
+from serving.core.constants import LOOPBACK_HOSTS, LOST_AFTER_S
 from serving.core.jsonsafe import clean
 from serving.core.serve_apps import logging_config, tracing_config
 from serving.core.specs import AppSpec
@@ -77,6 +77,8 @@ def serve_config(
     runtime_env: dict[str, Any] | None = None,
     gears: dict[str, Any] | None = None,
     hedging: dict[str, float] | None = None,
+    router: str = "capacity",
+    lost_after_s: float | None = LOST_AFTER_S,
     audit_rate: float = 0.0,
     on_alarm: str = "alert",
     log_format: str = "text",
@@ -84,7 +86,8 @@ def serve_config(
 ) -> dict[str, Any]:
     """The Serve config (a dict ready for YAML) deploying ``artifact`` with ``plan``; ``gears``:
     :func:`serving.runtime.gears.gear_info` (load-adaptive or pinned gears; None: the plan);
-    ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off). ``audit_rate``: the
+    ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off); ``router`` and
+    ``lost_after_s``: as :func:`serving.deploy` takes them. ``audit_rate``: the
     live audit's share (:func:`serving.runtime.audit.resolve_audit_rate` resolves a default);
     ``on_alarm``: what its alarm does (:mod:`serving.runtime.hold`); ``log_format``: "text" or
     "json" replica logs (:func:`serving.core.serve_apps.logging_config`); ``tracing``: Serve's
@@ -102,7 +105,7 @@ def serve_config(
         api_key_hmac=key_digest(api_key, key_secret(create=True)) if api_key else None,
         api_key_env=api_key_env, min_replicas=min_replicas,
         allowed_hosts=list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None, max_replicas=max_replicas, gears=gears, hedging=hedging,
-        audit_rate=audit_rate, on_alarm=check_on_alarm(on_alarm, audit_rate), log_format=log_format,
+        router=router, lost_after_s=lost_after_s, audit_rate=audit_rate, on_alarm=check_on_alarm(on_alarm, audit_rate), log_format=log_format,
     ).model_dump()
     applications = []
     if monitor is not None:

@@ -25,6 +25,7 @@ from serving.core.constants import (
     CALIBRATE,
     INSITU,
     LOOPBACK_HOSTS,
+    LOST_AFTER_S,
     MAX_BODY_BYTES,
     MAX_ROWS,
 )
@@ -250,6 +251,8 @@ def deploy(
     gear_policy: dict[str, Any] | None = None,
     insitu: str = "auto",
     hedging: bool | dict[str, float] = False,
+    router: str = "capacity",
+    lost_after_s: float | None = LOST_AFTER_S,
     module_memory: float | None = None,
     module_devices: int = DEFAULT_MODULE_DEVICES,
     module_cpus: float = DEFAULT_MODULE_CPUS,
@@ -302,6 +305,14 @@ def deploy(
     is sent once more, the first answer kept and the other cancelled
     (:class:`serving.runtime.calls.StageHedge`); ``/metrics`` counts ``willump_stage_hedges``.
 
+    ``router``: "capacity" (default) routes a stage's calls by the rows per second each replica
+    measures it sustains, ranks replicas on a node Ray is draining (a preemption notice) and
+    replicas silent past a bound last (:class:`serving.runtime.routing.CapacityRouter`); "serve"
+    keeps Serve's power of two choices. ``lost_after_s`` (default 2 s; None: off): a stage call
+    unanswered this long is copied to another replica whatever the hedging settings (a replica
+    may hang or be cut off without Ray reporting it lost for tens of seconds); ``/metrics``
+    counts ``willump_stage_rescues``.
+
     ``module_memory`` (bytes per device): a ``willump.module_feature`` group of a later stage
     whose module does not fit is served as a chain of partition stages planned on
     ``module_devices`` such devices, ``module_cpus`` logical CPUs per replica on a CPU
@@ -340,6 +351,10 @@ def deploy(
     """
     import ray
 
+    if router not in ("capacity", "serve"):
+        raise ValueError(f"router must be 'capacity' or 'serve', got {router!r}")
+    if lost_after_s is not None and not lost_after_s > 0:
+        raise ValueError(f"lost_after_s must be > 0 seconds (None: off), got {lost_after_s!r}")
     if isinstance(monitor, bool):  # monitor=True: the monitor with default options
         monitor = {} if monitor else None
     _check_arguments(name, min_replicas, device, layout, transport, proxy, monitor, calibrate,
@@ -416,7 +431,7 @@ def deploy(
             api_key_hmac=key_digest(api_key, key_secret(create=True)) if api_key else None,
             allowed_hosts=allowed_hosts, max_in_flight=max_in_flight, max_body_bytes=max_body_bytes, max_rows=max_rows,
             min_replicas=min_replicas, max_replicas=max_replicas, downscale_to_zero_s=downscale_to_zero_s,
-            gears=gears_info, hedging=hedge_spec,
+            gears=gears_info, hedging=hedge_spec, router=router, lost_after_s=lost_after_s,
             probe_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
             module_chains=chains or None, audit_rate=audit_rate, on_alarm=on_alarm, log_format=log_format,
             access_log=access_log,

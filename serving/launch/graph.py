@@ -30,6 +30,7 @@ from serving.planning.planner import Plan
 from serving.runtime.calls import default_deadline_s
 from serving.runtime.gears import ladder
 from serving.runtime.records import REQUEST_COLUMN, build_records
+from serving.runtime.routing import router_config
 from serving.runtime.stage_runner import module_groups
 from willump import OptimizedPipeline
 from willump.runtime import class_disagreement_bounds_loss
@@ -212,6 +213,7 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
         max_in_flight=spec.max_in_flight or plan.ingress_max_in_flight,
         gears=spec.gears,
         hedging=spec.hedging,
+        lost_after_s=spec.lost_after_s,
         audit=audit_settings(spec, opt, record_config),
         unbuffered_logs=spec.access_log or spec.log_format == "json",
     )
@@ -237,6 +239,8 @@ def stage_options(spec: AppSpec, plan: Plan, stage: str) -> dict[str, Any]:
         "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
         "ray_actor_options": _actor_options(sp.num_cpus, sp.num_gpus if sp.device == "gpu" else 0.0),
     }
+    if spec.router == "capacity":
+        options["request_router_config"] = router_config(lost_after_s=spec.lost_after_s)
     if spec.min_replicas is not None:
         low = spec.min_replicas
         idle = DEFAULT_DOWNSCALE_TO_ZERO_S if spec.downscale_to_zero_s is None else spec.downscale_to_zero_s

@@ -71,6 +71,7 @@ def _summary(latencies: Sequence[float], rows: int, seconds: float, errors: Coun
         "requests_per_s": len(latencies) / seconds if seconds > 0 else 0.0,
         "p50_ms": float(np.percentile(lat, 50)) if lat.size else None,
         "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
+        "max_ms": float(lat.max()) if lat.size else None,
         "seconds": seconds,
     }
 

@@ -28,6 +28,8 @@ from serving.runtime.hedge import (
     HEDGE_FLOOR_OVER_MEDIAN,
     HEDGE_IDLE_ONLY,
     HEDGE_QUANTILE,
+    LOST_AFTER_S,
+    LOST_OVER_MEDIAN,
     LatencyWindow,
 )
 
@@ -156,32 +158,52 @@ def _cancel(response: Any, task: asyncio.Future) -> None:
 
 
 class StageHedge:
-    """Hedged calls to one stage ("The Tail at Scale"; FlexRR's straggler mitigation for
-    serving): a call still unanswered after the stage's own latency quantile, and never
-    before ``floor_over_median`` times its median (:class:`serving.runtime.hedge.LatencyWindow`), is
-    sent once more through the same handle, whose router gives it to the less loaded of two
-    replicas (as a rule not the one holding the first call); the first answer is kept and the
-    other call cancelled. Needs at least two running replicas (``replicas()``) and, with
-    ``idle_only`` (``HEDGE_IDLE_ONLY``), fewer of this ingress's calls in flight to the stage
-    than it has replicas when the hedge is due (``in_flight()``): with every replica busy the
-    tail is queueing, which a copy only lengthens. ``on_hedge`` hears of each hedge once
-    decided (True: the copy answered first)."""
+    """Copies of slow calls to one stage. Two triggers:
+
+    * hedging ("The Tail at Scale"; FlexRR's straggler mitigation for serving; ``enabled``): a
+      call still unanswered after the stage's own latency quantile, and never before
+      ``floor_over_median`` times its median (:class:`serving.runtime.hedge.LatencyWindow`),
+      is sent once more through the same handle, whose router gives it to another replica;
+      with ``idle_only`` (``HEDGE_IDLE_ONLY``) only while this ingress has fewer calls in
+      flight to the stage (``in_flight()``) than it has replicas: with every replica busy the
+      tail is queueing, which a copy only lengthens. ``on_hedge`` hears of each hedge once
+      decided (True: the copy answered first).
+    * the bound on a silent replica (always): a call unanswered after ``bound()``,
+      ``max(lost_after_s, lost_over_median * median latency)``, is copied whatever the load
+      (its replica may be lost without anyone having said so); ``on_rescue`` hears of it.
+
+    Both need at least two running replicas (``replicas()``); the first answer is kept and the
+    other call cancelled."""
 
     def __init__(self, replicas: Callable[[], int], quantile: float | None = None,
                  floor_over_median: float | None = None, on_hedge: Callable[[bool], None] | None = None,
-                 in_flight: Callable[[], int] | None = None, idle_only: bool | None = None):
-
+                 in_flight: Callable[[], int] | None = None, idle_only: bool | None = None, *,
+                 enabled: bool = True, lost_after_s: float | None = LOST_AFTER_S,
+                 lost_over_median: float = LOST_OVER_MEDIAN, on_rescue: Callable[[bool], None] | None = None):
+        if lost_after_s is not None and not lost_after_s > 0:
+            raise ValueError(f"lost_after_s must be > 0 (None: no bound), got {lost_after_s!r}")
         self.window = LatencyWindow(
             quantile=HEDGE_QUANTILE if quantile is None else quantile,
             floor_over_median=HEDGE_FLOOR_OVER_MEDIAN if floor_over_median is None else floor_over_median)
         self.replicas, self.on_hedge, self.in_flight = replicas, on_hedge, in_flight
         self.idle_only = HEDGE_IDLE_ONLY if idle_only is None else bool(idle_only)
-        self.calls = self.hedges = self.wins = self.skipped_busy = 0
+        self.enabled, self.on_rescue = bool(enabled), on_rescue
+        self.lost_after_s = None if lost_after_s is None else float(lost_after_s)
+        self.lost_over_median = float(lost_over_median)
+        self.calls = self.hedges = self.wins = self.skipped_busy = self.rescues = 0
 
     def delay(self) -> float | None:
-        """Seconds after which a call is hedged; None: not now (too few latencies known, or a
-        single replica)."""
-        return self.window.delay() if self.replicas() > 1 else None
+        """Seconds after which a call is hedged; None: not now (hedging off, too few latencies
+        known, or a single replica)."""
+        return self.window.delay() if self.enabled and self.replicas() > 1 else None
+
+    def bound(self) -> float | None:
+        """Seconds after which a call is copied whatever the load; None with a single replica or
+        no bound."""
+        if self.lost_after_s is None or self.replicas() < 2:
+            return None
+        median = self.window.median()
+        return self.lost_after_s if median is None else max(self.lost_after_s, self.lost_over_median * median)
 
     def spare(self) -> bool:
         """Whether a replica is free for a copy now (always, without ``idle_only`` or a count
@@ -191,35 +213,50 @@ class StageHedge:
         return self.in_flight() < self.replicas()
 
 
+async def _copy_due(task: asyncio.Future, t0: float, delay: float | None, bound: float | None,
+                    hedge: StageHedge) -> str | None:
+    """Wait on the first call until a copy is due: "hedge" (its tail, a replica spare),
+    "rescue" (the bound), or None (it answered, or no copy will be sent: wait for it)."""
+    if delay is not None and (bound is None or delay < bound):
+        done, _ = await asyncio.wait({task}, timeout=delay)
+        if done:
+            return None
+        if hedge.spare():
+            return "hedge"
+        hedge.skipped_busy += 1  # every replica is busy: a copy would queue behind them
+    if bound is None:
+        return None
+    done, _ = await asyncio.wait({task}, timeout=max(bound - (time.monotonic() - t0), 0.0))
+    return None if done else "rescue"
+
+
 async def hedged(call: Callable[[], Any], timeout_s: float, stage: str, budget_s: float,
                  hedge: StageHedge) -> Any:
     """``call()`` (it sends the stage call and returns its response) awaited for at most
-    ``timeout_s``, hedged once after ``hedge.delay()``. A call answered by its copy is recorded
-    at the time the first had taken then (a lower bound), so hedging does not hide from the
-    window the tail it hedges against."""
+    ``timeout_s``, copied once: at ``hedge.delay()`` where a replica is spare, else at
+    ``hedge.bound()``. A call answered by its copy is recorded at the time the first had taken
+    then (a lower bound), so copies do not hide from the window the tail they cut."""
     hedge.calls += 1
-    delay = hedge.delay()
+    delay, bound = hedge.delay(), hedge.bound()
+    delay = delay if delay is not None and delay < timeout_s else None
+    bound = bound if bound is not None and bound < timeout_s else None
     t0 = time.monotonic()
     first = call()
-    if delay is None or delay >= timeout_s:
-        out = await wait_or_cancel(first, timeout_s, stage, budget_s)
-        hedge.window.add(time.monotonic() - t0)
-        return out
     task1 = asyncio.ensure_future(_resolve(first))
     try:
-        done, _ = await asyncio.wait({task1}, timeout=delay)
+        kind = await _copy_due(task1, t0, delay, bound, hedge)
     except BaseException:
         _cancel(first, task1)
         raise
-    if not done and not hedge.spare():  # every replica is busy: a copy would queue behind them
-        hedge.skipped_busy += 1
+    if kind is None:
         out = await _finish(task1, first, t0 + timeout_s - time.monotonic(), stage, budget_s)
         hedge.window.add(time.monotonic() - t0)
         return out
-    if done:
-        hedge.window.add(time.monotonic() - t0)
-        return task1.result()
-    hedge.hedges += 1
+    rescue = kind == "rescue"
+    if rescue:
+        hedge.rescues += 1
+    else:
+        hedge.hedges += 1
     second = call()
     task2 = asyncio.ensure_future(_resolve(second))
     pending, winner = {task1, task2}, None
@@ -239,12 +276,14 @@ async def hedged(call: Callable[[], Any], timeout_s: float, stage: str, budget_s
     if winner is None:  # both failed: the first call's error is the answer
         return task1.result()
     if winner is task2:
-        hedge.wins += 1
+        if not rescue:
+            hedge.wins += 1
         _cancel(first, task1)
     else:
         _cancel(second, task2)
-    if hedge.on_hedge is not None:
-        hedge.on_hedge(winner is task2)
+    heard = hedge.on_rescue if rescue else hedge.on_hedge
+    if heard is not None:
+        heard(winner is task2)
     return winner.result()
 
 

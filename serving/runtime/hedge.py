@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from serving.core.constants import LOST_AFTER_S  # noqa: F401 - where the hedging constants are read
+
 #: quantile of the stage's own latency distribution at which a call is hedged
 HEDGE_QUANTILE = 0.95
 #: a call is hedged no earlier than this many times the stage's median latency (0: no floor)
@@ -33,6 +35,10 @@ HEDGE_FLOOR_OVER_MEDIAN = 2.0
 #: is busy the tail is queueing, which a copy only lengthens (it waits behind the same queue
 #: and adds work); a straggler holds one replica while its peers are idle
 HEDGE_IDLE_ONLY = True
+#: LOST_AFTER_S (serving.core.constants): a call unanswered this long is copied to another
+#: replica whatever the hedging settings ...
+#: ... and never sooner than this many times the stage's median call latency
+LOST_OVER_MEDIAN = 20.0
 #: latencies kept per stage, and how many are needed before hedging starts
 WINDOW = 256
 MIN_SAMPLES = 32
@@ -71,6 +77,9 @@ class LatencyWindow:
         known = np.fromiter(self.samples, float)
         tail, median = np.quantile(known, [self.quantile, 0.5])
         return float(max(tail, self.floor * median))
+
+    def median(self) -> float | None:
+        return float(np.median(np.fromiter(self.samples, float))) if self.samples else None
 
 
 class SlowReplicas:

@@ -129,14 +129,18 @@ class Ingress(HttpEdge):
             run = self._local_batch if (i == 0 and self.local) else self._remote_batch(target, stage)
             self.coalescers[stage] = Coalescer(run, stage=stage, max_rows=batch_rows, limit=CONCURRENT_BATCHES,
                                                max_queued=max(self.max_in_flight, 1))
-        # hedged calls to the remote stages (serving.runtime.calls.StageHedge), where asked for
-        hedging = config.hedging
-        self.hedges = {} if not hedging else {
+        # copies of slow calls to the remote stages (serving.runtime.calls.StageHedge): hedges where
+        # asked for, and always a copy of a call its replica holds past the bound on a silent replica
+        hedging = config.hedging or {}
+        self.hedges = {
             stage: StageHedge(lambda stage=stage: self.coalescers[stage].limit // CONCURRENT_BATCHES,
                               hedging.get("quantile"), hedging.get("floor_over_median"),
                               on_hedge=lambda won, stage=stage: self.metrics.count(
                                   "willump_stage_hedges", stage=stage, won=str(won).lower()),
-                              in_flight=lambda stage=stage: self.coalescers[stage].in_flight)
+                              in_flight=lambda stage=stage: self.coalescers[stage].in_flight,
+                              enabled=bool(config.hedging), lost_after_s=config.lost_after_s,
+                              on_rescue=lambda won, stage=stage: self.metrics.count(
+                                  "willump_stage_rescues", stage=stage, won=str(won).lower()))
             for i, stage in enumerate(self.stage_names) if not (i == 0 and self.local)}
         monitor = config.monitor
         self.monitor = LazyHandle("monitor", monitor["app"]) if monitor else None

@@ -55,6 +55,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "willump_stage_retries": ("counter", "stage calls retried after a replica died", ("app", "stage")),
     "willump_stage_hedges": ("counter", "stage calls sent a second time after the stage's latency tail "
                                         "(hedging=True), by whether the copy answered first", ("app", "stage", "won")),
+    "willump_stage_rescues": ("counter", "stage calls copied to another replica after waiting past the bound "
+                                         "on a silent replica, by whether the copy answered first",
+                              ("app", "stage", "won")),
     "willump_deadline_exceeded": ("counter", "requests past their deadline, by the stage that was late",
                                   ("app", "stage")),
     "willump_shed_requests": ("counter", "requests refused because a queue was full", ("app", "stage")),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +23,11 @@ from serving.core.artifacts import ArtifactSource
 from serving.core.constants import CONCURRENT_BATCHES
 from serving.core.specs import StageSpec
 from serving.runtime.dashboard.data import monitor_snapshot
+from serving.runtime.emulated_node import node_emulation
 from serving.runtime.feedback import KINDS as FEEDBACK_KINDS
 from serving.runtime.feedback import Feedback
 from serving.runtime.gears import GearRunners
+from serving.runtime.routing import BusyMeter
 from serving.runtime.stage_runner import (
     StageRunner,
     merge_chunks,
@@ -91,17 +95,26 @@ class ModelStage:
             self.run_batch.set_max_batch_size(self.max_batch_size)
             self.run_batch.set_batch_wait_timeout_s(float(batch_wait_timeout_s))
         self.replica = replica_id("local")
+        #: rows per busy second, reported to the callers' routers (serving.runtime.routing)
+        self.meter = BusyMeter()
+        #: an emulated device where this node's labels ask for one (tests and benchmarks only)
+        self.emulation = node_emulation(seed=zlib.crc32(self.replica.encode()))
+        self._emulated = asyncio.Lock() if self.emulation.active else None
+
+    def record_routing_stats(self) -> dict[str, Any]:
+        """Serve asks every ``request_routing_stats_period_s``; CapacityRouter ranks by it."""
+        return self.meter.report()
 
     async def run(self, rows: pd.DataFrame, blocks: dict | None = None, gear: int = 0) -> dict[str, Any]:
         if gear:  # a cheaper certified gear (serving.runtime.gears); the ingress merged the rows of its calls
             if getattr(self, "gears", None) is None:
 
                 self.gears = GearRunners(self.runner)
-            out = await self._compute(self.gears.get(gear).run, rows, blocks)
+            out = await self._compute(self.gears.get(gear).run, rows, blocks, rows=len(rows))
             out["replica"] = self.replica
             return out
         if not self.batching:
-            out = await self._compute(self.runner.run, rows, blocks)
+            out = await self._compute(self.runner.run, rows, blocks, rows=len(rows))
         else:
             chunks = list(split_rows(rows, blocks, self.max_batch_size))
             outs = await asyncio.gather(*(self.run_batch((r, b)) for r, b in chunks))
@@ -115,11 +128,31 @@ class ModelStage:
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002, batch_size_fn=_rows_in,
                  max_concurrent_batches=CONCURRENT_BATCHES)
     async def run_batch(self, items: list) -> list[dict[str, Any] | Exception]:
-        return await self._compute(self.runner.run_many, items)
+        return await self._compute(self.runner.run_many, items, rows=_rows_in(items))
 
-    async def _compute(self, fn: Any, *args: Any) -> Any:
-        """``fn(*args)`` on the event loop for an inline stage, in a thread otherwise."""
-        return fn(*args) if self.inline else await asyncio.to_thread(fn, *args)
+    async def _compute(self, fn: Any, *args: Any, rows: int = 0) -> Any:
+        """``fn(*args)`` on the event loop for an inline stage, in a thread otherwise; its busy
+        time and rows counted for the routers."""
+        if self._emulated is not None:
+            return await self._compute_emulated(fn, *args, rows=rows)
+        self.meter.start()
+        try:
+            return fn(*args) if self.inline else await asyncio.to_thread(fn, *args)
+        finally:
+            self.meter.stop(rows)
+
+    async def _compute_emulated(self, fn: Any, *args: Any, rows: int) -> Any:
+        """An emulated device (serving.runtime.emulated_node): one batch at a time, each held as
+        long as the node's labels ask."""
+        async with self._emulated:
+            self.meter.start()
+            try:
+                t0 = time.perf_counter()
+                out = fn(*args) if self.inline else await asyncio.to_thread(fn, *args)
+                await asyncio.sleep(self.emulation.hold_s(time.perf_counter() - t0))
+                return out
+            finally:
+                self.meter.stop(rows)
 
     async def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict | None:
         return await asyncio.to_thread(self.runner.topk_filter, rows, k, label_index)
@@ -153,7 +186,8 @@ class ModelStage:
         import ray
 
         return {"replica": self.replica, "notes": self.notes, "batching": self.batching,
-                "max_batch_size": self.max_batch_size, "node_id": ray.get_runtime_context().get_node_id(),
+                "max_batch_size": self.max_batch_size, "emulated": self.emulation.info(),
+                "rows_per_s": self.meter.rows_per_s, "rows": self.meter.total_rows, "node_id": ray.get_runtime_context().get_node_id(),
                 "code": _code_location(), "calls": getattr(self.runner, "calls", None)}
 
 

@@ -10,9 +10,12 @@ again.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import tempfile
+import threading
+import time
 
 import pytest
 from sklearn.linear_model import LogisticRegression
@@ -93,3 +96,95 @@ def geared_opt():
 @pytest.fixture(scope="session")
 def request_rows():
     return make_rows(200, seed=22)[0]
+
+
+def predict_load(url: str, batches: list, expected: list, stop, results: list) -> None:
+    """One closed-loop client of ``url`` (the app's /predict) until ``stop`` is set: appends
+    (time.perf_counter() at the answer, status, answer correct, seconds, detail) per request."""
+    import numpy as np
+    import requests
+
+    session = requests.Session()
+    i = 0
+    while not stop.is_set():
+        j = i % len(batches)
+        i += 1
+        start = time.perf_counter()
+        try:
+            r = session.post(url, json={"rows": batches[j]}, timeout=60)
+            ok = r.status_code == 200
+            correct = ok and np.allclose(np.array(r.json()["probabilities"]), expected[j], atol=1e-9)
+            results.append((time.perf_counter(), r.status_code, correct, time.perf_counter() - start,
+                            "" if ok else r.text[:120]))
+        except requests.RequestException as exc:
+            results.append((time.perf_counter(), -1, False, time.perf_counter() - start, type(exc).__name__))
+
+
+def answer_rate(results: list, t0: float, t1: float) -> float:
+    """Requests answered 200 per second between t0 and t1 (perf_counter times)."""
+    return sum(1 for t, status, *_ in results if t0 <= t < t1 and status == 200) / (t1 - t0)
+
+
+def replica_nodes(app_name: str) -> dict[str, set[str]]:
+    """Deployment name -> the node ids its alive replicas run on (Ray's state API, this cluster)."""
+    import ray
+    from ray.util.state import list_actors
+
+    out: dict[str, set[str]] = {}
+    # this cluster's address: another Ray on the machine must not be picked up instead
+    address = ray.get_runtime_context().gcs_address
+    for actor in list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=1000):
+        if actor.class_name.startswith(f"ServeReplica:{app_name}:"):
+            out.setdefault(actor.class_name.rsplit(":", 1)[1], set()).add(actor.node_id)
+    return out
+
+
+def request_batches(opt, rows, size: int, total: int = 160) -> tuple[list, list]:
+    """Request bodies' rows of ``size`` rows each from the first ``total`` of ``rows``, and the
+    probabilities ``opt`` gives them in process (what a served answer must equal)."""
+    batches, expected = [], []
+    for start in range(0, total, size):
+        frame = rows.iloc[start:start + size]
+        batches.append(frame.to_dict("records"))
+        expected.append(opt.predict_proba(frame))
+    return batches, expected
+
+
+@contextlib.contextmanager
+def under_load(url: str, batches: list, expected: list, clients: int):
+    """``clients`` threads of :func:`predict_load` on ``url`` for the block's duration; yields
+    the list their results go to (stopped and joined on the way out)."""
+    results: list = []
+    stop = threading.Event()
+    threads = [threading.Thread(target=predict_load, args=(url, batches, expected, stop, results))
+               for _ in range(clients)]
+    for t in threads:
+        t.start()
+    try:
+        yield results
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+
+
+def two_raylets(worker_labels: dict[str, str] | None = None):
+    """A head and one worker raylet (2 CPUs each) on this machine, the dashboard on (Ray's state
+    API reads it), the worker with ``worker_labels``: for module fixtures, yields (cluster,
+    worker); Serve and Ray are shut down with it."""
+    import ray
+    from ray import serve
+    from ray.cluster_utils import Cluster
+
+    release_worker_ray()  # two raylets of its own
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": True,
+                                                      "dashboard_port": free_port()})
+    worker = c.add_node(num_cpus=2, labels=worker_labels or {})
+    c.wait_for_nodes()
+    try:
+        yield c, worker
+    finally:
+        if ray.is_initialized():
+            serve.shutdown()
+            ray.shutdown()
+        c.shutdown()

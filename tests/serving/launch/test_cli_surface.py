@@ -99,6 +99,20 @@ def test_tracing_and_log_options_reach_the_serve_config(synth_opt, tmp_path, cap
     assert set(deployments) == names, (set(deployments), names)
     ingress = next(d for n, d in deployments.items() if n.endswith("-ingress"))
     assert ingress["num_replicas"] >= 1 and ingress["ray_actor_options"]["num_cpus"] > 0
+    assert main(["build", str(artifact), "-o", str(out), "--host", "127.0.0.1", "--cpus", "2", "--layout", "staged"]) == 0
+    stages = [d for d in yaml.safe_load(out.read_text())["applications"][-1]["deployments"]
+              if not d["name"].endswith("-ingress")]
+    assert stages and all(d["request_router_config"]["request_router_class"] == "serving.runtime.routing:CapacityRouter"
+                          and d["request_router_config"]["request_router_kwargs"] == {"lost_after_s": 2.0}
+                          for d in stages), stages
+    assert main(["build", str(artifact), "-o", str(out), "--host", "127.0.0.1", "--cpus", "2", "--router", "serve",
+                 "--lost-after-s", "off", "--layout", "staged"]) == 0
+    config = yaml.safe_load(out.read_text())
+    ServeDeploySchema.model_validate(config)
+    assert config["applications"][-1]["args"]["lost_after_s"] is None
+    assert not any("request_router_config" in d for d in config["applications"][-1]["deployments"])
+    with pytest.raises(SystemExit):
+        main(["build", str(artifact), "-o", str(out), "--lost-after-s", "0"])
     capsys.readouterr()
     assert main(["build", str(artifact), "-o", str(out), "--tracing-sample", "0.5"]) == EXIT_ERROR
     assert "need --tracing" in capsys.readouterr().err

@@ -10,7 +10,6 @@ Both nodes share this machine's cores, so rates here say nothing about multi-nod
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -19,7 +18,15 @@ import requests
 
 from serving import deploy
 from serving.launch.config import plan_offline
-from tests.serving.conftest import free_port, release_worker_ray, wait_for
+from tests.serving.conftest import (
+    answer_rate,
+    free_port,
+    replica_nodes,
+    request_batches,
+    two_raylets,
+    under_load,
+    wait_for,
+)
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
@@ -34,25 +41,12 @@ ANSWERS_AFTER = 8
 
 @pytest.fixture(scope="module")
 def cluster():
-    import ray
-    from ray import serve
-    from ray.cluster_utils import Cluster
-
     from serving.launch.proxy import release_proxy_files, use_proxy
 
-    release_worker_ray()  # two raylets of its own
     use_proxy("haproxy")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": True,
-                                                      "dashboard_port": free_port()})
-    worker = c.add_node(num_cpus=2)
-    c.wait_for_nodes()
     try:
-        yield c, worker
+        yield from two_raylets()
     finally:
-        if ray.is_initialized():
-            serve.shutdown()
-            ray.shutdown()
-        c.shutdown()
         release_proxy_files()
 
 
@@ -75,26 +69,13 @@ def app(cluster, synth_opt):
     served.shutdown(stop_ray=False)
 
 
-def _replica_nodes(app_name: str) -> dict[str, set[str]]:
-    import ray
-    from ray.util.state import list_actors
-
-    out: dict[str, set[str]] = {}
-    # this cluster's address: another Ray on the machine must not be picked up instead
-    address = ray.get_runtime_context().gcs_address
-    for actor in list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=1000):
-        if actor.class_name.startswith(f"ServeReplica:{app_name}:"):
-            out.setdefault(actor.class_name.rsplit(":", 1)[1], set()).add(actor.node_id)
-    return out
-
-
 def test_replicas_on_both_nodes_code_shipped_artifact_by_reference(cluster, app, synth_opt, request_rows):
     import ray
     from ray import serve
 
     worker = cluster[1]
     head_id = ray.get_runtime_context().get_node_id()
-    placed = _replica_nodes("multi")
+    placed = replica_nodes("multi")
     assert placed["multi-ingress"] == {head_id, worker.node_id}, placed
     assert placed["multi-cheap"] == {head_id, worker.node_id}, placed
     info = serve.get_deployment_handle("multi-cheap", "multi").info.remote().result()
@@ -141,55 +122,23 @@ def ray_node_id() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-def _load(url, batches, expected, stop, results):
-    session = requests.Session()
-    i = 0
-    while not stop.is_set():
-        j = i % len(batches)
-        i += 1
-        try:
-            r = session.post(url, json={"rows": batches[j]}, timeout=60)
-            correct = r.status_code == 200 and np.allclose(np.array(r.json()["probabilities"]), expected[j], atol=1e-9)
-            results.append((time.monotonic(), r.status_code, correct))
-        except requests.RequestException:
-            results.append((time.monotonic(), -1, False))
-
-
-def _rate(results, t0, t1):
-    return sum(1 for t, status, _ in results if t0 <= t < t1 and status == 200) / (t1 - t0)
-
-
 def test_removing_the_worker_node_under_load(cluster, app, synth_opt, request_rows):
     c, worker = cluster
-    batches, expected = [], []
-    for start in range(0, 160, ROWS_PER_REQUEST):
-        frame = request_rows.iloc[start:start + ROWS_PER_REQUEST]
-        batches.append(frame.to_dict("records"))
-        expected.append(synth_opt.predict_proba(frame))
-    results: list = []
-    stop = threading.Event()
-    threads = [threading.Thread(target=_load, args=(app.url + "/predict", batches, expected, stop, results))
-               for _ in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    try:
+    batches, expected = request_batches(synth_opt, request_rows, ROWS_PER_REQUEST)
+    with under_load(app.url + "/predict", batches, expected, CLIENTS) as results:
         wait_for(lambda: sum(r[1] == 200 for r in results) >= ANSWERS_BEFORE, timeout=120,
                  message="answers before the worker node went")
-        t_remove = time.monotonic()
+        t_remove = time.perf_counter()
         c.remove_node(worker, allow_graceful=False)
         # requests were answered after the loss (a second after it: not in flight when it went)
         wait_for(lambda: sum(r[0] >= t_remove + 1 and r[2] for r in results) >= ANSWERS_AFTER, timeout=120,
                  message="correct answers after the worker node went")
-        t_end = time.monotonic()
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
+        t_end = time.perf_counter()
     ok = [r for r in results if r[1] == 200]
     failed = [r for r in results if r[1] != 200]
     assert ok and all(r[2] for r in ok), "a request answered 200 was wrong"
-    before = _rate(results, min(r[0] for r in results), t_remove)
-    after = _rate(results, t_remove, t_end)
+    before = answer_rate(results, min(r[0] for r in results), t_remove)
+    after = answer_rate(results, t_remove, t_end)
     print(f"node removal: {len(ok)} ok, {len(failed)} failed (statuses {sorted({r[1] for r in failed})}); "
           f"{before:.1f} req/s before, {after:.1f} req/s in the {t_end - t_remove:.1f} s after")
     # in flight on the worker's replicas when it went: a few requests per client at most
@@ -209,6 +158,6 @@ def test_removing_the_worker_node_under_load(cluster, app, synth_opt, request_ro
 
     wait_for(answers_all, timeout=180, message="every request answered after the worker node went")
     head = {ray_node_id()}
-    placed = wait_for(lambda: (p := _replica_nodes("multi")) and {n for v in p.values() for n in v} == head and p,
+    placed = wait_for(lambda: (p := replica_nodes("multi")) and {n for v in p.values() for n in v} == head and p,
                       timeout=120, message="every replica on the head node")
     print(f"replicas now on {({k: len(v) for k, v in placed.items()})} node(s)")

@@ -386,6 +386,37 @@ def test_no_copy_is_sent_while_every_replica_is_busy():
     assert StageHedge(lambda: 2, in_flight=lambda: 5, idle_only=False).spare()
 
 
+def test_a_call_held_past_the_bound_is_copied_with_hedging_off_and_every_replica_busy():
+    """A replica nobody reported lost (it never answers): the call is copied at the bound,
+    max(lost_after_s, lost_over_median x median), whatever the hedging settings or the load."""
+    from serving.runtime.calls import StageHedge
+
+    async def silent_first(n, *args):
+        await asyncio.sleep(30 if n == 1 else 0.0)
+        return {"call": n}
+
+    for enabled, in_flight in ((False, 1), (True, 2)):
+        heard: list[bool] = []
+        hedge = StageHedge(lambda: 2, in_flight=lambda f=in_flight: f, enabled=enabled, lost_after_s=0.1,
+                           lost_over_median=2.0, on_rescue=heard.append)
+        for _ in range(40):
+            hedge.window.add(0.01)
+        assert hedge.bound() == pytest.approx(0.1)
+        handle = _Handle(silent_first)
+        assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=hedge)) == {"call": 2}
+        assert (hedge.rescues, hedge.hedges, heard) == (1, 0, [True]) and handle.responses[0].cancelled
+        assert hedge.skipped_busy == (1 if enabled else 0)
+    assert StageHedge(lambda: 2, lost_after_s=0.1, lost_over_median=2.0).bound() == pytest.approx(0.1)
+    slow = StageHedge(lambda: 2, lost_after_s=0.1, lost_over_median=2.0)
+    for _ in range(5):
+        slow.window.add(1.0)
+    assert slow.bound() == pytest.approx(2.0), "never sooner than lost_over_median x the median"
+    assert StageHedge(lambda: 1).bound() is None, "a single replica: nowhere to copy to"
+    assert StageHedge(lambda: 2, enabled=False).delay() is None
+    with pytest.raises(ValueError, match="lost_after_s"):
+        StageHedge(lambda: 2, lost_after_s=0)
+
+
 class _Trickle(_Request):
     """A client that sends its body a byte at a time, every ``every_s``, and never finishes."""
 

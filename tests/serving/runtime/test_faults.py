@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
-import numpy as np
 import pytest
 import requests
 
 from serving import deploy
 from tests.conftest import OWN_RAY_LANE, wait_for
+from tests.serving.conftest import answer_rate, request_batches, under_load
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
@@ -39,26 +38,6 @@ def app(ray_cluster, synth_opt):
     served.shutdown(stop_ray=False)
 
 
-def _load(app, batches, expected, stop, results):
-    session = requests.Session()
-    i = 0
-    while not stop.is_set():
-        j = i % len(batches)
-        i += 1
-        start = time.perf_counter()
-        try:
-            r = session.post(app.url + "/predict", json={"rows": batches[j]}, timeout=60)
-            ok = r.status_code == 200
-            correct = ok and np.allclose(np.array(r.json()["probabilities"]), expected[j], atol=1e-9)
-            results.append((time.perf_counter(), r.status_code, correct, time.perf_counter() - start,
-                            "" if ok else r.text[:120]))
-        except requests.RequestException as exc:
-            results.append((time.perf_counter(), -1, False, time.perf_counter() - start, type(exc).__name__))
-
-
-def _rate(results, t0, t1):
-    return sum(1 for t, status, *_ in results if t0 <= t < t1 and status == 200) / (t1 - t0)
-
 
 def _replica_actors(app_name: str, deployment: str):
     import ray
@@ -71,18 +50,8 @@ def test_killed_replica_loses_no_successful_request(app, synth_opt, request_rows
     import ray
     from ray import serve
 
-    batches, expected = [], []
-    for start in range(0, 160, ROWS_PER_REQUEST):
-        frame = request_rows.iloc[start:start + ROWS_PER_REQUEST]
-        batches.append(frame.to_dict("records"))
-        expected.append(synth_opt.predict_proba(frame))
-    results: list = []
-    stop = threading.Event()
-    threads = [threading.Thread(target=_load, args=(app, batches, expected, stop, results))
-               for _ in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    try:
+    batches, expected = request_batches(synth_opt, request_rows, ROWS_PER_REQUEST)
+    with under_load(app.url + "/predict", batches, expected, CLIENTS) as results:
         started = time.perf_counter()
         wait_for(lambda: sum(r[1] == 200 for r in results) >= ANSWERS_BEFORE
                  and time.perf_counter() - started >= WARM_S, timeout=120, message="answers before the kill")
@@ -109,10 +78,6 @@ def test_killed_replica_loses_no_successful_request(app, synth_opt, request_rows
         wait_for(lambda: sum(r[0] >= t_healthy and r[2] for r in results) >= ANSWERS_AFTER, timeout=120,
                  message="correct answers after the replicas were replaced")
         t_end = time.perf_counter()
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
     successes = [r for r in results if r[1] == 200]
     assert successes and all(r[2] for r in successes), "a successful response was wrong"
     failures = [r for r in results if r[1] != 200]
@@ -120,8 +85,8 @@ def test_killed_replica_loses_no_successful_request(app, synth_opt, request_rows
     # what can be lost is what was in flight on the killed ingress replica: at most one request
     # per client (HAProxy forwards each client's next request to a live replica).
     assert len(failures) <= CLIENTS, f"{len(failures)} failed requests: {sorted({r[1] for r in failures})}"
-    before = _rate(results, min(r[0] for r in results), t_kill)
-    after = _rate(results, t_healthy, t_end)
+    before = answer_rate(results, min(r[0] for r in results), t_kill)
+    after = answer_rate(results, t_healthy, t_end)
     text = requests.get(app.url + "/metrics", timeout=30).text
     retries = sum(float(line.split()[-1]) for line in text.splitlines()
                   if line.startswith("willump_stage_retries_total"))

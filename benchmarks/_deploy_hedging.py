@@ -1,0 +1,128 @@
+"""The hedging section of :mod:`benchmarks.deploy_cluster`: hedged stage calls in ``deploy``'s
+own apps under an emulated straggler, against the same app unhedged.
+
+Every node is the same emulated device (``--fast-slowdown``); one worker is also a straggler
+(``--straggle-factor`` times as long on ``--straggle-share`` of its batches; the file
+``serving.runtime.emulated_node.STRAGGLE_SWITCH`` turns it off between phases). Two apps, the
+same plan, ``hedging=True`` and off. Per round (the apps' order alternating): open-loop
+Poisson load at ``--hedge-rate`` for ``--hedge-requests`` requests with the straggler off,
+then on. Work is rows computed by every model-stage replica (``info()['rows']``, a copy's
+included, a cancelled one's up to its cancellation) per request answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+HEDGE_RATE = 30.0
+HEDGE_REQUESTS = 2000
+STRAGGLE_FACTOR = 10.0
+STRAGGLE_SHARE = 0.1
+#: seconds of load each app gets before the rounds
+WARMUP_S = 5.0
+HEDGING_APPS = {"hedged": {"hedging": True}, "unhedged": {"hedging": False}}
+#: the target: hedged p99 with the straggler over the unhedged p99 without it, at most this
+P99_TARGET = 1.5
+#: ... at no more than this much extra work
+EXTRA_WORK_TARGET = 0.10
+
+
+def rows_computed(app: str, replicas: int) -> int:
+    """Rows every replica of the app's model stages has computed: each replica actor's routing
+    stats (the ModelStage's BusyMeter), asked directly, not through a router."""
+    import ray
+
+    from benchmarks.deploy_cluster import replicas_of
+
+    total = 0
+    for stage in ("cheap", "expensive"):
+        actors = replicas_of(app, f"{app}-{stage}")
+        if len(actors) < replicas:
+            raise RuntimeError(f"{app}-{stage}: {len(actors)} of {replicas} replicas alive")
+        stats = ray.get([ray.get_actor(a.name, namespace="serve").record_routing_stats.remote() for a in actors],
+                        timeout=60)
+        total += sum(int(s.get("rows", 0)) for s in stats)
+    return total
+
+
+def _straggler(on: bool) -> None:
+    from serving.runtime.emulated_node import STRAGGLE_SWITCH
+
+    switch = Path(STRAGGLE_SWITCH)
+    if on:
+        switch.unlink(missing_ok=True)
+    else:
+        switch.touch()
+
+
+def _phase(app: Any, name: str, payloads: list[bytes], args, straggling: bool) -> dict[str, Any]:
+    from serving.measure.loadgen import open_loop
+
+    _straggler(straggling)
+    before = rows_computed(name, args.replicas)
+    out = asyncio.run(open_loop(app.url + "/predict", payloads, rate=args.hedge_rate,
+                                duration=args.hedge_requests / args.hedge_rate, seed=args.seed))
+    out["rows_computed"] = rows_computed(name, args.replicas) - before
+    out["rows_per_answer"] = out["rows_computed"] / max(out["requests"], 1)
+    out.pop("by_level", None)
+    return out
+
+
+def hedging(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
+    from benchmarks.deploy_cluster import median, with_cluster
+    from serving.runtime.emulated_node import (
+        SLOWDOWN_LABEL,
+        STRAGGLE_FACTOR_LABEL,
+        STRAGGLE_SHARE_LABEL,
+    )
+
+    device = {SLOWDOWN_LABEL: f"{args.fast_slowdown:g}"}
+    straggler = {**device, STRAGGLE_FACTOR_LABEL: f"{args.straggle_factor:g}",
+                 STRAGGLE_SHARE_LABEL: f"{args.straggle_share:g}"}
+
+    def run(apps: dict[str, Any]) -> dict[str, Any]:
+        from serving.measure.loadgen import open_loop
+
+        for app in apps.values():  # warm up: the first seconds of a fresh app are not its steady state
+            asyncio.run(open_loop(app.url + "/predict", payloads, rate=args.hedge_rate, duration=WARMUP_S))
+        rounds: list[dict[str, Any]] = []
+        for r in range(args.repeats):
+            one: dict[str, Any] = {}
+            for name in (list(apps) if r % 2 == 0 else list(reversed(apps))):
+                for straggling in (False, True):
+                    key = f"{'jitter' if straggling else 'no_jitter'}_{name}"
+                    one[key] = _phase(apps[name], name, payloads, args, straggling)
+                    p = one[key]
+                    print(f"hedging round {r + 1} {key:20s} p50 {p['p50_ms']:6.1f} ms p99 {p['p99_ms']:7.1f} ms "
+                          f"({p['requests']} answered, {p['errors']} failed) rows/answer {p['rows_per_answer']:.1f}")
+            one["p99_jitter_hedged_over_no_jitter"] = one["jitter_hedged"]["p99_ms"] / one["no_jitter_unhedged"]["p99_ms"]
+            one["extra_work"] = one["jitter_hedged"]["rows_per_answer"] / one["jitter_unhedged"]["rows_per_answer"] - 1
+            rounds.append(one)
+        _straggler(False)
+        result: dict[str, Any] = {"baseline": "unhedged, same app", "emulated": True, "rounds": rounds,
+                                  "rate": args.hedge_rate, "requests_per_phase": args.hedge_requests,
+                                  "straggle_factor": args.straggle_factor, "straggle_share": args.straggle_share}
+        for key in ("no_jitter_unhedged", "no_jitter_hedged", "jitter_unhedged", "jitter_hedged"):
+            result[f"p99_ms_{key}"] = median([x[key]["p99_ms"] for x in rounds])
+            result[f"failed_{key}"] = sum(x[key]["errors"] for x in rounds)
+        result["p99_jitter_hedged_over_no_jitter"] = median([x["p99_jitter_hedged_over_no_jitter"] for x in rounds])
+        result["extra_work"] = median([x["extra_work"] for x in rounds])
+        result["targets"] = {
+            "p99_within_1.5x_every_round": all(x["p99_jitter_hedged_over_no_jitter"] <= P99_TARGET for x in rounds),
+            "extra_work_within_10%_every_round": all(x["extra_work"] <= EXTRA_WORK_TARGET for x in rounds)}
+        return result
+
+    try:
+        return with_cluster(device, [device, straggler], opt, HEDGING_APPS, args, run)
+    finally:
+        _straggler(True)  # leave no switch file behind
+
+
+def summary(h: dict[str, Any]) -> str:
+    return (f"hedging: p99 without the straggler {h['p99_ms_no_jitter_unhedged']:.1f} ms (hedged "
+            f"{h['p99_ms_no_jitter_hedged']:.1f}); with it unhedged {h['p99_ms_jitter_unhedged']:.1f} ms, hedged "
+            f"{h['p99_ms_jitter_hedged']:.1f} ms ({h['p99_jitter_hedged_over_no_jitter']:.2f}x the no-straggler p99); "
+            f"extra work {h['extra_work']:+.1%}; failed {h['failed_jitter_hedged']} hedged, "
+            f"{h['failed_jitter_unhedged']} unhedged; targets {h['targets']} (medians of {len(h['rounds'])} rounds)")

@@ -1,0 +1,296 @@
+"""The shared-cluster mechanisms in the apps ``serving.deploy`` builds, against stock Ray Serve,
+on three raylets of this machine.
+
+    python -m benchmarks.deploy_cluster [--sections routing,hedging] [--workload toxic] [--repeats 3] [--json PATH]
+
+**routing**
+The cluster (``ray.cluster_utils.Cluster``): the head (2 CPUs) is the fast pool, two workers
+(1 CPU each) the slow pool. Both carry the node label ``willump.io/emulated-slowdown``, an
+**emulated** device (this machine has one kind of core): a stage replica there holds each
+batch that many times its compute time, one batch at a time; ``--fast-slowdown`` on the head
+(default 4: device time, not this machine's shared cores, bounds a replica, as on an
+accelerator) and ``--pool-ratio`` times that on the workers (default 3). Two apps of the same artifact
+and the same plan (``--replicas`` replicas of each model stage, Serve spreading them over
+the nodes), deployed by ``serving.deploy`` side by side:
+
+* ``capacity``: ``router="capacity"`` (serving.runtime.routing.CapacityRouter) and the bound
+  on a silent replica (``lost_after_s``, default 2 s);
+* ``stock_serve``: ``router="serve"`` (Ray Serve's power of two choices) and no bound.
+
+Per round, the order of the apps alternating, each app alone under load:
+
+* ``steady``: ``--clients`` closed-loop clients for ``--seconds``: rows/s, p50, p99.
+* ``silent``: the same load; 2 s in, the cheap stage's replica on the head is frozen
+  (SIGSTOP: Ray still sees it alive, it answers nothing) for ``--freeze-s`` seconds, then
+  resumed: failures, p99 and the slowest request of the phase.
+
+Medians over rounds and the ratios capacity / stock_serve are printed and written; the
+placement of each app's replicas (pool per replica) is recorded.
+
+**hedging** (:mod:`benchmarks._deploy_hedging`): every node the same emulated device, one
+worker also a straggler (``--straggle-factor`` x on ``--straggle-share`` of its batches); two
+apps, ``hedging=True`` and off; per round, alternating, open-loop Poisson load at
+``--hedge-rate`` for ``--hedge-requests`` requests per phase, the straggler off and on: p99s,
+and the extra work hedging costs (rows computed per request answered, over the unhedged app's).
+
+Rates here are this machine's, all processes sharing its cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+ROUTING_APPS = {"capacity": {"router": "capacity"}, "stock_serve": {"router": "serve", "lost_after_s": None}}
+FAST_SLOWDOWN = 4.0
+POOL_RATIO = 3.0
+SLOW_NODES = 2
+REPLICAS = 3
+CLIENTS = 8
+SECONDS = 10.0
+FREEZE_S = 8.0
+ROWS_PER_REQUEST = 32
+#: seconds into the silent phase when the replica is frozen
+FREEZE_AFTER_S = 2.0
+SECTIONS = ("routing", "hedging")
+
+
+def start_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]]):
+    """A 2-CPU head and 1-CPU workers on this machine, with these node labels; Ray joined."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from tests.conftest import free_port
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": True,
+                                                            "dashboard_port": free_port(), "labels": head_labels})
+    for labels in worker_labels:
+        cluster.add_node(num_cpus=1, labels=labels)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    return cluster
+
+
+def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args) -> dict[str, Any]:
+    """Each app: the same artifact and plan (``--replicas`` replicas of every model stage, one
+    ingress), with its own deploy options."""
+    from serving import deploy
+    from serving.launch.config import plan_offline
+    from tests.conftest import free_port
+
+    out = {}
+    for name, options in apps.items():
+        plan = plan_offline(opt, cpus=4, rows_per_request=args.rows_per_request, rps=None, p99_ms=None,
+                            layout="staged", monitor=None)
+        plan.ingress_replicas, plan.ingress_cpus = 1, 0.2
+        for stage in plan.stages:
+            stage.replicas, stage.num_cpus = args.replicas, 0.2
+        out[name] = deploy(opt, name=name, host="127.0.0.1", port=free_port(), address=cluster.address, plan=plan,
+                           artifact_share="object_store", insitu="never", **options)
+    return out
+
+
+def with_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]], opt: Any,
+                 apps: dict[str, dict[str, Any]], args, run: Callable[[dict[str, Any]], dict[str, Any]]) -> dict:
+    """``run(apps)`` on a fresh cluster; a failure is recorded (with its cause), not raised."""
+    import ray
+    from ray import serve
+
+    cluster = start_cluster(head_labels, worker_labels)
+    deployed: dict[str, Any] = {}
+    try:
+        deployed = deploy_apps(opt, cluster, apps, args)
+        return run(deployed)
+    except Exception as exc:  # one section failing leaves the others to run
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        for app in deployed.values():
+            try:
+                app.shutdown(stop_ray=False)
+            except Exception as exc:  # the cluster goes anyway
+                print(f"shutdown: {exc}")
+        serve.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def replicas_of(app: str, deployment: str) -> list[Any]:
+    """Alive replica actors of one deployment (Ray's state API)."""
+    import ray
+    from ray.util.state import list_actors
+
+    address = ray.get_runtime_context().gcs_address
+    return [a for a in list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=1000, detail=True)
+            if a.class_name == f"ServeReplica:{app}:{deployment}"]
+
+
+def placement(app: str, head: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for stage in ("ingress", "cheap", "expensive"):
+        out[stage] = sorted("fast" if a.node_id == head else "slow" for a in replicas_of(app, f"{app}-{stage}"))
+    return out
+
+
+def median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+async def _silent(url: str, payloads: list[bytes], app: str, head: str, args) -> dict[str, Any]:
+    from serving.measure.loadgen import closed_loop
+
+    frozen = next((a for a in replicas_of(app, f"{app}-cheap") if a.node_id == head), None)
+    if frozen is None:
+        return {"error": "no cheap replica on the head node"}
+
+    async def freeze() -> None:
+        await asyncio.sleep(FREEZE_AFTER_S)
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(args.freeze_s)
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+
+    load = closed_loop(url, payloads, args.rows_per_request, clients=args.clients, duration=args.seconds,
+                       max_requests=10**9)
+    out, _ = await asyncio.gather(load, freeze())
+    return out
+
+
+def routing(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
+    from serving.measure.loadgen import closed_loop
+    from serving.runtime.emulated_node import SLOWDOWN_LABEL
+
+    def run(apps: dict[str, Any]) -> dict[str, Any]:
+        import ray
+
+        head = ray.get_runtime_context().get_node_id()
+        result: dict[str, Any] = {"baseline": "stock_serve", "emulated": True,
+                                  "fast_slowdown": args.fast_slowdown, "pool_ratio": args.pool_ratio,
+                                  "placement": {name: placement(name, head) for name in apps}}
+        print(f"routing: placement {result['placement']}")
+        rounds: dict[str, list] = {name: [] for name in apps}
+        for r in range(args.repeats):
+            for name in (list(apps) if r % 2 == 0 else list(reversed(apps))):
+                url = apps[name].url + "/predict"
+                steady = asyncio.run(closed_loop(url, payloads, args.rows_per_request, clients=args.clients,
+                                                 duration=args.seconds, max_requests=10**9))
+                silent = asyncio.run(_silent(url, payloads, name, head, args))
+                time.sleep(2.0)  # the frozen replica catches up before the next phase
+                rounds[name].append({"steady": steady, "silent": silent})
+                print(f"routing round {r + 1} {name:12s} steady {steady['rows_per_s']:7.0f} rows/s p99 "
+                      f"{steady['p99_ms']:7.1f} ms | silent replica: {silent.get('errors')} failed, p99 "
+                      f"{silent.get('p99_ms') or float('nan'):7.1f} ms, slowest {silent.get('max_ms') or float('nan'):7.1f} ms")
+        result["rounds"] = rounds
+        for name, rs in rounds.items():
+            result[name] = {
+                "rows_per_s": median([x["steady"]["rows_per_s"] for x in rs]),
+                "p50_ms": median([x["steady"]["p50_ms"] for x in rs]),
+                "p99_ms": median([x["steady"]["p99_ms"] for x in rs]),
+                "silent_failed": sum(x["silent"].get("errors", 0) for x in rs),
+                "silent_p99_ms": median([x["silent"].get("p99_ms") for x in rs]),
+                "silent_max_ms": median([x["silent"].get("max_ms") for x in rs]),
+            }
+        cap, base = result["capacity"], result["stock_serve"]
+        result["rows_per_s_over_stock"] = cap["rows_per_s"] / base["rows_per_s"]
+        result["silent_p99_over_stock"] = cap["silent_p99_ms"] / base["silent_p99_ms"]
+        return result
+
+    slow = args.fast_slowdown * args.pool_ratio
+    return with_cluster({SLOWDOWN_LABEL: f"{args.fast_slowdown:g}"},
+                        [{SLOWDOWN_LABEL: f"{slow:g}"}] * SLOW_NODES, opt, ROUTING_APPS, args, run)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from benchmarks._deploy_hedging import (
+        HEDGE_RATE,
+        HEDGE_REQUESTS,
+        STRAGGLE_FACTOR,
+        STRAGGLE_SHARE,
+        hedging,
+    )
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {SECTIONS}")
+    parser.add_argument("--workload", default="toxic")
+    parser.add_argument("--n-rows", type=int, default=8000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rows-per-request", type=int, default=ROWS_PER_REQUEST)
+    parser.add_argument("--clients", type=int, default=CLIENTS)
+    parser.add_argument("--seconds", type=float, default=SECONDS)
+    parser.add_argument("--freeze-s", type=float, default=FREEZE_S)
+    parser.add_argument("--fast-slowdown", type=float, default=FAST_SLOWDOWN)
+    parser.add_argument("--pool-ratio", type=float, default=POOL_RATIO)
+    parser.add_argument("--replicas", type=int, default=REPLICAS)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--hedge-rate", type=float, default=HEDGE_RATE, help="open-loop requests/s")
+    parser.add_argument("--hedge-requests", type=int, default=HEDGE_REQUESTS, help="requests per hedging phase")
+    parser.add_argument("--straggle-factor", type=float, default=STRAGGLE_FACTOR)
+    parser.add_argument("--straggle-share", type=float, default=STRAGGLE_SHARE)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    if not sections or set(sections) - set(SECTIONS):
+        parser.error(f"--sections: a comma-separated list of {SECTIONS}, got {args.sections!r}")
+    if min(args.rows_per_request, args.clients, args.seconds, args.freeze_s, args.replicas, args.repeats,
+           args.hedge_rate, args.hedge_requests) <= 0 or min(args.fast_slowdown, args.pool_ratio,
+                                                             args.straggle_factor) < 1 \
+            or not 0 < args.straggle_share <= 1:
+        parser.error("counts, rates and durations must be positive; --fast-slowdown, --pool-ratio and "
+                     "--straggle-factor >= 1; --straggle-share in (0, 1]")
+    sys.stdout.reconfigure(line_buffering=True)
+
+    import pipelines
+    from serving.measure.loadgen import payloads as make_payloads
+
+    t0 = time.perf_counter()
+    workload = pipelines.build(args.workload, seed=args.seed, n_rows=args.n_rows)
+    opt = workload.optimize(verbose=False)
+    payloads, _ = make_payloads(workload.X_test, args.rows_per_request, limit=200)
+    print(f"benchmarks.deploy_cluster: optimized {args.workload} in {time.perf_counter() - t0:.1f}s; "
+          f"{len(payloads)} requests of {args.rows_per_request} rows; load {os.getloadavg()[0]:.2f}")
+    result: dict[str, Any] = {"baseline": "stock_serve", "workload": args.workload, "clients": args.clients,
+                              "seconds": args.seconds, "freeze_s": args.freeze_s, "repeats": args.repeats,
+                              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "load_before": os.getloadavg()[0]}
+    if "routing" in sections:
+        result["routing"] = routing(opt, payloads, args)
+    if "hedging" in sections:
+        result["hedging"] = hedging(opt, payloads, args)
+    result["load_after"] = os.getloadavg()[0]
+    r = result.get("routing", {})
+    if "capacity" in r:
+        for name in ROUTING_APPS:
+            m = r[name]
+            print(f"routing {name:12s}: {m['rows_per_s']:.0f} rows/s, p50 {m['p50_ms']:.1f} ms, p99 {m['p99_ms']:.1f} "
+                  f"ms; a replica frozen {args.freeze_s:g} s: {m['silent_failed']} failed, p99 "
+                  f"{m['silent_p99_ms']:.1f} ms, slowest {m['silent_max_ms']:.1f} ms (medians of {args.repeats})")
+        print(f"routing: capacity over stock Serve {r['rows_per_s_over_stock']:.2f}x rows/s; silent-replica p99 "
+              f"{r['silent_p99_over_stock']:.2f}x (emulated pools: {args.fast_slowdown:g}x and "
+              f"{args.fast_slowdown * args.pool_ratio:g}x compute time)")
+    elif r:
+        print(f"routing failed: {r.get('error')}")
+    h = result.get("hedging", {})
+    if "p99_ms_jitter_hedged" in h:
+        from benchmarks._deploy_hedging import summary
+
+        print(summary(h))
+    elif h:
+        print(f"hedging failed: {h.get('error')}")
+    print(f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2, default=float)
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,320 @@
+"""Capacity-weighted routing for a stage's replicas, as a Ray Serve request router.
+
+Serve's default router (power of two choices) compares two replicas' queue lengths, so a
+replica half as fast as its peers gets as many calls as they do whenever queues are short,
+and a replica that stopped answering keeps getting calls until Ray reports it dead. Here
+each caller ranks the stage's replicas by the time a new call would wait there:
+
+* **capacity, measured where it is spent**: each stage replica reports the rows per busy
+  second it sustains (:class:`BusyMeter`, through Serve's ``record_routing_stats``); a call
+  sent to replica ``r`` with ``q`` calls ahead of it waits about ``(q + 1) / capacity(r)``.
+  Until a replica has reported, the caller's own latency average for it stands in, and the
+  peers' median before that. A replica on a faster node pool, or one a straggler slows
+  down, gets a share of calls proportional to what it sustains.
+* **draining on notice**: a replica on a node Ray is draining (a preemption notice,
+  ``DrainNode``; Serve then starts its replacement elsewhere) is ranked last: it finishes
+  what it holds and gets new calls only while no other replica has room.
+* **a bound on a silent replica**: a replica is suspect when it holds a call older than
+  ``max(lost_after_s, lost_over_service * its usual latency)`` with nothing answered since
+  that call was sent, or when it has been ranked first for ``probe_silent_s`` while Serve sent
+  it nothing (its queue-length probe went unanswered, or it was full) and it answered nothing. A suspect replica is ranked
+  last; every ``lost_after_s`` one routing step tries it first again, and it is back once it
+  answers. The caller copies a call that waited past the bound
+  (:class:`serving.runtime.calls.StageHedge`), so a replica nobody has reported lost costs
+  one bound, not a deadline.
+
+:class:`CapacityPolicy` is plain Python (tested without Ray); :class:`CapacityRouter` is
+Serve's adapter, named in a deployment's ``request_router_config``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ray.serve.request_router import FIFOMixin, RequestRouter
+
+from serving.runtime.hedge import LOST_AFTER_S
+from serving.runtime.hedge import LOST_OVER_MEDIAN as LOST_OVER_SERVICE
+
+#: seconds a replica may stay ranked first with no call sent to it and none answered by it
+#: before it is suspect (Serve skips it when its queue-length probe, deadline 0.1 s at first,
+#: goes unanswered)
+PROBE_SILENT_S = 0.5
+#: weight of the newest latency in a replica's average (as seen by this caller)
+LATENCY_EWMA_ALPHA = 0.2
+#: seconds between a caller's reads of the nodes Ray is draining
+DRAINING_REFRESH_S = 1.0
+#: seconds between a stage replica's reports of its capacity (Serve's routing stats period)
+ROUTING_STATS_PERIOD_S = 1.0
+#: replicas a caller ranks per routing step (Serve probes a rank's replicas for queue room)
+RANKS = 3
+#: the router's import path, as a Serve config names it
+ROUTER_PATH = "serving.runtime.routing:CapacityRouter"
+
+
+class BusyMeter:
+    """A replica's measured capacity: rows computed per second during which it computed
+    anything (overlapping calls count once), over the last report period."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.active = 0
+        self.busy_s = 0.0
+        self.rows = 0
+        self.since: float | None = None
+        self.rows_per_s: float | None = None
+        self.total_rows = 0
+
+    def start(self) -> None:
+        if self.active == 0:
+            self.since = self.clock()
+        self.active += 1
+
+    def stop(self, rows: int) -> None:
+        self.active -= 1
+        self.rows += int(rows)
+        self.total_rows += int(rows)
+        if self.active == 0 and self.since is not None:
+            self.busy_s += self.clock() - self.since
+            self.since = None
+
+    def report(self) -> dict[str, Any]:
+        """The routing stats: ``rows_per_s`` over the period just ended (the last period's
+        while this one computed nothing)."""
+        busy = self.busy_s
+        if self.active and self.since is not None:  # count the busy time so far, keep counting
+            now = self.clock()
+            busy += now - self.since
+            self.since = now
+        if busy > 0 and self.rows > 0:
+            self.rows_per_s = self.rows / busy
+        self.busy_s, self.rows = 0.0, 0
+        return {"rows_per_s": self.rows_per_s, "rows": self.total_rows}
+
+
+@dataclass
+class ReplicaView:
+    """What a caller knows of one replica when it routes a call."""
+
+    id: str
+    queued: int = 0
+    rows_per_s: float | None = None
+    draining: bool = False
+
+
+class CapacityPolicy:
+    """The ranking (see the module's docstring), with the caller's own bookkeeping of the
+    calls it routed: their replica and send time, answered or not."""
+
+    def __init__(self, lost_after_s: float | None = LOST_AFTER_S, lost_over_service: float = LOST_OVER_SERVICE,
+                 alpha: float = LATENCY_EWMA_ALPHA, ranks: int = RANKS, seed: int = 0,
+                 clock: Callable[[], float] = time.monotonic, probe_silent_s: float = PROBE_SILENT_S):
+        if lost_after_s is not None and lost_after_s <= 0:
+            raise ValueError(f"lost_after_s must be > 0 (None: never suspect), got {lost_after_s}")
+        #: None: no replica is ever suspect (deploy(lost_after_s=None))
+        self.lost_after_s = math.inf if lost_after_s is None else float(lost_after_s)
+        self.lost_over_service = float(lost_over_service)
+        self.probe_silent_s = math.inf if lost_after_s is None else min(float(probe_silent_s), self.lost_after_s)
+        self.alpha, self.ranks, self.clock = float(alpha), int(ranks), clock
+        self.rng = random.Random(seed)
+        #: replica -> send times of this caller's calls there not answered yet, oldest first (Serve
+        #: tells a router of each send and each completion by replica, in its own order)
+        self.sent: dict[str, deque[float]] = {}
+        self.outstanding: dict[str, int] = {}
+        self.latency: dict[str, float] = {}  # replica -> EWMA of its call latency (seconds)
+        self.answered_at: dict[str, float] = {}
+        #: replica -> (first, last) time it was ranked first with no word from it since (a gap
+        #: longer than probe_silent_s between offers starts over: an idle caller asked nothing)
+        self.offered_at: dict[str, tuple[float, float]] = {}
+        self.tried_at: dict[str, float] = {}  # replica -> its last trial while suspect
+
+    def routed(self, replica: str) -> None:
+        self.sent.setdefault(replica, deque()).append(self.clock())
+        self.outstanding[replica] = self.outstanding.get(replica, 0) + 1
+        self.offered_at.pop(replica, None)
+
+    def offer(self, replica: str, now: float) -> None:
+        """``replica`` is ranked first now."""
+        first, last = self.offered_at.get(replica, (now, now))
+        self.offered_at[replica] = (now, now) if now - last > self.probe_silent_s else (first, now)
+
+    def heard(self, replica: str) -> None:
+        """The replica told its queue length (where replicas may reject calls): alive."""
+        self.offered_at.pop(replica, None)
+        self.tried_at.pop(replica, None)
+
+    def completed(self, replica: str) -> None:
+        """One of this caller's calls to ``replica`` ended (answered, failed or cancelled); its
+        latency is taken from the oldest call still open there."""
+        times = self.sent.get(replica)
+        if not times:
+            return
+        t0 = times.popleft()
+        now = self.clock()
+        self.outstanding[replica] = max(0, self.outstanding.get(replica, 1) - 1)
+        seconds = now - t0
+        old = self.latency.get(replica)
+        self.latency[replica] = seconds if old is None else old + self.alpha * (seconds - old)
+        self.answered_at[replica] = now
+        self.offered_at.pop(replica, None)
+        self.tried_at.pop(replica, None)
+
+    def forget(self, replica: str) -> None:
+        """A replica Serve removed: its calls will not be answered."""
+        for table in (self.sent, self.outstanding, self.latency, self.answered_at, self.offered_at, self.tried_at):
+            table.pop(replica, None)
+
+    def bound_s(self, replica: str) -> float:
+        """How long a call may wait on ``replica`` before it is suspect."""
+        usual = self.latency.get(replica)
+        return max(self.lost_after_s, self.lost_over_service * usual) if usual is not None else self.lost_after_s
+
+    def suspect(self, replica: str) -> bool:
+        """Holds a call older than its bound and has answered nothing since that call was sent,
+        or was offered calls for ``probe_silent_s`` without a word."""
+        now = self.clock()
+        first, last = self.offered_at.get(replica, (now, now))
+        if last - first > self.probe_silent_s:  # until it answers (heard) or takes a call
+            return True
+        answered = self.answered_at.get(replica, -math.inf)
+        bound = self.bound_s(replica)
+        times = self.sent.get(replica)
+        oldest = times[0] if times else None
+        return oldest is not None and now - oldest > bound and answered <= oldest
+
+    def wait_s(self, view: ReplicaView, fallback_rows_per_s: float) -> float:
+        """Expected wait of a new call at this replica, in units of one call's rows (relative:
+        every replica of a stage sees the same mix of calls)."""
+        ahead = max(view.queued, self.outstanding.get(view.id, 0))
+        return (ahead + 1) / (view.rows_per_s or fallback_rows_per_s)
+
+    def capacities(self, views: Sequence[ReplicaView]) -> dict[str, float | None]:
+        """Each replica's rows per second: reported, else from this caller's latencies (relative
+        to the reporting peers'), else None."""
+        out: dict[str, float | None] = {v.id: v.rows_per_s for v in views}
+        reported = [v for v in views if v.rows_per_s and v.id in self.latency]
+        for v in views:
+            if out[v.id] or v.id not in self.latency:
+                continue
+            if reported:  # scale the peers' reported capacity by their latency against this one's
+                ref = statistics.median(r.rows_per_s * self.latency[r.id] for r in reported)
+                out[v.id] = ref / max(self.latency[v.id], 1e-9)
+            else:
+                out[v.id] = 1.0 / max(self.latency[v.id], 1e-9)
+        return out
+
+    def rank(self, views: Sequence[ReplicaView]) -> list[list[str]]:
+        """Replica ids by expected wait, one per rank, at most ``ranks`` of them; draining and
+        suspect replicas in a last rank of their own (used only while the others are full)."""
+        if not views:
+            return []
+        caps = self.capacities(views)
+        known = [c for c in caps.values() if c]
+        fallback = statistics.median(known) if known else 1.0
+        scored = [ReplicaView(v.id, v.queued, caps[v.id], v.draining) for v in views]
+        now = self.clock()
+        healthy, demoted, trial = [], [], None
+        for v in scored:
+            if v.draining:
+                demoted.append(v)
+            elif self.suspect(v.id):
+                since = self.tried_at.setdefault(v.id, now)  # suspect since, or tried last
+                if trial is None and now - since > self.lost_after_s:
+                    trial = v  # one routing step asks it first: back once it answers
+                    self.tried_at[v.id] = now
+                else:
+                    demoted.append(v)
+            else:
+                healthy.append(v)
+        order = sorted(healthy, key=lambda v: (self.wait_s(v, fallback), self.rng.random()))
+        if trial is not None:
+            order.insert(0, trial)
+        elif order:
+            self.offer(order[0].id, now)
+        ranks = [[v.id] for v in order[: self.ranks]]
+        if demoted:
+            ranks.append([v.id for v in sorted(demoted, key=lambda v: self.wait_s(v, fallback))])
+        return ranks
+
+
+def draining_nodes() -> set[str]:
+    """Node ids (hex) Ray is draining now (an empty set where the GCS cannot be asked)."""
+    try:
+        import ray
+
+        client = ray._private.worker.global_worker.gcs_client
+        return {n.hex() if isinstance(n, bytes) else str(n) for n in client.get_draining_nodes(timeout=1)}
+    except Exception:
+        return set()
+
+
+class CapacityRouter(FIFOMixin, RequestRouter):
+    """Ray Serve's request router for ``deploy``'s stage deployments: :class:`CapacityPolicy`
+    over the replicas' reported capacity (``routing_stats['rows_per_s']``), the queue
+    lengths Serve caches, this caller's own calls, and the nodes Ray is draining."""
+
+    def initialize_state(self, lost_after_s: float | None = LOST_AFTER_S, lost_over_service: float = LOST_OVER_SERVICE,
+                         seed: int = 0, **_: Any) -> None:
+        self.policy = CapacityPolicy(lost_after_s=lost_after_s, lost_over_service=lost_over_service, seed=seed)
+        self.draining: set[str] = set()
+        self.draining_read_at = -math.inf
+        self._reading: asyncio.Future | None = None
+
+    def _policy(self) -> CapacityPolicy:
+        if not hasattr(self, "policy"):  # a router built without initialize_state
+            self.initialize_state()
+        return self.policy
+
+    def _refresh_draining(self) -> None:
+        now = time.monotonic()
+        if now - self.draining_read_at < DRAINING_REFRESH_S or (self._reading is not None and not self._reading.done()):
+            return
+        self.draining_read_at = now
+
+        async def read() -> None:
+            self.draining = await asyncio.to_thread(draining_nodes)
+
+        self._reading = asyncio.ensure_future(read())
+
+    async def choose_replicas(self, candidate_replicas: list, pending_request: Any = None) -> list[list]:
+        policy = self._policy()
+        self._refresh_draining()
+        by_id = {str(r.replica_id.unique_id): r for r in candidate_replicas}
+        views = []
+        for key, r in by_id.items():
+            queued = self.replica_queue_len_cache.get(r.replica_id)
+            stats = r.routing_stats or {}
+            views.append(ReplicaView(key, int(queued or 0), stats.get("rows_per_s"),
+                                     draining=r.node_id in self.draining))
+        return [[by_id[k] for k in rank] for rank in policy.rank(views)]
+
+    def on_send_request(self, replica_id: Any) -> None:
+        # Serve calls this for every call it sends (on_request_routed only where replicas may
+        # reject calls, which Serve's default turns off)
+        super().on_send_request(replica_id)
+        self._policy().routed(str(replica_id.unique_id))
+
+    def on_request_completed(self, replica_id: Any, internal_request_id: str) -> None:
+        self._policy().completed(str(replica_id.unique_id))
+
+    def on_new_queue_len_info(self, replica_id: Any, num_ongoing_requests: int) -> None:
+        super().on_new_queue_len_info(replica_id, num_ongoing_requests)
+        self._policy().heard(str(replica_id.unique_id))
+
+    def on_replica_actor_died(self, replica_id: Any) -> None:
+        self._policy().forget(str(replica_id.unique_id))
+        super().on_replica_actor_died(replica_id)
+
+
+def router_config(**kwargs: Any) -> dict[str, Any]:
+    """A stage deployment's ``request_router_config`` (Serve's keys) using :class:`CapacityRouter`."""
+    return {"request_router_class": ROUTER_PATH, "request_router_kwargs": dict(kwargs),
+            "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S}

@@ -1,0 +1,187 @@
+"""The capacity router's policy, without Ray: a fake clock and replicas with set capacities."""
+
+from __future__ import annotations
+
+import pytest
+
+from serving.runtime.routing import BusyMeter, CapacityPolicy, ReplicaView, router_config
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _route(policy: CapacityPolicy, views: list[ReplicaView]) -> str:
+    return policy.rank(views)[0][0]
+
+
+def test_busy_meter_counts_overlapping_calls_once():
+    clock = Clock()
+    meter = BusyMeter(clock)
+    assert meter.report()["rows_per_s"] is None
+    meter.start()
+    clock.t = 1.0
+    meter.start()  # a second call overlaps the first
+    clock.t = 2.0
+    meter.stop(100)
+    meter.stop(100)
+    clock.t = 10.0  # idle time does not count
+    assert meter.report()["rows_per_s"] == pytest.approx(100.0)
+    assert meter.report()["rows_per_s"] == pytest.approx(100.0), "an idle period keeps the last figure"
+
+
+def test_busy_meter_reports_a_call_still_running():
+    clock = Clock()
+    meter = BusyMeter(clock)
+    meter.start()
+    meter.stop(50)
+    clock.t = 0.5
+    meter.start()
+    clock.t = 1.0
+    # 50 rows in 0.0 s of the first call plus 0.5 s of the running one
+    assert meter.report()["rows_per_s"] == pytest.approx(100.0)
+    clock.t = 2.0
+    meter.stop(100)
+    assert meter.report()["rows_per_s"] == pytest.approx(100.0)
+
+
+def test_shares_follow_capacity():
+    """Calls held open (none answered) spread in proportion to reported capacity: a replica
+    three times as fast as its peer takes three calls of every four."""
+    policy = CapacityPolicy(clock=Clock())
+    views = {"fast": ReplicaView("fast", rows_per_s=300.0), "slow": ReplicaView("slow", rows_per_s=100.0)}
+    for _ in range(40):
+        chosen = _route(policy, list(views.values()))
+        policy.routed(chosen)
+    assert {k: len(v) for k, v in policy.sent.items()} == {"fast": 30, "slow": 10}
+
+
+def test_serves_default_spreads_evenly_with_equal_capacity():
+    policy = CapacityPolicy(clock=Clock())
+    views = [ReplicaView(k, rows_per_s=100.0) for k in "abcd"]
+    for _ in range(40):
+        policy.routed(_route(policy, views))
+    assert {len(v) for v in policy.sent.values()} == {10}
+
+
+def test_queue_lengths_serve_reports_count():
+    policy = CapacityPolicy(clock=Clock())
+    views = [ReplicaView("a", queued=5, rows_per_s=200.0), ReplicaView("b", queued=0, rows_per_s=100.0)]
+    assert _route(policy, views) == "b"  # 6/200 > 1/100
+
+
+def test_unreported_capacity_comes_from_this_callers_latencies():
+    clock = Clock()
+    policy = CapacityPolicy(clock=clock)
+    for replica, seconds in (("reported", 0.1), ("new", 0.4)):
+        policy.routed(replica)
+        clock.t += seconds
+        policy.completed(replica)
+    caps = policy.capacities([ReplicaView("reported", rows_per_s=400.0), ReplicaView("new")])
+    assert caps["new"] == pytest.approx(100.0)  # four times the latency: a quarter of the rate
+
+
+def test_draining_replica_ranks_last():
+    policy = CapacityPolicy(clock=Clock())
+    ranks = policy.rank([ReplicaView("a", rows_per_s=500.0, draining=True), ReplicaView("b", rows_per_s=100.0),
+                         ReplicaView("c", rows_per_s=100.0)])
+    assert ranks[-1] == ["a"] and {r[0] for r in ranks[:-1]} == {"b", "c"}
+
+
+def test_silent_replica_is_suspect_after_its_bound_until_it_answers():
+    clock = Clock()
+    policy = CapacityPolicy(lost_after_s=2.0, lost_over_service=20.0, clock=clock)
+    views = [ReplicaView("a", rows_per_s=100.0), ReplicaView("b", rows_per_s=100.0)]
+    for _ in range(5):  # usual latency 0.05 s: the bound is the floor, 2 s
+        policy.routed("a")
+        clock.t += 0.05
+        policy.completed("a")
+    policy.routed("a")
+    clock.t += 1.9
+    assert not policy.suspect("a")
+    clock.t += 0.2
+    assert policy.suspect("a") and policy.rank(views)[-1] == ["a"]
+    clock.t += 2.1  # one routing step in a bound tries it first again
+    assert policy.rank(views)[0] == ["a"] and policy.rank(views)[-1] == ["a"]
+    policy.completed("a")  # it answered: back in the ranking
+    assert not policy.suspect("a")
+    assert sorted(policy.rank(views)) == [["a"], ["b"]], "no rank of demoted replicas"
+
+
+def test_a_replica_silent_to_probes_is_suspect_and_an_idle_caller_is_not():
+    clock = Clock()
+    policy = CapacityPolicy(lost_after_s=2.0, clock=clock)
+    views = [ReplicaView("a", rows_per_s=300.0), ReplicaView("b", rows_per_s=100.0)]
+    assert policy.rank(views)[0] == ["a"]
+    clock.t = 10.0  # an idle caller: the offer 10 s ago asked nothing of it
+    assert policy.rank(views)[0] == ["a"] and not policy.suspect("a")
+    for _ in range(4):  # offered for 0.4 s: not yet
+        clock.t += 0.1
+        policy.rank(views)
+    assert not policy.suspect("a")
+    for _ in range(2):  # offered for 0.6 s, never answering a probe nor taking a call
+        clock.t += 0.1
+        policy.rank(views)
+    assert policy.suspect("a") and policy.rank(views)[0] == ["b"]
+    policy.heard("a")  # it answered a probe
+    assert not policy.suspect("a") and policy.rank(views)[0] == ["a"]
+
+
+def test_bound_scales_with_a_slow_replicas_usual_latency():
+    clock = Clock()
+    policy = CapacityPolicy(lost_after_s=2.0, lost_over_service=20.0, clock=clock)
+    policy.routed("a")
+    clock.t += 0.5
+    policy.completed("a")
+    assert policy.bound_s("a") == pytest.approx(10.0)
+    assert policy.bound_s("unknown") == pytest.approx(2.0)
+
+
+def test_calls_end_oldest_first_and_a_removed_replica_is_forgotten():
+    """Serve tells a router of sends and completions by replica only: a completion closes the
+    oldest call open there."""
+    clock = Clock()
+    policy = CapacityPolicy(clock=clock)
+    policy.routed("a")
+    clock.t = 1.0
+    policy.routed("a")
+    policy.routed("b")
+    clock.t = 3.0
+    policy.completed("a")
+    assert policy.latency["a"] == pytest.approx(3.0) and list(policy.sent["a"]) == [1.0]
+    assert policy.outstanding == {"a": 1, "b": 1}
+    policy.completed("c")  # nothing open there: ignored
+    policy.forget("a")
+    assert "a" not in policy.sent and "a" not in policy.outstanding
+
+
+def test_arguments_and_config():
+    with pytest.raises(ValueError, match="lost_after_s"):
+        CapacityPolicy(lost_after_s=0)
+    cfg = router_config(lost_after_s=3.0)
+    assert cfg["request_router_class"] == "serving.runtime.routing:CapacityRouter"
+    assert cfg["request_router_kwargs"] == {"lost_after_s": 3.0}
+    from ray.serve.config import RequestRouterConfig
+
+    RequestRouterConfig(**cfg)  # Serve accepts it as it stands
+
+
+def test_node_emulation_holds_and_straggles(tmp_path, monkeypatch):
+    from serving.runtime import emulated_node
+    from serving.runtime.emulated_node import NodeEmulation, node_emulation
+
+    assert not node_emulation().active, "outside Ray, or without labels, a replica computes as it is"
+    slow = NodeEmulation(slowdown=3.0)
+    assert slow.active and slow.hold_s(0.01) == pytest.approx(0.02)
+    monkeypatch.setattr(emulated_node, "STRAGGLE_SWITCH", str(tmp_path / "off"))
+    straggler = NodeEmulation(slowdown=2.0, straggle_factor=10.0, straggle_share=0.1, seed=3)
+    holds = [straggler.hold_s(0.01) for _ in range(2000)]
+    slow_share = sum(h > 0.05 for h in holds) / len(holds)
+    assert 0.07 < slow_share < 0.13 and max(holds) == pytest.approx(0.19)
+    (tmp_path / "off").touch()  # the benchmark's switch: no straggling while it exists
+    assert max(straggler.hold_s(0.01) for _ in range(200)) == pytest.approx(0.01)
+    assert NodeEmulation(slowdown=0.5, straggle_share=2.0).slowdown == 1.0
