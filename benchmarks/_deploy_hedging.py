@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 HEDGE_RATE = 30.0
-HEDGE_REQUESTS = 2000
+#: requests offered per phase (Poisson arrivals: about this many arrive; at least 2,000 wanted)
+HEDGE_REQUESTS = 2100
 STRAGGLE_FACTOR = 10.0
 STRAGGLE_SHARE = 0.1
 #: seconds of load each app gets before the rounds

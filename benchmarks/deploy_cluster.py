@@ -3,13 +3,13 @@ on three raylets of this machine.
 
     python -m benchmarks.deploy_cluster [--sections routing,hedging] [--workload toxic] [--repeats 3] [--json PATH]
 
-**routing**
-The cluster (``ray.cluster_utils.Cluster``): the head (2 CPUs) is the fast pool, two workers
-(1 CPU each) the slow pool. Both carry the node label ``willump.io/emulated-slowdown``, an
-**emulated** device (this machine has one kind of core): a stage replica there holds each
-batch that many times its compute time, one batch at a time; ``--fast-slowdown`` on the head
-(default 4: device time, not this machine's shared cores, bounds a replica, as on an
-accelerator) and ``--pool-ratio`` times that on the workers (default 3). Two apps of the same artifact
+**routing**: the cluster (``ray.cluster_utils.Cluster``): the head (3 logical CPUs; every app's
+ingress runs there) is the fast pool, two workers (1 CPU each) the slow pool. Every node carries
+the label ``willump.io/emulated-slowdown``, an **emulated** device (this machine has one kind
+of core): a stage replica holds each batch that many times its compute time, one batch at a
+time; ``--fast-slowdown`` on the head (default 20: the stages' devices, not this machine's two
+shared cores, bound the app, as accelerators would) and ``--pool-ratio`` times that on the workers
+(default 3). Two apps of the same artifact
 and the same plan (``--replicas`` replicas of each model stage, Serve spreading them over
 the nodes), deployed by ``serving.deploy`` side by side:
 
@@ -50,7 +50,10 @@ from collections.abc import Callable
 from typing import Any
 
 ROUTING_APPS = {"capacity": {"router": "capacity"}, "stock_serve": {"router": "serve", "lost_after_s": None}}
-FAST_SLOWDOWN = 4.0
+#: the head's emulated device time over compute time: large enough that the stages' devices, not
+#: this machine's two shared cores (ingress, HTTP, Ray), bound the app (at 4x the cheap stage's
+#: replicas could take about 4x the rows the machine's CPUs let through, so no routing mattered)
+FAST_SLOWDOWN = 20.0
 POOL_RATIO = 3.0
 SLOW_NODES = 2
 REPLICAS = 3
@@ -61,17 +64,22 @@ ROWS_PER_REQUEST = 32
 #: seconds into the silent phase when the replica is frozen
 FREEZE_AFTER_S = 2.0
 SECTIONS = ("routing", "hedging")
+#: logical CPUs of the head (the workers have 1): every app's ingress asks INGRESS_CPUS, more
+#: than a worker has, so each app's ingress runs on the head, not wherever Serve puts it first
+HEAD_CPUS = 3
+INGRESS_CPUS = 1.1
 
 
 def start_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]]):
-    """A 2-CPU head and 1-CPU workers on this machine, with these node labels; Ray joined."""
+    """A head (HEAD_CPUS logical CPUs) and 1-CPU workers on this machine, with these node labels;
+    Ray joined."""
     import ray
     from ray.cluster_utils import Cluster
 
     from tests.conftest import free_port
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": True,
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": HEAD_CPUS, "include_dashboard": True,
                                                             "dashboard_port": free_port(), "labels": head_labels})
     for labels in worker_labels:
         cluster.add_node(num_cpus=1, labels=labels)
@@ -91,7 +99,7 @@ def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args) -
     for name, options in apps.items():
         plan = plan_offline(opt, cpus=4, rows_per_request=args.rows_per_request, rps=None, p99_ms=None,
                             layout="staged", monitor=None)
-        plan.ingress_replicas, plan.ingress_cpus = 1, 0.2
+        plan.ingress_replicas, plan.ingress_cpus = 1, INGRESS_CPUS  # only the head holds it: the same for every app
         for stage in plan.stages:
             stage.replicas, stage.num_cpus = args.replicas, 0.2
         out[name] = deploy(opt, name=name, host="127.0.0.1", port=free_port(), address=cluster.address, plan=plan,

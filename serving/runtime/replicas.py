@@ -41,6 +41,14 @@ def _rows_in(items: list) -> int:
     return sum(len(rows) for rows, _ in items)
 
 
+def _count(rows: Any) -> int:
+    """Rows in a stage call's frame (0 for anything without a length: a probe's stand-in)."""
+    try:
+        return len(rows)
+    except TypeError:
+        return 0
+
+
 def replica_id(default: str) -> str:
     try:
         return serve.get_replica_context().replica_id.unique_id
@@ -110,11 +118,11 @@ class ModelStage:
             if getattr(self, "gears", None) is None:
 
                 self.gears = GearRunners(self.runner)
-            out = await self._compute(self.gears.get(gear).run, rows, blocks, rows=len(rows))
+            out = await self._compute(self.gears.get(gear).run, rows, blocks, rows=_count(rows))
             out["replica"] = self.replica
             return out
         if not self.batching:
-            out = await self._compute(self.runner.run, rows, blocks, rows=len(rows))
+            out = await self._compute(self.runner.run, rows, blocks, rows=_count(rows))
         else:
             chunks = list(split_rows(rows, blocks, self.max_batch_size))
             outs = await asyncio.gather(*(self.run_batch((r, b)) for r, b in chunks))
