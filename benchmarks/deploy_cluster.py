@@ -27,9 +27,9 @@ Per round, the order of the apps alternating, each app alone under load:
 Medians over rounds and the ratios capacity / stock_serve are printed and written; the
 placement of each app's replicas (pool per replica) is recorded.
 
-**hedging** (:mod:`benchmarks._deploy_hedging`): every node the same emulated device, one
+**hedging** (:mod:`benchmarks._deploy_hedging`): every node the same emulated device (``--hedge-slowdown``, 4x), one
 worker also a straggler (``--straggle-factor`` x on ``--straggle-share`` of its batches); two
-apps, ``hedging=True`` and off; per round, alternating, open-loop Poisson load at
+apps, ``hedging=True`` and no copies at all; per round, alternating, open-loop Poisson load at
 ``--hedge-rate`` for ``--hedge-requests`` requests per phase, the straggler off and on: p99s,
 and the extra work hedging costs (rows computed per request answered, over the unhedged app's).
 
@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from benchmarks._deploy_hedging import (
         HEDGE_RATE,
         HEDGE_REQUESTS,
+        HEDGE_SLOWDOWN,
         STRAGGLE_FACTOR,
         STRAGGLE_SHARE,
         hedging,
@@ -241,6 +242,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--replicas", type=int, default=REPLICAS)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hedge-rate", type=float, default=HEDGE_RATE, help="open-loop requests/s")
+    parser.add_argument("--hedge-slowdown", type=float, default=HEDGE_SLOWDOWN,
+                        help="every node's emulated device time over compute time in the hedging section")
     parser.add_argument("--hedge-requests", type=int, default=HEDGE_REQUESTS, help="requests per hedging phase")
     parser.add_argument("--straggle-factor", type=float, default=STRAGGLE_FACTOR)
     parser.add_argument("--straggle-share", type=float, default=STRAGGLE_SHARE)
@@ -251,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--sections: a comma-separated list of {SECTIONS}, got {args.sections!r}")
     if min(args.rows_per_request, args.clients, args.seconds, args.freeze_s, args.replicas, args.repeats,
            args.hedge_rate, args.hedge_requests) <= 0 or min(args.fast_slowdown, args.pool_ratio,
-                                                             args.straggle_factor) < 1 \
+                                                             args.straggle_factor, args.hedge_slowdown) < 1 \
             or not 0 < args.straggle_share <= 1:
         parser.error("counts, rates and durations must be positive; --fast-slowdown, --pool-ratio and "
                      "--straggle-factor >= 1; --straggle-share in (0, 1]")

@@ -70,6 +70,8 @@ def node_emulation(seed: int = 0) -> NodeEmulation:
     try:
         import ray
 
+        if not ray.is_initialized():  # outside Ray: never connect to whatever Ray runs here
+            return NodeEmulation()
         labels = ray.get_runtime_context().get_node_labels()
     except Exception:  # outside Ray
         return NodeEmulation()

@@ -37,8 +37,10 @@ HEDGE_FLOOR_OVER_MEDIAN = 2.0
 HEDGE_IDLE_ONLY = True
 #: LOST_AFTER_S (serving.core.constants): a call unanswered this long is copied to another
 #: replica whatever the hedging settings ...
-#: ... and never sooner than this many times the stage's median call latency
-LOST_OVER_MEDIAN = 20.0
+#: ... and never sooner than this many times the stage's median call latency (at 20x, a stage on
+#: a slow device, median 0.4 s, waited 8 s on a frozen replica before any copy; 5x is still far
+#: past its p99, 1-2 s there)
+LOST_OVER_MEDIAN = 5.0
 #: latencies kept per stage, and how many are needed before hedging starts
 WINDOW = 256
 MIN_SAMPLES = 32
