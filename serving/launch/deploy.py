@@ -309,7 +309,8 @@ def deploy(
     measures it sustains, ranks replicas on a node Ray is draining (a preemption notice) and
     replicas silent past a bound last (:class:`serving.runtime.routing.CapacityRouter`); "serve"
     keeps Serve's power of two choices. ``lost_after_s`` (default 2 s; None: off): a stage call
-    unanswered this long is copied to another replica whatever the hedging settings (a replica
+    unanswered this long (and 5x the stage's median latency) is copied to another replica
+    whatever the hedging settings (a replica
     may hang or be cut off without Ray reporting it lost for tens of seconds); ``/metrics``
     counts ``willump_stage_rescues``.
 

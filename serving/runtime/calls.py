@@ -42,6 +42,8 @@ DEFAULT_DEADLINE_S = 30.0
 #: the default deadline is this multiple of the plan's p99 target (Clipper's SLO: the
 #: target itself; rows past it are late by the target's own definition)
 DEADLINE_OVER_P99 = 1.0
+#: seconds between asks whether a replica went silent, for a call past the bound on a silent replica
+SILENT_RECHECK_S = 0.25
 #: times a stage call is retried after its replica died mid-call
 STAGE_RETRIES = 2
 #: first backoff ceiling (seconds); doubles per attempt up to BACKOFF_MAX_S
@@ -170,7 +172,11 @@ class StageHedge:
       decided (True: the copy answered first).
     * the bound on a silent replica (always): a call unanswered after ``bound()``,
       ``max(lost_after_s, lost_over_median * median latency)``, is copied whatever the load
-      (its replica may be lost without anyone having said so); ``on_rescue`` hears of it.
+      (its replica may be lost without anyone having said so) once ``silent()`` says a replica
+      of the stage has gone silent (the capacity router knows: serving.runtime.routing); True or
+      None (unknown) copies at once, False (every replica answers: the call is queued, and a
+      copy would only add work) waits, asking again every ``SILENT_RECHECK_S``. ``on_rescue``
+      hears of each copy.
 
     Both need at least two running replicas (``replicas()``); the first answer is kept and the
     other call cancelled."""
@@ -179,7 +185,8 @@ class StageHedge:
                  floor_over_median: float | None = None, on_hedge: Callable[[bool], None] | None = None,
                  in_flight: Callable[[], int] | None = None, idle_only: bool | None = None, *,
                  enabled: bool = True, lost_after_s: float | None = LOST_AFTER_S,
-                 lost_over_median: float = LOST_OVER_MEDIAN, on_rescue: Callable[[bool], None] | None = None):
+                 lost_over_median: float = LOST_OVER_MEDIAN, on_rescue: Callable[[bool], None] | None = None,
+                 silent: Callable[[], bool | None] | None = None):
         if lost_after_s is not None and not lost_after_s > 0:
             raise ValueError(f"lost_after_s must be > 0 (None: no bound), got {lost_after_s!r}")
         self.window = LatencyWindow(
@@ -190,7 +197,8 @@ class StageHedge:
         self.enabled, self.on_rescue = bool(enabled), on_rescue
         self.lost_after_s = None if lost_after_s is None else float(lost_after_s)
         self.lost_over_median = float(lost_over_median)
-        self.calls = self.hedges = self.wins = self.skipped_busy = self.rescues = 0
+        self.silent = silent
+        self.calls = self.hedges = self.wins = self.skipped_busy = self.rescues = self.skipped_answering = 0
 
     def delay(self) -> float | None:
         """Seconds after which a call is hedged; None: not now (hedging off, too few latencies
@@ -205,6 +213,10 @@ class StageHedge:
         median = self.window.median()
         return self.lost_after_s if median is None else max(self.lost_after_s, self.lost_over_median * median)
 
+    def silent_now(self) -> bool | None:
+        """Whether a replica of the stage has gone silent (None: nobody knows)."""
+        return None if self.silent is None else self.silent()
+
     def spare(self) -> bool:
         """Whether a replica is free for a copy now (always, without ``idle_only`` or a count
         of calls in flight)."""
@@ -214,9 +226,10 @@ class StageHedge:
 
 
 async def _copy_due(task: asyncio.Future, t0: float, delay: float | None, bound: float | None,
-                    hedge: StageHedge) -> str | None:
+                    hedge: StageHedge, until: float) -> str | None:
     """Wait on the first call until a copy is due: "hedge" (its tail, a replica spare),
-    "rescue" (the bound), or None (it answered, or no copy will be sent: wait for it)."""
+    "rescue" (past the bound while a replica of the stage is silent), or None (it answered, the
+    deadline ``until`` passed, or no copy will be sent: wait for it)."""
     if delay is not None and (bound is None or delay < bound):
         done, _ = await asyncio.wait({task}, timeout=delay)
         if done:
@@ -227,7 +240,13 @@ async def _copy_due(task: asyncio.Future, t0: float, delay: float | None, bound:
     if bound is None:
         return None
     done, _ = await asyncio.wait({task}, timeout=max(bound - (time.monotonic() - t0), 0.0))
-    return None if done else "rescue"
+    while not done and time.monotonic() < until:
+        if hedge.silent_now() is not False:
+            return "rescue"
+        # every replica answers: the call is queued behind live work, which a copy only adds to
+        hedge.skipped_answering += 1
+        done, _ = await asyncio.wait({task}, timeout=min(SILENT_RECHECK_S, max(until - time.monotonic(), 0.0)))
+    return None
 
 
 async def hedged(call: Callable[[], Any], timeout_s: float, stage: str, budget_s: float,
@@ -244,7 +263,7 @@ async def hedged(call: Callable[[], Any], timeout_s: float, stage: str, budget_s
     first = call()
     task1 = asyncio.ensure_future(_resolve(first))
     try:
-        kind = await _copy_due(task1, t0, delay, bound, hedge)
+        kind = await _copy_due(task1, t0, delay, bound, hedge, t0 + timeout_s)
     except BaseException:
         _cancel(first, task1)
         raise

@@ -71,6 +71,7 @@ from serving.runtime.monitor_calls import MONITOR_QUERY_S, ingress_audit, monito
 from serving.runtime.oip import InferRequest, infer_answer
 from serving.runtime.records import RecordBuffer, record_columns
 from serving.runtime.replicas import LocalStage
+from serving.runtime.routing import any_silent
 from serving.runtime.stage_runner import StageRunner, concat_blocks, concat_rows, split_outputs
 from serving.runtime.watch import ReplicaWatch
 
@@ -140,7 +141,8 @@ class Ingress(HttpEdge):
                               in_flight=lambda stage=stage: self.coalescers[stage].in_flight,
                               enabled=bool(config.hedging), lost_after_s=config.lost_after_s,
                               on_rescue=lambda won, stage=stage: self.metrics.count(
-                                  "willump_stage_rescues", stage=stage, won=str(won).lower()))
+                                  "willump_stage_rescues", stage=stage, won=str(won).lower()),
+                              silent=lambda stage=stage: any_silent(self.name, f"{self.name}-{stage}"))
             for i, stage in enumerate(self.stage_names) if not (i == 0 and self.local)}
         monitor = config.monitor
         self.monitor = LazyHandle("monitor", monitor["app"]) if monitor else None

@@ -56,6 +56,9 @@ DRAINING_REFRESH_S = 1.0
 ROUTING_STATS_PERIOD_S = 1.0
 #: replicas a caller ranks per routing step (Serve probes a rank's replicas for queue room)
 RANKS = 3
+#: this process's capacity routers' policies, by (app, deployment): the ingress asks them whether
+#: a replica went silent before it copies a call past the bound (serving.runtime.calls.StageHedge)
+POLICIES: dict[tuple[str, str], Any] = {}
 #: the router's import path, as a Serve config names it
 ROUTER_PATH = "serving.runtime.routing:CapacityRouter"
 
@@ -177,18 +180,25 @@ class CapacityPolicy:
         usual = self.latency.get(replica)
         return max(self.lost_after_s, self.lost_over_service * usual) if usual is not None else self.lost_after_s
 
-    def suspect(self, replica: str) -> bool:
-        """Holds a call older than its bound and has answered nothing since that call was sent,
-        or was offered calls for ``probe_silent_s`` without a word."""
-        now = self.clock()
-        first, last = self.offered_at.get(replica, (now, now))
-        if last - first > self.probe_silent_s:  # until it answers (heard) or takes a call
-            return True
-        answered = self.answered_at.get(replica, -math.inf)
-        bound = self.bound_s(replica)
+    def silent(self, replica: str) -> bool:
+        """Holds a call older than its bound and has answered nothing since that call was sent."""
         times = self.sent.get(replica)
-        oldest = times[0] if times else None
-        return oldest is not None and now - oldest > bound and answered <= oldest
+        try:  # the router's loop may empty it meanwhile (the ingress asks from its own)
+            oldest = times[0] if times else None
+        except IndexError:
+            oldest = None
+        if oldest is None:
+            return False
+        return self.clock() - oldest > self.bound_s(replica) and self.answered_at.get(replica, -math.inf) <= oldest
+
+    def suspect(self, replica: str) -> bool:
+        """Silent, or offered calls for ``probe_silent_s`` without a word."""
+        first, last = self.offered_at.get(replica, (0.0, 0.0))
+        return last - first > self.probe_silent_s or self.silent(replica)  # the former until it answers
+
+    def any_silent(self) -> bool:
+        """Some replica is silent (:meth:`silent`): a call past the bound is worth a copy."""
+        return any(self.silent(r) for r in list(self.sent))
 
     def wait_s(self, view: ReplicaView, fallback_rows_per_s: float) -> float:
         """Expected wait of a new call at this replica, in units of one call's rows (relative:
@@ -245,6 +255,13 @@ class CapacityPolicy:
         return ranks
 
 
+def any_silent(app: str, deployment: str) -> bool | None:
+    """Whether this process's capacity router for ``deployment`` has seen a replica go silent
+    (None: no such router here, e.g. ``router="serve"``)."""
+    policy = POLICIES.get((app, deployment))
+    return None if policy is None else policy.any_silent()
+
+
 def draining_nodes() -> set[str]:
     """Node ids (hex) Ray is draining now (an empty set where the GCS cannot be asked)."""
     try:
@@ -264,6 +281,7 @@ class CapacityRouter(FIFOMixin, RequestRouter):
     def initialize_state(self, lost_after_s: float | None = LOST_AFTER_S, lost_over_service: float = LOST_OVER_SERVICE,
                          seed: int = 0, **_: Any) -> None:
         self.policy = CapacityPolicy(lost_after_s=lost_after_s, lost_over_service=lost_over_service, seed=seed)
+        POLICIES[(self._deployment_id.app_name, self._deployment_id.name)] = self.policy
         self.draining: set[str] = set()
         self.draining_read_at = -math.inf
         self._reading: asyncio.Future | None = None

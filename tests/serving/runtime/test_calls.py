@@ -417,6 +417,44 @@ def test_a_call_held_past_the_bound_is_copied_with_hedging_off_and_every_replica
         StageHedge(lambda: 2, lost_after_s=0)
 
 
+def test_past_the_bound_a_copy_waits_until_a_replica_is_silent():
+    """The router knows whether any replica went silent: while every replica answers, a call
+    past the bound is queued behind live work and is not copied; once one is silent, it is."""
+    from serving.runtime.calls import StageHedge
+
+    state = {"silent": False}
+
+    async def slow_first(n, *args):
+        await asyncio.sleep(0.6 if n == 1 else 0.0)
+        return {"call": n}
+
+    hedge = StageHedge(lambda: 2, enabled=False, lost_after_s=0.1, silent=lambda: state["silent"])
+    handle = _Handle(slow_first)
+    assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=hedge)) == {"call": 1}
+    assert handle.calls == 1 and hedge.rescues == 0 and hedge.skipped_answering >= 1
+
+    async def flips_then_answers():
+        async def flip():
+            await asyncio.sleep(0.3)
+            state["silent"] = True
+        flipper = asyncio.ensure_future(flip())
+        out = await call_stage(handle2, "run", (), Deadline.after(60), "s", hedge=hedge2)
+        await flipper
+        return out
+
+    state["silent"] = False
+    hedge2 = StageHedge(lambda: 2, enabled=False, lost_after_s=0.1, silent=lambda: state["silent"])
+    handle2 = _Handle(slow_first)
+    assert asyncio.run(flips_then_answers()) == {"call": 2} and hedge2.rescues == 1
+
+    async def stalls(n, *args):
+        await asyncio.sleep(30)
+
+    hedge3 = StageHedge(lambda: 2, enabled=False, lost_after_s=0.05, silent=lambda: False)
+    with pytest.raises(DeadlineExceeded):  # waiting on the router never outlasts the deadline
+        asyncio.run(call_stage(_Handle(stalls), "run", (), Deadline.after(0.4), "s", hedge=hedge3))
+
+
 class _Trickle(_Request):
     """A client that sends its body a byte at a time, every ``every_s``, and never finishes."""
 

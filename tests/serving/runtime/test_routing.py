@@ -131,6 +131,30 @@ def test_a_replica_silent_to_probes_is_suspect_and_an_idle_caller_is_not():
     assert not policy.suspect("a") and policy.rank(views)[0] == ["a"]
 
 
+def test_any_silent_tells_a_stuck_replica_from_a_busy_one():
+    clock = Clock()
+    policy = CapacityPolicy(lost_after_s=2.0, lost_over_service=5.0, clock=clock)
+    policy.routed("busy")
+    policy.routed("busy")
+    for _ in range(30):  # a busy replica: calls wait long, but it answers all the time
+        clock.t += 0.1
+        policy.completed("busy")
+        policy.routed("busy")
+    assert not policy.any_silent()
+    policy.routed("stuck")
+    clock.t += 2.5
+    policy.completed("busy")
+    assert policy.silent("stuck") and not policy.silent("busy") and policy.any_silent()
+    from serving.runtime.routing import POLICIES, any_silent
+
+    assert any_silent("no-app", "no-deployment") is None
+    POLICIES[("app", "app-cheap")] = policy
+    try:
+        assert any_silent("app", "app-cheap") is True
+    finally:
+        POLICIES.pop(("app", "app-cheap"))
+
+
 def test_bound_scales_with_a_slow_replicas_usual_latency():
     clock = Clock()
     policy = CapacityPolicy(lost_after_s=2.0, lost_over_service=20.0, clock=clock)
