@@ -17,7 +17,8 @@ the nodes), deployed by ``serving.deploy`` side by side:
   on a silent replica (``lost_after_s``, default 2 s);
 * ``stock_serve``: ``router="serve"`` (Ray Serve's power of two choices) and no bound.
 
-Per round, the order of the apps alternating, each app alone under load:
+Per round, the order of the apps alternating, each app alone under load; every round's
+``steady`` phase first, then every round's ``silent`` one, each followed by ``SETTLE_S``:
 
 * ``steady``: ``--clients`` closed-loop clients for ``--seconds``: rows/s, p50, p99.
 * ``silent``: the same load; 2 s in, the cheap stage's replica on the head is frozen
@@ -61,6 +62,9 @@ CLIENTS = 8
 SECONDS = 10.0
 FREEZE_S = 8.0
 ROWS_PER_REQUEST = 32
+#: seconds after a silent phase before the next phase starts (stock Serve's stuck calls end at
+#: the 30 s default deadline)
+SETTLE_S = 35.0
 #: seconds into the silent phase when the replica is frozen
 FREEZE_AFTER_S = 2.0
 SECTIONS = ("routing", "hedging")
@@ -186,18 +190,25 @@ def routing(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
                                   "fast_slowdown": args.fast_slowdown, "pool_ratio": args.pool_ratio,
                                   "placement": {name: placement(name, head) for name in apps}}
         print(f"routing: placement {result['placement']}")
+        # every steady phase first, then every silent one: a replica frozen in a silent phase
+        # leaves calls to time out for tens of seconds afterwards under stock Serve, which would
+        # count against whichever steady phase came next
         rounds: dict[str, list] = {name: [] for name in apps}
         for r in range(args.repeats):
             for name in (list(apps) if r % 2 == 0 else list(reversed(apps))):
-                url = apps[name].url + "/predict"
-                steady = asyncio.run(closed_loop(url, payloads, args.rows_per_request, clients=args.clients,
-                                                 duration=args.seconds, max_requests=10**9))
-                silent = asyncio.run(_silent(url, payloads, name, head, args))
-                time.sleep(2.0)  # the frozen replica catches up before the next phase
-                rounds[name].append({"steady": steady, "silent": silent})
+                steady = asyncio.run(closed_loop(apps[name].url + "/predict", payloads, args.rows_per_request,
+                                                 clients=args.clients, duration=args.seconds, max_requests=10**9))
+                rounds[name].append({"steady": steady})
                 print(f"routing round {r + 1} {name:12s} steady {steady['rows_per_s']:7.0f} rows/s p99 "
-                      f"{steady['p99_ms']:7.1f} ms | silent replica: {silent.get('errors')} failed, p99 "
-                      f"{silent.get('p99_ms') or float('nan'):7.1f} ms, slowest {silent.get('max_ms') or float('nan'):7.1f} ms")
+                      f"{steady['p99_ms']:7.1f} ms ({steady['errors']} failed)")
+        for r in range(args.repeats):
+            for name in (list(apps) if r % 2 == 0 else list(reversed(apps))):
+                silent = asyncio.run(_silent(apps[name].url + "/predict", payloads, name, head, args))
+                time.sleep(SETTLE_S)  # calls a frozen replica held end (answered or timed out) first
+                rounds[name][r]["silent"] = silent
+                print(f"routing round {r + 1} {name:12s} silent replica: {silent.get('errors')} failed "
+                      f"{silent.get('error_kinds')}, p99 {silent.get('p99_ms') or float('nan'):7.1f} ms, slowest "
+                      f"{silent.get('max_ms') or float('nan'):7.1f} ms")
         result["rounds"] = rounds
         for name, rs in rounds.items():
             result[name] = {

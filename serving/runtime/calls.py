@@ -170,12 +170,13 @@ class StageHedge:
       flight to the stage (``in_flight()``) than it has replicas: with every replica busy the
       tail is queueing, which a copy only lengthens. ``on_hedge`` hears of each hedge once
       decided (True: the copy answered first).
-    * the bound on a silent replica (always): a call unanswered after ``bound()``,
-      ``max(lost_after_s, lost_over_median * median latency)``, is copied whatever the load
-      (its replica may be lost without anyone having said so) once ``silent()`` says a replica
-      of the stage has gone silent (the capacity router knows: serving.runtime.routing); True or
-      None (unknown) copies at once, False (every replica answers: the call is queued, and a
-      copy would only add work) waits, asking again every ``SILENT_RECHECK_S``. ``on_rescue``
+    * the bound on a silent replica (always): a call unanswered after ``lost_after_s`` is copied
+      whatever the load (its replica may be lost without anyone having said so) as soon as
+      ``silent()`` says a replica of the stage has gone silent (the capacity router judges each
+      replica against its own latency: serving.runtime.routing). False (every replica answers:
+      the call is queued, and a copy would only add work) waits, asking again every
+      ``SILENT_RECHECK_S``; None (no router knows) copies once the call is past ``bound()``,
+      ``max(lost_after_s, lost_over_median * the stage's median latency)``. ``on_rescue``
       hears of each copy.
 
     Both need at least two running replicas (``replicas()``); the first answer is kept and the
@@ -239,12 +240,13 @@ async def _copy_due(task: asyncio.Future, t0: float, delay: float | None, bound:
         hedge.skipped_busy += 1  # every replica is busy: a copy would queue behind them
     if bound is None:
         return None
-    done, _ = await asyncio.wait({task}, timeout=max(bound - (time.monotonic() - t0), 0.0))
+    done, _ = await asyncio.wait({task}, timeout=max(hedge.lost_after_s - (time.monotonic() - t0), 0.0))
     while not done and time.monotonic() < until:
-        if hedge.silent_now() is not False:
+        silent = hedge.silent_now()
+        if silent or (silent is None and time.monotonic() - t0 >= bound):
             return "rescue"
-        # every replica answers: the call is queued behind live work, which a copy only adds to
-        hedge.skipped_answering += 1
+        if silent is False:  # every replica answers: the call is queued behind live work
+            hedge.skipped_answering += 1
         done, _ = await asyncio.wait({task}, timeout=min(SILENT_RECHECK_S, max(until - time.monotonic(), 0.0)))
     return None
 

@@ -450,6 +450,16 @@ def test_past_the_bound_a_copy_waits_until_a_replica_is_silent():
     async def stalls(n, *args):
         await asyncio.sleep(30)
 
+    # a replica the router calls silent: copied at lost_after_s, though the stage's median would
+    # put the blind bound (lost_over_median x median) at 5 s
+    hedge4 = StageHedge(lambda: 2, enabled=False, lost_after_s=0.1, lost_over_median=5.0, silent=lambda: True)
+    for _ in range(40):
+        hedge4.window.add(1.0)
+    assert hedge4.bound() == pytest.approx(5.0)
+    handle4 = _Handle(slow_first)
+    assert asyncio.run(call_stage(handle4, "run", (), Deadline.after(60), "s", hedge=hedge4)) == {"call": 2}
+    assert hedge4.rescues == 1
+
     hedge3 = StageHedge(lambda: 2, enabled=False, lost_after_s=0.05, silent=lambda: False)
     with pytest.raises(DeadlineExceeded):  # waiting on the router never outlasts the deadline
         asyncio.run(call_stage(_Handle(stalls), "run", (), Deadline.after(0.4), "s", hedge=hedge3))
