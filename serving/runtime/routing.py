@@ -14,9 +14,9 @@ each caller ranks the stage's replicas by the time a new call would wait there:
 * **draining on notice**: a replica on a node Ray is draining (a preemption notice,
   ``DrainNode``; Serve then starts its replacement elsewhere) is ranked last: it finishes
   what it holds and gets new calls only while no other replica has room.
-* **a bound on a silent replica**: a replica is suspect when it holds a call older than
-  ``max(lost_after_s, lost_over_service * its usual latency)`` with nothing answered since
-  that call was sent, or when it has been ranked first for ``probe_silent_s`` while Serve sent
+* **a bound on a silent replica**: a replica is suspect when it holds calls and has answered
+  none for ``max(lost_after_s, lost_over_service * its usual gap between answers)`` (a busy
+  replica with a long queue still answers every gap; a hung one stops), or when it has been ranked first for ``probe_silent_s`` while Serve sent
   it nothing (its queue-length probe went unanswered, or it was full) and it answered nothing. A suspect replica is ranked
   last; every ``lost_after_s`` one routing step tries it first again, and it is back once it
   answers. The caller copies a call that waited past the bound
@@ -133,6 +133,9 @@ class CapacityPolicy:
         self.sent: dict[str, deque[float]] = {}
         self.outstanding: dict[str, int] = {}
         self.latency: dict[str, float] = {}  # replica -> EWMA of its call latency (seconds)
+        #: replica -> EWMA of the time between its answers while it held calls: a busy replica
+        #: with a long queue still answers every gap; a hung one stops
+        self.gap: dict[str, float] = {}
         self.answered_at: dict[str, float] = {}
         #: replica -> (first, last) time it was ranked first with no word from it since (a gap
         #: longer than probe_silent_s between offers starts over: an idle caller asked nothing)
@@ -156,32 +159,41 @@ class CapacityPolicy:
 
     def completed(self, replica: str) -> None:
         """One of this caller's calls to ``replica`` ended (answered, failed or cancelled); its
-        latency is taken from the oldest call still open there."""
+        latency is taken from the oldest call still open there, and the time since the replica's
+        last answer, where it held calls all along, is its gap between answers."""
         times = self.sent.get(replica)
         if not times:
             return
         t0 = times.popleft()
         now = self.clock()
+        busy_since_last = self.outstanding.get(replica, 0) >= 1 and replica in self.answered_at
+        if busy_since_last:
+            self.gap[replica] = self._ewma(self.gap.get(replica), now - max(self.answered_at[replica], t0))
         self.outstanding[replica] = max(0, self.outstanding.get(replica, 1) - 1)
-        seconds = now - t0
-        old = self.latency.get(replica)
-        self.latency[replica] = seconds if old is None else old + self.alpha * (seconds - old)
+        self.latency[replica] = self._ewma(self.latency.get(replica), now - t0)
         self.answered_at[replica] = now
         self.offered_at.pop(replica, None)
         self.tried_at.pop(replica, None)
 
+    def _ewma(self, old: float | None, x: float) -> float:
+        return x if old is None else old + self.alpha * (x - old)
+
     def forget(self, replica: str) -> None:
         """A replica Serve removed: its calls will not be answered."""
-        for table in (self.sent, self.outstanding, self.latency, self.answered_at, self.offered_at, self.tried_at):
+        for table in (self.sent, self.outstanding, self.latency, self.gap, self.answered_at, self.offered_at,
+                      self.tried_at):
             table.pop(replica, None)
 
     def bound_s(self, replica: str) -> float:
-        """How long a call may wait on ``replica`` before it is suspect."""
-        usual = self.latency.get(replica)
+        """How long ``replica`` may hold calls without answering any before it is silent: its gap
+        between answers (else its call latency) times ``lost_over_service``, at least
+        ``lost_after_s``."""
+        usual = self.gap.get(replica, self.latency.get(replica))
         return max(self.lost_after_s, self.lost_over_service * usual) if usual is not None else self.lost_after_s
 
     def silent(self, replica: str) -> bool:
-        """Holds a call older than its bound and has answered nothing since that call was sent."""
+        """Holds calls and has answered none for longer than its bound (counted from its last
+        answer, or from the oldest call it holds if that came later)."""
         times = self.sent.get(replica)
         try:  # the router's loop may empty it meanwhile (the ingress asks from its own)
             oldest = times[0] if times else None
@@ -189,7 +201,7 @@ class CapacityPolicy:
             oldest = None
         if oldest is None:
             return False
-        return self.clock() - oldest > self.bound_s(replica) and self.answered_at.get(replica, -math.inf) <= oldest
+        return self.clock() - max(oldest, self.answered_at.get(replica, -math.inf)) > self.bound_s(replica)
 
     def suspect(self, replica: str) -> bool:
         """Silent, or offered calls for ``probe_silent_s`` without a word."""
