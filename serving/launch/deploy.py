@@ -309,10 +309,10 @@ def deploy(
     measures it sustains, ranks replicas on a node Ray is draining (a preemption notice) and
     replicas silent past a bound last (:class:`serving.runtime.routing.CapacityRouter`); "serve"
     keeps Serve's power of two choices. ``lost_after_s`` (default 2 s; None: off): a stage call
-    unanswered this long (and 5x the stage's median latency) is copied to another replica
-    whatever the hedging settings (a replica
-    may hang or be cut off without Ray reporting it lost for tens of seconds); ``/metrics``
-    counts ``willump_stage_rescues``.
+    unanswered this long is copied to another replica, whatever the hedging settings, once the
+    capacity router sees a replica of the stage go silent (with ``router="serve"``: once the
+    call is also past 5x the stage's median latency): a replica may hang or be cut off without
+    Ray reporting it lost for tens of seconds. ``/metrics`` counts ``willump_stage_rescues``.
 
     ``module_memory`` (bytes per device): a ``willump.module_feature`` group of a later stage
     whose module does not fit is served as a chain of partition stages planned on

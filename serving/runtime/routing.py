@@ -18,8 +18,8 @@ each caller ranks the stage's replicas by the time a new call would wait there:
   none for ``max(lost_after_s, lost_over_service * its usual gap between answers)`` (a busy
   replica with a long queue still answers every gap; a hung one stops), or when it has been ranked first for ``probe_silent_s`` while Serve sent
   it nothing (its queue-length probe went unanswered, or it was full) and it answered nothing. A suspect replica is ranked
-  last; every ``lost_after_s`` one routing step tries it first again, and it is back once it
-  answers. The caller copies a call that waited past the bound
+  last until it answers; one that holds none of this caller's calls is tried first by one
+  routing step every ``lost_after_s``. The caller copies a call that waited past the bound
   (:class:`serving.runtime.calls.StageHedge`), so a replica nobody has reported lost costs
   one bound, not a deadline.
 
@@ -133,7 +133,7 @@ class CapacityPolicy:
         self.sent: dict[str, deque[float]] = {}
         self.outstanding: dict[str, int] = {}
         self.latency: dict[str, float] = {}  # replica -> EWMA of its call latency (seconds)
-        #: replica -> EWMA of the time between its answers while it held calls: a busy replica
+        #: replica -> EWMA of the time between its answers (idle spells left out): a busy replica
         #: with a long queue still answers every gap; a hung one stops
         self.gap: dict[str, float] = {}
         self.answered_at: dict[str, float] = {}
@@ -159,15 +159,14 @@ class CapacityPolicy:
 
     def completed(self, replica: str) -> None:
         """One of this caller's calls to ``replica`` ended (answered, failed or cancelled); its
-        latency is taken from the oldest call still open there, and the time since the replica's
-        last answer, where it held calls all along, is its gap between answers."""
+        latency is taken from the oldest call still open there, and its gap between answers from
+        the later of its last answer and that call's send (an idle spell is not a gap)."""
         times = self.sent.get(replica)
         if not times:
             return
         t0 = times.popleft()
         now = self.clock()
-        busy_since_last = self.outstanding.get(replica, 0) >= 1 and replica in self.answered_at
-        if busy_since_last:
+        if replica in self.answered_at:
             self.gap[replica] = self._ewma(self.gap.get(replica), now - max(self.answered_at[replica], t0))
         self.outstanding[replica] = max(0, self.outstanding.get(replica, 1) - 1)
         self.latency[replica] = self._ewma(self.latency.get(replica), now - t0)
@@ -249,8 +248,11 @@ class CapacityPolicy:
                 demoted.append(v)
             elif self.suspect(v.id):
                 since = self.tried_at.setdefault(v.id, now)  # suspect since, or tried last
-                if trial is None and now - since > self.lost_after_s:
-                    trial = v  # one routing step asks it first: back once it answers
+                # a replica holding calls tells of its recovery by answering them; one holding none
+                # gets one routing step first every lost_after_s (a copy of a call it holds must
+                # not be such a trial: it would wait behind the original)
+                if trial is None and not self.sent.get(v.id) and now - since > self.lost_after_s:
+                    trial = v  # back once it answers
                     self.tried_at[v.id] = now
                 else:
                     demoted.append(v)
