@@ -131,7 +131,6 @@ class CapacityPolicy:
         #: replica -> send times of this caller's calls there not answered yet, oldest first (Serve
         #: tells a router of each send and each completion by replica, in its own order)
         self.sent: dict[str, deque[float]] = {}
-        self.outstanding: dict[str, int] = {}
         self.latency: dict[str, float] = {}  # replica -> EWMA of its call latency (seconds)
         #: replica -> EWMA of the time between its answers (idle spells left out): a busy replica
         #: with a long queue still answers every gap; a hung one stops
@@ -142,9 +141,13 @@ class CapacityPolicy:
         self.offered_at: dict[str, tuple[float, float]] = {}
         self.tried_at: dict[str, float] = {}  # replica -> its last trial while suspect
 
+    @property
+    def outstanding(self) -> dict[str, int]:
+        """This caller's calls not answered yet, per replica (derived from ``sent``)."""
+        return {replica: len(times) for replica, times in self.sent.items()}
+
     def routed(self, replica: str) -> None:
         self.sent.setdefault(replica, deque()).append(self.clock())
-        self.outstanding[replica] = self.outstanding.get(replica, 0) + 1
         self.offered_at.pop(replica, None)
 
     def offer(self, replica: str, now: float) -> None:
@@ -168,7 +171,6 @@ class CapacityPolicy:
         now = self.clock()
         if replica in self.answered_at:
             self.gap[replica] = self._ewma(self.gap.get(replica), now - max(self.answered_at[replica], t0))
-        self.outstanding[replica] = max(0, self.outstanding.get(replica, 1) - 1)
         self.latency[replica] = self._ewma(self.latency.get(replica), now - t0)
         self.answered_at[replica] = now
         self.offered_at.pop(replica, None)
@@ -179,7 +181,7 @@ class CapacityPolicy:
 
     def forget(self, replica: str) -> None:
         """A replica Serve removed: its calls will not be answered."""
-        for table in (self.sent, self.outstanding, self.latency, self.gap, self.answered_at, self.offered_at,
+        for table in (self.sent, self.latency, self.gap, self.answered_at, self.offered_at,
                       self.tried_at):
             table.pop(replica, None)
 
@@ -214,7 +216,7 @@ class CapacityPolicy:
     def wait_s(self, view: ReplicaView, fallback_rows_per_s: float) -> float:
         """Expected wait of a new call at this replica, in units of one call's rows (relative:
         every replica of a stage sees the same mix of calls)."""
-        ahead = max(view.queued, self.outstanding.get(view.id, 0))
+        ahead = max(view.queued, len(self.sent.get(view.id, ())))
         return (ahead + 1) / (view.rows_per_s or fallback_rows_per_s)
 
     def capacities(self, views: Sequence[ReplicaView]) -> dict[str, float | None]:
