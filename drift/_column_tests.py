@@ -60,6 +60,27 @@ def ks_pvalue(d: float, n: float, m: float) -> float:
     return float(stats.kstwo.sf(d, max(round(en), 1)))
 
 
+def rank_sum_pvalue(auc: float, n: float, m: float) -> float:
+    """Two-sided p-value of the Mann-Whitney statistic, given as P(current > reference)
+    (`auc`, ties half), at (effective) sizes n and m: the normal approximation without a tie
+    correction (ties shrink the null variance, so leaving it out is conservative)."""
+    if not (math.isfinite(auc) and n > 0 and m > 0):
+        return math.nan
+    sd = math.sqrt((n + m + 1.0) / (12.0 * n * m))
+    return float(2.0 * stats.norm.sf(abs(auc - 0.5) / sd))
+
+
+def segment_shift_pvalue(d: float, auc: float, n: float, m: float) -> float:
+    """p-value of a segment's numeric shift: KS (any change of shape) and the rank-sum test
+    (a change of location, several times more powerful on the few rows a segment holds: the
+    demo's +5 h departures, 85 window rows against 30, read p 0.012 by KS and 0.0003 by rank
+    sum), Bonferroni-combined (twice the smaller), so the level holds for either."""
+    p_ks, p_rank = ks_pvalue(d, n, m), rank_sum_pvalue(auc, n, m)
+    if math.isnan(p_ks) or math.isnan(p_rank):
+        return p_ks
+    return min(1.0, 2.0 * min(p_ks, p_rank))
+
+
 def psi(current: np.ndarray, reference: np.ndarray) -> float:
     """Population stability index of two proportion vectors over the same bins."""
     p = np.maximum(np.asarray(current, dtype=np.float64), PSI_EPSILON)
@@ -393,6 +414,9 @@ class SortedSample:
         last &= fin_sorted
         # without ties or missing values every position ends a run: no masking needed
         self.last = None if last.all() else last
+        self.run_starts = (np.flatnonzero(np.r_[True, x[1:] != x[:-1]]) if x.size
+                           else np.zeros(1, dtype=np.int64))
+        self.finite = fin_sorted
         wc = np.concatenate((w_cur, np.zeros(reference.size)))[self.order] * fin_sorted
         wr = np.concatenate((np.zeros(current.size), w_ref))[self.order] * fin_sorted
         self.wc, self.wr = wc, wr
@@ -408,7 +432,7 @@ class SortedSample:
         sc, sr = float(cum_c[-1]) if cum_c.size else 0.0, float(cum_r[-1]) if cum_r.size else 0.0
         n_eff = sc * sc / _dot(c, c) if sc > 0 else 0.0
         m_eff = sr * sr / _dot(r, r) if sr > 0 else 0.0
-        out: dict[str, Any] = {"test": "ks", "n_current": n_eff, "n_reference": m_eff}
+        out: dict[str, Any] = {"test": "ks+rank_sum", "n_current": n_eff, "n_reference": m_eff}
         if sc <= 0 or sr <= 0:
             out.update(statistic=None, p_value=None, effect=None, effect_error=0.0,
                        mean_current=None, mean_reference=None, median_current=None,
@@ -433,10 +457,20 @@ class SortedSample:
             effect = math.inf if w1 > 0 else 0.0
         med_c = float(self.x[min(np.searchsorted(cum_c, 0.5 * sc), self.x.size - 1)])
         med_r = float(self.x[min(np.searchsorted(cum_r, 0.5 * sr), self.x.size - 1)])
-        out.update(statistic=d, p_value=ks_pvalue(d, n_eff, m_eff), effect=effect,
+        auc = self._auc(c, r, sc, sr)
+        out.update(statistic=d, auc=auc, p_value=segment_shift_pvalue(d, auc, n_eff, m_eff),
+                   effect=effect,
                    effect_error=0.0, mean_current=mean_c, mean_reference=mean_r,
                    median_current=med_c, median_reference=med_r)
         return out
+
+    def _auc(self, c: np.ndarray, r: np.ndarray, sc: float, sr: float) -> float:
+        """P(current value > reference value), ties counted half, from the weights per run
+        of equal sorted values."""
+        starts = self.run_starts
+        run_c, run_r = np.add.reduceat(c, starts), np.add.reduceat(r, starts)
+        below = np.cumsum(run_r) - run_r
+        return float(_dot(run_c, below + 0.5 * run_r) / (sc * sr))
 
     def compare(self, in_cur: np.ndarray, in_ref: np.ndarray, outside: bool = True
                 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -449,6 +483,15 @@ class SortedSample:
             return res_in, None
         res_out = self._summary(self.wc - c, self.wr - r, self.cum_c - cum_c, self.cum_r - cum_r)
         return res_in, res_out
+
+    def compare_reweighted(self, in_cur: np.ndarray, ref_weight: np.ndarray
+                           ) -> dict[str, Any]:
+        """`compare`'s inside test of current rows `in_cur` against the reference rows
+        weighted by `ref_weight` (one weight per reference row, 0 for rows left out):
+        drift._composition's reweighted reference, on the same values and spread."""
+        c = self.wc * np.concatenate((in_cur, np.zeros(ref_weight.size, dtype=bool)))[self.order]
+        r = np.concatenate((np.zeros(self.n_cur), ref_weight))[self.order] * self.finite
+        return self._summary(c, r, np.cumsum(c), np.cumsum(r))
 
 
 def weighted_categorical_test(

@@ -14,7 +14,7 @@ says why for each.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,10 +23,11 @@ from drift._clusters import categorical_effect, column_effects, numeric_effect
 from drift._column_tests import (
     SortedSample,
     categorical_test,
-    ks_pvalue,
     numeric_sketch_test,
+    segment_shift_pvalue,
     weighted_categorical_test,
 )
+from drift._composition import explained_by_mix, stands
 from drift._errors import SchemaError
 from drift._results import DriftReport
 from drift._rules import (
@@ -263,6 +264,7 @@ def segment_mask(view: View, sample_cat: np.ndarray, segment: Mapping[str, Any]
 CONDITIONAL_COLUMNS_TAIL = [
     "column", "test", "statistic", "p_value", "p_adjusted", "effect", "effect_outside",
     "localized", "drifted", "n_current", "n_reference", "mean_current", "mean_reference",
+    "explained_by",
 ]
 
 
@@ -315,17 +317,20 @@ def conditional_shift(
     info["unit"] = "requests" if clustered else "rows"
     info["effect_name"] = "wasserstein_robust"
     rows = []
+    sorted_samples: dict[int, SortedSample] = {}
+    place: dict[int, tuple[str, int, int]] = {}  # row -> (kind, segment, column)
     for name, kind, i in cols:
         if kind == "numeric":
             sorted_sample = SortedSample(cur.num[i], base.num[i], cur.weight, base.weight)
-        for seg, (mc, mr) in zip(segs, masks, strict=True):
+            sorted_samples[i] = sorted_sample
+        for k, (seg, (mc, mr)) in enumerate(zip(segs, masks, strict=True)):
             deff = _segment_effects(kind, cur, base, i, mc, mr) if clustered else (1.0, 1.0)
             if kind == "numeric":
                 inside, outside = sorted_sample.compare(mc, mr)
                 if clustered and inside.get("statistic") is not None:
-                    inside["p_value"] = ks_pvalue(inside["statistic"],
-                                                  inside["n_current"] / deff[0],
-                                                  inside["n_reference"] / deff[1])
+                    inside["p_value"] = segment_shift_pvalue(
+                        inside["statistic"], inside["auc"], inside["n_current"] / deff[0],
+                        inside["n_reference"] / deff[1])
             else:
                 inside = weighted_categorical_test(cur.cat[i][mc], cur.weight[mc],
                                                    base.cat[i][mr], base.weight[mr], deff)
@@ -340,15 +345,16 @@ def conditional_shift(
                 n_reference=inside.get("n_reference"),
                 mean_current=inside.get("mean_current"),
                 mean_reference=inside.get("mean_reference"),
-                _kind=kind,
             )
+            place[id(row)] = (kind, k, i)
             if clustered:
                 row["design_effect"] = deff[0]
             rows.append(row)
     adjusted = benjamini_hochberg([r["p_value"] for r in rows])
+    attr_index = [(a, schema.cat_columns.index(a)) for a in attrs]
     for r, a in zip(rows, adjusted, strict=True):
         r["p_adjusted"] = a
-        kind = r.pop("_kind")
+        kind, k, i = place[id(r)]
         r["drifted"] = gate.passes({**r, "effect_error": 0.0}, kind)
         eff, out_eff = r["effect"], r["effect_outside"]
         r["localized"] = bool(
@@ -356,16 +362,68 @@ def conditional_shift(
                 out_eff is None or eff >= localization * out_eff
             )
         )
-    rows.sort(key=lambda r: (not r["localized"], not r["drifted"],
-                             not (r["p_adjusted"] is not None and r["p_adjusted"] < gate.alpha),
-                             -(_localization(r) if r["localized"] else _num(r["effect"])),
-                             -_num(r["effect"]),
-                             r["column"], str(sorted((k, str(v)) for k, v in r.items()
-                                                     if k in attrs and v is not None))))
+        r["explained_by"] = None
+        if r["drifted"]:
+            mc, mr = masks[k]
+            seg_attrs = {schema.cat_columns.index(x) for x in segs[k]}
+            r["explained_by"], _ = explained_by_mix(
+                kind, i, seg_attrs, attr_index, cur, base, mc, mr, gate, eff,
+                sorted_samples.get(i),
+                (lambda b, mc=mc, mr=mr: _segment_effects("categorical", cur, base, b, mc, mr))
+                if clustered else (lambda b: (1.0, 1.0)))
+            # a change of the segment's mix, not of the column: not where the shift happened
+            r["localized"] = r["localized"] and r["explained_by"] is None
+    def rank(r: dict[str, Any]) -> tuple:
+        return (not r["localized"], not r["drifted"],
+                not (r["p_adjusted"] is not None and r["p_adjusted"] < gate.alpha),
+                -(_localization(r) if r["localized"] else _num(r["effect"])),
+                -_num(r["effect"]), r["column"],
+                str(sorted((k, str(v)) for k, v in r.items() if k in attrs and v is not None)))
+
+    def test_of(kind: str, i: int, mc: np.ndarray, mr: np.ndarray) -> dict[str, Any]:
+        if kind == "numeric":
+            return sorted_samples[i].compare(mc, mr, outside=False)[0]
+        return weighted_categorical_test(cur.cat[i][mc], cur.weight[mc], base.cat[i][mr],
+                                         base.weight[mr])
+
+    rows.sort(key=rank)
+    _drop_riders([r for r in rows if r["drifted"] and not r["explained_by"]], place, masks,
+                 segs, test_of, gate)
+    rows.sort(key=rank)
     info["localized"] = sum(1 for r in rows if r["localized"])
     if clustered:
         columns_out = [*columns_out, "design_effect"]
     return DriftReport("conditional_shift", rows, columns_out, info)
+
+
+def _drop_riders(
+    ranked: list[dict[str, Any]],
+    place: dict[int, tuple[str, int, int]],
+    masks: list[tuple[np.ndarray, np.ndarray]],
+    segs: list[dict[str, Any]],
+    test_of: Callable[[str, int, np.ndarray, np.ndarray], dict[str, Any]],
+    gate: EffectGate,
+) -> None:
+    """A drifted shift that no longer passes the gate once the rows of a better-ranked
+    localized segment leave it (carrier=WN's departures moved only on its Denver flights,
+    dest=DEN's all did) is that segment's, not its own: `explained_by` names the segment
+    ("dest=DEN") and the row is not localized. Walks best first, as explain() drops riders
+    (drift._minimality); only localized shifts that stand on their own explain others."""
+    accepted: list[dict[str, Any]] = []
+    for r in ranked:
+        kind, k, i = place[id(r)]
+        mc, mr = masks[k]
+        for g in accepted:
+            g_kind, g_k, g_i = place[id(g)]
+            if g_i != i or g_kind != kind or not (mc & masks[g_k][0]).any():
+                continue
+            if not stands(test_of(kind, i, mc & ~masks[g_k][0], mr & ~masks[g_k][1]), kind,
+                          gate):
+                r["explained_by"] = ",".join(f"{a}={v}" for a, v in segs[g_k].items())
+                r["localized"] = False
+                break
+        if r["localized"]:
+            accepted.append(r)
 
 
 def _localization(r: dict[str, Any]) -> float:

@@ -185,15 +185,20 @@ def _drift(result: Result) -> str:
     against = f" against the reference {ref!r}" if ref else ""
     if result.kind == "conditional_shift":
         hits = [r for r in result.rows if r.get("localized")]
-        if not hits:
+        if not result.rows:
             return f"no feature drifted inside a single segment{against}{when}."
         attrs = [k for k in result.columns if k not in ("column",) and k in
                  result.rows[0] and k not in _CONDITIONAL_TAIL]
-        out = []
+        out = [] if hits else [f"no feature drifted inside a single segment{against}{when}."]
         for r in hits[:MAX_ROWS]:
             out.append(f"{r['column']} shifted inside {_combo(r, attrs)} (effect "
                        f"{num(r.get('effect'))} vs {num(r.get('effect_outside'))} outside)"
                        f"{against}{when}.")
+        for r in [r for r in result.rows if r.get("drifted") and r.get("explained_by")
+                  ][:MAX_ROWS]:
+            cause = r["explained_by"]
+            how = f"with {cause}'s rows" if "=" in cause else f"with its mix of {cause}"
+            out.append(f"{r['column']} inside {_combo(r, attrs)} moved only {how}.")
         return " ".join(out)
     drifted = [r for r in result.rows if r.get("drifted")]
     n = len(result.rows)
@@ -245,7 +250,7 @@ def _sequential(result: Result) -> str:
 
 _CONDITIONAL_TAIL = {"test", "statistic", "p_value", "p_adjusted", "effect", "effect_outside",
                      "localized", "drifted", "n_current", "n_reference", "mean_current",
-                     "mean_reference", "design_effect"}
+                     "mean_reference", "design_effect", "explained_by"}
 
 
 def _changes(result: Result) -> str:
