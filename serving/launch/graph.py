@@ -187,8 +187,7 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
             inline=runs_inline(plan, stage_spec.name) and not on_gpu and chains is None,
         ))
     schema = row_schema(opt, record_config)
-    target = plan.target_p99_ms
-    deadline_s = spec.deadline_ms / 1000.0 if spec.deadline_ms else default_deadline_s(target)
+    deadline_s = _deadline_s(spec, plan)
     config = IngressConfig(
         name=name,
         model_version=spec.artifact["version"],
@@ -222,8 +221,24 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
         local_first = {"artifact": spec.artifact, "spec": vars(specs[0]).copy(),
                        "runtime": spec.runtime, "fallback": degrade, "inline": runs_inline(plan, specs[0].name)}
     second = handles[1] if len(handles) > 1 else None
-    ingress = Ingress.options(**ingress_options(spec, plan, config.max_in_flight))
+    ingress = Ingress.options(**ingress_options(spec, plan, config.max_in_flight, ingress_user_config(spec, opt, plan)))
     return ingress.bind(handles[0], second, config, local_first)
+
+
+def _deadline_s(spec: AppSpec, plan: Plan) -> float:
+    """A request's deadline when it sends none: the app's, else from the plan's p99 target."""
+    return spec.deadline_ms / 1000.0 if spec.deadline_ms else default_deadline_s(plan.target_p99_ms)
+
+
+def ingress_user_config(spec: AppSpec, opt: OptimizedPipeline, plan: Plan) -> dict[str, Any]:
+    """The ingress deployment's ``user_config``: the settings an operator may change in place
+    (serving.runtime.live_settings), at the values the app is deployed with."""
+    deadline_s = _deadline_s(spec, plan)
+    audited = bool(spec.audit_rate) and spec.monitor is not None and not spec.baseline and len(opt.levels) > 1
+    return {"deadline_ms": 1000.0 * deadline_s, "degrade": bool(spec.degrade),
+            "max_in_flight": int(spec.max_in_flight or plan.ingress_max_in_flight), "gear": "auto",
+            "hedging": bool(spec.hedging), "lost_after_s": spec.lost_after_s,
+            "audit_rate": float(spec.audit_rate) if audited else 0.0, "on_alarm": spec.on_alarm}
 
 
 def stage_options(spec: AppSpec, plan: Plan, stage: str) -> dict[str, Any]:
@@ -256,9 +271,12 @@ def stage_options(spec: AppSpec, plan: Plan, stage: str) -> dict[str, Any]:
     return options
 
 
-def ingress_options(spec: AppSpec, plan: Plan, max_in_flight: int) -> dict[str, Any]:
-    """The ingress deployment's Serve options (see :func:`stage_options`)."""
-    return {
+def ingress_options(spec: AppSpec, plan: Plan, max_in_flight: int,
+                    user_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ingress deployment's Serve options (see :func:`stage_options`), with its in-place
+    settings as ``user_config`` when given (:func:`ingress_user_config`)."""
+    options: dict[str, Any] = {} if user_config is None else {"user_config": user_config}
+    return {**options,
         "name": f"{spec.name}-ingress", "num_replicas": plan.ingress_replicas,
         # Serve's own limit sits above the ingress's admission bound, which answers 503 first
         "max_ongoing_requests": max_in_flight + 64,
@@ -280,7 +298,8 @@ def deployment_overrides(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline 
     specs = specs_of(opt, spec.baseline, plan)
     fused = plan.layout == "fused" and (len(specs) > 1 or specs[0].name == WHOLE_STAGE)
     stages = [stage_options(spec, plan, s.name) for i, s in enumerate(specs) if not (fused and i == 0)]
-    return [ingress_options(spec, plan, spec.max_in_flight or plan.ingress_max_in_flight), *stages]
+    return [ingress_options(spec, plan, spec.max_in_flight or plan.ingress_max_in_flight,
+                            ingress_user_config(spec, opt, plan)), *stages]
 
 
 def audit_settings(spec: AppSpec, opt: OptimizedPipeline, record_config: dict[str, Any]) -> dict[str, Any] | None:

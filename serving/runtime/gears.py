@@ -202,6 +202,7 @@ class GearSwitch:
         self.clock = clock
         self.policy = GearPolicy(len(self.ladder), **info["policy"]) if self.mode == "adaptive" else None
         self.pinned = self.mode if isinstance(self.mode, int) else 0
+        self._deployed = (self.mode, self.policy, self.pinned)
         #: gears the live audit's alarm holds (serving.runtime.hold): none are served, nor any cheaper
         self.held: frozenset[int] = frozenset()
         self._started: dict[int, float] = {}
@@ -228,6 +229,17 @@ class GearSwitch:
         if started is not None and self.policy is not None:
             now = self.clock()
             self.policy.record(now, 1000.0 * (now - started))
+
+    def pin(self, gear: int | None) -> None:
+        """Serve every request with ``gear`` (an operator's in-place setting:
+        serving.runtime.live_settings); None goes back to the mode the app was deployed with
+        (its adaptive policy, with the state it had, or its pinned gear)."""
+        if gear is None:
+            self.mode, self.policy, self.pinned = self._deployed
+            return
+        if not 0 <= gear < len(self.ladder):
+            raise ValueError(f"gear must be from 0 to {len(self.ladder) - 1}, got {gear!r}")
+        self.mode, self.policy, self.pinned = gear, None, gear
 
     def hold(self, gears: Any) -> None:
         """The gears the monitor's ledger holds now (the answer to the audit's last counts)."""

@@ -110,6 +110,11 @@ def test_static_routes(app):
     assert report["plan"] == "cascade" and report["loss_bound"] <= report["max_loss"]
     plan = requests.get(app.url + "/plan", timeout=30).json()
     assert [s["name"] for s in plan["stages"]] == ["cheap", "expensive"]
+    # Serve handed the ingress its user_config at start (Ingress.reconfigure): the in-place
+    # settings at the deployed values, audited at the default rate
+    live = plan["live_settings"]
+    assert live["gear"] == "auto" and live["audit_rate"] == 0.01 and live["on_alarm"] == "alert"
+    assert live["max_in_flight"] >= 1 and live["deadline_ms"] > 0 and live["lost_after_s"] == 2.0
     # /healthz is open to anyone and says nothing about the app; /readyz (behind the key, when
     # there is one) names the app, its version and every stage's canary
     assert requests.get(app.url + "/healthz", timeout=30).json() == {"status": "ok"}

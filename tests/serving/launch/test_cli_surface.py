@@ -99,6 +99,13 @@ def test_tracing_and_log_options_reach_the_serve_config(synth_opt, tmp_path, cap
     assert set(deployments) == names, (set(deployments), names)
     ingress = next(d for n, d in deployments.items() if n.endswith("-ingress"))
     assert ingress["num_replicas"] >= 1 and ingress["ray_actor_options"]["num_cpus"] > 0
+    # the settings an operator changes in place (Serve calls the ingress's reconfigure), at the
+    # values deployed, each one the ingress accepts
+    from serving.runtime.live_settings import LIVE_SETTINGS, check_live_settings
+
+    live = ingress["user_config"]
+    assert set(live) == set(LIVE_SETTINGS) and live["gear"] == "auto" and live["deadline_ms"] > 0
+    assert check_live_settings(live, gears=1, audited=bool(live["audit_rate"])) == live
     assert main(["build", str(artifact), "-o", str(out), "--host", "127.0.0.1", "--cpus", "2", "--layout", "staged"]) == 0
     stages = [d for d in yaml.safe_load(out.read_text())["applications"][-1]["deployments"]
               if not d["name"].endswith("-ingress")]

@@ -1,0 +1,95 @@
+"""The ingress's in-place settings (Serve's user_config -> Ingress.reconfigure), without Ray:
+each setting reaches what it steers, the deployed values come back on "auto", and a bad
+user_config fails with a message naming the key while nothing is half applied."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from serving.runtime.calls import StageHedge
+from serving.runtime.gears import GearSwitch
+from serving.runtime.live_settings import (
+    LIVE_SETTINGS,
+    apply_live_settings,
+    check_live_settings,
+    current_settings,
+)
+
+LADDER = [{"gear": g, "max_loss": 0.01 * g or None, "loss_bound": None, "method": "", "cert_rows": None,
+           "cert_disagreed": None} for g in range(3)]
+
+
+def _ingress(audited: bool = True, adaptive: bool = True) -> SimpleNamespace:
+    policy = {"slo_ms": 100.0} if adaptive else {}
+    gears = GearSwitch({"mode": "adaptive" if adaptive else 0, "ladder": LADDER, "policy": policy})
+    hedges = {s: StageHedge(lambda: 2, enabled=False, lost_after_s=2.0) for s in ("expensive",)}
+    audit = SimpleNamespace(rate=0.01) if audited else None
+    return SimpleNamespace(
+        deadline_s=1.0, degrade=False, max_in_flight=64, coalescers={"expensive": SimpleNamespace(max_queued=64)},
+        gears=gears, hedges=hedges, audit=audit,
+        config=SimpleNamespace(audit={"on_alarm": "alert"} if audited else None, lost_after_s=2.0))
+
+
+def test_every_setting_reaches_what_it_steers():
+    ing = _ingress()
+    ing.gears.hold([1])
+    applied = apply_live_settings(ing, {"deadline_ms": 250, "degrade": True, "max_in_flight": 8, "gear": 2,
+                                        "hedging": True, "lost_after_s": None, "audit_rate": 0.1,
+                                        "on_alarm": "step"})
+    assert set(applied) == set(LIVE_SETTINGS)
+    assert ing.deadline_s == pytest.approx(0.25) and ing.degrade and ing.max_in_flight == 8
+    assert ing.coalescers["expensive"].max_queued == 8
+    assert ing.gears.begin()[1] == 2 and ing.gears.policy is None  # pinned: the policy steps aside
+    assert ing.hedges["expensive"].enabled and ing.hedges["expensive"].lost_after_s is None
+    assert ing.audit.rate == 0.1 and ing.config.audit["on_alarm"] == "step"
+    assert current_settings(ing) == {"deadline_ms": 250.0, "degrade": True, "max_in_flight": 8, "gear": 2,
+                                     "hedging": True, "lost_after_s": None, "audit_rate": 0.1, "on_alarm": "step"}
+    # back to the deployed gear mode (the adaptive policy, with its state); alert releases holds
+    apply_live_settings(ing, {"gear": "auto", "on_alarm": "alert"})
+    assert ing.gears.adaptive and current_settings(ing)["gear"] == "auto" and ing.gears.held == frozenset()
+
+
+def test_a_missing_setting_keeps_its_value_and_none_changes_nothing():
+    ing = _ingress(adaptive=False)
+    before = current_settings(ing)
+    assert apply_live_settings(ing, None) == {} and apply_live_settings(ing, {}) == {}
+    apply_live_settings(ing, {"deadline_ms": 500})
+    assert current_settings(ing) == {**before, "deadline_ms": 500.0}
+    assert before["gear"] == 0  # an app deployed on gear 0 shows it
+
+
+@pytest.mark.parametrize(("config", "named"), [
+    ({"deadline": 5}, "unknown setting"),
+    ({"deadline_ms": 0}, "deadline_ms"),
+    ({"deadline_ms": True}, "deadline_ms"),
+    ({"degrade": "yes"}, "degrade"),
+    ({"max_in_flight": 0}, "max_in_flight"),
+    ({"max_in_flight": 2.5}, "max_in_flight"),
+    ({"gear": 3}, "gear"),
+    ({"gear": "fast"}, "gear"),
+    ({"lost_after_s": -1}, "lost_after_s"),
+    ({"audit_rate": 1.5}, "audit_rate"),
+    ({"on_alarm": "page"}, "on_alarm"),
+    (["deadline_ms"], "mapping"),
+])
+def test_a_bad_user_config_names_its_key_and_applies_nothing(config, named):
+    ing = _ingress()
+    before = current_settings(ing)
+    with pytest.raises(ValueError, match=named):
+        apply_live_settings(ing, {"deadline_ms": 100, **config} if isinstance(config, dict) else config)
+    assert current_settings(ing) == before
+
+
+def test_the_audit_cannot_be_started_in_place():
+    """Its ledger and the monitor's terms are set up at deploy: an app without the audit refuses
+    a rate or on_alarm='step', and takes a rate of 0 or 'alert'."""
+    with pytest.raises(ValueError, match="without the live audit"):
+        check_live_settings({"audit_rate": 0.05}, gears=3, audited=False)
+    with pytest.raises(ValueError, match="without the audit"):
+        check_live_settings({"on_alarm": "step"}, gears=3, audited=False)
+    ing = _ingress(audited=False)
+    assert apply_live_settings(ing, {"audit_rate": 0.0, "on_alarm": "alert"}) == {"audit_rate": 0.0,
+                                                                                   "on_alarm": "alert"}
+    assert current_settings(ing)["audit_rate"] == 0.0
