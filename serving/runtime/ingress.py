@@ -66,7 +66,7 @@ from serving.runtime.http_support import (
 )
 from serving.runtime.ingress_app import app
 from serving.runtime.keys import KeyCheck
-from serving.runtime.live_settings import apply_live_settings, current_settings
+from serving.runtime.live_settings import current_settings, reconfigure
 from serving.runtime.metrics import ServingMetrics, exact_totals
 from serving.runtime.monitor_calls import MONITOR_QUERY_S, ingress_audit, monitor_query, post_labels
 from serving.runtime.oip import InferRequest, infer_answer
@@ -159,12 +159,14 @@ class Ingress(HttpEdge):
         self.gear_now = self.gears.pinned
         self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
         self.audit = ingress_audit(self, config.audit)  # the live audit (serving.runtime.audit)
+        #: the in-place settings (Serve's user_config): applied once yet, and the last refused
+        self.settings_applied, self.settings_rejected = False, None
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Serve's in-place update: the settings an operator may change without a restart
-        (serving.runtime.live_settings), from the ingress deployment's ``user_config``."""
-        applied = apply_live_settings(self, user_config)
-        log.info("%s: in-place settings applied: %s", self.name, applied)
+        (serving.runtime.live_settings.reconfigure: a starting replica fails on a bad
+        ``user_config``, a running one refuses it and keeps serving)."""
+        reconfigure(self, user_config)
 
     # --- plumbing ------------------------------------------------------------------------
     def _remote_batch(self, handle: Any, stage: str):
@@ -435,12 +437,16 @@ class Ingress(HttpEdge):
         (:func:`serving.runtime.http_support.public_plan`)."""
         async def work() -> Any:
             if self.api_key.required:
-                return {**self.info["plan"], "live_settings": current_settings(self)}
+                return {**self.info["plan"], **self._live()}
             if getattr(self, "_public_plan", None) is None:  # the plan is fixed: scrub it once
                 self._public_plan = public_plan(self.info["plan"])
-            return {**self._public_plan, "live_settings": current_settings(self)}
+            return {**self._public_plan, **self._live()}
 
         return await self._guarded("plan", request, work)
+
+    def _live(self) -> dict[str, Any]:
+        """/plan's in-place settings: those served now, and the last ones refused, if any."""
+        return {"live_settings": current_settings(self), "live_settings_rejected": self.settings_rejected}
 
     def _static(self, key: str):
         async def work() -> Any:

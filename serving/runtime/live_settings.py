@@ -7,8 +7,7 @@ profiling. ``willump build`` writes these settings, at their deployed values, un
 deployment's ``user_config`` in the config's ``deployments:`` section; an operator edits them
 there. What the plan fixed (stages, replicas' code, the artifact, the certificate) changes by a
 new deployment, never here. A setting missing from a ``user_config`` keeps its deployed value;
-an unknown key or a bad value fails the update with a message naming it (Serve then keeps the
-replicas as they were and reports the deployment unhealthy until the config is fixed).
+an unknown key or a bad value is refused with a message naming it (:func:`reconfigure`).
 
 The settings, with what each changes at once:
 
@@ -25,12 +24,15 @@ The settings, with what each changes at once:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from numbers import Real
 from typing import Any
 
 from serving.runtime.audit import check_audit_rate
 from serving.runtime.hold import ON_ALARM
+
+log = logging.getLogger("ray.serve")
 
 #: every key a ``user_config`` may hold
 LIVE_SETTINGS = ("deadline_ms", "degrade", "max_in_flight", "gear", "hedging", "lost_after_s", "audit_rate",
@@ -144,3 +146,28 @@ def apply_live_settings(ingress: Any, user_config: Any) -> dict[str, Any]:
             if value == "alert":
                 ingress.gears.hold(())  # nothing acts on the alarm any more: release what it held
     return settings
+
+
+def reconfigure(ingress: Any, user_config: Any) -> dict[str, Any] | None:
+    """The ingress's ``reconfigure``: apply a ``user_config``; returns what it applied, None
+    when refused.
+
+    A replica starting with a bad ``user_config`` fails, and the deploy says which key. A
+    running replica refuses one (Serve calls it in place), keeps serving with the settings it
+    has, and says so: the log, the ``willump_settings_rejected`` counter, and
+    ``live_settings_rejected`` in ``/plan`` (cleared by the next good one). Raising there would
+    make Serve stop the replica and retry: one bad edit took one of an app's two ingress
+    replicas down until the next good deploy."""
+    try:
+        applied = apply_live_settings(ingress, user_config)
+    except ValueError as exc:
+        if not ingress.settings_applied:
+            raise
+        ingress.settings_rejected = {"user_config": dict(user_config) if isinstance(user_config, Mapping)
+                                     else user_config, "error": str(exc)}
+        ingress.metrics.count("willump_settings_rejected")
+        log.error("%s: in-place settings refused, the running ones kept: %s", ingress.name, exc)
+        return None
+    ingress.settings_applied, ingress.settings_rejected = True, None
+    log.info("%s: in-place settings applied: %s", ingress.name, applied)
+    return applied

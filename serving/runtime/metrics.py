@@ -58,6 +58,8 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "willump_stage_rescues": ("counter", "stage calls copied to another replica after waiting past the bound "
                                          "on a silent replica, by whether the copy answered first",
                               ("app", "stage", "won")),
+    "willump_settings_rejected": ("counter", "in-place settings (the ingress's user_config) a running replica "
+                                             "refused and did not apply", ("app",)),
     "willump_deadline_exceeded": ("counter", "requests past their deadline, by the stage that was late",
                                   ("app", "stage")),
     "willump_shed_requests": ("counter", "requests refused because a queue was full", ("app", "stage")),

@@ -15,6 +15,7 @@ from serving.runtime.live_settings import (
     apply_live_settings,
     check_live_settings,
     current_settings,
+    reconfigure,
 )
 
 LADDER = [{"gear": g, "max_loss": 0.01 * g or None, "loss_bound": None, "method": "", "cert_rows": None,
@@ -26,7 +27,10 @@ def _ingress(audited: bool = True, adaptive: bool = True) -> SimpleNamespace:
     gears = GearSwitch({"mode": "adaptive" if adaptive else 0, "ladder": LADDER, "policy": policy})
     hedges = {s: StageHedge(lambda: 2, enabled=False, lost_after_s=2.0) for s in ("expensive",)}
     audit = SimpleNamespace(rate=0.01) if audited else None
+    counted: list[str] = []
     return SimpleNamespace(
+        name="app", settings_applied=False, settings_rejected=None, counted=counted,
+        metrics=SimpleNamespace(count=lambda metric, *a, **k: counted.append(metric)),
         deadline_s=1.0, degrade=False, max_in_flight=64, coalescers={"expensive": SimpleNamespace(max_queued=64)},
         gears=gears, hedges=hedges, audit=audit,
         config=SimpleNamespace(audit={"on_alarm": "alert"} if audited else None, lost_after_s=2.0))
@@ -93,3 +97,18 @@ def test_the_audit_cannot_be_started_in_place():
     assert apply_live_settings(ing, {"audit_rate": 0.0, "on_alarm": "alert"}) == {"audit_rate": 0.0,
                                                                                    "on_alarm": "alert"}
     assert current_settings(ing)["audit_rate"] == 0.0
+
+
+def test_a_starting_replica_fails_on_a_bad_user_config_and_a_running_one_keeps_serving():
+    """Raising in a running replica made Serve stop it and retry: one bad edit took one of two
+    ingress replicas down (served, 2026-12-05). A running replica refuses and says so."""
+    ing = _ingress()
+    with pytest.raises(ValueError, match="gear"):
+        reconfigure(ing, {"gear": 99})  # at start: the deploy fails naming the key
+    assert reconfigure(ing, {"deadline_ms": 300}) == {"deadline_ms": 300.0} and ing.settings_applied
+    before = current_settings(ing)
+    assert reconfigure(ing, {"deadline_ms": 100, "gear": 99}) is None
+    assert current_settings(ing) == before and ing.counted == ["willump_settings_rejected"]
+    assert ing.settings_rejected["user_config"] == {"deadline_ms": 100, "gear": 99}
+    assert "gear" in ing.settings_rejected["error"]
+    assert reconfigure(ing, {"deadline_ms": 100}) is not None and ing.settings_rejected is None
