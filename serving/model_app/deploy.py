@@ -32,6 +32,7 @@ from serving.core.constants import LOOPBACK_HOSTS
 from serving.core.local_ray import start_local_ray
 from serving.core.nodes import nodes
 from serving.core.serve_apps import delete_app, run_app
+from serving.model_app.oip import output_specs
 from serving.model_app.placement import check_placeable, replica_resources
 from serving.model_app.stage_replica import canary_inputs, write_stage_file
 from serving.model_app.stages import (
@@ -267,6 +268,7 @@ def deploy_model(
                 ray_actor_options=need.as_options(),
             ).bind(str(path), device, threads, digest, canaries[k]))
         info = {
+            "name": name, "outputs": output_specs(stages[-1], canaries[-1]),
             "inputs": [vars(InputSpec.of(a)) for a in args], "batch_size": the_plan.batch_size,
             "batch_wait_ms": batch_wait_ms, "max_inflight": inflight, "max_rows": max_rows,
             "max_body_bytes": max_body_bytes, "plan": the_plan.to_dict(),

@@ -20,11 +20,9 @@ import asyncio
 import json
 import logging
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
@@ -32,6 +30,8 @@ from torch.utils import _pytree as pytree
 
 from serving.core.jsonsafe import clean
 from serving.core.schema import RequestError
+from serving.model_app.inputs import BadInput, InputSpec, parse_inputs
+from serving.model_app.oip import infer_answer, infer_inputs, metadata
 from serving.model_app.stage_replica import PartitionStageImpl
 from serving.runtime.calls import DEFAULT_DEADLINE_S, Deadline, DeadlineExceeded, StageOverloaded
 from serving.runtime.coalesce import Coalescer, Item
@@ -56,72 +56,6 @@ class PartitionStage(PartitionStageImpl):
     def check_health(self) -> None:
         """Serve's periodic health check: the canary row (an exception replaces the replica)."""
         self.canary()
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """What one forward argument must look like: trailing shape and dtype of the example."""
-
-    trailing: tuple[int, ...]
-    dtype: str
-
-    @classmethod
-    def of(cls, t: torch.Tensor) -> "InputSpec":
-        return cls(tuple(int(d) for d in t.shape[1:]), str(t.dtype).removeprefix("torch."))
-
-    def describe(self) -> str:
-        return f"rows x {' x '.join(map(str, self.trailing)) or '(scalars)'} of {self.dtype}"
-
-
-class BadInput(ValueError):
-    def __init__(self, status: int, message: str, field: str = "inputs"):
-        super().__init__(message)
-        self.status, self.message, self.field = status, message, field
-
-    def body(self) -> dict[str, Any]:
-        return {"error": self.message, "fields": [{"field": self.field, "error": self.message}]}
-
-
-def parse_inputs(body: Any, specs: list[InputSpec], max_rows: int) -> tuple[np.ndarray, ...]:
-    """The request's arrays, one per forward argument, checked against ``specs``."""
-    if not isinstance(body, dict) or "inputs" not in body:
-        raise BadInput(422, 'the body must be a JSON object {"inputs": [...]}', "body")
-    extra = sorted(set(body) - {"inputs"})
-    if extra:
-        raise BadInput(422, f"unknown field(s) {extra}; only 'inputs' is accepted", extra[0])
-    raw = body["inputs"]
-    parts = [raw] if len(specs) == 1 else raw
-    if len(specs) > 1 and (not isinstance(raw, list) or len(raw) != len(specs)):
-        raise BadInput(422, f"this model takes {len(specs)} inputs: send a list of {len(specs)} arrays, "
-                            f"one per forward argument ({'; '.join(s.describe() for s in specs)})")
-    arrays = []
-    for k, (part, spec) in enumerate(zip(parts, specs, strict=True)):
-        where = "inputs" if len(specs) == 1 else f"inputs[{k}]"
-        kind = np.float64 if spec.dtype.startswith("float") or spec.dtype.startswith("bfloat") else None
-        try:
-            arr = np.asarray(part, dtype=kind)
-        except (ValueError, TypeError) as exc:
-            raise BadInput(422, f"{where} is not a rectangular numeric array ({exc})", where) from exc
-        if arr.dtype == object or arr.dtype.kind not in "biuf":
-            raise BadInput(422, f"{where} must hold numbers, got {arr.dtype}", where)
-        if kind is None and arr.dtype.kind == "f" and arr.size:
-            if not np.all(arr == np.round(arr)):
-                raise BadInput(422, f"{where} must hold integers ({spec.dtype})", where)
-        want = (len(arr) if arr.ndim else -1, *spec.trailing)
-        if arr.ndim != len(spec.trailing) + 1 or tuple(arr.shape[1:]) != spec.trailing:
-            raise BadInput(422, f"{where} has shape {list(arr.shape)}; expected {spec.describe()} "
-                                f"(shape {list(want)})", where)
-        if len(arr) == 0:
-            raise BadInput(422, f"{where} has no rows", where)
-        if kind is not None and not np.all(np.isfinite(arr)):
-            raise BadInput(422, f"{where} holds NaN or infinity", where)
-        arrays.append(arr.astype(np.dtype(spec.dtype.replace("bfloat16", "float32"))))
-    rows = {len(a) for a in arrays}
-    if len(rows) != 1:
-        raise BadInput(422, f"the inputs have different numbers of rows: {[len(a) for a in arrays]}")
-    if len(arrays[0]) > max_rows:
-        raise BadInput(413, f"{len(arrays[0])} rows is more than max_rows={max_rows}; split the request")
-    return tuple(arrays)
 
 
 def rows_of(value: Any, start: int, stop: int, batch_rows: int) -> Any:
@@ -213,6 +147,14 @@ class ModelIngress(HttpEdge):
 
     @app.post("/predict")
     async def predict(self, request: Request) -> JSONResponse:
+        done = await self._answer(request, lambda data: (data, None))
+        if isinstance(done, JSONResponse):
+            return done
+        return JSONResponse({"outputs": clean(done[0], infinity="null")})
+
+    async def _answer(self, request: Request, body_of: Any) -> Any:
+        """The native route's checks, batches and errors for a body parsed by ``body_of(data)``
+        into (``{"inputs": ...}``, extra); returns (outputs, extra) or an error response."""
         try:
             self.check_origin(request, body=True)
             self.check_key(request)
@@ -225,11 +167,12 @@ class ModelIngress(HttpEdge):
         except (ValueError, UnicodeDecodeError) as exc:
             return _error(400, f"invalid JSON: {exc}")
         try:
-            arrays = parse_inputs(data, self.specs, self.max_rows)
+            native, extra = body_of(data)
+            arrays = parse_inputs(native, self.specs, self.max_rows)
         except BadInput as exc:
             return JSONResponse(status_code=exc.status, content=exc.body())
         try:
-            out = await self._submit(arrays, deadline)
+            return await self._submit(arrays, deadline), extra
         except DeadlineExceeded as exc:
             return _error(504, str(exc), "model")
         except StageOverloaded as exc:
@@ -240,7 +183,54 @@ class ModelIngress(HttpEdge):
             return JSONResponse(status_code=500, content={
                 "error": "internal error; the server log has the details under this request id",
                 "fields": [], "request_id": rid}, headers={"X-Request-Id": rid})
-        return JSONResponse({"outputs": clean(out, infinity="null")})
+
+    def _model(self, request: Request, model: str) -> JSONResponse | None:
+        """An error response for a request the app must refuse (origin, key, model name)."""
+        try:
+            self.check_origin(request, body=False)
+            self.check_key(request)
+        except RequestError as exc:
+            return JSONResponse(status_code=exc.status, content=exc.body())
+        if model != self.info["name"]:
+            return _error(404, f"no model {model!r} here; this app serves {self.info['name']!r}", "model")
+        return None
+
+    @app.post("/v2/models/{model}/infer")
+    async def infer(self, model: str, request: Request) -> JSONResponse:
+        """The Open Inference Protocol's infer (serving.model_app.oip): one tensor per forward
+        argument, the same checks and batches as POST /predict."""
+        if model != self.info["name"]:
+            return _error(404, f"no model {model!r} here; this app serves {self.info['name']!r}", "model")
+        done = await self._answer(request, lambda data: infer_inputs(data, self.specs))
+        if isinstance(done, JSONResponse):
+            return done
+        out, rid = done
+        return JSONResponse(infer_answer(model, out, rid))
+
+    @app.get("/v2/models/{model}")
+    def model_metadata(self, model: str, request: Request) -> Any:
+        refused = self._model(request, model)
+        return refused or metadata(model, self.specs, self.info["outputs"])
+
+    @app.get("/v2/models/{model}/ready")
+    async def model_ready(self, model: str, request: Request) -> Any:
+        refused = self._model(request, model)
+        if refused is not None:
+            return refused
+        ready = all("error" not in v for v in (await self._stage_health()).values())
+        return JSONResponse(status_code=200 if ready else 503, content={"name": model, "ready": ready})
+
+    @app.get("/v2/health/live")
+    def server_live(self) -> dict[str, Any]:  # open to all, as /healthz
+        return {"live": True}
+
+    @app.get("/v2/health/ready")
+    async def server_ready(self, request: Request) -> Any:
+        refused = self._model(request, self.info["name"])
+        if refused is not None:
+            return refused
+        ready = all("error" not in v for v in (await self._stage_health()).values())
+        return JSONResponse(status_code=200 if ready else 503, content={"ready": ready})
 
     @app.get("/plan")
     def plan(self, request: Request) -> Any:
@@ -264,15 +254,20 @@ class ModelIngress(HttpEdge):
             self.check_key(request)
         except RequestError as exc:
             return JSONResponse(status_code=exc.status, content=exc.body())
+        stages = await self._stage_health()
+        ready = all("error" not in v for v in stages.values())
+        return JSONResponse(status_code=200 if ready else 503,
+                            content={"status": "ready" if ready else "not ready", "stages": clean(stages)})
+
+    async def _stage_health(self) -> dict[str, Any]:
+        """Each stage's canary row (one replica each), or the error it raised."""
         stages: dict[str, Any] = {}
         for k, handle in enumerate(self.stages):
             try:
                 stages[f"stage{k}"] = await asyncio.wait_for(handle.canary.remote(), READY_TIMEOUT_S)
             except Exception as exc:  # reported, never raised
                 stages[f"stage{k}"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
-        ready = all("error" not in v for v in stages.values())
-        return JSONResponse(status_code=200 if ready else 503,
-                            content={"status": "ready" if ready else "not ready", "stages": clean(stages)})
+        return stages
 
     @app.get("/stats")
     def stats(self, request: Request) -> Any:

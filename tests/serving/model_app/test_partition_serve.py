@@ -75,6 +75,22 @@ def test_three_stage_chain_equals_the_module(serve_port):
         ready = requests.get(app.url + "/readyz", timeout=60)  # every stage's canary row, on its device
         assert ready.status_code == 200, ready.text
         assert [v["canary"] for v in ready.json()["stages"].values()] == ["ok", "ok", "ok"]
+        # the Open Inference Protocol beside the native route: the same answers, its metadata
+        v2 = f"{app.url}/v2/models/mlp3"
+        r = requests.post(v2 + "/infer", json={"id": "q1", "inputs": [
+            {"name": "input__0", "shape": [11, 6], "datatype": "FP32", "data": x.reshape(-1).tolist()}]}, timeout=60)
+        assert r.status_code == 200, r.text
+        out = r.json()["outputs"][0]
+        assert r.json()["id"] == "q1" and out["name"] == "output__0" and out["shape"] == [11, 3]
+        assert torch.allclose(torch.tensor(out["data"]).reshape(11, 3), mlp(x), atol=1e-5)
+        meta = requests.get(v2, timeout=30).json()
+        assert meta["inputs"] == [{"name": "input__0", "datatype": "FP32", "shape": [-1, 6]}]
+        assert meta["outputs"] == [{"name": "output__0", "datatype": "FP32", "shape": [-1, 3]}]
+        assert requests.get(v2 + "/ready", timeout=60).json() == {"name": "mlp3", "ready": True}
+        assert requests.get(app.url + "/v2/health/live", timeout=30).json() == {"live": True}
+        assert requests.get(app.url + "/v2/health/ready", timeout=60).json() == {"ready": True}
+        r = requests.post(f"{app.url}/v2/models/other/infer", json={"inputs": []}, timeout=30)
+        assert r.status_code == 404 and r.json()["fields"][0]["field"] == "model"
     finally:
         app.shutdown()
 
@@ -109,6 +125,15 @@ def test_two_input_transformer_split_between_layers(serve_port):
             assert r.status_code == status and text in r.json()["error"], (body, r.text)
         r = requests.post(app.url + "/predict", data=b"{nope", timeout=30)
         assert r.status_code == 400 and "invalid JSON" in r.json()["error"]
+        # two forward arguments as two tensors of the protocol, in either order
+        tensors = [{"name": "input__1", "shape": [5, 12], "datatype": "INT64", "data": q_mask.reshape(-1).tolist()},
+                   {"name": "input__0", "shape": [5, 12], "datatype": "INT64", "data": q_ids.tolist()}]
+        r = requests.post(f"{app.url}/v2/models/bert2/infer", json={"inputs": tensors}, timeout=60)
+        assert r.status_code == 200, r.text
+        out = r.json()["outputs"][0]
+        assert torch.allclose(torch.tensor(out["data"]).reshape(out["shape"]), bert(q_ids, q_mask), atol=1e-5)
+        r = requests.post(f"{app.url}/v2/models/bert2/infer", json={"inputs": tensors[:1]}, timeout=60)
+        assert r.status_code == 422 and "input__0" in r.json()["error"], r.text
     finally:
         app.shutdown()
 
