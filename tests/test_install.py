@@ -27,6 +27,15 @@ def test_the_core_runs_with_the_extras_modules_blocked():
     assert out.returncode == 0 and "core install: ok" in out.stdout, out.stdout + out.stderr
 
 
+def test_the_serve_extra_serves_without_torch_or_onnx():
+    """`willump serve` of a scikit-learn artifact on `pip install 'willump-serve[serve]'`: the
+    serve path imported serving.partition (torch) at module level, found by installing the image's
+    extras in a clean venv (2026-12-05)."""
+    out = subprocess.run([sys.executable, str(CHECK), "--serve"], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "serve install: ok" in out.stdout, out.stdout + out.stderr
+
+
 def test_every_extras_module_is_one_the_check_blocks():
     from willump._extras import EXTRA_OF
 

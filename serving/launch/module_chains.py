@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from serving import partition as sp
 from serving.core.profiles import NodeSpec
 from serving.core.specs import ChainStageSpec, ModuleChainSpec, StageSpec
 from serving.model_app.placement import (
@@ -28,8 +27,8 @@ from serving.model_app.placement import (
     floor_units,
     replica_resources,
 )
-from serving.model_app.stage_replica import write_stage_file
 from serving.runtime.stage_runner import module_groups
+from willump._extras import require
 
 #: batch sizes a chained module is profiled at (rows per forward)
 CHAIN_BATCH_SIZES = (1, 8, 32)
@@ -62,6 +61,13 @@ def plan_module_chains(opt: Any, specs: list[StageSpec], *, module_memory: float
         raise ValueError(f"module_devices must be a positive int, got {devices!r}")
     features = opt.pipeline.graph_features()
     groups = sorted({g for s in chain_callers(specs) for g in module_groups(opt, s)})
+    if not groups:
+        return {}, []
+    # torch only here: `willump serve` of a scikit-learn artifact runs on the [serve] extra alone
+    require("torch", "serving a module group as a chain of partition stages")
+    from serving import partition as sp
+    from serving.model_app.stage_replica import write_stage_file
+
     chains: dict[str, ModuleChainSpec] = {}
     notes: list[str] = []
     folder: Path | None = None
