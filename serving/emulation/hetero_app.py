@@ -448,15 +448,30 @@ def deploy_hetero(source: Any, specs: Sequence[StageSpec], replicas: Mapping[tup
     return HeteroApp(name, handle, {k: int(n) for k, n in replicas.items() if n > 0}, names)
 
 
-def _check_free_devices(replicas: Mapping[tuple[str, str], int], device_share: float) -> None:
-    """Refuse a plan the cluster's free devices cannot hold (Serve would wait for them forever)."""
+#: seconds a shortfall of free devices may last before a plan is refused: an app deleted just
+#: before gives its devices back a moment after its replicas' actors are gone (the cluster's
+#: resource view lags; a loaded machine saw both device types at 0 free right after a delete)
+FREE_DEVICES_WAIT_S = 15.0
+
+
+def _check_free_devices(replicas: Mapping[tuple[str, str], int], device_share: float,
+                        wait_s: float = FREE_DEVICES_WAIT_S) -> None:
+    """Refuse a plan the cluster's free devices cannot hold (Serve would wait for them forever),
+    once the shortfall outlasts ``wait_s``."""
     import ray
 
     need: dict[str, float] = {}
     for (_, device), n in replicas.items():
         need[device] = need.get(device, 0.0) + n * device_share
-    free = ray.available_resources()
-    short = {d: (n, float(free.get(d, 0.0))) for d, n in need.items() if n > free.get(d, 0.0) + 1e-9}
+    deadline = time.monotonic() + wait_s
+    while True:
+        free = ray.available_resources()
+        short = {d: (n, float(free.get(d, 0.0))) for d, n in need.items() if n > free.get(d, 0.0) + 1e-9}
+        total = ray.cluster_resources()
+        # wait only for what the cluster has at all: a plan beyond its totals is refused at once
+        if not short or time.monotonic() > deadline or any(n > total.get(d, 0.0) + 1e-9 for d, n in need.items()):
+            break
+        time.sleep(0.25)
     if short:
         raise ValueError("the cluster's free devices cannot hold these replicas (device type: needed, free): "
                          + ", ".join(f"{d}: {n:g}, {f:g}" for d, (n, f) in sorted(short.items())))

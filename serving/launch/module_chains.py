@@ -28,7 +28,7 @@ from serving.model_app.placement import (
     replica_resources,
 )
 from serving.runtime.stage_runner import module_groups
-from willump._extras import require
+from willump.runtime import require
 
 #: batch sizes a chained module is profiled at (rows per forward)
 CHAIN_BATCH_SIZES = (1, 8, 32)

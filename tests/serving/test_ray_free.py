@@ -1,7 +1,8 @@
 """Serving test modules that start Ray, a server, a subprocess or a browser carry the
 ``starts_ray`` mark (`make test` runs them in two lanes, each on one worker, module after module:
-those on the worker's shared Ray, and those that start Rays of their own); the others carry none
-and are spread over the workers. A change that makes a module start something must mark it."""
+those on the worker's shared Ray, and those that start Rays of their own), or, for a whole app
+with a Ray of its own in a subprocess, ``app_in_subprocess``; the others carry none and are
+spread over the workers. A change that makes a module start something must mark it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from tests.conftest import (
     serial,
 )
 
+#: the other way to be marked: a whole app in a subprocess of its own, with a Ray of its own
+#: (tests/conftest.py runs those outside the lanes, first, on the third worker)
+APP_MARK = "pytest.mark.app_in_subprocess"
 #: what a module that starts Ray, a server, a subprocess or a browser uses
 STARTS = re.compile(r"ray_cluster|emulated_cluster|ray\.init|\bdeploy\(|deploy_hetero|serve\.(run|start)|"
                     r"subprocess|Popen|chromium|uvicorn|HTTPServer")
@@ -24,7 +28,8 @@ STARTS = re.compile(r"ray_cluster|emulated_cluster|ray\.init|\bdeploy\(|deploy_h
 def test_modules_that_start_something_are_marked_and_only_they():
     folder = REPO_ROOT / "tests" / "serving"
     modules = {str(p.relative_to(folder)): p.read_text() for p in folder.rglob("test_*.py") if p.name != "test_ray_free.py"}
-    unmarked = {name: STARTS.findall(text) for name, text in modules.items() if SERIAL_MARK not in text}
+    unmarked = {name: STARTS.findall(text) for name, text in modules.items()
+                if SERIAL_MARK not in text and APP_MARK not in text}
     assert not {k: v for k, v in unmarked.items() if v}, unmarked
     marked_idle = [name for name, text in modules.items() if SERIAL_MARK in text and not STARTS.search(text)]
     assert not marked_idle, marked_idle

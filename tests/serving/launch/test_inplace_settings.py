@@ -28,10 +28,12 @@ BIN = Path(sys.executable).parent
 #: Ray's CLIs refuse a cluster without token auth when a token file exists (~/.ray/auth_token):
 #: this private local cluster runs without one
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-#: the driver holding the cluster: it starts Ray with the dashboard and waits for SIGTERM
+#: the driver holding the cluster: it starts a Ray of its own (address="local": never one of the
+#: suite's other Rays) with the dashboard, and waits for SIGTERM
 DRIVER = """
 import signal, sys, ray
-ray.init(include_dashboard=True, dashboard_port=int(sys.argv[1]), num_cpus=2, log_to_driver=False)
+ray.init(address="local", include_dashboard=True, dashboard_port=int(sys.argv[1]), num_cpus=2,
+         log_to_driver=False)
 print("ready", flush=True)
 signal.sigwait({signal.SIGTERM, signal.SIGINT})
 ray.shutdown()
