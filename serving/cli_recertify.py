@@ -1,5 +1,8 @@
 """``willump recertify ARTIFACT --labels FILE``: the certified plan bounded again on fresh
-labelled rows (``OptimizedPipeline.recertify``), written as a new artifact when every gear holds.
+labelled rows (``OptimizedPipeline.recertify``), written as a new artifact when every gear holds;
+with ``--config SERVE_CONFIG`` (a config `willump build` wrote), that config then serves the new
+artifact, and ``serve deploy SERVE_CONFIG`` hands it to the running app (Serve's rolling update:
+the new replicas start before the old ones stop, so no request is lost).
 
 The labels file holds the pipeline's input columns and a label column (CSV, optionally gzipped,
 or JSON lines). Exit code 0 when the plan is re-certified (and ``-o`` written), 4 when a gear's
@@ -25,6 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            help="the rows and their labels: CSV (.csv, .csv.gz) or JSON lines (.jsonl)")
     recertify.add_argument("--label-column", default="label", help="the column holding the labels (default %(default)s)")
     recertify.add_argument("-o", "--output", help="write the re-certified artifact here (when every gear holds)")
+    recertify.add_argument("--config", metavar="SERVE_CONFIG",
+                           help="a Serve config `willump build` wrote: point it at the -o artifact, for "
+                                "`serve deploy SERVE_CONFIG` to hand it to the running app without downtime")
     recertify.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -49,6 +55,10 @@ def read_rows(path: str, label_column: str):
 def cmd_recertify(args: argparse.Namespace) -> int:
     import willump
 
+    if args.config and not args.output:
+        raise ValueError("--config points a Serve config at the re-certified artifact: give -o PATH to write it")
+    if args.config and not Path(args.config).is_file():
+        raise ValueError(f"--config {args.config}: no such file")
     opt = willump.load(args.artifact)
     X, y = read_rows(args.labels, args.label_column)
     result = opt.recertify(X, y)
@@ -65,4 +75,13 @@ def cmd_recertify(args: argparse.Namespace) -> int:
     if args.output:
         result.pipeline().save(args.output)
         print(f"willump: wrote {args.output} (serve it to replace the running app's artifact)", file=sys.stderr)
+    if args.config:
+        import yaml
+
+        from serving.launch.config import retarget_config, write_serve_config
+
+        config, apps = retarget_config(yaml.safe_load(Path(args.config).read_text()), args.output)
+        write_serve_config(config, args.config)
+        print(f"willump: {args.config} now serves {args.output} ({', '.join(apps)}); `serve deploy {args.config}` "
+              "hands it to the running app (a rolling update, no request lost)", file=sys.stderr)
     return 0

@@ -15,6 +15,7 @@ installed (the image), since ``serve deploy`` does not upload local code.
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,30 @@ def serve_config(
     if traced is not None:
         config["tracing_config"] = traced
     return config
+
+
+#: the entry points a Serve config written by `willump build` names (their args hold the spec)
+BUILDERS = ("serving.launch.graph:app_builder", "serving.launch.graph:monitor_builder")
+
+
+def retarget_config(config: dict[str, Any], artifact: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
+    """``config`` (a Serve config `willump build` wrote) serving ``artifact`` instead: every one
+    of its applications' artifact reference (path and version) replaced, nothing else. Deployed
+    with ``serve deploy``, Serve rolls each application over to the new artifact (new replicas
+    first, then the old ones stop: no request is lost). Returns the config and the names of the
+    applications changed; ValueError when the config names no willump application."""
+    path = str(Path(artifact).resolve())
+    source = vars(ArtifactSource(path_version(path), path=path)).copy()
+    out = copy.deepcopy(config)
+    changed = []
+    for app in out.get("applications") or []:
+        if app.get("import_path") in BUILDERS and isinstance(app.get("args"), dict):
+            app["args"]["artifact"] = dict(source)
+            changed.append(app.get("name"))
+    if not changed:
+        raise ValueError("the config names no application `willump build` wrote (import_path "
+                         f"{BUILDERS[0]}); nothing to hand the artifact to")
+    return out, changed
 
 
 def write_serve_config(config: dict[str, Any], path: str | os.PathLike) -> Path:

@@ -16,8 +16,10 @@ import os
 import tempfile
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
+import requests
 from sklearn.linear_model import LogisticRegression
 
 import willump
@@ -155,17 +157,45 @@ def under_load(url: str, batches: list, expected: list, clients: int):
     """``clients`` threads of :func:`predict_load` on ``url`` for the block's duration; yields
     the list their results go to (stopped and joined on the way out)."""
     results: list = []
+    with _threads(lambda stop: predict_load(url, batches, expected, stop, results), clients, join_s=120):
+        yield results
+
+
+@contextlib.contextmanager
+def _threads(loop, clients: int, join_s: float = 60.0):
+    """``clients`` threads running ``loop(stop)`` for the block's duration; stopped and joined
+    on the way out."""
     stop = threading.Event()
-    threads = [threading.Thread(target=predict_load, args=(url, batches, expected, stop, results))
-               for _ in range(clients)]
+    threads = [threading.Thread(target=loop, args=(stop,)) for _ in range(clients)]
     for t in threads:
         t.start()
     try:
-        yield results
+        yield
     finally:
         stop.set()
         for t in threads:
-            t.join(timeout=120)
+            t.join(timeout=join_s)
+
+
+@contextlib.contextmanager
+def version_clients(url: str, body: dict, clients: int = 2):
+    """``clients`` threads posting ``body`` to ``url`` (an app's /predict) in a loop for the
+    block's duration, as during a hand-over: yields lists of the statuses, the model versions
+    answering, and the errors (a dropped connection counts, never dies silently)."""
+    seen = SimpleNamespace(statuses=[], versions=[], errors=[])
+
+    def client(stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                r = requests.post(url, json=body, timeout=60)
+                seen.statuses.append(r.status_code)
+                if r.status_code == 200:
+                    seen.versions.append(r.json()["model_version"])
+            except Exception as exc:
+                seen.errors.append(repr(exc))
+
+    with _threads(client, clients):
+        yield seen
 
 
 def two_raylets(worker_labels: dict[str, str] | None = None):

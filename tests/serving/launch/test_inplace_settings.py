@@ -1,7 +1,11 @@
-"""The ingress's in-place settings through Serve's own path: `willump build` writes them as the
-ingress's user_config, `serve deploy` of an edited config changes them on the running replicas
-(the same replica actors before and after), and a bad edit is refused by the running replicas,
-which keep serving (raising there made Serve stop one of the app's two ingress replicas)."""
+"""A running app changed through Serve's own path (`willump build`'s config and `serve deploy`),
+on a private cluster:
+
+- the ingress's in-place settings: `serve deploy` of an edited user_config changes them on the
+  running replicas (the same replica actors before and after), and a bad edit is refused by the
+  running replicas, which keep serving (raising there made Serve stop one of two replicas);
+- a re-certified artifact: `willump recertify --config` points the config at it, and
+  `serve deploy` hands it to the running app under load without a failed request."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import yaml
 
 from serving.cli import main
 from serving.core.procstat import alive, descendants
-from tests.serving.conftest import free_port, wait_for
+from tests.serving.conftest import free_port, version_clients, wait_for
 
 #: a Ray of its own in a subprocess driver (with the dashboard, which `serve deploy` talks to):
 #: outside the two Ray lanes, like the demo
@@ -67,19 +71,18 @@ def _edited(source: Path, target: Path, **settings) -> Path:
     return target
 
 
-def test_serve_deploy_changes_the_settings_in_place_and_a_bad_edit_is_refused(synth_opt, tmp_path, request_rows):
-    artifact = tmp_path / "a.willump"
-    synth_opt.save(artifact)
-    port = free_port()
-    first = tmp_path / "serve.yaml"
-    assert main(["build", str(artifact), "-o", str(first), "--name", "inp", "--host", "127.0.0.1", "--port",
-                 str(port), "--cpus", "2"]) == 0
-    deployed = next(d for d in yaml.safe_load(first.read_text())["applications"][-1]["deployments"]
-                    if d["name"].endswith("-ingress"))["user_config"]
-    url = f"http://127.0.0.1:{port}/inp"
+@pytest.fixture(scope="module")
+def http_port() -> int:
+    """The private cluster's HTTP port: Serve keeps the port of the first config it was deployed
+    with (a later config's http_options are ignored), so every config here names this one."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    """A private Ray with its dashboard (what `serve deploy` talks to): its address."""
     dash_port = free_port()
-    dashboard = f"http://127.0.0.1:{dash_port}"
-    log = tmp_path / "driver.log"  # a file, not a pipe nobody drains
+    log = tmp_path_factory.mktemp("driver") / "driver.log"  # a file, not a pipe nobody drains
     with log.open("w") as out:
         driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(dash_port)], stdout=out,
                                   stderr=subprocess.STDOUT, text=True, env=ENV,
@@ -93,41 +96,7 @@ def test_serve_deploy_changes_the_settings_in_place_and_a_bad_edit_is_refused(sy
 
         wait_for(ready, timeout=120, interval=0.5, message="the private cluster to start")
         started = descendants({driver.pid})
-        _deploy(dashboard, first)
-
-        def running() -> bool:
-            app = _status(dashboard).get("applications", {}).get("inp", {})
-            return app.get("status") == "RUNNING"
-
-        wait_for(running, timeout=240, interval=2.0, message="the app to run")
-
-        def plan() -> dict:
-            return requests.get(url + "/plan", timeout=30).json()
-
-        assert plan()["live_settings"] == deployed and plan()["live_settings_rejected"] is None
-        replicas = _ingress_replicas(dashboard)
-        assert len(replicas) >= 1
-
-        # a good edit: applied by the running replicas
-        _deploy(dashboard, _edited(first, tmp_path / "good.yaml", deadline_ms=777.0, max_in_flight=5))
-        wait_for(lambda: plan()["live_settings"]["deadline_ms"] == 777.0, timeout=120, interval=1.0,
-                 message="the new deadline to apply")
-        wait_for(running, timeout=120, interval=2.0, message="the update to complete")
-        assert plan()["live_settings"] == {**deployed, "deadline_ms": 777.0, "max_in_flight": 5}
-        r = requests.post(url + "/predict", json={"rows": request_rows.iloc[:8].to_dict("records")}, timeout=60)
-        assert r.status_code == 200, r.text
-
-        # a bad edit: refused by the running replicas, which keep their settings and keep serving
-        _deploy(dashboard, _edited(tmp_path / "good.yaml", tmp_path / "bad.yaml", gear=99, deadline_ms=50.0))
-        wait_for(lambda: plan()["live_settings_rejected"] is not None, timeout=120, interval=1.0,
-                 message="the bad edit to be refused")
-        refused = plan()
-        assert "gear" in refused["live_settings_rejected"]["error"]
-        assert refused["live_settings"]["deadline_ms"] == 777.0
-        wait_for(running, timeout=120, interval=2.0, message="Serve to count the update done")
-        assert _ingress_replicas(dashboard) == replicas  # the same replica actors throughout
-        r = requests.post(url + "/predict", json={"rows": request_rows.iloc[:8].to_dict("records")}, timeout=60)
-        assert r.status_code == 200, r.text
+        yield f"http://127.0.0.1:{dash_port}"
     finally:
         started |= descendants({driver.pid})
         driver.send_signal(signal.SIGTERM)
@@ -137,3 +106,106 @@ def test_serve_deploy_changes_the_settings_in_place_and_a_bad_edit_is_refused(sy
             driver.kill()
     wait_for(lambda: not alive(started), timeout=120, interval=0.5,
              message=f"the private cluster's processes {sorted(alive(started))} to end")
+
+
+def _running(dashboard: str, name: str) -> bool:
+    return _status(dashboard).get("applications", {}).get(name, {}).get("status") == "RUNNING"
+
+
+def _build(artifact: Path, config: Path, name: str, port: int) -> dict:
+    assert main(["build", str(artifact), "-o", str(config), "--name", name, "--host", "127.0.0.1", "--port",
+                 str(port), "--cpus", "2"]) == 0
+    return next(d for d in yaml.safe_load(config.read_text())["applications"][-1]["deployments"]
+                if d["name"].endswith("-ingress"))
+
+
+def test_serve_deploy_changes_the_settings_in_place_and_a_bad_edit_is_refused(dashboard, http_port, synth_opt,
+                                                                                   tmp_path, request_rows):
+    artifact = tmp_path / "a.willump"
+    synth_opt.save(artifact)
+    port = http_port
+    first = tmp_path / "serve.yaml"
+    deployed = _build(artifact, first, "inp", port)["user_config"]
+    url = f"http://127.0.0.1:{port}/inp"
+    _deploy(dashboard, first)
+
+    def running() -> bool:
+        return _running(dashboard, "inp")
+
+    wait_for(running, timeout=240, interval=2.0, message="the app to run")
+
+    def plan() -> dict:
+        return requests.get(url + "/plan", timeout=30).json()
+
+    assert plan()["live_settings"] == deployed and plan()["live_settings_rejected"] is None
+    replicas = _ingress_replicas(dashboard)
+    assert len(replicas) >= 1
+
+    # a good edit: applied by the running replicas
+    _deploy(dashboard, _edited(first, tmp_path / "good.yaml", deadline_ms=777.0, max_in_flight=5))
+    wait_for(lambda: plan()["live_settings"]["deadline_ms"] == 777.0, timeout=120, interval=1.0,
+             message="the new deadline to apply")
+    wait_for(running, timeout=120, interval=2.0, message="the update to complete")
+    assert plan()["live_settings"] == {**deployed, "deadline_ms": 777.0, "max_in_flight": 5}
+    r = requests.post(url + "/predict", json={"rows": request_rows.iloc[:8].to_dict("records")}, timeout=60)
+    assert r.status_code == 200, r.text
+
+    # a bad edit: refused by the running replicas, which keep their settings and keep serving
+    _deploy(dashboard, _edited(tmp_path / "good.yaml", tmp_path / "bad.yaml", gear=99, deadline_ms=50.0))
+    wait_for(lambda: plan()["live_settings_rejected"] is not None, timeout=120, interval=1.0,
+             message="the bad edit to be refused")
+    refused = plan()
+    assert "gear" in refused["live_settings_rejected"]["error"]
+    assert refused["live_settings"]["deadline_ms"] == 777.0
+    wait_for(running, timeout=120, interval=2.0, message="Serve to count the update done")
+    assert _ingress_replicas(dashboard) == replicas  # the same replica actors throughout
+    r = requests.post(url + "/predict", json={"rows": request_rows.iloc[:8].to_dict("records")}, timeout=60)
+    assert r.status_code == 200, r.text
+
+
+def test_recertify_config_hands_the_new_artifact_to_the_running_app(dashboard, http_port, synth_opt, tmp_path,
+                                                                   request_rows):
+    """`willump recertify ART --labels FILE -o NEW --config SERVE_CONFIG`, then `serve deploy`:
+    Serve rolls the app over to the re-certified artifact while clients send requests; every
+    one is answered, first by the old artifact, then by the new, whose certificate /report shows."""
+    from tests.willump import synth
+    from tests.willump.synth import make_rows
+
+    artifact = tmp_path / "a.willump"
+    synth_opt.save(artifact)
+    port = http_port
+    config = tmp_path / "serve.yaml"
+    _build(artifact, config, "rc", port)
+    url = f"http://127.0.0.1:{port}/rc"
+    _deploy(dashboard, config)  # (this config holds only "rc": Serve removes the other test's app)
+    wait_for(lambda: _running(dashboard, "rc"), timeout=240, interval=2.0, message="the app to run")
+    old_version = requests.get(url + "/readyz", timeout=60).json()["model_version"]
+
+    X, y = make_rows(3000, seed=77)
+    labels = tmp_path / "labels.csv"
+    X.assign(label=y).to_csv(labels, index=False)
+    new = tmp_path / "recertified.willump"
+    synth.SLEEPING = False
+    try:
+        assert main(["recertify", str(artifact), "--labels", str(labels), "-o", str(new),
+                     "--config", str(config)]) == 0
+    finally:
+        synth.SLEEPING = True
+    app = yaml.safe_load(config.read_text())["applications"][-1]
+    assert app["args"]["artifact"]["path"] == str(new.resolve())
+
+    body = {"rows": request_rows.iloc[:8].to_dict("records")}
+    with version_clients(url + "/predict", body) as seen:
+        wait_for(lambda: len(seen.statuses) >= 10, timeout=60, message="requests before the hand-over")
+        _deploy(dashboard, config)
+        wait_for(lambda: seen.versions and seen.versions[-1] != old_version, timeout=240, interval=0.5,
+                 message="answers from the re-certified artifact")
+        count = len(seen.statuses)
+        wait_for(lambda: len(seen.statuses) >= count + 10, timeout=60, message="requests after the hand-over")
+    statuses, versions = seen.statuses, seen.versions
+    print(f"hand-over through serve deploy: {len(statuses)} requests, {statuses.count(200)} answered 200, "
+          f"{versions.count(old_version)} by the old artifact, {len(versions) - versions.count(old_version)} by the new")
+    assert seen.errors == [] and set(statuses) == {200}, (seen.errors[:3], sorted(set(statuses)))
+    assert versions[0] == old_version and versions[-1] != old_version
+    report = requests.get(url + "/report", timeout=30).json()
+    assert report["cert_rows"] == 3000

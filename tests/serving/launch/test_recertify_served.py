@@ -13,7 +13,7 @@ import requests
 
 from serving import deploy
 from tests.conftest import OWN_RAY_LANE
-from tests.serving.conftest import wait_for
+from tests.serving.conftest import version_clients, wait_for
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
@@ -35,8 +35,6 @@ def test_a_recertified_artifact_replaces_the_running_one_without_a_failed_reques
     """opt.recertify(...).pipeline() deployed under the running app's name while clients send
     requests: Serve rolls the app over to it; every request is answered (200), the answers name
     the old version, then the new one, and /report carries the new certificate."""
-    import threading
-
     from tests.willump import synth
     from tests.willump.synth import make_rows
 
@@ -51,39 +49,18 @@ def test_a_recertified_artifact_replaces_the_running_one_without_a_failed_reques
     served = deploy(synth_opt, name="recert", port=ray_cluster, cpus=1, device="cpu", insitu="never",
                     calibrate="never")
     body = {"rows": rows_of(request_rows.iloc[:8])}
-    statuses: list[int] = []
-    versions: list[str] = []
-    errors: list[str] = []
-    stop = threading.Event()
-
-    def client() -> None:
-        while not stop.is_set():
-            try:
-                r = post(served, "/predict", body)
-                statuses.append(r.status_code)
-                if r.status_code == 200:
-                    versions.append(r.json()["model_version"])
-            except Exception as exc:  # a dropped connection counts, never dies silently
-                errors.append(repr(exc))
-
-    threads = [threading.Thread(target=client) for _ in range(2)]
-    try:
-        for t in threads:
-            t.start()
-        wait_for(lambda: len(statuses) >= 10, timeout=60, message="requests before the hand-over")
+    with version_clients(served.url + "/predict", body) as seen:
+        wait_for(lambda: len(seen.statuses) >= 10, timeout=60, message="requests before the hand-over")
         again = deploy(new, name="recert", port=ray_cluster, plan=served.plan, insitu="never", calibrate="never")
         assert again.model_version != served.model_version
-        wait_for(lambda: versions and versions[-1] == again.model_version, timeout=120,
+        wait_for(lambda: seen.versions and seen.versions[-1] == again.model_version, timeout=120,
                  message="answers from the re-certified artifact")
-        count = len(statuses)
-        wait_for(lambda: len(statuses) >= count + 10, timeout=60, message="requests after the hand-over")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=60)
+        count = len(seen.statuses)
+        wait_for(lambda: len(seen.statuses) >= count + 10, timeout=60, message="requests after the hand-over")
+    statuses, versions = seen.statuses, seen.versions
     print(f"hand-over: {len(statuses)} requests, {statuses.count(200)} answered 200, "
           f"{versions.count(served.model_version)} by the old artifact, {versions.count(again.model_version)} by the new")
-    assert errors == [] and set(statuses) == {200}, (errors[:3], sorted(set(statuses)))
+    assert seen.errors == [] and set(statuses) == {200}, (seen.errors[:3], sorted(set(statuses)))
     assert versions[0] == served.model_version and versions[-1] == again.model_version
     report = requests.get(again.url + "/report", timeout=30).json()
     assert report["loss_bound"] == pytest.approx(recertified.gears[0].loss_bound) and report["cert_rows"] == 3000
