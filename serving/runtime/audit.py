@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -83,7 +84,8 @@ class LiveAudit:
                  segments: list[str] | None = None, seed: int = 0, batch_rows: int = AUDIT_BATCH_ROWS,
                  queue_rows: int = AUDIT_QUEUE_ROWS, flush_s: float = AUDIT_FLUSH_S,
                  on_count: Callable[[str, int], None] | None = None,
-                 on_answer: Callable[[Any], None] | None = None):
+                 on_answer: Callable[[Any], None] | None = None,
+                 on_cpu: Callable[[str, float], None] | None = None):
         self.rate = check_audit_rate(rate)
         self.final_levels = list(final_levels)
         self.full_classes, self.send, self.busy = full_classes, send, busy
@@ -93,6 +95,12 @@ class LiveAudit:
         self.on_count = on_count or (lambda outcome, n: None)
         #: called with the monitor's answer to every send (it names the gears held: serving.runtime.hold)
         self.on_answer = on_answer or (lambda answer: None)
+        #: hears the CPU seconds of the audit's own work on this thread, by part ("request_path":
+        #: observe; "worker": taking rows out and counting answers), summed and handed over with
+        #: each flush (never a metric call per request); the full pipeline's run is timed where
+        #: it runs (serving.runtime.hold.full_proba)
+        self.on_cpu = on_cpu or (lambda part, seconds: None)
+        self.cpu = {"request_path": 0.0, "worker": 0.0}
         #: sampled rows waiting: (the request's rows, the sampled positions, served classes, gear,
         #: segment key); the rows are taken out of the request's frame by the worker, not here
         self.queue: list[tuple[pd.DataFrame, np.ndarray, np.ndarray, int, tuple]] = []
@@ -107,6 +115,14 @@ class LiveAudit:
     def observe(self, rows: pd.DataFrame, proba: np.ndarray, level: np.ndarray, gear: int,
                 attributes: dict[str, Any] | None) -> None:
         """Count a request's rows and queue a sample of its cheap-level rows (or shed it)."""
+        start = time.thread_time()
+        try:
+            self._observe(rows, proba, level, gear, attributes)
+        finally:
+            self.cpu["request_path"] += time.thread_time() - start
+
+    def _observe(self, rows: pd.DataFrame, proba: np.ndarray, level: np.ndarray, gear: int,
+                 attributes: dict[str, Any] | None) -> None:
         n = len(level)
         if n == 0:
             return
@@ -210,13 +226,16 @@ class LiveAudit:
                 self._shed(gear, key, len(picked))
             return
         try:
+            start = time.thread_time()
             rows = pd.concat([frame.iloc[picked] for frame, picked, *_ in batch], ignore_index=True)
+            self.cpu["worker"] += time.thread_time() - start
             full = np.asarray(await asyncio.wait_for(self.full_classes(rows), AUDIT_CALL_S))
         except Exception as exc:  # an audit that cannot run is shed, never counted as agreement
             log.warning("live audit call failed, %d rows shed: %s", sum(len(b[1]) for b in batch), exc)
             for _, picked, _, gear, key in batch:
                 self._shed(gear, key, len(picked))
             return
+        counted = time.thread_time()
         start = 0
         for _, picked, served, gear, key in batch:
             differ = int(np.count_nonzero(full[start:start + len(picked)] != served))
@@ -226,9 +245,14 @@ class LiveAudit:
             entry[3] += differ
             self.on_count("disagree", differ)
             self.on_count("agree", len(picked) - differ)
+        self.cpu["worker"] += time.thread_time() - counted
 
     async def flush(self) -> None:
         """Send the counts gathered so far; kept for the next try when the monitor fails."""
+        for part, seconds in self.cpu.items():
+            if seconds > 0:
+                self.on_cpu(part, seconds)
+                self.cpu[part] = 0.0
         if not self.pending:
             return
         entries, self.pending = self.pending, {}

@@ -20,6 +20,7 @@ stays held until the app is re-certified (a new certificate starts the ledger ov
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import numpy as np
@@ -51,13 +52,25 @@ def held_gear(gear: int, held: frozenset[int]) -> tuple[int, bool]:
     return (0, True) if lowest == 0 else (lowest - 1, False)
 
 
-async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline) -> np.ndarray:
+def _with_thread_cpu(fn: Any, *args: Any) -> tuple[Any, float]:
+    """``fn(*args)`` and the CPU seconds the thread that ran it spent on it."""
+    start = time.thread_time()
+    out = fn(*args)
+    return out, time.thread_time() - start
+
+
+async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
+                     on_cpu: Any = None) -> np.ndarray:
     """The full pipeline's probabilities for ``rows``, from the stage that holds the full model
-    (a thread of the ingress when every level runs there)."""
+    (a thread of the ingress when every level runs there: then ``on_cpu(seconds)`` hears what
+    that thread spent on it)."""
     if ingress.second is not None:
         target, stage = ingress.second, ingress.stage_names[1]
     elif ingress.local:
-        return await asyncio.to_thread(ingress.first.runner.full_proba, rows)
+        proba, cpu = await asyncio.to_thread(_with_thread_cpu, ingress.first.runner.full_proba, rows)
+        if on_cpu is not None:
+            on_cpu(cpu)
+        return proba
     else:
         target, stage = ingress.first, ingress.stage_names[0]
     return np.asarray(await call_stage(target, "full_proba", (rows,), deadline, stage))

@@ -58,6 +58,10 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "willump_stage_rescues": ("counter", "stage calls copied to another replica after waiting past the bound "
                                          "on a silent replica, by whether the copy answered first",
                               ("app", "stage", "won")),
+    "willump_audit_cpu_seconds": ("counter", "CPU seconds the live audit took, in the threads that did the work, "
+                                             "by part: request_path (counting and sampling a request's rows), "
+                                             "worker (taking sampled rows out, counting answers), full_pipeline "
+                                             "(running it on them, when it runs in this process)", ("app", "part")),
     "willump_settings_rejected": ("counter", "in-place settings (the ingress's user_config) a running replica "
                                              "refused and did not apply", ("app",)),
     "willump_deadline_exceeded": ("counter", "requests past their deadline, by the stage that was late",

@@ -72,8 +72,13 @@ def ingress_audit(ingress: Any, settings: dict[str, Any] | None) -> LiveAudit | 
     if not settings or ingress.monitor is None:
         return None
 
+    def on_cpu(part: str, seconds: float) -> None:
+        ingress.metrics.count("willump_audit_cpu_seconds", seconds, part=part)
+
     async def full_classes(rows: Any) -> Any:
-        return (await full_proba(ingress, rows, Deadline.after(AUDIT_CALL_S))).argmax(axis=1)
+        proba = await full_proba(ingress, rows, Deadline.after(AUDIT_CALL_S),
+                                 on_cpu=lambda seconds: on_cpu("full_pipeline", seconds))
+        return proba.argmax(axis=1)
 
     async def send(entries: list) -> dict[str, Any]:
         answer = await call_stage(ingress.monitor, "audit", (entries,), Deadline.after(MONITOR_QUERY_S), "monitor")
@@ -96,4 +101,4 @@ def ingress_audit(ingress: Any, settings: dict[str, Any] | None) -> LiveAudit | 
     return LiveAudit(settings["rate"], settings["final_levels"], full_classes, send, busy,
                      segments=settings.get("segments"), seed=settings.get("seed", 0),
                      on_count=lambda outcome, n: ingress.metrics.count("willump_audit_rows", n, outcome=outcome),
-                     on_answer=on_answer)
+                     on_answer=on_answer, on_cpu=on_cpu)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import numpy as np
 import pandas as pd
@@ -69,6 +70,43 @@ def test_every_cheap_row_is_audited_in_batches_and_disagreements_counted():
     assert sink.total("served") == 18 and sink.total("cheap") == 12 and sink.total("audited") == 12
     assert sink.total("disagreed") == 6  # rows 1 and 3 of each request
     assert sum(calls) == 12 and max(calls) <= 8  # the rows of several requests share a call
+
+
+def test_the_audits_own_cpu_is_reported_by_part_and_the_full_pipelines_where_it_runs():
+    """What benchmarks.audit_cost reads (willump_audit_cpu_seconds): the request path's and the
+    worker's CPU on this thread, and the full pipeline's in the thread that ran it."""
+    from types import SimpleNamespace
+
+    from serving.runtime.hold import full_proba
+
+    cpu: dict[str, float] = {}
+
+    def on_cpu(part: str, seconds: float) -> None:
+        assert seconds >= 0.0
+        cpu[part] = cpu.get(part, 0.0) + seconds
+
+    def burn(rows):
+        end = time.thread_time() + 0.02  # 20 ms of this thread's CPU
+        while time.thread_time() < end:
+            pass
+        return np.tile(TWO_CLASSES[0], (len(rows), 1))
+
+    ingress = SimpleNamespace(second=None, local=True, first=SimpleNamespace(runner=SimpleNamespace(full_proba=burn)))
+
+    async def go():
+        async def full_classes(rows):
+            proba = await full_proba(ingress, rows, None, on_cpu=lambda s: on_cpu("full_pipeline", s))
+            return proba.argmax(axis=1)
+
+        audit = LiveAudit(1.0, [1], full_classes, _Sink(), lambda: False, flush_s=0.01, on_cpu=on_cpu)
+        audit.observe(*_request(6, cheap=4), gear=0, attributes=None)
+        while audit.queue:
+            await audit.audit_batch()
+        await audit.flush()  # the rest is summed on the audit and handed over with each flush
+
+    asyncio.run(go())
+    assert set(cpu) == {"request_path", "worker", "full_pipeline"}
+    assert 0.02 <= cpu["full_pipeline"] < 1.0  # the worker thread's CPU, not the event loop's
 
 
 def test_the_sampling_rate_is_kept_and_only_cheap_rows_are_sampled():
