@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     recertify.add_argument("-o", "--output", help="write the re-certified artifact here (when every gear holds)")
     recertify.add_argument("--config", metavar="SERVE_CONFIG",
                            help="a Serve config `willump build` wrote: point it at the -o artifact, for "
-                                "`serve deploy SERVE_CONFIG` to hand it to the running app without downtime")
+                                "`serve deploy SERVE_CONFIG` to hand it to the running app without downtime "
+                                "(the file is rewritten: its YAML comments are not kept)")
     recertify.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
