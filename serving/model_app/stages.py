@@ -199,8 +199,9 @@ class ModelIngress(HttpEdge):
     async def infer(self, model: str, request: Request) -> JSONResponse:
         """The Open Inference Protocol's infer (serving.model_app.oip): one tensor per forward
         argument, the same checks and batches as POST /predict."""
-        if model != self.info["name"]:
-            return _error(404, f"no model {model!r} here; this app serves {self.info['name']!r}", "model")
+        refused = self._model(request, model)  # the key first: a caller without it learns nothing
+        if refused is not None:
+            return refused
         done = await self._answer(request, lambda data: infer_inputs(data, self.specs))
         if isinstance(done, JSONResponse):
             return done

@@ -111,8 +111,12 @@ def current_settings(ingress: Any) -> dict[str, Any]:
         "degrade": bool(ingress.degrade),
         "max_in_flight": int(ingress.max_in_flight),
         "gear": gears.mode if isinstance(gears.mode, int) else "auto",
-        "hedging": any(h.enabled for h in hedges),
-        "lost_after_s": hedges[0].lost_after_s if hedges else ingress.config.lost_after_s,
+        # an app whose stages all run in the ingress has no stage calls to copy: what was set
+        # is shown (and applies to no call)
+        "hedging": any(h.enabled for h in hedges) if hedges else bool(
+            getattr(ingress, "live_values", {}).get("hedging", ingress.config.hedging)),
+        "lost_after_s": hedges[0].lost_after_s if hedges else getattr(ingress, "live_values", {}).get(
+            "lost_after_s", ingress.config.lost_after_s),
         "audit_rate": 0.0 if audit is None else audit.rate,
         "on_alarm": (ingress.config.audit or {}).get("on_alarm", "alert"),
     }
@@ -122,6 +126,7 @@ def apply_live_settings(ingress: Any, user_config: Any) -> dict[str, Any]:
     """Check a ``user_config`` and apply it to the running ingress; returns what it applied."""
     audited = ingress.audit is not None
     settings = check_live_settings(user_config, len(ingress.gears.ladder), audited)
+    ingress.live_values = {**getattr(ingress, "live_values", {}), **settings}
     for key, value in settings.items():
         if key == "deadline_ms":
             ingress.deadline_s = value / 1000.0

@@ -22,10 +22,10 @@ LADDER = [{"gear": g, "max_loss": 0.01 * g or None, "loss_bound": None, "method"
            "cert_disagreed": None} for g in range(3)]
 
 
-def _ingress(audited: bool = True, adaptive: bool = True) -> SimpleNamespace:
+def _ingress(audited: bool = True, adaptive: bool = True, stages: tuple = ("expensive",)) -> SimpleNamespace:
     policy = {"slo_ms": 100.0} if adaptive else {}
     gears = GearSwitch({"mode": "adaptive" if adaptive else 0, "ladder": LADDER, "policy": policy})
-    hedges = {s: StageHedge(lambda: 2, enabled=False, lost_after_s=2.0) for s in ("expensive",)}
+    hedges = {s: StageHedge(lambda: 2, enabled=False, lost_after_s=2.0) for s in stages}
     audit = SimpleNamespace(rate=0.01) if audited else None
     counted: list[str] = []
     return SimpleNamespace(
@@ -33,7 +33,7 @@ def _ingress(audited: bool = True, adaptive: bool = True) -> SimpleNamespace:
         metrics=SimpleNamespace(count=lambda metric, *a, **k: counted.append(metric)),
         deadline_s=1.0, degrade=False, max_in_flight=64, coalescers={"expensive": SimpleNamespace(max_queued=64)},
         gears=gears, hedges=hedges, audit=audit,
-        config=SimpleNamespace(audit={"on_alarm": "alert"} if audited else None, lost_after_s=2.0))
+        config=SimpleNamespace(audit={"on_alarm": "alert"} if audited else None, lost_after_s=2.0, hedging=None))
 
 
 def test_every_setting_reaches_what_it_steers():
@@ -112,3 +112,11 @@ def test_a_starting_replica_fails_on_a_bad_user_config_and_a_running_one_keeps_s
     assert ing.settings_rejected["user_config"] == {"deadline_ms": 100, "gear": 99}
     assert "gear" in ing.settings_rejected["error"]
     assert reconfigure(ing, {"deadline_ms": 100}) is not None and ing.settings_rejected is None
+
+
+def test_an_app_without_remote_stages_shows_the_hedging_settings_it_was_given():
+    """Every level in the ingress: no stage call to copy, but /plan shows what was set."""
+    ing = _ingress(stages=())
+    assert current_settings(ing)["hedging"] is False and current_settings(ing)["lost_after_s"] == 2.0
+    apply_live_settings(ing, {"hedging": True, "lost_after_s": 5.0})
+    assert current_settings(ing)["hedging"] is True and current_settings(ing)["lost_after_s"] == 5.0
