@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from serving.cli_recertify import add_parser as add_recertify_parser
@@ -51,8 +52,6 @@ def version() -> str:
 def is_model_command(argv: list[str] | None) -> bool:
     """``willump plan|serve FILE``, where FILE is a file (an artifact is a folder): a saved torch
     model, served partitioned (:mod:`serving.model_app.cli`)."""
-    from pathlib import Path
-
     args = list(sys.argv[1:] if argv is None else argv)
     return len(args) >= 2 and args[0] in ("plan", "serve") and Path(args[1]).is_file()
 
@@ -391,6 +390,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print("willump: " + (f"joining the Ray cluster at {args.address}" if args.address else "starting Ray")
           + " ...", flush=True)
     _check_exposure(args.host, args.api_key_env, args.require_key)
+    # what can be checked without Ray, before it starts (a container run without its artifact
+    # mounted, or without its key, says so in a second, not after Ray's start)
+    if not Path(args.artifact).exists():
+        raise ValueError(f"artifact {args.artifact}: no such file or directory (a directory written by "
+                         "OptimizedPipeline.save)")
+    _api_key(args)
     _announce_steps()
     started_ray = _ensure_ray(args.address, args.cpus, args.gpus, None if args.address else args.proxy,
                               args.transport, monitor=args.monitor_attributes is not None)

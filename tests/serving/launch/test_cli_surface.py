@@ -41,6 +41,23 @@ def test_a_named_error_exits_1_and_a_usage_error_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["keygen", "--env", "1x"])
     assert stop.value.code == EXIT_USAGE
+    # `willump serve` says what it can before Ray starts: a container run without its artifact
+    # mounted, or without its key (the Dockerfile's command), fails at once, naming it
+    import serving.launch.deploy
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started before the arguments were checked")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(serving.launch.deploy, "_ensure_ray", no_ray)
+        assert main(["serve", str(tmp_path / "missing"), "--host", "0.0.0.0", "--api-key-env",
+                     "NO_SUCH_KEY_VAR", "--require-key"]) == EXIT_ERROR
+        assert "no such file or directory" in capsys.readouterr().err
+        artifact = tmp_path / "a.willump"
+        artifact.mkdir()
+        assert main(["serve", str(artifact), "--host", "0.0.0.0", "--api-key-env", "NO_SUCH_KEY_VAR",
+                     "--require-key"]) == EXIT_ERROR
+        assert "NO_SUCH_KEY_VAR" in capsys.readouterr().err
 
 
 def test_build_writes_scale_to_zero_onnx_and_a_runtime_env(synth_opt, tmp_path, capsys):
