@@ -27,12 +27,6 @@ from drift._column_tests import SortedSample, weighted_categorical_test
 from drift._rules import EffectGate
 from drift._sample import Sample
 
-#: A shift is a change of mix when reweighting the reference to the window's mix of another
-#: attribute leaves at most this share of its effect (or less than the gate's threshold). An
-#: effect, not a test: reweighting to a few heavy reference rows costs the test its power, and
-#: a shift that merely became insignificant is not thereby explained.
-MIX_REMAINDER = 0.5
-
 
 def mix_weights(cur_codes: np.ndarray, w_cur: np.ndarray, ref_codes: np.ndarray,
                 w_ref: np.ndarray) -> np.ndarray:
@@ -51,12 +45,6 @@ def mix_weights(cur_codes: np.ndarray, w_cur: np.ndarray, ref_codes: np.ndarray,
     return w_ref * factor[ref_codes]
 
 
-def stands(test: dict[str, Any], kind: str, gate: EffectGate) -> bool:
-    """Whether a re-tested shift still passes the gate on its own (its p-value unadjusted: the
-    question is whether anything is left, not a new discovery)."""
-    return gate.passes({**test, "p_adjusted": test.get("p_value"), "effect_error": 0.0}, kind)
-
-
 def explained_by_mix(
     kind: str,
     column: int,
@@ -67,13 +55,14 @@ def explained_by_mix(
     in_cur: np.ndarray,
     in_ref: np.ndarray,
     gate: EffectGate,
-    original_effect: float,
     sorted_sample: SortedSample | None,
     design_effect: Any,
 ) -> tuple[str | None, float | None]:
     """The attribute whose change of mix inside the segment accounts for its shift of
-    `column` (against the reweighted reference its effect falls under the gate's threshold or
-    to at most MIX_REMAINDER of `original_effect`), with that effect;
+    `column` (against the reweighted reference its effect falls under the gate's threshold: an
+    effect, not a test, since reweighting to a few heavy reference rows costs a test its power
+    and a shift that merely became insignificant is not thereby explained; a share of the
+    effect would explain away a real shift that comes with a change of mix), with that effect;
     (None, lowest reweighted effect tried or None) when no attribute does.
 
     `design_effect(attribute index, mask_cur, mask_ref)` gives the two sides' design effects
@@ -101,6 +90,6 @@ def explained_by_mix(
         if effect is None:
             continue
         best = effect if best is None else min(best, effect)
-        if effect < gate.threshold(kind) or effect <= MIX_REMAINDER * original_effect:
+        if effect < gate.threshold(kind):
             return name, effect
     return None, best

@@ -27,7 +27,7 @@ from drift._column_tests import (
     segment_shift_pvalue,
     weighted_categorical_test,
 )
-from drift._composition import explained_by_mix, stands
+from drift._composition import explained_by_mix
 from drift._errors import SchemaError
 from drift._results import DriftReport
 from drift._rules import (
@@ -367,8 +367,7 @@ def conditional_shift(
             mc, mr = masks[k]
             seg_attrs = {schema.cat_columns.index(x) for x in segs[k]}
             r["explained_by"], _ = explained_by_mix(
-                kind, i, seg_attrs, attr_index, cur, base, mc, mr, gate, eff,
-                sorted_samples.get(i),
+                kind, i, seg_attrs, attr_index, cur, base, mc, mr, gate, sorted_samples.get(i),
                 (lambda b, mc=mc, mr=mr: _segment_effects("categorical", cur, base, b, mc, mr))
                 if clustered else (lambda b: (1.0, 1.0)))
             # a change of the segment's mix, not of the column: not where the shift happened
@@ -404,9 +403,10 @@ def _drop_riders(
     test_of: Callable[[str, int, np.ndarray, np.ndarray], dict[str, Any]],
     gate: EffectGate,
 ) -> None:
-    """A drifted shift that no longer passes the gate once the rows of a better-ranked
-    localized segment leave it (carrier=WN's departures moved only on its Denver flights,
-    dest=DEN's all did) is that segment's, not its own: `explained_by` names the segment
+    """A drifted shift whose effect falls under the gate's threshold once the rows of a
+    better-ranked localized segment leave it (carrier=WN's departures moved only on its Denver
+    flights, dest=DEN's all did) is that segment's, not its own (an effect, not a test: the
+    rows left may be too few for any test, which explains nothing): `explained_by` names the segment
     ("dest=DEN") and the row is not localized. Walks best first, as explain() drops riders
     (drift._minimality); only localized shifts that stand on their own explain others."""
     accepted: list[dict[str, Any]] = []
@@ -417,8 +417,8 @@ def _drop_riders(
             g_kind, g_k, g_i = place[id(g)]
             if g_i != i or g_kind != kind or not (mc & masks[g_k][0]).any():
                 continue
-            if not stands(test_of(kind, i, mc & ~masks[g_k][0], mr & ~masks[g_k][1]), kind,
-                          gate):
+            rest = test_of(kind, i, mc & ~masks[g_k][0], mr & ~masks[g_k][1]).get("effect")
+            if rest is not None and rest < gate.threshold(kind):
                 r["explained_by"] = ",".join(f"{a}={v}" for a, v in segs[g_k].items())
                 r["localized"] = False
                 break

@@ -54,3 +54,7 @@ PARSE_INLINE_BYTES = 64 * 1024
 #: the capacity router ranks a replica silent this long last (serving.runtime.calls.StageHedge,
 #: serving.runtime.routing; deploy(lost_after_s=...))
 LOST_AFTER_S = 2.0
+
+#: requests Serve lets into an ingress replica beyond its admission bound (max_ongoing_requests =
+#: the bound + this): the ingress answers 503 first; an in-place max_in_flight may not pass it
+INGRESS_SERVE_HEADROOM = 64

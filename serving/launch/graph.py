@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from serving.core.artifacts import ArtifactSource
-from serving.core.constants import CONCURRENT_BATCHES
+from serving.core.constants import CONCURRENT_BATCHES, INGRESS_SERVE_HEADROOM
 from serving.core.schema import RowSchema
 from serving.core.specs import (
     WHOLE_STAGE,
@@ -279,7 +279,7 @@ def ingress_options(spec: AppSpec, plan: Plan, max_in_flight: int,
     return {**options,
         "name": f"{spec.name}-ingress", "num_replicas": plan.ingress_replicas,
         # Serve's own limit sits above the ingress's admission bound, which answers 503 first
-        "max_ongoing_requests": max_in_flight + 64,
+        "max_ongoing_requests": max_in_flight + INGRESS_SERVE_HEADROOM,
         # no DRAIN_POLL_S here: behind HAProxy a stopping ingress replica first stays reachable for
         # INGRESS_DRAIN_S, and Ray's slower poll once it is closed leaves stale pooled connections
         # time to move on

@@ -231,6 +231,9 @@ async def _copy_due(task: asyncio.Future, t0: float, delay: float | None, bound:
     """Wait on the first call until a copy is due: "hedge" (its tail, a replica spare),
     "rescue" (past the bound while a replica of the stage is silent), or None (it answered, the
     deadline ``until`` passed, or no copy will be sent: wait for it)."""
+    # read once: an in-place settings change (serving.runtime.live_settings) may set it to None
+    # while this call waits
+    lost_after_s = hedge.lost_after_s if hedge.lost_after_s is not None else bound
     if delay is not None and (bound is None or delay < bound):
         done, _ = await asyncio.wait({task}, timeout=delay)
         if done:
@@ -240,7 +243,7 @@ async def _copy_due(task: asyncio.Future, t0: float, delay: float | None, bound:
         hedge.skipped_busy += 1  # every replica is busy: a copy would queue behind them
     if bound is None:
         return None
-    done, _ = await asyncio.wait({task}, timeout=max(hedge.lost_after_s - (time.monotonic() - t0), 0.0))
+    done, _ = await asyncio.wait({task}, timeout=max(lost_after_s - (time.monotonic() - t0), 0.0))
     while not done and time.monotonic() < until:
         silent = hedge.silent_now()
         if silent or (silent is None and time.monotonic() - t0 >= bound):

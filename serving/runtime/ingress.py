@@ -27,7 +27,12 @@ from fastapi.responses import JSONResponse, Response
 from ray import serve
 
 from serving.core.artifacts import ArtifactSource
-from serving.core.constants import CONCURRENT_BATCHES, INGRESS_BATCH_ROWS, PARSE_INLINE_BYTES
+from serving.core.constants import (
+    CONCURRENT_BATCHES,
+    INGRESS_BATCH_ROWS,
+    INGRESS_SERVE_HEADROOM,
+    PARSE_INLINE_BYTES,
+)
 from serving.core.jsonsafe import clean
 from serving.core.schema import (
     PredictRequest,
@@ -159,8 +164,11 @@ class Ingress(HttpEdge):
         self.gear_now = self.gears.pinned
         self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
         self.audit = ingress_audit(self, config.audit)  # the live audit (serving.runtime.audit)
-        #: the in-place settings (Serve's user_config): applied once yet, and the last refused
-        self.settings_applied, self.settings_rejected = False, None
+        #: the in-place settings (Serve's user_config): applied once yet, and the last refused;
+        #: what a user_config leaves out goes back to the deployed values (taken at the first)
+        self.settings_applied, self.settings_rejected, self.deployed_settings = False, None, None
+        #: Serve's own bound on requests in a replica (graph.ingress_options)
+        self.max_in_flight_cap = config.max_in_flight + INGRESS_SERVE_HEADROOM
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Serve's in-place update: the settings an operator may change without a restart

@@ -6,7 +6,7 @@ lightweight update), so the replicas keep running: no restart, no lost request, 
 profiling. ``willump build`` writes these settings, at their deployed values, under the ingress
 deployment's ``user_config`` in the config's ``deployments:`` section; an operator edits them
 there. What the plan fixed (stages, replicas' code, the artifact, the certificate) changes by a
-new deployment, never here. A setting missing from a ``user_config`` keeps its deployed value;
+new deployment, never here. A setting missing from a ``user_config`` has its deployed value;
 an unknown key or a bad value is refused with a message naming it (:func:`reconfigure`).
 
 The settings, with what each changes at once:
@@ -54,9 +54,13 @@ def _flag(key: str, value: Any) -> bool:
     return value
 
 
-def check_live_settings(user_config: Any, gears: int, audited: bool) -> dict[str, Any]:
+def check_live_settings(user_config: Any, gears: int, audited: bool,
+                        max_in_flight_cap: int | None = None) -> dict[str, Any]:
     """The settings of a ``user_config``, checked (ValueError naming the key): ``gears`` is the
-    number of gears the app serves, ``audited`` whether it was deployed with the live audit."""
+    number of gears the app serves, ``audited`` whether it was deployed with the live audit,
+    ``max_in_flight_cap`` the most requests Serve lets into a replica (its deployed
+    ``max_ongoing_requests``): beyond it Serve queues them, and the admission bound's 503 never
+    answers."""
     if user_config is None:
         return {}
     if not isinstance(user_config, Mapping):
@@ -74,6 +78,9 @@ def check_live_settings(user_config: Any, gears: int, audited: bool) -> dict[str
         elif key == "max_in_flight":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"user_config max_in_flight: an integer >= 1, got {value!r}")
+            if max_in_flight_cap is not None and value > max_in_flight_cap:
+                raise ValueError(f"user_config max_in_flight: at most {max_in_flight_cap} (the deployment's "
+                                 f"max_ongoing_requests, set when it was deployed), got {value}")
             out[key] = value
         elif key == "gear":
             if value != "auto" and (isinstance(value, bool) or not isinstance(value, int)
@@ -123,9 +130,16 @@ def current_settings(ingress: Any) -> dict[str, Any]:
 
 
 def apply_live_settings(ingress: Any, user_config: Any) -> dict[str, Any]:
-    """Check a ``user_config`` and apply it to the running ingress; returns what it applied."""
+    """Check a ``user_config`` and apply it to the running ingress; returns what it applied.
+
+    A setting the ``user_config`` leaves out goes back to its deployed value
+    (``ingress.deployed_settings``, taken before the first one), so every replica, running or
+    started later, serves with the same settings for the same ``user_config``."""
     audited = ingress.audit is not None
-    settings = check_live_settings(user_config, len(ingress.gears.ladder), audited)
+    if isinstance(user_config, Mapping) and getattr(ingress, "deployed_settings", None) is not None:
+        user_config = {**ingress.deployed_settings, **user_config}
+    settings = check_live_settings(user_config, len(ingress.gears.ladder), audited,
+                                   getattr(ingress, "max_in_flight_cap", None))
     ingress.live_values = {**getattr(ingress, "live_values", {}), **settings}
     for key, value in settings.items():
         if key == "deadline_ms":
@@ -163,6 +177,8 @@ def reconfigure(ingress: Any, user_config: Any) -> dict[str, Any] | None:
     ``live_settings_rejected`` in ``/plan`` (cleared by the next good one). Raising there would
     make Serve stop the replica and retry: one bad edit took one of an app's two ingress
     replicas down until the next good deploy."""
+    if getattr(ingress, "deployed_settings", None) is None:
+        ingress.deployed_settings = current_settings(ingress)
     try:
         applied = apply_live_settings(ingress, user_config)
     except ValueError as exc:

@@ -38,6 +38,21 @@ def test_mix_change_is_named_and_a_real_shift_is_not() -> None:
     assert "f inside seg=A moved only with its mix of kind" in report.summary()
 
 
+def test_a_real_shift_that_comes_with_a_change_of_mix_is_not_explained_away() -> None:
+    """seg=A's mix of kinds changes and its f moves +1 std besides: reweighting the reference to
+    the new mix leaves an effect far above the gate, so the shift is seg=A's own (a rule on the
+    share of the effect reweighting removes called it mix: found in review)."""
+    rng = np.random.default_rng(2)
+    mon = Monitor(["seg", "kind"], ["f"], clock=None, window_panes=1)
+    mon.set_reference(_rows(4000, rng, share_y_in_a=0.1, shift_b=0.0, t0=T0 - 3600))
+    window = _rows(4000, rng, share_y_in_a=0.5, shift_b=0.0, t0=T0)
+    window.loc[window["seg"] == "A", "f"] += 1.0
+    mon.ingest(window)
+    report = mon.conditional_shift(columns=["f"], segments=[{"seg": "A"}, {"seg": "B"}])
+    a = next(r for r in report if r["seg"] == "A")
+    assert a["drifted"] and a["explained_by"] is None and a["localized"], a
+
+
 def test_shift_riding_on_a_better_segment_is_that_segments() -> None:
     """kind=y's rows shift only where they are in seg=B: seg B holds the whole change, kind=y
     half of it; kind=y's shift is gone once seg=B's rows leave."""

@@ -29,7 +29,8 @@ def _ingress(audited: bool = True, adaptive: bool = True, stages: tuple = ("expe
     audit = SimpleNamespace(rate=0.01) if audited else None
     counted: list[str] = []
     return SimpleNamespace(
-        name="app", settings_applied=False, settings_rejected=None, counted=counted,
+        name="app", settings_applied=False, settings_rejected=None, deployed_settings=None, counted=counted,
+        max_in_flight_cap=None,
         metrics=SimpleNamespace(count=lambda metric, *a, **k: counted.append(metric)),
         deadline_s=1.0, degrade=False, max_in_flight=64, coalescers={"expensive": SimpleNamespace(max_queued=64)},
         gears=gears, hedges=hedges, audit=audit,
@@ -55,13 +56,29 @@ def test_every_setting_reaches_what_it_steers():
     assert ing.gears.adaptive and current_settings(ing)["gear"] == "auto" and ing.gears.held == frozenset()
 
 
-def test_a_missing_setting_keeps_its_value_and_none_changes_nothing():
+def test_a_setting_left_out_goes_back_to_its_deployed_value():
+    """Every replica, running or started later, serves with the same settings for the same
+    user_config: a key removed from it is not kept at its last value (found in review)."""
     ing = _ingress(adaptive=False)
-    before = current_settings(ing)
-    assert apply_live_settings(ing, None) == {} and apply_live_settings(ing, {}) == {}
-    apply_live_settings(ing, {"deadline_ms": 500})
-    assert current_settings(ing) == {**before, "deadline_ms": 500.0}
-    assert before["gear"] == 0  # an app deployed on gear 0 shows it
+    deployed = current_settings(ing)
+    assert deployed["gear"] == 0  # an app deployed on gear 0 shows it
+    reconfigure(ing, {"deadline_ms": 500, "gear": 2, "max_in_flight": 8})
+    assert current_settings(ing) == {**deployed, "deadline_ms": 500.0, "gear": 2, "max_in_flight": 8}
+    reconfigure(ing, {"deadline_ms": 500})
+    assert current_settings(ing) == {**deployed, "deadline_ms": 500.0}
+    reconfigure(ing, {})
+    assert current_settings(ing) == deployed
+    assert apply_live_settings(ing, None) == {}
+
+
+def test_max_in_flight_stays_under_serves_own_bound():
+    """Beyond the deployment's max_ongoing_requests Serve queues requests itself, and the
+    admission bound's 503 never answers: refused, naming the bound."""
+    ing = _ingress()
+    ing.max_in_flight_cap = 128
+    assert reconfigure(ing, {"max_in_flight": 128})["max_in_flight"] == 128
+    assert reconfigure(ing, {"max_in_flight": 129}) is None
+    assert "at most 128" in ing.settings_rejected["error"] and current_settings(ing)["max_in_flight"] == 128
 
 
 @pytest.mark.parametrize(("config", "named"), [
@@ -105,7 +122,7 @@ def test_a_starting_replica_fails_on_a_bad_user_config_and_a_running_one_keeps_s
     ing = _ingress()
     with pytest.raises(ValueError, match="gear"):
         reconfigure(ing, {"gear": 99})  # at start: the deploy fails naming the key
-    assert reconfigure(ing, {"deadline_ms": 300}) == {"deadline_ms": 300.0} and ing.settings_applied
+    assert reconfigure(ing, {"deadline_ms": 300})["deadline_ms"] == 300.0 and ing.settings_applied
     before = current_settings(ing)
     assert reconfigure(ing, {"deadline_ms": 100, "gear": 99}) is None
     assert current_settings(ing) == before and ing.counted == ["willump_settings_rejected"]
