@@ -45,9 +45,7 @@ def mix_weights(cur_codes: np.ndarray, w_cur: np.ndarray, ref_codes: np.ndarray,
     return w_ref * factor[ref_codes]
 
 
-def explained_by_mix(
-    kind: str,
-    column: int,
+def mix_reweightings(
     segment_attributes: set[int],
     attributes: list[tuple[str, int]],
     cur: Sample,
@@ -55,41 +53,54 @@ def explained_by_mix(
     in_cur: np.ndarray,
     in_ref: np.ndarray,
     gate: EffectGate,
-    sorted_sample: SortedSample | None,
     design_effect: Any,
-) -> tuple[str | None, float | None]:
-    """The attribute whose change of mix inside the segment accounts for its shift of
-    `column` (against the reweighted reference its effect falls under the gate's threshold: an
-    effect, not a test, since reweighting to a few heavy reference rows costs a test its power
-    and a shift that merely became insignificant is not thereby explained; a share of the
-    effect would explain away a real shift that comes with a change of mix), with that effect;
-    (None, lowest reweighted effect tried or None) when no attribute does.
+) -> list[tuple[str, np.ndarray]]:
+    """The attributes whose own mix inside the segment changed (passed the categorical gate),
+    each with the reference row weights that give it the window's mix there: the same for every
+    column tested inside the segment, so computed once per segment.
 
-    `design_effect(attribute index, mask_cur, mask_ref)` gives the two sides' design effects
-    of an attribute's mix inside the segment (rows in requests), (1, 1) for independent rows.
-    """
-    best: float | None = None
+    `design_effect(attribute index)` gives the two sides' design effects of an attribute's mix
+    inside the segment (rows in requests), (1, 1) for independent rows."""
+    out = []
     for name, b in attributes:
         if b in segment_attributes:
             continue
         codes_c, codes_r = cur.cat[b][in_cur], base.cat[b][in_ref]
         w_c, w_r = cur.weight[in_cur], base.weight[in_ref]
         mix = weighted_categorical_test(codes_c, w_c, codes_r, w_r, design_effect(b))
-        mix["p_adjusted"] = mix.get("p_value")
-        if not gate.passes(mix, "categorical"):
+        if not gate.passes({**mix, "p_adjusted": mix.get("p_value")}, "categorical"):
             continue  # the attribute's mix inside the segment did not change
         ref_weight = np.zeros(base.weight.size)
         ref_weight[in_ref] = mix_weights(codes_c, w_c, codes_r, w_r)
+        out.append((name, ref_weight))
+    return out
+
+
+def explained_by_mix(
+    kind: str,
+    column: int,
+    reweightings: list[tuple[str, np.ndarray]],
+    cur: Sample,
+    base: Sample,
+    in_cur: np.ndarray,
+    in_ref: np.ndarray,
+    gate: EffectGate,
+    sorted_sample: SortedSample | None,
+) -> str | None:
+    """The attribute whose change of mix inside the segment accounts for its shift of
+    `column` (:func:`mix_reweightings`; against the reweighted reference its effect falls under
+    the gate's threshold: an effect, not a test, since reweighting to a few heavy reference rows
+    costs a test its power and a shift that merely became insignificant is not thereby
+    explained; a share of the effect would explain away a real shift that comes with a change of
+    mix), or None when no attribute does."""
+    for name, ref_weight in reweightings:
         if kind == "numeric":
             assert sorted_sample is not None
             test = sorted_sample.compare_reweighted(in_cur, ref_weight)
         else:
-            test = weighted_categorical_test(cur.cat[column][in_cur], w_c,
+            test = weighted_categorical_test(cur.cat[column][in_cur], cur.weight[in_cur],
                                              base.cat[column][in_ref], ref_weight[in_ref])
         effect = test.get("effect")
-        if effect is None:
-            continue
-        best = effect if best is None else min(best, effect)
-        if effect < gate.threshold(kind):
-            return name, effect
-    return None, best
+        if effect is not None and effect < gate.threshold(kind):
+            return name
+    return None

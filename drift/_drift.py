@@ -27,7 +27,7 @@ from drift._column_tests import (
     segment_shift_pvalue,
     weighted_categorical_test,
 )
-from drift._composition import explained_by_mix
+from drift._composition import explained_by_mix, mix_reweightings
 from drift._errors import SchemaError
 from drift._results import DriftReport
 from drift._rules import (
@@ -352,6 +352,7 @@ def conditional_shift(
             rows.append(row)
     adjusted = benjamini_hochberg([r["p_value"] for r in rows])
     attr_index = [(a, schema.cat_columns.index(a)) for a in attrs]
+    reweightings: dict[int, list[tuple[str, np.ndarray]]] = {}
     for r, a in zip(rows, adjusted, strict=True):
         r["p_adjusted"] = a
         kind, k, i = place[id(r)]
@@ -365,13 +366,16 @@ def conditional_shift(
         r["explained_by"] = None
         if r["drifted"]:
             mc, mr = masks[k]
-            seg_attrs = {schema.cat_columns.index(x) for x in segs[k]}
-            r["explained_by"], _ = explained_by_mix(
-                kind, i, seg_attrs, attr_index, cur, base, mc, mr, gate, sorted_samples.get(i),
-                (lambda b, mc=mc, mr=mr: _segment_effects("categorical", cur, base, b, mc, mr))
-                if clustered else (lambda b: (1.0, 1.0)))
+            if k not in reweightings:  # one per segment, whatever the column
+                reweightings[k] = mix_reweightings(
+                    {schema.cat_columns.index(x) for x in segs[k]}, attr_index, cur, base, mc, mr, gate,
+                    (lambda b, mc=mc, mr=mr: _segment_effects("categorical", cur, base, b, mc, mr))
+                    if clustered else (lambda b: (1.0, 1.0)))
+            r["explained_by"] = explained_by_mix(kind, i, reweightings[k], cur, base, mc, mr, gate,
+                                                 sorted_samples.get(i))
             # a change of the segment's mix, not of the column: not where the shift happened
             r["localized"] = r["localized"] and r["explained_by"] is None
+
     def rank(r: dict[str, Any]) -> tuple:
         return (not r["localized"], not r["drifted"],
                 not (r["p_adjusted"] is not None and r["p_adjusted"] < gate.alpha),

@@ -167,6 +167,8 @@ class Ingress(HttpEdge):
         #: the in-place settings (Serve's user_config): applied once yet, and the last refused;
         #: what a user_config leaves out goes back to the deployed values (taken at the first)
         self.settings_applied, self.settings_rejected, self.deployed_settings = False, None, None
+        #: every setting applied so far (what /plan shows for those no object of the app holds)
+        self.live_values: dict[str, Any] = {}
         #: Serve's own bound on requests in a replica (graph.ingress_options)
         self.max_in_flight_cap = config.max_in_flight + INGRESS_SERVE_HEADROOM
 

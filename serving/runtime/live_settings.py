@@ -121,8 +121,8 @@ def current_settings(ingress: Any) -> dict[str, Any]:
         # an app whose stages all run in the ingress has no stage calls to copy: what was set
         # is shown (and applies to no call)
         "hedging": any(h.enabled for h in hedges) if hedges else bool(
-            getattr(ingress, "live_values", {}).get("hedging", ingress.config.hedging)),
-        "lost_after_s": hedges[0].lost_after_s if hedges else getattr(ingress, "live_values", {}).get(
+            ingress.live_values.get("hedging", ingress.config.hedging)),
+        "lost_after_s": hedges[0].lost_after_s if hedges else ingress.live_values.get(
             "lost_after_s", ingress.config.lost_after_s),
         "audit_rate": 0.0 if audit is None else audit.rate,
         "on_alarm": (ingress.config.audit or {}).get("on_alarm", "alert"),
@@ -136,11 +136,10 @@ def apply_live_settings(ingress: Any, user_config: Any) -> dict[str, Any]:
     (``ingress.deployed_settings``, taken before the first one), so every replica, running or
     started later, serves with the same settings for the same ``user_config``."""
     audited = ingress.audit is not None
-    if isinstance(user_config, Mapping) and getattr(ingress, "deployed_settings", None) is not None:
+    if isinstance(user_config, Mapping) and ingress.deployed_settings is not None:
         user_config = {**ingress.deployed_settings, **user_config}
-    settings = check_live_settings(user_config, len(ingress.gears.ladder), audited,
-                                   getattr(ingress, "max_in_flight_cap", None))
-    ingress.live_values = {**getattr(ingress, "live_values", {}), **settings}
+    settings = check_live_settings(user_config, len(ingress.gears.ladder), audited, ingress.max_in_flight_cap)
+    ingress.live_values = {**ingress.live_values, **settings}
     for key, value in settings.items():
         if key == "deadline_ms":
             ingress.deadline_s = value / 1000.0
@@ -177,7 +176,7 @@ def reconfigure(ingress: Any, user_config: Any) -> dict[str, Any] | None:
     ``live_settings_rejected`` in ``/plan`` (cleared by the next good one). Raising there would
     make Serve stop the replica and retry: one bad edit took one of an app's two ingress
     replicas down until the next good deploy."""
-    if getattr(ingress, "deployed_settings", None) is None:
+    if ingress.deployed_settings is None:
         ingress.deployed_settings = current_settings(ingress)
     try:
         applied = apply_live_settings(ingress, user_config)

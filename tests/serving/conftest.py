@@ -23,7 +23,7 @@ import requests
 from sklearn.linear_model import LogisticRegression
 
 import willump
-from tests.conftest import WORKER_RAY, free_port, release_worker_ray, wait_for  # noqa: F401 - shared helpers
+from tests.conftest import WORKER_RAY, free_port, release_worker_ray, wait_for
 from tests.serving.pipelines import CONTROL_ENV, stallable
 from tests.serving.pipelines import FIXED_COSTS as STALLABLE_COSTS
 from tests.willump.synth import FIXED_COSTS, make_rows, three_groups
@@ -196,6 +196,26 @@ def version_clients(url: str, body: dict, clients: int = 2):
 
     with _threads(client, clients):
         yield seen
+
+
+def handed_over(url: str, body: dict, hand_over, old_version: str, timeout: float = 240.0) -> SimpleNamespace:
+    """A hand-over under load (:func:`version_clients` on ``url``): ``hand_over()`` once ten
+    requests were answered, then until an answer names a version other than ``old_version``
+    and ten more requests were sent. Returns what the clients saw, ``result`` the hand-over's
+    return; every request answered 200, first by the old version, then by the new, is asserted."""
+    with version_clients(url, body) as seen:
+        wait_for(lambda: len(seen.statuses) >= 10, timeout=60, message="requests before the hand-over")
+        seen.result = hand_over()
+        wait_for(lambda: seen.versions and seen.versions[-1] != old_version, timeout=timeout, interval=0.5,
+                 message="answers from the new artifact")
+        count = len(seen.statuses)
+        wait_for(lambda: len(seen.statuses) >= count + 10, timeout=60, message="requests after the hand-over")
+    new = seen.versions[-1]
+    print(f"hand-over: {len(seen.statuses)} requests, {seen.statuses.count(200)} answered 200, "
+          f"{seen.versions.count(old_version)} by the old artifact, {seen.versions.count(new)} by the new")
+    assert seen.errors == [] and set(seen.statuses) == {200}, (seen.errors[:3], sorted(set(seen.statuses)))
+    assert seen.versions[0] == old_version
+    return seen
 
 
 def two_raylets(worker_labels: dict[str, str] | None = None):

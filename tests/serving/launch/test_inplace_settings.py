@@ -22,7 +22,7 @@ import yaml
 
 from serving.cli import main
 from serving.core.procstat import alive, descendants
-from tests.serving.conftest import free_port, version_clients, wait_for
+from tests.serving.conftest import free_port, handed_over, wait_for
 
 #: a Ray of its own in a subprocess driver (with the dashboard, which `serve deploy` talks to):
 #: outside the two Ray lanes, like the demo
@@ -195,17 +195,6 @@ def test_recertify_config_hands_the_new_artifact_to_the_running_app(dashboard, h
     assert app["args"]["artifact"]["path"] == str(new.resolve())
 
     body = {"rows": request_rows.iloc[:8].to_dict("records")}
-    with version_clients(url + "/predict", body) as seen:
-        wait_for(lambda: len(seen.statuses) >= 10, timeout=60, message="requests before the hand-over")
-        _deploy(dashboard, config)
-        wait_for(lambda: seen.versions and seen.versions[-1] != old_version, timeout=240, interval=0.5,
-                 message="answers from the re-certified artifact")
-        count = len(seen.statuses)
-        wait_for(lambda: len(seen.statuses) >= count + 10, timeout=60, message="requests after the hand-over")
-    statuses, versions = seen.statuses, seen.versions
-    print(f"hand-over through serve deploy: {len(statuses)} requests, {statuses.count(200)} answered 200, "
-          f"{versions.count(old_version)} by the old artifact, {len(versions) - versions.count(old_version)} by the new")
-    assert seen.errors == [] and set(statuses) == {200}, (seen.errors[:3], sorted(set(statuses)))
-    assert versions[0] == old_version and versions[-1] != old_version
+    handed_over(url + "/predict", body, lambda: _deploy(dashboard, config), old_version)
     report = requests.get(url + "/report", timeout=30).json()
     assert report["cert_rows"] == 3000

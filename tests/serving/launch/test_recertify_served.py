@@ -13,7 +13,7 @@ import requests
 
 from serving import deploy
 from tests.conftest import OWN_RAY_LANE
-from tests.serving.conftest import version_clients, wait_for
+from tests.serving.conftest import handed_over
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
@@ -49,19 +49,11 @@ def test_a_recertified_artifact_replaces_the_running_one_without_a_failed_reques
     served = deploy(synth_opt, name="recert", port=ray_cluster, cpus=1, device="cpu", insitu="never",
                     calibrate="never")
     body = {"rows": rows_of(request_rows.iloc[:8])}
-    with version_clients(served.url + "/predict", body) as seen:
-        wait_for(lambda: len(seen.statuses) >= 10, timeout=60, message="requests before the hand-over")
-        again = deploy(new, name="recert", port=ray_cluster, plan=served.plan, insitu="never", calibrate="never")
-        assert again.model_version != served.model_version
-        wait_for(lambda: seen.versions and seen.versions[-1] == again.model_version, timeout=120,
-                 message="answers from the re-certified artifact")
-        count = len(seen.statuses)
-        wait_for(lambda: len(seen.statuses) >= count + 10, timeout=60, message="requests after the hand-over")
-    statuses, versions = seen.statuses, seen.versions
-    print(f"hand-over: {len(statuses)} requests, {statuses.count(200)} answered 200, "
-          f"{versions.count(served.model_version)} by the old artifact, {versions.count(again.model_version)} by the new")
-    assert seen.errors == [] and set(statuses) == {200}, (seen.errors[:3], sorted(set(statuses)))
-    assert versions[0] == served.model_version and versions[-1] == again.model_version
+    seen = handed_over(served.url + "/predict", body, lambda: deploy(
+        new, name="recert", port=ray_cluster, plan=served.plan, insitu="never", calibrate="never"),
+        served.model_version, timeout=120)
+    again = seen.result
+    assert again.model_version != served.model_version and seen.versions[-1] == again.model_version
     report = requests.get(again.url + "/report", timeout=30).json()
     assert report["loss_bound"] == pytest.approx(recertified.gears[0].loss_bound) and report["cert_rows"] == 3000
     again.shutdown(stop_ray=False)

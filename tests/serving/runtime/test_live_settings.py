@@ -30,7 +30,7 @@ def _ingress(audited: bool = True, adaptive: bool = True, stages: tuple = ("expe
     counted: list[str] = []
     return SimpleNamespace(
         name="app", settings_applied=False, settings_rejected=None, deployed_settings=None, counted=counted,
-        max_in_flight_cap=None,
+        max_in_flight_cap=None, live_values={},
         metrics=SimpleNamespace(count=lambda metric, *a, **k: counted.append(metric)),
         deadline_s=1.0, degrade=False, max_in_flight=64, coalescers={"expensive": SimpleNamespace(max_queued=64)},
         gears=gears, hedges=hedges, audit=audit,
