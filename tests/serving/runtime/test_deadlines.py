@@ -28,12 +28,18 @@ pytestmark = pytest.mark.starts_ray
 STALL_S = 4.0
 
 
+#: the rate the strict app is planned for: one replica of each deployment at any measured cost
+STRICT_RPS = 1.0
+
+
 @pytest.fixture(scope="module")
 def strict(ray_cluster, stallable_opt):
     """No degradation; at most 2 requests in flight per ingress replica; the live audit samples
-    every cheap row (the monitor keeps its counts)."""
+    every cheap row (the monitor keeps its counts). Planned for a low rate (``rps``), so one
+    replica of each deployment whatever the profiles measure on a busy machine: the shedding
+    test needs the stalled request and the next one on the same ingress replica."""
     app = deploy(stallable_opt, name="strict", port=ray_cluster, cpus=1.5, device="cpu", calibrate="never", insitu="never",
-                 deadline_ms=3000, max_in_flight=2, layout="fused", monitor=True, audit_rate=1.0)
+                 deadline_ms=3000, max_in_flight=2, layout="fused", monitor=True, audit_rate=1.0, rps=STRICT_RPS)
     yield app
     app.shutdown(stop_ray=False)
 
