@@ -59,6 +59,16 @@ THROUGHPUT_FLAG = "RAY_SERVE_THROUGHPUT_OPTIMIZED"
 #: shutdown (Ctrl-C included) and redeploy wait that long.
 INGRESS_DRAIN_S = 2.0
 #: HAProxy's side ports come from here: below Ray Serve's direct-ingress range (30000+) and
+#: when Serve's HAProxy replays a request on another ingress replica (its ``retry-on``). Serve's
+#: default, ``conn-failure``, replays only what was never sent, so a request in flight on an
+#: ingress replica that dies, or one sent over a kept-alive connection to it before HAProxy
+#: noticed, fails (a dropped connection or a 500). Every POST route of a served app is safe to
+#: replay: /predict, /top_k and OIP inference are pure functions of the body, and /labels keeps
+#: the first label of a row (a replay counts as a duplicate). ``empty-response`` replays a
+#: request whose replica closed without answering; ``junk-response`` one whose replica broke
+#: off mid-answer. HAProxy replays only a request whose body fits its buffer (16 KB by default):
+#: a larger one fails as before.
+HAPROXY_RETRY_ON = "conn-failure empty-response junk-response"
 #: Linux's ephemeral range (32768+), where Ray's own processes take ports while starting
 SIDE_PORTS = (20000, 30000)
 #: HAProxy's server and client timeouts (seconds): a backstop above the longest deadline a
@@ -164,6 +174,7 @@ def proxy_environment(proxy: str = DEFAULT_PROXY, transport: str = "grpc") -> di
         "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": os.path.join(files, "metrics.sock"),
         "RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": str(HAPROXY_TIMEOUT_S),
         "RAY_SERVE_HAPROXY_TIMEOUT_CLIENT_S": str(HAPROXY_TIMEOUT_S),
+        "RAY_SERVE_HAPROXY_RETRY_ON": HAPROXY_RETRY_ON,
         # Serve's per-request HTTP metrics recorded by the ingress replica that answered, not
         # by HAProxy writing a syslog datagram per request for HAProxyManager to parse with
         # regular expressions in Python (about 0.1 ms of CPU per request on the project

@@ -32,6 +32,9 @@ def test_haproxy_environment_is_private_to_one_ray():
         assert float(a["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"]) == INGRESS_DRAIN_S
         # Serve's HTTP request metrics come from the replicas, not a syslog line per request
         assert a["RAY_SERVE_HAPROXY_METRICS_ENABLED"] == "0"
+        # a request whose ingress replica died without answering is replayed on another
+        # (tests/serving/runtime/test_faults.py kills one under load)
+        assert {"conn-failure", "empty-response", "junk-response"} <= set(a["RAY_SERVE_HAPROXY_RETRY_ON"].split())
         ports = [int(v) for k, v in a.items() if k.endswith("_PORT")]
         assert len(ports) == 4 and len(set(ports)) == 4
         assert all(SIDE_PORTS[0] <= p < SIDE_PORTS[1] for p in ports)

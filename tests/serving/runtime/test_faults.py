@@ -19,11 +19,13 @@ RAY_LANE = OWN_RAY_LANE
 #: client threads generating load
 CLIENTS = 4
 ROWS_PER_REQUEST = 16
-#: seconds of load before the kill (HAProxy's health checks and connection pools settled): a kill
-#: 1-2 s into the load, beside the suite's other Ray lane, once cost 8 requests (4 connections
-#: closed, 4 of HAProxy's 502/503 answers, which Serve's template turns into plain 500s), more than
-#: one per client; Serve's HAProxy replays only requests never sent (``retry-on conn-failure``)
+#: seconds of load before the kill (HAProxy's health checks and connection pools settled)
 WARM_S = 6.0
+#: the app's deadline: above how long a busy machine takes to replace the killed expensive
+#: replica (beside the suite's other lane, 7-11 s; with two CPU hogs beside it, up to 75 s, and
+#: requests waiting for it answered 504), and under the clients' 60 s timeout. The test is about
+#: lost requests, not about speed.
+DEADLINE_MS = 55_000
 #: correct answers the load must have had before the kill, and after Serve reports every replica
 #: RUNNING again (an outcome, not a rate: a rate measures the machine)
 ANSWERS_BEFORE = 20
@@ -33,7 +35,7 @@ ANSWERS_AFTER = 20
 @pytest.fixture(scope="module")
 def app(ray_cluster, synth_opt):
     served = deploy(synth_opt, name="faults", port=ray_cluster, cpus=2, device="cpu", calibrate="never",
-                    insitu="never", layout="fused")
+                    insitu="never", layout="fused", deadline_ms=DEADLINE_MS)
     yield served
     served.shutdown(stop_ray=False)
 
@@ -81,10 +83,15 @@ def test_killed_replica_loses_no_successful_request(app, synth_opt, request_rows
     successes = [r for r in results if r[1] == 200]
     assert successes and all(r[2] for r in successes), "a successful response was wrong"
     failures = [r for r in results if r[1] != 200]
-    # Stage calls to the killed expensive replica are retried (with backoff) on its successor;
-    # what can be lost is what was in flight on the killed ingress replica: at most one request
-    # per client (HAProxy forwards each client's next request to a live replica).
-    assert len(failures) <= CLIENTS, f"{len(failures)} failed requests: {sorted({r[1] for r in failures})}"
+    # Requests in flight on the killed ingress replica, or sent to it before HAProxy noticed, are
+    # replayed by HAProxy on the other (serving.launch.proxy.HAPROXY_RETRY_ON; before that replay,
+    # a kill beside the suite's other Ray lane lost 5 requests: closed connections and HAProxy's
+    # 502s, which Serve's template turns into plain 500s; with it, none beside one CPU hog). Stage
+    # calls to the killed expensive replica are retried (with backoff) on its successor. With two
+    # CPU hogs beside the app, Serve took up to 75 s to replace it: the requests waiting for it
+    # (one per client) answered 504 at their deadline, which this bound allows.
+    detail = "; ".join(f"{r[0] - t_kill:+.2f} s: {r[1]} after {r[3]:.2f} s {r[4]!r}" for r in failures[:12])
+    assert len(failures) <= CLIENTS, f"{len(failures)} failed requests: {detail}"
     before = answer_rate(results, min(r[0] for r in results), t_kill)
     after = answer_rate(results, t_healthy, t_end)
     text = requests.get(app.url + "/metrics", timeout=30).text
