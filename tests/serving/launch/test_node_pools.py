@@ -52,17 +52,25 @@ def app(cluster, synth_opt):
     served.shutdown(stop_ray=False)
 
 
-def _replica_infos(deployment: str, calls: int = 16) -> dict[str, dict]:
-    """Every replica's info (concurrent calls reach each replica of a small deployment)."""
+def _replica_infos(deployment: str, want: set[str] | None = None, calls: int = 20,
+                   rounds: int = 40) -> dict[str, dict]:
+    """Every replica's info, or those in ``want``: rounds of concurrent calls, until each has
+    answered one. The capacity router sends a call where it expects the shortest wait, so once
+    the replicas report unequal capacity, a round reaches the slower one only while the faster
+    holds enough of the round's calls (after the load, ten rounds of 16 calls once reached only
+    the faster replica). ``calls`` stays under the stage's queue bound (24: Serve refuses more)."""
     from ray import serve
 
     handle = serve.get_deployment_handle(deployment, "pools")
     out: dict[str, dict] = {}
-    for _ in range(10):
+    for _ in range(rounds):
         for info in [r.result() for r in [handle.info.remote() for _ in range(calls)]]:
             out[info["replica"]] = info
-        if len(out) >= 2:
+        if (want is None and len(out) >= 2) or (want is not None and want <= set(out)):
             break
+        time.sleep(0.25)
+    if want is not None:
+        assert want <= set(out), f"replicas {sorted(want - set(out))} answered none of {rounds} rounds of {calls} calls"
     return out
 
 
@@ -85,7 +93,7 @@ def test_the_slower_replica_gets_fewer_rows(cluster, app, synth_opt, request_row
     results = _under_load(app, synth_opt, request_rows, answered, 180, "120 answers")
     assert all(r[2] for r in results if r[1] == 200) and all(r[1] == 200 for r in results), \
         sorted({r[1] for r in results})
-    infos = _replica_infos("pools-cheap")
+    infos = _replica_infos("pools-cheap", want=set(before))
     rows = {("slow" if v["node_id"] == worker.node_id else "fast"): v["rows"] - before[k] for k, v in infos.items()}
     slowdown = {("slow" if v["node_id"] == worker.node_id else "fast"): v["emulated"]["slowdown"]
                 for v in infos.values()}
