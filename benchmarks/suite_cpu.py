@@ -8,7 +8,8 @@ wall time follows the CPU it spends, not how its tests are spread over workers: 
 where that CPU went. Kinds: Serve replicas (by app), Ray's idle workers booting (before an
 actor or task takes them), Ray's daemons (GCS, raylet, dashboard and its agent, log monitor),
 Serve's controller and proxies, HAProxy, the pytest processes (the workers run the in-process
-tests, the load generators and the deploy calls), and everything else by executable.
+tests, the load generators and the deploy calls), and everything else by executable. A worker
+Ray renames counts as a process under each name it had.
 
 A process is read once a second, so the CPU of one that starts and ends between two reads is
 missed; one that started after the command did is counted from its start. Ray renames a worker
@@ -85,6 +86,7 @@ def sample(command: Sequence[str], interval_s: float = INTERVAL_S) -> dict:
     me = str(os.getpid())
     started_at = _uptime()
     seen: dict[tuple[str, float], float] = {}  # (pid, start) -> CPU seconds at the last read
+    named: set[tuple[str, float, str]] = set()  # (pid, start, kind): a renamed worker counts under each name
     cpu: Counter = Counter()
     processes: Counter = Counter()
     t0 = time.monotonic()
@@ -100,8 +102,10 @@ def sample(command: Sequence[str], interval_s: float = INTERVAL_S) -> dict:
             used, start, cmdline = read
             key = (pid, start)
             name = kind(cmdline)
-            if key not in seen:
+            if (*key, name) not in named:
+                named.add((*key, name))
                 processes[name] += 1
+            if key not in seen:
                 # a process already running before the command: its past is not the command's
                 seen[key] = used if start < started_at else 0.0
             cpu[name] += used - seen[key]
