@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
+import random
 import time
 from pathlib import Path
 
@@ -218,11 +218,23 @@ def shared_datasets() -> Path:
 
 
 # --- helpers every test folder shares (defined once) ----------------------------------------------
+#: where tests take their apps' ports: below Linux's ephemeral range (32768+, where the kernel
+#: hands out port 0 and Ray's processes in the other lanes take theirs: a port found free there
+#: was once taken by one of them before Serve bound it) and above HAProxy's side ports
+#: (serving.launch.proxy.SIDE_PORTS)
+TEST_PORTS = (30000, 32768)
+_PORTS = random.Random()  # not seeded: the xdist workers must not walk the same ports
+_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on loopback nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on loopback nobody listens on right now, in ``TEST_PORTS``, never given twice
+    by this process."""
+    from serving.launch.proxy import free_ports
+
+    (port,) = free_ports(1, _PORTS, TEST_PORTS, "127.0.0.1", taken=_GIVEN)
+    _GIVEN.add(port)
+    return port
 
 
 def wait_for(check, timeout: float = 60.0, interval: float = 0.25, message: str = "condition"):

@@ -106,22 +106,24 @@ os.execv(real, [real, *args])
 '''
 
 
-def _free_ports(count: int, rng: random.Random) -> list[int]:
-    """``count`` distinct ports in SIDE_PORTS that nothing listens on right now."""
-    ports: list[int] = []
-    for _ in range(200):
-        port = rng.randrange(*SIDE_PORTS)
-        if port in ports:
+def free_ports(count: int, rng: random.Random, ports: tuple[int, int] = SIDE_PORTS, host: str = "0.0.0.0",
+               taken: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """``count`` distinct ports in ``ports`` (a range, end excluded) that nothing listens on
+    right now on ``host``, none of ``taken``."""
+    found: list[int] = []
+    for _ in range(200 + 50 * count):
+        port = rng.randrange(*ports)
+        if port in found or port in taken:
             continue
         with socket.socket() as s:
             try:
-                s.bind(("0.0.0.0", port))
+                s.bind((host, port))
             except OSError:
                 continue
-        ports.append(port)
-        if len(ports) == count:
-            return ports
-    raise RuntimeError(f"no {count} free ports in {SIDE_PORTS} for HAProxy")
+        found.append(port)
+        if len(found) == count:
+            return found
+    raise RuntimeError(f"no {count} free ports in {ports}")
 
 
 def _launcher(files: str, real: str) -> str:
@@ -159,7 +161,7 @@ def proxy_environment(proxy: str = DEFAULT_PROXY, transport: str = "grpc") -> di
     # node directory below this one: keep it short.
     files = tempfile.mkdtemp(prefix="wh-", dir="/tmp" if os.path.isdir("/tmp") else None)
     # not seeded: two Ray instances started together must differ
-    stats, metrics, fallback_http, fallback_grpc = _free_ports(4, random.Random())
+    stats, metrics, fallback_http, fallback_grpc = free_ports(4, random.Random())
     env.update({
         HAPROXY_FLAG: "1",
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": str(INGRESS_DRAIN_S),
