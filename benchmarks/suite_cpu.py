@@ -119,17 +119,21 @@ def sample(command: Sequence[str], interval_s: float = INTERVAL_S) -> dict:
             "cores_busy": sum(cpu.values()) / elapsed if elapsed else 0.0}
 
 
+def _all_apps(by_kind: dict[str, float]) -> Counter:
+    """``by_kind`` with every app's replicas summed into one line."""
+    out: Counter = Counter()
+    for name, value in by_kind.items():
+        out["Serve replicas (all apps)" if name.startswith("Serve replica:") else name] += value
+    return out
+
+
 def report(result: dict, top: int = 25) -> str:
+    """The figures as a table, largest first, every app's replicas on one line."""
     lines = [f"{result['elapsed_s']:.0f} s, {result['total_cpu_s']:.0f} CPU s ({result['cores_busy']:.2f} cores busy), "
              f"exit {result['returncode']}", f"{'CPU s':>8} {'share':>6} {'procs':>6}  kind"]
-    grouped: Counter = Counter()
-    for name, seconds in result["cpu_s"].items():
-        grouped["Serve replicas (all apps)" if name.startswith("Serve replica:") else name] += seconds
-    counts: Counter = Counter()
-    for name, n in result["processes"].items():
-        counts["Serve replicas (all apps)" if name.startswith("Serve replica:") else name] += n
+    cpu, counts = _all_apps(result["cpu_s"]), _all_apps(result["processes"])
     total = result["total_cpu_s"] or 1.0
-    for name, seconds in grouped.most_common(top):
+    for name, seconds in cpu.most_common(top):
         lines.append(f"{seconds:8.1f} {seconds / total:6.1%} {counts[name]:6d}  {name}")
     return "\n".join(lines)
 

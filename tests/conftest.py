@@ -220,9 +220,10 @@ def shared_datasets() -> Path:
 # --- helpers every test folder shares (defined once) ----------------------------------------------
 #: where tests take their apps' ports: below Linux's ephemeral range (32768+, where the kernel
 #: hands out port 0 and Ray's processes in the other lanes take theirs: a port found free there
-#: was once taken by one of them before Serve bound it) and above HAProxy's side ports
+#: was once taken by one of them before Serve bound it), above Ray Serve's direct-ingress HTTP
+#: ports (30000-31000, one per ingress replica) and HAProxy's side ports
 #: (serving.launch.proxy.SIDE_PORTS)
-TEST_PORTS = (30000, 32768)
+TEST_PORTS = (31000, 32768)
 _PORTS = random.Random()  # not seeded: the xdist workers must not walk the same ports
 _GIVEN: set[int] = set()
 

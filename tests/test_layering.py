@@ -178,3 +178,16 @@ def test_a_replica_imports_none_of_the_optimizer():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"a replica imports the optimizer: {out.stdout}"
+
+
+def test_every_public_willump_name_resolves():
+    """``willump``'s public names load on first use (``willump._LAZY``): every name in
+    ``__all__`` is importable and is either loaded lazily or defined in the package itself."""
+    import willump
+
+    eager = {"ArtifactError", "PipelineError", "WillumpError", "WillumpWarning", "__version__"}
+    assert set(willump.__all__) == set(willump._LAZY) | eager
+    for name in willump.__all__:
+        assert getattr(willump, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        willump.nothing  # noqa: B018

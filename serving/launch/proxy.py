@@ -58,7 +58,6 @@ THROUGHPUT_FLAG = "RAY_SERVE_THROUGHPUT_OPTIMIZED"
 #: Serve's own and follows the controller within a tick, and 30 s would make every
 #: shutdown (Ctrl-C included) and redeploy wait that long.
 INGRESS_DRAIN_S = 2.0
-#: HAProxy's side ports come from here: below Ray Serve's direct-ingress range (30000+) and
 #: when Serve's HAProxy replays a request on another ingress replica (its ``retry-on``). Serve's
 #: default, ``conn-failure``, replays only what was never sent, so a request in flight on an
 #: ingress replica that dies, or one sent over a kept-alive connection to it before HAProxy
@@ -69,6 +68,7 @@ INGRESS_DRAIN_S = 2.0
 #: off mid-answer. HAProxy replays only a request whose body fits its buffer (16 KB by default):
 #: a larger one fails as before.
 HAPROXY_RETRY_ON = "conn-failure empty-response junk-response"
+#: HAProxy's side ports come from here: below Ray Serve's direct-ingress range (30000+) and
 #: Linux's ephemeral range (32768+), where Ray's own processes take ports while starting
 SIDE_PORTS = (20000, 30000)
 #: HAProxy's server and client timeouts (seconds): a backstop above the longest deadline a
