@@ -354,7 +354,8 @@ class Ingress(HttpEdge):
         latency_ms = (time.perf_counter() - t0) * 1000.0
         probe = self._probe(request)
         if not probe:
-            for i, c in enumerate(np.bincount(level, minlength=len(self.info["levels"]))):
+            level_rows = np.bincount(level, minlength=len(self.info["levels"]))
+            for i, c in enumerate(level_rows):
                 if c:
                     self.metrics.count("willump_rows", int(c), level=str(i))
             self.metrics.count("willump_gear_rows", n, gear="full" if full else str(gear))
@@ -362,7 +363,7 @@ class Ingress(HttpEdge):
             if full:
                 self.audit.shadow(gear, n, decided, disagreed, attributes)
             else:
-                self.audit.observe(frame, proba, level, gear, attributes)
+                self.audit.observe(frame, proba, level, gear, attributes, level_rows=level_rows)
         if self.records is not None:  # built for every request; a probe's are not sent (its CPU counts)
             columns = record_columns(frame, proba, level, replica, latency_ms, started, self.version,
                                      attributes, self.records.config, gear=gear,

@@ -100,5 +100,6 @@ def ingress_audit(ingress: Any, settings: dict[str, Any] | None) -> LiveAudit | 
 
     return LiveAudit(settings["rate"], settings["final_levels"], full_classes, send, busy,
                      segments=settings.get("segments"), seed=settings.get("seed", 0),
+                     idle=lambda: ingress.in_flight == 0,
                      on_count=lambda outcome, n: ingress.metrics.count("willump_audit_rows", n, outcome=outcome),
                      on_answer=on_answer, on_cpu=on_cpu)

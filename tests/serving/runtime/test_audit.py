@@ -287,3 +287,79 @@ def test_a_large_request_waits_as_its_sampled_rows_only():
         await audit.close()
 
     asyncio.run(go())
+
+
+def test_the_sample_does_not_depend_on_how_rows_are_split_into_requests():
+    """The sample is drawn as the gaps of one Bernoulli process over the stream of cheap rows:
+    the same seed samples the same rows whether they come as one request or many, and a request
+    with no sampled row draws nothing; the caller's level counts give the same counts."""
+    def sampled(sizes: list[int], counted: bool) -> tuple[list[float], list[int]]:
+        async def go():
+            audit = _audit(lambda rows: np.zeros(len(rows), int), _Sink(), rate=0.05, queue_rows=10**6, seed=7)
+            start = 0
+            for size in sizes:
+                rows, proba, level = _request(size, cheap=size)
+                rows["x"] += start
+                start += size
+                audit.observe(rows, proba, level, gear=0, attributes=None,
+                              level_rows=np.bincount(level, minlength=2) if counted else None)
+            picked = [float(x) for frame, positions, *_ in audit.queue for x in frame["x"].to_numpy()[positions]]
+            counts = audit.pending[(0, ())]
+            audit.queue, audit.sampled_at, audit.queued = [], [], 0
+            return picked, counts[:2]
+
+        return asyncio.run(go())
+
+    whole, counts = sampled([2000], counted=False)
+    assert 60 < len(whole) < 150 and counts == [2000, 2000]
+    assert sampled([1] * 2000, counted=True) == (whole, counts)
+    assert sampled([7, 300, 1, 1692], counted=True) == (whole, counts)
+
+
+def test_a_new_rate_starts_a_new_gap():
+    async def go():
+        audit = _audit(lambda rows: np.zeros(len(rows), int), _Sink(), rate=0.0, queue_rows=10**6)
+        audit.observe(*_request(500, cheap=500), gear=0, attributes=None)
+        assert audit.queued == 0
+        audit.rate = 1.0
+        audit.observe(*_request(5, cheap=3), gear=0, attributes=None)
+        assert audit.queued == 3
+        audit.rate = 0.0
+        audit.observe(*_request(500, cheap=500), gear=0, attributes=None)
+        assert audit.queued == 3
+        await audit.close()
+
+    asyncio.run(go())
+    with pytest.raises(ValueError, match="audit_rate"):
+        _audit(None, _Sink()).rate = 2
+
+
+def test_the_worker_waits_for_a_full_batch_while_requests_are_in_flight():
+    """Under load a part batch waits (up to max_wait_s); an idle ingress audits it at once."""
+    calls: list[int] = []
+    state = {"idle": False}
+
+    def full(rows):
+        calls.append(len(rows))
+        return np.zeros(len(rows), int)
+
+    async def go():
+        sink = _Sink()
+        audit = _audit(full, sink, batch_rows=8, max_wait_s=0.3, idle=lambda: state["idle"])
+        audit.observe(*_request(5, cheap=5), gear=0, attributes=None)
+        await asyncio.sleep(0.1)
+        assert calls == [] and audit.queued == 5  # busy ingress, part batch: waits
+        audit.observe(*_request(5, cheap=5), gear=0, attributes=None)  # 10 >= 8: a batch is due
+        await asyncio.sleep(0.1)
+        assert calls == [5] and audit.queued == 5  # whole requests only: the second waits
+        await asyncio.sleep(0.4)
+        assert calls == [5, 5]  # waited max_wait_s
+        audit.observe(*_request(3, cheap=3), gear=0, attributes=None)
+        state["idle"] = True
+        await asyncio.sleep(0.1)
+        assert calls == [5, 5, 3]  # idle: at once
+        await audit.close()
+        return sink
+
+    sink = asyncio.run(go())
+    assert sink.total("audited") == 13 and sink.total("shed") == 0
