@@ -21,7 +21,6 @@ from torch.utils import _pytree as pytree
 
 from serving import partition as sp
 from serving.partition.device import retarget_module
-from serving.runtime.heap import settle_replica_heap
 from serving.runtime.wire import from_wire, to_wire
 
 
@@ -72,7 +71,6 @@ class PartitionStageImpl:
         self._lock = threading.Lock()
         #: one row of this stage's input (the example run through the stages before it)
         self.canary_args = canary
-        settle_replica_heap()  # last: what the replica loaded is frozen (serving.runtime.heap)
 
     def canary(self) -> dict[str, Any]:
         """The canary row through this stage on its device; RuntimeError when it fails or

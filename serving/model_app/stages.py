@@ -36,7 +36,6 @@ from serving.model_app.stage_replica import PartitionStageImpl
 from serving.runtime.calls import DEFAULT_DEADLINE_S, Deadline, DeadlineExceeded, StageOverloaded
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.edge import HttpEdge, install_error_handlers
-from serving.runtime.heap import settle_replica_heap
 from serving.runtime.keys import KeyCheck
 
 #: most rows one request may carry (overridable per deployment)
@@ -111,7 +110,6 @@ class ModelIngress(HttpEdge):
         self.batcher = Coalescer(self._run, stage="model", max_rows=self.batch_size, limit=int(info["max_inflight"]),
                                  wait_s=float(info["batch_wait_ms"]) / 1000.0)
         self.rows = 0
-        settle_replica_heap()  # last: what the replica loaded is frozen (serving.runtime.heap)
 
     async def _run(self, items: list[Item], deadline: Deadline) -> list[Any]:
         """One micro-batch through the chain of stages: the items' arrays joined, the output

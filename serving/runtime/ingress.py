@@ -58,7 +58,6 @@ from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
 from serving.runtime.edge import HttpEdge, unbuffer_request_logs
 from serving.runtime.gears import GearRunners, GearSwitch
-from serving.runtime.heap import settle_replica_heap
 from serving.runtime.hold import answer_in_full, held_gear
 from serving.runtime.http_support import (
     OPEN_ROUTES,
@@ -172,7 +171,6 @@ class Ingress(HttpEdge):
         self.live_values: dict[str, Any] = {}
         #: Serve's own bound on requests in a replica (graph.ingress_options)
         self.max_in_flight_cap = config.max_in_flight + INGRESS_SERVE_HEADROOM
-        settle_replica_heap()  # last: what the replica loaded is frozen (serving.runtime.heap)
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Serve's in-place update: the settings an operator may change without a restart

@@ -27,7 +27,6 @@ from serving.runtime.emulated_node import node_emulation
 from serving.runtime.feedback import KINDS as FEEDBACK_KINDS
 from serving.runtime.feedback import Feedback
 from serving.runtime.gears import GearRunners
-from serving.runtime.heap import settle_replica_heap
 from serving.runtime.routing import BusyMeter
 from serving.runtime.stage_runner import (
     StageRunner,
@@ -109,7 +108,6 @@ class ModelStage:
         #: an emulated device where this node's labels ask for one (tests and benchmarks only)
         self.emulation = node_emulation(seed=zlib.crc32(self.replica.encode()))
         self._emulated = asyncio.Lock() if self.emulation.active else None
-        settle_replica_heap()  # last: what the replica loaded is frozen (serving.runtime.heap)
 
     def record_routing_stats(self) -> dict[str, Any]:
         """Serve asks every ``request_routing_stats_period_s``; CapacityRouter ranks by it."""
@@ -248,7 +246,6 @@ class MonitorStage:
                 self.registry.register(collector)
         except ImportError:  # a drift without its Prometheus collector
             pass
-        settle_replica_heap()  # last: what the replica loaded is frozen (serving.runtime.heap)
 
     async def ingest(self, records: Any) -> dict[str, Any]:
         """Ingest a batch of served rows; a row the monitor refuses (a malformed value in a
