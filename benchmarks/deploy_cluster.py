@@ -1,7 +1,8 @@
 """The shared-cluster mechanisms in the apps ``serving.deploy`` builds, against stock Ray Serve,
 on three raylets of this machine.
 
-    python -m benchmarks.deploy_cluster [--sections routing,hedging] [--workload toxic] [--repeats 3] [--json PATH]
+    python -m benchmarks.deploy_cluster [--sections routing,hedging,autoscaling] [--workload toxic] [--repeats 3]
+                                        [--json PATH]
 
 **routing**: the cluster (``ray.cluster_utils.Cluster``): the head (3 logical CPUs; every app's
 ingress runs there) is the fast pool, two workers (1 CPU each) the slow pool. Every node carries
@@ -33,6 +34,10 @@ worker also a straggler (``--straggle-factor`` x on ``--straggle-share`` of its 
 apps, ``hedging=True`` and no copies at all; per round, alternating, open-loop Poisson load at
 ``--hedge-rate`` for ``--hedge-requests`` requests per phase, the straggler off and on: p99s,
 and the extra work hedging costs (rows computed per request answered, over the unhedged app's).
+
+**autoscaling** (:mod:`benchmarks._deploy_autoscale`): the planner as Serve's autoscaler against
+Serve's default policy on a bursty trace (x1 -> x4 -> x1), one emulated device: SLO violations and
+replica-seconds.
 
 Rates here are this machine's, all processes sharing its cores.
 """
@@ -67,7 +72,7 @@ ROWS_PER_REQUEST = 32
 SETTLE_S = 35.0
 #: seconds into the silent phase when the replica is frozen
 FREEZE_AFTER_S = 2.0
-SECTIONS = ("routing", "hedging")
+SECTIONS = ("routing", "hedging", "autoscaling")
 #: logical CPUs of the head (the workers have 1): every app's ingress asks INGRESS_CPUS, more
 #: than a worker has, so each app's ingress runs on the head, not wherever Serve puts it first
 HEAD_CPUS = 3
@@ -112,15 +117,17 @@ def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args) -
 
 
 def with_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]], opt: Any,
-                 apps: dict[str, dict[str, Any]], args, run: Callable[[dict[str, Any]], dict[str, Any]]) -> dict:
-    """``run(apps)`` on a fresh cluster; a failure is recorded (with its cause), not raised."""
+                 apps: dict[str, dict[str, Any]], args, run: Callable[[dict[str, Any]], dict[str, Any]],
+                 deploy_fn: Callable[[Any, Any, Any], dict[str, Any]] | None = None) -> dict:
+    """``run(apps)`` on a fresh cluster (the apps deployed by :func:`deploy_apps`, or by
+    ``deploy_fn(opt, cluster, args)``); a failure is recorded (with its cause), not raised."""
     import ray
     from ray import serve
 
     cluster = start_cluster(head_labels, worker_labels)
     deployed: dict[str, Any] = {}
     try:
-        deployed = deploy_apps(opt, cluster, apps, args)
+        deployed = deploy_apps(opt, cluster, apps, args) if deploy_fn is None else deploy_fn(opt, cluster, args)
         return run(deployed)
     except Exception as exc:  # one section failing leaves the others to run
         return {"error": f"{type(exc).__name__}: {exc}"}
@@ -230,6 +237,14 @@ def routing(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from benchmarks._deploy_autoscale import (
+        AUTOSCALE_MAX,
+        AUTOSCALE_PHASE_S,
+        AUTOSCALE_RATE,
+        AUTOSCALE_SLOWDOWN,
+        SLO_MS,
+        autoscaling,
+    )
     from benchmarks._deploy_hedging import (
         HEDGE_RATE,
         HEDGE_REQUESTS,
@@ -258,14 +273,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--hedge-requests", type=int, default=HEDGE_REQUESTS, help="requests per hedging phase")
     parser.add_argument("--straggle-factor", type=float, default=STRAGGLE_FACTOR)
     parser.add_argument("--straggle-share", type=float, default=STRAGGLE_SHARE)
+    parser.add_argument("--autoscale-rate", type=float, default=AUTOSCALE_RATE,
+                        help="the bursty trace's base rate (requests/s); the burst is 4x")
+    parser.add_argument("--autoscale-phase-s", type=float, default=AUTOSCALE_PHASE_S, help="seconds per trace phase")
+    parser.add_argument("--autoscale-slowdown", type=float, default=AUTOSCALE_SLOWDOWN,
+                        help="the emulated device time over compute time in the autoscaling section")
+    parser.add_argument("--autoscale-max", type=int, default=AUTOSCALE_MAX, help="most replicas per model stage")
+    parser.add_argument("--autoscale-rounds", type=int, default=1, help="traces per app (order alternating)")
+    parser.add_argument("--slo-ms", type=float, default=SLO_MS, help="the autoscaling section's latency SLO")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if not sections or set(sections) - set(SECTIONS):
         parser.error(f"--sections: a comma-separated list of {SECTIONS}, got {args.sections!r}")
     if min(args.rows_per_request, args.clients, args.seconds, args.freeze_s, args.replicas, args.repeats,
-           args.hedge_rate, args.hedge_requests) <= 0 or min(args.fast_slowdown, args.pool_ratio,
-                                                             args.straggle_factor, args.hedge_slowdown) < 1 \
+           args.hedge_rate, args.hedge_requests, args.autoscale_rate, args.autoscale_phase_s, args.autoscale_max,
+           args.autoscale_rounds, args.slo_ms) <= 0 \
+            or min(args.fast_slowdown, args.pool_ratio, args.straggle_factor, args.hedge_slowdown,
+                   args.autoscale_slowdown) < 1 \
             or not 0 < args.straggle_share <= 1:
         parser.error("counts, rates and durations must be positive; --fast-slowdown, --pool-ratio and "
                      "--straggle-factor >= 1; --straggle-share in (0, 1]")
@@ -287,6 +312,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["routing"] = routing(opt, payloads, args)
     if "hedging" in sections:
         result["hedging"] = hedging(opt, payloads, args)
+    if "autoscaling" in sections:
+        result["autoscaling"] = autoscaling(opt, payloads, args)
     result["load_after"] = os.getloadavg()[0]
     r = result.get("routing", {})
     if "capacity" in r:
@@ -307,6 +334,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(summary(h))
     elif h:
         print(f"hedging failed: {h.get('error')}")
+    a = result.get("autoscaling", {})
+    if "replica_seconds" in a:
+        from benchmarks._deploy_autoscale import summary as autoscale_summary
+
+        print(autoscale_summary(a))
+    elif a:
+        print(f"autoscaling failed: {a.get('error')}")
     print(f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after")
     if args.json:
         with open(args.json, "w") as f:

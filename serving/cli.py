@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--gpus", type=float, help="GPUs for the embedded Ray (default: detected)")
     serve.add_argument("--min-replicas", type=int, help="autoscale model stages down to this (0 allowed)")
     serve.add_argument("--max-replicas", type=int, help="autoscaling ceiling per stage")
+    serve.add_argument("--autoscaler", choices=("serve", "planner"), default="serve",
+                       help="with --min-replicas: Serve's default policy (requests held per replica) or the "
+                            "planner's (rows answered over a replica's planned capacity); default %(default)s")
     serve.add_argument("--no-batching", action="store_true", help="disable @serve.batch at the stages")
     serve.add_argument("--max-batch-size", type=int, help="rows per stage batch (overrides the plan)")
     serve.add_argument("--batch-wait-ms", type=float, help="longest a stage batch waits (overrides the plan)")
@@ -171,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--min-replicas", type=int, help="autoscale model stages down to this (0: scale to zero; "
                                                        "the cheap stage then gets its own deployment)")
     build.add_argument("--max-replicas", type=int, help="autoscaling ceiling per stage")
+    build.add_argument("--autoscaler", choices=("serve", "planner"), default="serve",
+                       help="with --min-replicas: Serve's default policy or the planner's (as for serve)")
     build.add_argument("--runtime", choices=("native", "onnx"), default="native",
                        help="run the stages' models natively or with ONNX Runtime (default %(default)s)")
     build.add_argument("--runtime-env", metavar="FILE", type=_mapping_file,
@@ -304,7 +309,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                           gears=gears, hedging=hedging_options(args.hedging), runtime=args.runtime,
                           router=args.router, lost_after_s=args.lost_after_s,
                           min_replicas=args.min_replicas, max_replicas=args.max_replicas,
-                          runtime_env=args.runtime_env, audit_rate=audit_rate, on_alarm=args.on_alarm,
+                          autoscaler=args.autoscaler, runtime_env=args.runtime_env, audit_rate=audit_rate, on_alarm=args.on_alarm,
                           log_format=args.log_format, tracing=_tracing(args))
     out = write_serve_config(config, args.output)
     print(plan, flush=True)
@@ -407,7 +412,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.artifact, name=args.name, host=args.host, port=args.port, address=args.address,
             cpus=args.cpus, gpus=args.gpus, rps=args.rps, p99_ms=args.p99_ms,
             rows_per_request=args.rows_per_request, min_replicas=args.min_replicas,
-            max_replicas=args.max_replicas, monitor=_monitor_options(args),
+            max_replicas=args.max_replicas, autoscaler=args.autoscaler, monitor=_monitor_options(args),
             batching=not args.no_batching, runtime=args.runtime, device=args.device,
             max_batch_size=args.max_batch_size,
             batch_wait_timeout_s=None if args.batch_wait_ms is None else args.batch_wait_ms / 1000.0,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from serving.core.constants import LOST_AFTER_S, MAX_BODY_BYTES, MAX_ROWS
 from willump import OptimizedPipeline
@@ -127,6 +127,10 @@ class AppSpec(BaseModel):
     min_replicas: int | None = Field(default=None, ge=0)
     max_replicas: int | None = Field(default=None, ge=1)
     downscale_to_zero_s: float | None = Field(default=None, ge=0)
+    #: who picks an autoscaled stage's replicas: "serve" (Serve's default policy: requests held
+    #: per replica) or "planner" (serving.planning.autoscale: rows answered over the planned
+    #: capacity per replica)
+    autoscaler: Literal["serve", "planner"] = "serve"
     #: :func:`serving.runtime.gears.gear_info` (None: the plan's one gear)
     gears: dict[str, Any] | None = None
     #: :class:`serving.runtime.calls.StageHedge`'s options (None: no hedging)
@@ -148,6 +152,13 @@ class AppSpec(BaseModel):
     #: (serving.core.serve_apps.logging_config)
     log_format: Literal["text", "json"] = "text"
     access_log: bool = False
+
+    @model_validator(mode="after")
+    def _planner_needs_autoscaling(self) -> AppSpec:
+        if self.autoscaler == "planner" and self.min_replicas is None:
+            raise ValueError("autoscaler='planner' picks an autoscaled stage's replicas: give min_replicas "
+                             "(autoscaling is off without it)")
+        return self
 
 
 class IngressConfig(BaseModel):

@@ -75,6 +75,7 @@ def serve_config(
     api_key_env: str | None = None,
     min_replicas: int | None = None,
     max_replicas: int | None = None,
+    autoscaler: str = "serve",
     runtime_env: dict[str, Any] | None = None,
     gears: dict[str, Any] | None = None,
     hedging: dict[str, float] | None = None,
@@ -88,7 +89,8 @@ def serve_config(
     """The Serve config (a dict ready for YAML) deploying ``artifact`` with ``plan``; ``gears``:
     :func:`serving.runtime.gears.gear_info` (load-adaptive or pinned gears; None: the plan);
     ``hedging``: :func:`serving.launch.deploy.hedging_options` (None: off); ``router`` and
-    ``lost_after_s``: as :func:`serving.deploy` takes them. ``audit_rate``: the
+    ``lost_after_s``: as :func:`serving.deploy` takes them (and ``autoscaler``, with
+    ``min_replicas``). ``audit_rate``: the
     live audit's share (:func:`serving.runtime.audit.resolve_audit_rate` resolves a default);
     ``on_alarm``: what its alarm does (:mod:`serving.runtime.hold`); ``log_format``: "text" or
     "json" replica logs (:func:`serving.core.serve_apps.logging_config`); ``tracing``: Serve's
@@ -106,7 +108,7 @@ def serve_config(
         api_key_hmac=key_digest(api_key, key_secret(create=True)) if api_key else None,
         api_key_env=api_key_env, min_replicas=min_replicas,
         allowed_hosts=list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None, max_replicas=max_replicas, gears=gears, hedging=hedging,
-        router=router, lost_after_s=lost_after_s, audit_rate=audit_rate, on_alarm=check_on_alarm(on_alarm, audit_rate), log_format=log_format,
+        autoscaler=autoscaler, router=router, lost_after_s=lost_after_s, audit_rate=audit_rate, on_alarm=check_on_alarm(on_alarm, audit_rate), log_format=log_format,
     ).model_dump()
     applications = []
     if monitor is not None:

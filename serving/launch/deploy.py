@@ -185,6 +185,10 @@ def measure_costs(mode: Any, base_url: str, nodes: list, *, front: str, transpor
     return costs
 
 
+#: deploy(autoscaler=...): who picks an autoscaled stage's replicas (serving.core.specs.AppSpec)
+AUTOSCALERS = ("serve", "planner")
+
+
 def _check_arguments(name, min_replicas, device, layout, transport, proxy, monitor, calibrate,
                      deadline_ms, rows_per_request, insitu_mode="auto") -> None:
     if not name or not all(ch.isalnum() or ch in "-_" for ch in name):
@@ -227,6 +231,7 @@ def deploy(
     min_replicas: int | None = None,
     max_replicas: int | None = None,
     downscale_to_zero_s: float = DEFAULT_DOWNSCALE_TO_ZERO_S,
+    autoscaler: str = "serve",
     monitor: dict[str, Any] | bool | None = None,
     batching: bool = True,
     max_batch_size: int | None = None,
@@ -271,7 +276,9 @@ def deploy(
     raises ValueError naming what does not fit. ``calibrate`` measures HTTP and hop costs
     ("auto": once per cluster, cached). ``max_batch_size`` / ``batch_wait_timeout_s``
     override the plan's batching; ``min_replicas`` (0 allowed) turns on autoscaling of the
-    model stages. ``monitor`` (e.g. ``dict(attributes=["dest"], buckets={"distance": [500,
+    model stages, by Serve's default policy (``autoscaler="serve"``: requests held per replica)
+    or by the planner (``"planner"``: rows answered over the planned capacity of a replica,
+    :mod:`serving.planning.autoscale`). ``monitor`` (e.g. ``dict(attributes=["dest"], buckets={"distance": [500,
     1000]})``) deploys a drift.Monitor fed with one record per served row. ``layout``:
     "fused" runs the cheap stage inside the ingress replicas, "staged" gives every stage a
     deployment, "auto" is fused unless ``min_replicas`` is given, and on CPU (without
@@ -360,6 +367,11 @@ def deploy(
         monitor = {} if monitor else None
     _check_arguments(name, min_replicas, device, layout, transport, proxy, monitor, calibrate,
                      deadline_ms, rows_per_request, insitu)
+    if autoscaler not in AUTOSCALERS:
+        raise ValueError(f"autoscaler must be one of {AUTOSCALERS}, got {autoscaler!r}")
+    if autoscaler == "planner" and min_replicas is None:
+        raise ValueError("autoscaler='planner' picks an autoscaled stage's replicas: give min_replicas "
+                         "(autoscaling is off without it)")
     hedge_spec = hedging_options(hedging)
     logging_config(access_log, log_format)  # checks log_format before anything starts
     traced = tracing_config(tracing)
@@ -432,7 +444,7 @@ def deploy(
             api_key_hmac=key_digest(api_key, key_secret(create=True)) if api_key else None,
             allowed_hosts=allowed_hosts, max_in_flight=max_in_flight, max_body_bytes=max_body_bytes, max_rows=max_rows,
             min_replicas=min_replicas, max_replicas=max_replicas, downscale_to_zero_s=downscale_to_zero_s,
-            gears=gears_info, hedging=hedge_spec, router=router, lost_after_s=lost_after_s,
+            autoscaler=autoscaler, gears=gears_info, hedging=hedge_spec, router=router, lost_after_s=lost_after_s,
             probe_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
             module_chains=chains or None, audit_rate=audit_rate, on_alarm=on_alarm, log_format=log_format,
             access_log=access_log,

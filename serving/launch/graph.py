@@ -26,6 +26,7 @@ from serving.core.specs import (
     stage_specs,
     whole_cascade,
 )
+from serving.planning.autoscale import policy_config
 from serving.planning.planner import Plan
 from serving.runtime.calls import default_deadline_s
 from serving.runtime.gears import ladder
@@ -266,6 +267,8 @@ def stage_options(spec: AppSpec, plan: Plan, stage: str) -> dict[str, Any]:
             "upscale_delay_s": 0.0, "downscale_delay_s": idle, "downscale_to_zero_delay_s": idle,
             "look_back_period_s": AUTOSCALE_LOOK_BACK_S,
         }
+        if spec.autoscaler == "planner":  # the planner's cost model picks the replicas
+            options["autoscaling_config"]["policy"] = policy_config()
     else:
         options["num_replicas"] = sp.replicas
     return options

@@ -138,8 +138,9 @@ async def poisson_calls(rate: float, seconds: float, call: Callable[[int, float]
 
 @timed_on_a_settled_heap
 async def open_loop(url: str, payloads: Sequence[bytes], *, rate: float, duration: float,
-                    seed: int = 0) -> dict[str, Any]:
-    """Poisson arrivals at ``rate`` requests/s, each answered on its own task."""
+                    seed: int = 0, slo_ms: float | None = None) -> dict[str, Any]:
+    """Poisson arrivals at ``rate`` requests/s, each answered on its own task; with ``slo_ms``,
+    ``over_slo`` counts the answers slower than it (failed requests are in ``errors``)."""
     import aiohttp
 
     latencies: list[float] = []
@@ -168,6 +169,8 @@ async def open_loop(url: str, payloads: Sequence[bytes], *, rate: float, duratio
         elapsed = time.perf_counter() - start
     out = _summary(latencies, len(latencies), elapsed, errors)
     out["offered_rps"] = rate
+    if slo_ms is not None:
+        out["over_slo"] = int(np.count_nonzero(np.asarray(latencies) * 1000.0 > slo_ms))
     # the cascade's two paths: rows the cheap level answers vs rows that reach a later level
     lat, lev = np.asarray(latencies) * 1000.0, np.asarray(levels)
     out["by_level"] = {

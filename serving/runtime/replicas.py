@@ -113,6 +113,11 @@ class ModelStage:
         """Serve asks every ``request_routing_stats_period_s``; CapacityRouter ranks by it."""
         return self.meter.report()
 
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve asks at every metrics push; the planner's autoscaling policy reads the rows
+        answered (serving.planning.autoscale)."""
+        return self.meter.autoscaling_stats()
+
     async def run(self, rows: pd.DataFrame, blocks: dict | None = None, gear: int = 0) -> dict[str, Any]:
         if gear:  # a cheaper certified gear (serving.runtime.gears); the ingress merged the rows of its calls
             if getattr(self, "gears", None) is None:

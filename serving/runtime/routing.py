@@ -75,19 +75,40 @@ class BusyMeter:
         self.since: float | None = None
         self.rows_per_s: float | None = None
         self.total_rows = 0
+        #: the autoscaler's window (:meth:`autoscaling_stats`), kept apart from the router's period
+        self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, clock()
+        self.window_since: float | None = None
 
     def start(self) -> None:
         if self.active == 0:
-            self.since = self.clock()
+            self.since = self.window_since = self.clock()
         self.active += 1
 
     def stop(self, rows: int) -> None:
         self.active -= 1
         self.rows += int(rows)
+        self.window_rows += int(rows)
         self.total_rows += int(rows)
         if self.active == 0 and self.since is not None:
-            self.busy_s += self.clock() - self.since
-            self.since = None
+            now = self.clock()
+            self.busy_s += now - self.since
+            self.window_busy_s += now - (self.window_since if self.window_since is not None else now)
+            self.since = self.window_since = None
+
+    def autoscaling_stats(self) -> dict[str, float]:
+        """What Serve's autoscaler hears from this replica (``record_autoscaling_stats``), over
+        the time since it last asked: ``busy_share``, the share of that time the replica computed
+        anything (the replicas' worth of work it did: serving.planning.autoscale), and
+        ``rows_per_s``, rows answered per second of it."""
+        now = self.clock()
+        busy = self.window_busy_s
+        if self.active and self.window_since is not None:  # a call running now counts up to now
+            busy += now - self.window_since
+            self.window_since = now
+        wall = max(now - self.window_start, 1e-9)
+        out = {"busy_share": min(busy / wall, 1.0), "rows_per_s": self.window_rows / wall}
+        self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, now
+        return out
 
     def report(self) -> dict[str, Any]:
         """The routing stats: ``rows_per_s`` over the period just ended (the last period's

@@ -50,10 +50,14 @@ def _running(app_name: str) -> dict[str, int]:
     return {name: d.replica_states.get("RUNNING", 0) for name, d in deployments.items()}
 
 
-def test_three_times_the_load_of_one_replica_scales_the_stage_up(ray_cluster, stallable_opt, request_rows):
+@pytest.mark.parametrize("autoscaler", ["serve", "planner"])
+def test_three_times_the_load_of_one_replica_scales_the_stage_up(ray_cluster, stallable_opt, request_rows, autoscaler):
+    """Serve's default policy and the planner's (serving.planning.autoscale: the replicas'
+    measured busy shares over the planner's headroom, and a replica more whenever every call slot
+    the ingress keeps for the stage is taken) both scale the stage up."""
     one_replica_rows_s = CONCURRENT_BATCHES / ROW_DELAY_S
     app = deploy(stallable_opt, name="scaleup", port=ray_cluster, cpus=3, device="cpu", min_replicas=1,
-                 max_replicas=3, calibrate="never", max_batch_size=STAGE_BATCH_ROWS)
+                 max_replicas=3, calibrate="never", max_batch_size=STAGE_BATCH_ROWS, autoscaler=autoscaler)
     set_row_delay(ROW_DELAY_S)
     done: list[float] = []
     latencies: list[float] = []
@@ -95,7 +99,7 @@ def test_three_times_the_load_of_one_replica_scales_the_stage_up(ray_cluster, st
             t.join(timeout=120)
         set_row_delay(0.0)
         app.shutdown(stop_ray=False)
-    print(f"scale-up: one replica serves {one_replica_rows_s:.0f} rows/s; scaled to {scaled['scaleup-cheap']} "
+    print(f"scale-up ({autoscaler}): one replica serves {one_replica_rows_s:.0f} rows/s; scaled to {scaled['scaleup-cheap']} "
           f"then 3 replicas; {rows_s:.0f} rows/s with 3 ({CLIENTS} clients, median latency {latency_s:.2f} s, "
           f"of which {STAGE_BATCH_ROWS * ROW_DELAY_S:.2f} s lookups)")
     # outcomes, not rates (a rate measures the machine; the figure is printed above and belongs in

@@ -85,6 +85,18 @@ def test_build_writes_scale_to_zero_onnx_and_a_runtime_env(synth_opt, tmp_path, 
         main(["build", str(artifact), "-o", str(out), "--runtime-env", str(tmp_path / "list.yaml")])
     assert stop.value.code == EXIT_USAGE and "must hold a mapping" in capsys.readouterr().err
     assert main(["build", str(artifact), "-o", str(out), "--min-replicas", "-1"]) == EXIT_ERROR
+    # the planner as Serve's autoscaler: its policy in each model stage's autoscaling_config
+    assert main(["build", str(artifact), "-o", str(out), "--host", "127.0.0.1", "--cpus", "2",
+                 "--min-replicas", "0", "--max-replicas", "3", "--autoscaler", "planner"]) == 0
+    app = yaml.safe_load(out.read_text())["applications"][-1]
+    scaled = [d for d in app["deployments"] if "autoscaling_config" in d]
+    assert scaled and all(d["autoscaling_config"]["policy"]["policy_function"] == "serving.planning.autoscale:"
+                          "PlannerAutoscaler" and d["autoscaling_config"]["policy"]["policy_kwargs"]["headroom"] > 0
+                          for d in scaled)
+    assert app["args"]["autoscaler"] == "planner"
+    capsys.readouterr()
+    assert main(["build", str(artifact), "-o", str(out), "--autoscaler", "planner"]) == EXIT_ERROR
+    assert "min_replicas" in capsys.readouterr().err
 
 
 def test_tracing_and_log_options_reach_the_serve_config(synth_opt, tmp_path, capsys):

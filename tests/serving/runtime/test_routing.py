@@ -49,6 +49,30 @@ def test_busy_meter_reports_a_call_still_running():
     assert meter.report()["rows_per_s"] == pytest.approx(100.0)
 
 
+def test_the_autoscalers_window_is_its_own_and_splits_a_running_call():
+    """The autoscaling stats (rows answered per second and the busy share since Serve last
+    asked) keep their own window: the router's reports do not reset them, and a call running
+    across two windows counts in each for its part."""
+    clock = Clock()
+    meter = BusyMeter(clock)
+    meter.start()
+    clock.t = 1.0
+    meter.report()  # the router's period ends; the autoscaler's window goes on
+    clock.t = 2.0
+    meter.stop(100)
+    clock.t = 4.0
+    assert meter.autoscaling_stats() == pytest.approx({"busy_share": 0.5, "rows_per_s": 25.0})
+    meter.start()
+    clock.t = 5.0
+    assert meter.autoscaling_stats() == pytest.approx({"busy_share": 1.0, "rows_per_s": 0.0})
+    clock.t = 7.0
+    meter.stop(40)
+    clock.t = 9.0
+    assert meter.autoscaling_stats() == pytest.approx({"busy_share": 0.5, "rows_per_s": 10.0})
+    # the router: 140 rows over 4 busy seconds since its last report (1-2 and 4-7)
+    assert meter.report()["rows_per_s"] == pytest.approx(35.0)
+
+
 def test_shares_follow_capacity():
     """Calls held open (none answered) spread in proportion to reported capacity: a replica
     three times as fast as its peer takes three calls of every four."""

@@ -1,0 +1,154 @@
+"""The autoscaling section of :mod:`benchmarks.deploy_cluster`: the planner as Serve's autoscaler
+(``deploy(autoscaler="planner")``, serving.planning.autoscale) against Ray Serve's default
+policy (``autoscaler="serve"``: ``target_ongoing_requests`` per replica, as deploy sets it), on a
+bursty trace.
+
+One node (the head), an **emulated** device on it (``--autoscale-slowdown``, default 20: a stage
+replica holds each batch that many times its compute time, one batch at a time, so a replica's
+capacity is the device's, and adding replicas adds capacity without this machine's two cores
+running out). Two apps of the same artifact and plan, every model stage autoscaled from 1 to
+``--autoscale-max`` replicas with the same delays; only the policy differs. Per round (the apps'
+order alternating), each app alone: open-loop Poisson arrivals at ``--autoscale-rate``, then
+four times it, then the base rate again, ``--autoscale-phase-s`` each. Measured per app:
+the share of requests slower than ``--slo-ms`` or failed (``slo_violation_share``) and the
+model stages' replica-seconds over the trace (replicas starting or running, sampled every
+``SAMPLE_S`` from Serve's status).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from typing import Any
+
+#: the apps: the planner's policy and Serve's default one (deploy's own target and delays)
+AUTOSCALE_APPS = {"planner": {"autoscaler": "planner"}, "default": {"autoscaler": "serve"}}
+#: the emulated device in this section (device time over compute time)
+AUTOSCALE_SLOWDOWN = 20.0
+#: base rate of the trace (requests/s); the burst is BURST times it
+AUTOSCALE_RATE = 10.0
+BURST = 4.0
+#: seconds of each of the trace's three phases (x1, x4, x1)
+AUTOSCALE_PHASE_S = 60.0
+#: most replicas a model stage may scale to
+AUTOSCALE_MAX = 6
+#: a request slower than this is an SLO violation (failed ones are too)
+SLO_MS = 1000.0
+#: seconds between two samples of the replicas running
+SAMPLE_S = 1.0
+#: seconds a stage waits idle before it gives a replica back (deploy's downscale delay here)
+DOWNSCALE_S = 20.0
+#: seconds of base-rate load each app gets before its trace, and rest between traces
+WARMUP_S = 10.0
+REST_S = 30.0
+
+
+def _deploy(opt: Any, cluster: Any, args) -> dict[str, Any]:
+    from benchmarks.deploy_cluster import INGRESS_CPUS
+    from serving import deploy
+    from serving.launch.config import plan_offline
+    from tests.conftest import free_port
+
+    out = {}
+    for name, options in AUTOSCALE_APPS.items():
+        plan = plan_offline(opt, cpus=4, rows_per_request=args.rows_per_request, rps=None, p99_ms=None,
+                            layout="staged", monitor=None)
+        plan.ingress_replicas, plan.ingress_cpus = 1, INGRESS_CPUS
+        for stage in plan.stages:
+            stage.replicas, stage.num_cpus = 1, 0.1
+        out[name] = deploy(opt, name=name, host="127.0.0.1", port=free_port(), address=cluster.address, plan=plan,
+                           artifact_share="object_store", insitu="never", min_replicas=1,
+                           max_replicas=args.autoscale_max, downscale_to_zero_s=DOWNSCALE_S, **options)
+    return out
+
+
+def _replicas(app: str) -> int:
+    """Model-stage replicas of ``app`` starting or running (what holds resources)."""
+    from ray import serve
+
+    status = serve.status().applications.get(app)
+    if status is None:
+        return 0
+    return sum(d.replica_states.get("RUNNING", 0) + d.replica_states.get("STARTING", 0)
+               for name, d in status.deployments.items() if not name.endswith("-ingress"))
+
+
+def _trace(url: str, app: str, payloads: list[bytes], args, seed: int) -> dict[str, Any]:
+    """The bursty trace on one app, its replicas sampled meanwhile."""
+    from serving.measure.loadgen import open_loop
+
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append((time.monotonic(), _replicas(app)))
+            stop.wait(SAMPLE_S)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    phases = []
+    try:
+        for i, factor in enumerate((1.0, BURST, 1.0)):
+            phases.append(asyncio.run(open_loop(url, payloads, rate=args.autoscale_rate * factor,
+                                                duration=args.autoscale_phase_s, seed=seed + i, slo_ms=args.slo_ms)))
+    finally:
+        stop.set()
+        sampler.join()
+    replica_seconds = sum((t1 - t0) * n0 for (t0, n0), (t1, _) in itertools.pairwise(samples))
+    answered = sum(p["requests"] for p in phases)
+    failed = sum(p["errors"] for p in phases)
+    slow = sum(p["over_slo"] for p in phases)
+    return {"slo_violation_share": (slow + failed) / max(answered + failed, 1), "replica_seconds": replica_seconds,
+            "requests": answered + failed, "failed": failed, "over_slo": slow,
+            "max_replicas_seen": max((n for _, n in samples), default=0),
+            "p99_ms": [p["p99_ms"] for p in phases], "replicas": [n for _, n in samples]}
+
+
+def autoscaling(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
+    """The section (module docstring); a failure is recorded, not raised."""
+    from benchmarks.deploy_cluster import with_cluster
+    from serving.measure.loadgen import open_loop
+    from serving.runtime.emulated_node import SLOWDOWN_LABEL
+
+    def run(apps: dict[str, Any]) -> dict[str, Any]:
+        rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in apps}
+        for r in range(args.autoscale_rounds):
+            order = list(apps) if r % 2 == 0 else list(apps)[::-1]
+            for name in order:
+                url = apps[name].url + "/predict"
+                asyncio.run(open_loop(url, payloads, rate=args.autoscale_rate, duration=WARMUP_S, seed=99))
+                out = _trace(url, name, payloads, args, seed=1000 * r)
+                rounds[name].append(out)
+                print(f"  autoscaling round {r + 1} {name}: {out['slo_violation_share']:.2%} over {args.slo_ms:g} ms "
+                      f"or failed ({out['failed']} failed of {out['requests']}), {out['replica_seconds']:.0f} "
+                      f"replica-seconds, up to {out['max_replicas_seen']} replicas; p99 by phase "
+                      f"{[round(p) for p in out['p99_ms'] if p is not None]} ms", flush=True)
+                time.sleep(REST_S)
+        med = {name: {k: _median([x[k] for x in runs]) for k in ("slo_violation_share", "replica_seconds")}
+               for name, runs in rounds.items()}
+        return {"slo_violation_share": med["planner"]["slo_violation_share"],
+                "replica_seconds": med["planner"]["replica_seconds"],
+                "default_slo_violation_share": med["default"]["slo_violation_share"],
+                "default_replica_seconds": med["default"]["replica_seconds"],
+                "replica_seconds_saved": med["default"]["replica_seconds"] / max(med["planner"]["replica_seconds"], 1e-9),
+                "slo_ms": args.slo_ms, "rate": args.autoscale_rate, "burst": BURST, "phase_s": args.autoscale_phase_s,
+                "slowdown": args.autoscale_slowdown, "emulated": True, "rounds": rounds}
+
+    return with_cluster({SLOWDOWN_LABEL: f"{args.autoscale_slowdown:g}"}, [], opt, {}, args, run,
+                        deploy_fn=_deploy)
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def summary(a: dict[str, Any]) -> str:
+    return (f"autoscaling (emulated device {a['slowdown']:g}x, x1 -> x{a['burst']:g} -> x1 at {a['rate']:g} req/s, "
+            f"{a['phase_s']:g} s each): planner {a['slo_violation_share']:.2%} over {a['slo_ms']:g} ms or failed, "
+            f"{a['replica_seconds']:.0f} replica-seconds; Serve's default {a['default_slo_violation_share']:.2%}, "
+            f"{a['default_replica_seconds']:.0f}; default / planner replica-seconds {a['replica_seconds_saved']:.2f}x")

@@ -1,0 +1,116 @@
+"""The planner as Ray Serve's autoscaler: a stage's replicas chosen from the work its replicas
+measure they do, not from the requests they hold.
+
+Ray Serve's default policy scales a deployment so that each replica holds
+``target_ongoing_requests`` (Serve's "replica queue length" policy). The ingress of a deploy()
+app keeps at most CONCURRENT_BATCHES calls in flight per running replica of a stage and queues
+the rest itself, so what Serve sees is bounded by the replicas it has, and a request count says
+little about work (a call carries one row or hundreds). Each stage replica measures the share
+of time it computes (serving.runtime.routing.BusyMeter, reported through
+``record_autoscaling_stats``): the rows it answers times what a row costs it, measured where it
+runs. Summed over replicas (Serve averages each over its look-back window) that is the replicas'
+worth of work the stage has, and the policy asks for
+
+    replicas = sum of busy shares / headroom
+
+with the planner's own headroom (serving.planning.planner.HEADROOM, InferLine's utilisation
+target). Up fast, down slowly: the busy shares are read twice, over the last ``react_s`` of the
+replicas' reports (a burst is answered within seconds, not after Serve's look-back window has
+averaged it in) and over Serve's whole window, and the larger of the two is asked for (a
+lull must last the window, and Serve's downscale delay after it). A saturated stage hides its demand: when every call slot the ingress keeps for it is
+taken (``total_num_requests`` at ``saturated_ongoing`` per replica) the busy shares are capped at
+the replicas there are, so the policy asks for at least one replica more than it has. Serve's
+wrapper around a custom policy still applies ``min_replicas``/``max_replicas``, the up- and
+downscale delays and the scale-from-zero fast path.
+
+``PlannerAutoscaler`` is a class so that Serve builds it once with its parameters
+(``policy_kwargs``); it holds no Ray import and is tested on plain objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serving.core.constants import CONCURRENT_BATCHES
+from serving.planning.planner import HEADROOM
+
+#: the stage replicas' reports Serve aggregates (serving.runtime.routing.BusyMeter.autoscaling_stats)
+BUSY_METRIC = "busy_share"
+ROWS_METRIC = "rows_per_s"
+#: seconds of the latest reports a rise in work is read from (replicas report every
+#: serving.launch.proxy.AUTOSCALING_PUSH_S, 0.5 s)
+REACT_S = 2.0
+#: the policy's import path, as a Serve config names it
+POLICY_PATH = "serving.planning.autoscale:PlannerAutoscaler"
+
+
+def planned_replicas(busy_replicas: float, *, headroom: float = HEADROOM) -> float:
+    """Replicas that do ``busy_replicas`` replicas' worth of work with each busy ``headroom`` of
+    the time (a fraction: Serve rounds it up)."""
+    if not 0 < headroom <= 1:
+        raise ValueError(f"headroom must be in (0, 1], got {headroom!r}")
+    return max(busy_replicas, 0.0) / headroom
+
+
+class PlannerAutoscaler:
+    """Serve's custom autoscaling policy for a stage deployment (module docstring).
+
+    ``headroom``: the share of its time a replica is planned to compute; ``saturated_ongoing``:
+    calls per replica at which every slot the ingress keeps for the stage is taken; ``react_s``:
+    the recent span of reports a rise is read from."""
+
+    def __init__(self, headroom: float = HEADROOM, saturated_ongoing: float = CONCURRENT_BATCHES,
+                 react_s: float = REACT_S):
+        if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 < headroom <= 1:
+            raise ValueError(f"headroom must be in (0, 1], got {headroom!r}")
+        if not saturated_ongoing > 0:
+            raise ValueError(f"saturated_ongoing must be > 0, got {saturated_ongoing!r}")
+        if not react_s > 0:
+            raise ValueError(f"react_s must be > 0, got {react_s!r}")
+        self.headroom = float(headroom)
+        self.saturated_ongoing = float(saturated_ongoing)
+        self.react_s = float(react_s)
+
+    def __call__(self, ctx: Any) -> tuple[float, dict[str, Any]]:
+        """Serve's policy call: ``ctx`` is its AutoscalingContext. Returns the replicas wanted
+        (a fraction Serve rounds up) and what the decision read (kept as the policy's state)."""
+        current = int(ctx.current_num_replicas)
+        metrics = ctx.aggregated_metrics or {}
+        busy = metrics.get(BUSY_METRIC) or {}
+        rows = metrics.get(ROWS_METRIC) or {}
+        ongoing = float(ctx.total_num_requests or 0.0)
+        saturated = current > 0 and ongoing >= self.saturated_ongoing * current
+        recent = _recent_sum((ctx.raw_metrics or {}).get(BUSY_METRIC) or {}, self.react_s)
+        if busy:
+            wanted = planned_replicas(max(float(sum(busy.values())), recent), headroom=self.headroom)
+        else:  # nothing reported yet (a replica just started): keep what there is
+            wanted = float(ctx.target_num_replicas)
+        if saturated:
+            wanted = max(wanted, current + 1)
+        state = {"busy_replicas": float(sum(busy.values())), "busy_replicas_recent": recent,
+                 "rows_per_s": float(sum(rows.values())), "ongoing": ongoing, "saturated": saturated,
+                 "wanted": wanted}
+        return wanted, state
+
+    def __repr__(self) -> str:
+        return f"PlannerAutoscaler(headroom={self.headroom}, saturated_ongoing={self.saturated_ongoing})"
+
+
+def _recent_sum(series: dict[Any, Any], span_s: float) -> float:
+    """Per replica, the mean of its reports in the last ``span_s`` of its own series (Serve's
+    TimeStampedValue lists), summed over replicas; 0 without reports."""
+    total = 0.0
+    for points in series.values():
+        if not points:
+            continue
+        last = max(p.timestamp for p in points)
+        values = [p.value for p in points if p.timestamp > last - span_s]
+        total += sum(values) / len(values)
+    return total
+
+
+def policy_config(headroom: float = HEADROOM) -> dict[str, Any]:
+    """The ``policy`` entry of a stage's ``autoscaling_config`` (Serve's AutoscalingPolicy, in
+    the plain form a Serve config file holds)."""
+    PlannerAutoscaler(headroom)  # checks it here, not in Serve's controller
+    return {"policy_function": POLICY_PATH, "policy_kwargs": {"headroom": float(headroom)}}

@@ -1,0 +1,89 @@
+"""The planner as Serve's autoscaler (serving.planning.autoscale), on plain objects: replicas
+from the replicas' worth of work the stage's replicas measure (their busy shares) over the
+planner's headroom; one more replica whenever every call slot the ingress keeps is taken;
+nothing reported yet, what there is; bad figures refused by name; the policy entry accepted by
+Serve's own config."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from serving.core.constants import CONCURRENT_BATCHES
+from serving.planning.autoscale import (
+    BUSY_METRIC,
+    POLICY_PATH,
+    ROWS_METRIC,
+    PlannerAutoscaler,
+    planned_replicas,
+    policy_config,
+)
+from serving.planning.planner import HEADROOM
+
+
+def _ctx(current: int, busy: dict[str, float] | None, ongoing: float = 0.0, target: int | None = None,
+         raw: dict[str, list[tuple[float, float]]] | None = None):
+    metrics = {} if busy is None else {BUSY_METRIC: busy, ROWS_METRIC: {k: 100.0 * v for k, v in busy.items()}}
+    series = {k: [SimpleNamespace(timestamp=t, value=v) for t, v in points] for k, points in (raw or {}).items()}
+    return SimpleNamespace(current_num_replicas=current, target_num_replicas=current if target is None else target,
+                           total_num_requests=ongoing, aggregated_metrics=metrics,
+                           raw_metrics={BUSY_METRIC: series} if raw else {})
+
+
+def test_a_rise_is_read_from_the_latest_reports_a_lull_from_the_whole_window():
+    """Up fast, down slowly: a burst in the last seconds counts before the window's mean has it;
+    a quiet last few seconds do not pull below the window's mean."""
+    policy = PlannerAutoscaler(headroom=1.0, react_s=2.0)
+    rising = {"r1": [(t, 0.2) for t in range(10)] + [(10.0, 1.0), (11.0, 1.0)]}
+    wanted, state = policy(_ctx(1, {"r1": 0.33}, raw=rising))
+    assert state["busy_replicas_recent"] == pytest.approx(1.0) and wanted == pytest.approx(1.0)
+    falling = {"r1": [(t, 0.9) for t in range(10)] + [(10.0, 0.0), (11.0, 0.0)]}
+    wanted, _ = policy(_ctx(1, {"r1": 0.75}, raw=falling))
+    assert wanted == pytest.approx(0.75)  # the window's mean, not the last seconds'
+
+
+def test_replicas_follow_the_work_the_replicas_measure():
+    policy = PlannerAutoscaler()
+    wanted, state = policy(_ctx(2, {"r1": 0.9, "r2": 0.6}, ongoing=3))
+    assert wanted == pytest.approx(1.5 / HEADROOM) and not state["saturated"]
+    assert state["busy_replicas"] == pytest.approx(1.5) and state["rows_per_s"] == pytest.approx(150.0)
+    wanted, _ = policy(_ctx(3, {"r1": 0.1, "r2": 0.05, "r3": 0.0}))  # quiet: fewer replicas
+    assert wanted == pytest.approx(0.15 / HEADROOM) and wanted < 1
+    assert planned_replicas(1.5, headroom=0.5) == pytest.approx(3.0)
+
+
+def test_a_saturated_stage_gets_one_more_replica_than_it_has():
+    """Busy shares are capped by the replicas there are; the queue says there is more."""
+    policy = PlannerAutoscaler(headroom=1.0)
+    wanted, state = policy(_ctx(2, {"r1": 1.0, "r2": 1.0}, ongoing=2 * CONCURRENT_BATCHES))
+    assert wanted == 3 and state["saturated"]
+    wanted, _ = policy(_ctx(2, {"r1": 1.0, "r2": 1.0}, ongoing=2 * CONCURRENT_BATCHES - 1))
+    assert wanted == pytest.approx(2.0)
+
+
+def test_nothing_reported_keeps_what_there_is():
+    assert PlannerAutoscaler()(_ctx(2, None, target=2))[0] == 2
+
+
+def test_bad_figures_are_refused_by_name():
+    for kwargs, name in (({"headroom": 0.0}, "headroom"), ({"headroom": 1.5}, "headroom"),
+                         ({"headroom": True}, "headroom"), ({"saturated_ongoing": 0}, "saturated_ongoing"),
+                         ({"react_s": 0}, "react_s")):
+        with pytest.raises(ValueError, match=name):
+            PlannerAutoscaler(**kwargs)
+    with pytest.raises(ValueError, match="headroom"):
+        policy_config(2.0)
+
+
+def test_the_policy_entry_is_one_serve_accepts_and_builds():
+    """Serve's AutoscalingConfig takes the entry as a config file holds it; the class it names is
+    what Serve builds with the kwargs (Serve's controller unpickles the same)."""
+    from ray.serve.config import AutoscalingConfig
+
+    entry = policy_config()
+    assert entry == {"policy_function": POLICY_PATH, "policy_kwargs": {"headroom": HEADROOM}}
+    config = AutoscalingConfig(min_replicas=0, max_replicas=4, policy=entry)
+    assert config.policy.policy_function == POLICY_PATH
+    built = config.policy.get_policy()(**config.policy.policy_kwargs)
+    assert built.headroom == HEADROOM
