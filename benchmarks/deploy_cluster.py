@@ -36,8 +36,8 @@ apps, ``hedging=True`` and no copies at all; per round, alternating, open-loop P
 and the extra work hedging costs (rows computed per request answered, over the unhedged app's).
 
 **autoscaling** (:mod:`benchmarks._deploy_autoscale`): the planner as Serve's autoscaler against
-Serve's default policy on a bursty trace (x1 -> x4 -> x1), one emulated device: SLO violations and
-replica-seconds.
+Serve's default policy on a bursty trace (x1 -> x4 -> x1), one emulated device of a fixed speed:
+SLO violations and replica-seconds.
 
 Rates here are this machine's, all processes sharing its cores.
 """
@@ -239,9 +239,9 @@ def routing(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from benchmarks._deploy_autoscale import (
         AUTOSCALE_MAX,
+        AUTOSCALE_MS_PER_ROW,
         AUTOSCALE_PHASE_S,
         AUTOSCALE_RATE,
-        AUTOSCALE_SLOWDOWN,
         SLO_MS,
         autoscaling,
     )
@@ -276,8 +276,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--autoscale-rate", type=float, default=AUTOSCALE_RATE,
                         help="the bursty trace's base rate (requests/s); the burst is 4x")
     parser.add_argument("--autoscale-phase-s", type=float, default=AUTOSCALE_PHASE_S, help="seconds per trace phase")
-    parser.add_argument("--autoscale-slowdown", type=float, default=AUTOSCALE_SLOWDOWN,
-                        help="the emulated device time over compute time in the autoscaling section")
+    parser.add_argument("--autoscale-ms-per-row", type=float, default=AUTOSCALE_MS_PER_ROW,
+                        help="the autoscaling section's emulated device: ms a row, whatever the machine")
     parser.add_argument("--autoscale-max", type=int, default=AUTOSCALE_MAX, help="most replicas per model stage")
     parser.add_argument("--autoscale-rounds", type=int, default=1, help="traces per app (order alternating)")
     parser.add_argument("--slo-ms", type=float, default=SLO_MS, help="the autoscaling section's latency SLO")
@@ -288,9 +288,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--sections: a comma-separated list of {SECTIONS}, got {args.sections!r}")
     if min(args.rows_per_request, args.clients, args.seconds, args.freeze_s, args.replicas, args.repeats,
            args.hedge_rate, args.hedge_requests, args.autoscale_rate, args.autoscale_phase_s, args.autoscale_max,
-           args.autoscale_rounds, args.slo_ms) <= 0 \
-            or min(args.fast_slowdown, args.pool_ratio, args.straggle_factor, args.hedge_slowdown,
-                   args.autoscale_slowdown) < 1 \
+           args.autoscale_rounds, args.slo_ms, args.autoscale_ms_per_row) <= 0 \
+            or min(args.fast_slowdown, args.pool_ratio, args.straggle_factor, args.hedge_slowdown) < 1 \
             or not 0 < args.straggle_share <= 1:
         parser.error("counts, rates and durations must be positive; --fast-slowdown, --pool-ratio and "
                      "--straggle-factor >= 1; --straggle-share in (0, 1]")

@@ -4,6 +4,9 @@ core). Never set on a real cluster: without the labels a replica computes as it 
 
 * ``willump.io/emulated-slowdown`` = F: every batch holds the replica F times its compute time,
   one batch at a time (a device F times slower, bound by its own time, not the shared cores).
+* ``willump.io/emulated-ms-per-row`` = M: every batch holds the replica at least M ms a row,
+  one batch at a time (a device of a fixed speed, whatever load this machine's cores carry:
+  with the slowdown alone, a busy machine stretches the compute time and the device with it).
 * ``willump.io/emulated-straggle-factor`` = K and ``willump.io/emulated-straggle-share`` = P:
   a share P of the batches take K times as long again (a straggler, "The Tail at Scale"),
   drawn with a seeded generator. The file :data:`STRAGGLE_SWITCH` (on this machine) turns the
@@ -17,6 +20,7 @@ import random
 from dataclasses import dataclass, field
 
 SLOWDOWN_LABEL = "willump.io/emulated-slowdown"
+MS_PER_ROW_LABEL = "willump.io/emulated-ms-per-row"
 STRAGGLE_FACTOR_LABEL = "willump.io/emulated-straggle-factor"
 STRAGGLE_SHARE_LABEL = "willump.io/emulated-straggle-share"
 #: while this file exists, emulated stragglers compute at their node's plain speed
@@ -41,27 +45,30 @@ class NodeEmulation:
     straggle_factor: float = 1.0
     straggle_share: float = 0.0
     seed: int = 0
+    ms_per_row: float = 0.0
     rng: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.slowdown = max(1.0, self.slowdown)
         self.straggle_factor = max(1.0, self.straggle_factor)
         self.straggle_share = min(max(0.0, self.straggle_share), 1.0)
+        self.ms_per_row = max(0.0, self.ms_per_row)
         self.rng = random.Random(self.seed)
 
     @property
     def active(self) -> bool:
-        return self.slowdown > 1.0 or (self.straggle_factor > 1.0 and self.straggle_share > 0.0)
+        return (self.slowdown > 1.0 or self.ms_per_row > 0.0
+                or (self.straggle_factor > 1.0 and self.straggle_share > 0.0))
 
-    def hold_s(self, compute_s: float) -> float:
-        """Seconds a batch that computed in ``compute_s`` holds the device beyond that."""
-        device_s = self.slowdown * compute_s
+    def hold_s(self, compute_s: float, rows: int = 0) -> float:
+        """Seconds a batch of ``rows`` that computed in ``compute_s`` holds the device beyond that."""
+        device_s = max(self.slowdown * compute_s, self.ms_per_row * rows / 1000.0)
         if self.straggle_share and self.rng.random() < self.straggle_share and not os.path.exists(STRAGGLE_SWITCH):
             device_s *= self.straggle_factor
         return max(0.0, device_s - compute_s)
 
     def info(self) -> dict[str, float]:
-        return {"slowdown": self.slowdown, "straggle_factor": self.straggle_factor,
+        return {"slowdown": self.slowdown, "ms_per_row": self.ms_per_row, "straggle_factor": self.straggle_factor,
                 "straggle_share": self.straggle_share}
 
 
@@ -76,4 +83,5 @@ def node_emulation(seed: int = 0) -> NodeEmulation:
     except Exception:  # outside Ray
         return NodeEmulation()
     return NodeEmulation(_label(labels, SLOWDOWN_LABEL, 1.0), _label(labels, STRAGGLE_FACTOR_LABEL, 1.0),
-                         _label(labels, STRAGGLE_SHARE_LABEL, 0.0), seed=seed)
+                         _label(labels, STRAGGLE_SHARE_LABEL, 0.0), seed=seed,
+                         ms_per_row=_label(labels, MS_PER_ROW_LABEL, 0.0))

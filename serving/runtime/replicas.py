@@ -162,7 +162,7 @@ class ModelStage:
             try:
                 t0 = time.perf_counter()
                 out = fn(*args) if self.inline else await asyncio.to_thread(fn, *args)
-                await asyncio.sleep(self.emulation.hold_s(time.perf_counter() - t0))
+                await asyncio.sleep(self.emulation.hold_s(time.perf_counter() - t0, rows))
                 return out
             finally:
                 self.meter.stop(rows)

@@ -233,3 +233,7 @@ def test_node_emulation_holds_and_straggles(tmp_path, monkeypatch):
     (tmp_path / "off").touch()  # the benchmark's switch: no straggling while it exists
     assert max(straggler.hold_s(0.01) for _ in range(200)) == pytest.approx(0.01)
     assert NodeEmulation(slowdown=0.5, straggle_share=2.0).slowdown == 1.0
+    # a device of a fixed speed: at least ms_per_row a row, whatever the compute took
+    fixed = NodeEmulation(ms_per_row=2.0)
+    assert fixed.active and fixed.hold_s(0.01, rows=32) == pytest.approx(0.064 - 0.01)
+    assert fixed.hold_s(0.1, rows=32) == 0.0  # a machine slower than the device: the compute bounds it
