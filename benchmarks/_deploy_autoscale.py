@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import threading
 import time
 from typing import Any
@@ -40,6 +41,9 @@ AUTOSCALE_PHASE_S = 60.0
 AUTOSCALE_MAX = 6
 #: a request slower than this is an SLO violation (failed ones are too)
 SLO_MS = 1000.0
+#: logical CPUs of the one node: the two ingresses (1.1 each) and both apps' stage replicas at
+#: their most (0.1 each), with room to spare (the replicas mostly sleep on the emulated device)
+HEAD_CPUS = math.ceil(2 * 1.1 + 2 * 2 * AUTOSCALE_MAX * 0.1 + 1.0)
 #: seconds between two samples of the replicas running
 SAMPLE_S = 1.0
 #: seconds a stage waits idle before it gives a replica back (deploy's downscale delay here)
@@ -142,7 +146,7 @@ def autoscaling(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
                 "ms_per_row": args.autoscale_ms_per_row, "emulated": True, "rounds": rounds}
 
     return with_cluster({MS_PER_ROW_LABEL: f"{args.autoscale_ms_per_row:g}"}, [], opt, {}, args, run,
-                        deploy_fn=_deploy)
+                        deploy_fn=_deploy, head_cpus=HEAD_CPUS)
 
 
 def _median(values: list[float]) -> float:

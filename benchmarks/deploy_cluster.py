@@ -79,16 +79,16 @@ HEAD_CPUS = 3
 INGRESS_CPUS = 1.1
 
 
-def start_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]]):
-    """A head (HEAD_CPUS logical CPUs) and 1-CPU workers on this machine, with these node labels;
-    Ray joined."""
+def start_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]], head_cpus: float = HEAD_CPUS):
+    """A head (``head_cpus`` logical CPUs) and 1-CPU workers on this machine, with these node
+    labels; Ray joined."""
     import ray
     from ray.cluster_utils import Cluster
 
     from tests.conftest import free_port
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": HEAD_CPUS, "include_dashboard": True,
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "include_dashboard": True,
                                                             "dashboard_port": free_port(), "labels": head_labels})
     for labels in worker_labels:
         cluster.add_node(num_cpus=1, labels=labels)
@@ -118,13 +118,14 @@ def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args) -
 
 def with_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]], opt: Any,
                  apps: dict[str, dict[str, Any]], args, run: Callable[[dict[str, Any]], dict[str, Any]],
-                 deploy_fn: Callable[[Any, Any, Any], dict[str, Any]] | None = None) -> dict:
+                 deploy_fn: Callable[[Any, Any, Any], dict[str, Any]] | None = None,
+                 head_cpus: float = HEAD_CPUS) -> dict:
     """``run(apps)`` on a fresh cluster (the apps deployed by :func:`deploy_apps`, or by
     ``deploy_fn(opt, cluster, args)``); a failure is recorded (with its cause), not raised."""
     import ray
     from ray import serve
 
-    cluster = start_cluster(head_labels, worker_labels)
+    cluster = start_cluster(head_labels, worker_labels, head_cpus)
     deployed: dict[str, Any] = {}
     try:
         deployed = deploy_apps(opt, cluster, apps, args) if deploy_fn is None else deploy_fn(opt, cluster, args)
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--autoscale-ms-per-row", type=float, default=AUTOSCALE_MS_PER_ROW,
                         help="the autoscaling section's emulated device: ms a row, whatever the machine")
     parser.add_argument("--autoscale-max", type=int, default=AUTOSCALE_MAX, help="most replicas per model stage")
-    parser.add_argument("--autoscale-rounds", type=int, default=1, help="traces per app (order alternating)")
+    parser.add_argument("--autoscale-rounds", type=int, default=2, help="traces per app (order alternating)")
     parser.add_argument("--slo-ms", type=float, default=SLO_MS, help="the autoscaling section's latency SLO")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)

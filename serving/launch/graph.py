@@ -268,7 +268,7 @@ def stage_options(spec: AppSpec, plan: Plan, stage: str) -> dict[str, Any]:
             "look_back_period_s": AUTOSCALE_LOOK_BACK_S,
         }
         if spec.autoscaler == "planner":  # the planner's cost model picks the replicas
-            options["autoscaling_config"]["policy"] = policy_config()
+            options["autoscaling_config"]["policy"] = policy_config(ingress_replicas=plan.ingress_replicas)
     else:
         options["num_replicas"] = sp.replicas
     return options

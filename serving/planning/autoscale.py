@@ -14,7 +14,7 @@ worth of work the stage has, and the policy asks for
     replicas = sum of busy shares / headroom
 
 with the planner's own headroom (serving.planning.planner.HEADROOM, InferLine's utilisation
-target). Up fast, down slowly: the busy shares are read twice, over the last ``react_s`` of the
+target; the plans are made at the same one). Up fast, down slowly: the busy shares are read twice, over the last ``react_s`` of the
 replicas' reports (a burst is answered within seconds, not after Serve's look-back window has
 averaged it in) and over Serve's whole window, and the larger of the two is asked for (a
 lull must last the window, and Serve's downscale delay after it). A saturated stage hides its demand: when every call slot the ingress keeps for it is
@@ -37,6 +37,10 @@ from serving.planning.planner import HEADROOM
 #: the stage replicas' reports Serve aggregates (serving.runtime.routing.BusyMeter.autoscaling_stats)
 BUSY_METRIC = "busy_share"
 ROWS_METRIC = "rows_per_s"
+#: share of the ingress's call slots for a stage that reads as saturated: Serve's request count
+#: is a mean over its look-back window, which a capped count reaches only if every sample of the
+#: window sat at the cap
+SATURATED_SHARE = 0.9
 #: seconds of the latest reports a rise in work is read from (replicas report every
 #: serving.launch.proxy.AUTOSCALING_PUSH_S, 0.5 s)
 REACT_S = 2.0
@@ -56,7 +60,8 @@ class PlannerAutoscaler:
     """Serve's custom autoscaling policy for a stage deployment (module docstring).
 
     ``headroom``: the share of its time a replica is planned to compute; ``saturated_ongoing``:
-    calls per replica at which every slot the ingress keeps for the stage is taken; ``react_s``:
+    calls per stage replica at which every slot the ingresses keep for the stage is taken
+    (CONCURRENT_BATCHES per ingress replica; :data:`SATURATED_SHARE` of it reads as saturated); ``react_s``:
     the recent span of reports a rise is read from."""
 
     def __init__(self, headroom: float = HEADROOM, saturated_ongoing: float = CONCURRENT_BATCHES,
@@ -79,7 +84,7 @@ class PlannerAutoscaler:
         busy = metrics.get(BUSY_METRIC) or {}
         rows = metrics.get(ROWS_METRIC) or {}
         ongoing = float(ctx.total_num_requests or 0.0)
-        saturated = current > 0 and ongoing >= self.saturated_ongoing * current
+        saturated = current > 0 and ongoing >= SATURATED_SHARE * self.saturated_ongoing * current
         recent = _recent_sum((ctx.raw_metrics or {}).get(BUSY_METRIC) or {}, self.react_s)
         if busy:
             wanted = planned_replicas(max(float(sum(busy.values())), recent), headroom=self.headroom)
@@ -109,8 +114,11 @@ def _recent_sum(series: dict[Any, Any], span_s: float) -> float:
     return total
 
 
-def policy_config(headroom: float = HEADROOM) -> dict[str, Any]:
+def policy_config(headroom: float = HEADROOM, ingress_replicas: int = 1) -> dict[str, Any]:
     """The ``policy`` entry of a stage's ``autoscaling_config`` (Serve's AutoscalingPolicy, in
-    the plain form a Serve config file holds)."""
-    PlannerAutoscaler(headroom)  # checks it here, not in Serve's controller
-    return {"policy_function": POLICY_PATH, "policy_kwargs": {"headroom": float(headroom)}}
+    the plain form a Serve config file holds); every ingress replica keeps CONCURRENT_BATCHES
+    calls in flight per stage replica."""
+    saturated = float(CONCURRENT_BATCHES * max(int(ingress_replicas), 1))
+    PlannerAutoscaler(headroom, saturated)  # checks them here, not in Serve's controller
+    return {"policy_function": POLICY_PATH,
+            "policy_kwargs": {"headroom": float(headroom), "saturated_ongoing": saturated}}

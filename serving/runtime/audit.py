@@ -45,11 +45,10 @@ DEFAULT_AUDIT_RATE = 0.01
 AUDIT_BATCH_ROWS = 128
 #: sampled rows waiting for the worker at most; beyond, a sampled row is shed
 AUDIT_QUEUE_ROWS = 512
-#: seconds between two sends of the counts to the monitor, and the longest a sampled row waits
-#: for its batch to fill
+#: seconds between two sends of the counts to the monitor (and between two looks at the queue)
 AUDIT_FLUSH_S = 2.0
-#: seconds a sampled row waits at most for a full batch while requests are in flight (an idle
-#: ingress audits what is queued at once)
+#: seconds a sampled row waits for a full batch while requests are in flight, at most (plus up to
+#: AUDIT_FLUSH_S: the worker looks at its queue when it wakes; an idle ingress audits at once)
 AUDIT_MAX_WAIT_S = 10.0
 #: seconds one audit call may take before its rows count as shed
 AUDIT_CALL_S = 30.0
@@ -240,7 +239,8 @@ class LiveAudit:
 
     # --- the worker ---------------------------------------------------------------------------
     def _start(self) -> None:
-        if self._task is None and not self._closed:
+        """Start the worker, or start it again if it ended on an error."""
+        if (self._task is None or self._task.done()) and not self._closed:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -276,7 +276,12 @@ class LiveAudit:
         batch = self.take()
         if not batch:
             return
-        if self.busy():
+        try:
+            busy = self.busy()
+        except Exception as exc:  # cannot tell: shed (counted), never lost
+            log.warning("live audit: the busy check failed, %d rows shed: %s", sum(len(b[1]) for b in batch), exc)
+            busy = True
+        if busy:
             for _, picked, _, gear, key in batch:
                 self._shed(gear, key, len(picked))
             return
@@ -285,6 +290,8 @@ class LiveAudit:
             rows = self._rows(batch)
             self.cpu["worker"] += time.thread_time() - start
             full = np.asarray(await asyncio.wait_for(self.full_classes(rows), AUDIT_CALL_S))
+            if full.shape != (len(rows),):
+                raise ValueError(f"the full pipeline answered {full.shape} classes for {len(rows)} rows")
         except Exception as exc:  # an audit that cannot run is shed, never counted as agreement
             log.warning("live audit call failed, %d rows shed: %s", sum(len(b[1]) for b in batch), exc)
             for _, picked, _, gear, key in batch:

@@ -363,3 +363,30 @@ def test_the_worker_waits_for_a_full_batch_while_requests_are_in_flight():
 
     sink = asyncio.run(go())
     assert sink.total("audited") == 13 and sink.total("shed") == 0
+
+
+def test_a_failing_busy_check_sheds_and_a_worker_that_ended_starts_again():
+    """A busy check that raises sheds its batch (counted, not lost); a worker that ended anyway
+    is started again by the next sampled row, and its rows are audited."""
+    state = {"raise": True}
+
+    def busy() -> bool:
+        if state.pop("raise", False):
+            raise RuntimeError("busy check broke")
+        return False
+
+    async def go():
+        sink = _Sink()
+        audit = _audit(lambda rows: np.zeros(len(rows), int), sink, busy=busy)
+        audit.observe(*_request(3, cheap=3), gear=0, attributes=None)
+        await asyncio.sleep(0.1)
+        audit._task.cancel()  # a worker that ended, whatever ended it
+        with pytest.raises(asyncio.CancelledError):
+            await audit._task
+        audit.observe(*_request(2, cheap=2), gear=0, attributes=None)
+        await asyncio.sleep(0.1)
+        await audit.close()
+        return sink
+
+    sink = asyncio.run(go())
+    assert sink.total("shed") == 3 and sink.total("audited") == 2
