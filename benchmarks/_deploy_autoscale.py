@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import statistics
 import threading
 import time
 from typing import Any
@@ -41,9 +42,11 @@ AUTOSCALE_PHASE_S = 60.0
 AUTOSCALE_MAX = 6
 #: a request slower than this is an SLO violation (failed ones are too)
 SLO_MS = 1000.0
+#: logical CPUs a stage replica asks (they mostly sleep on the emulated device)
+STAGE_CPUS = 0.1
 #: logical CPUs of the one node: the two ingresses (1.1 each) and both apps' stage replicas at
 #: their most (0.1 each), with room to spare (the replicas mostly sleep on the emulated device)
-HEAD_CPUS = math.ceil(2 * 1.1 + 2 * 2 * AUTOSCALE_MAX * 0.1 + 1.0)
+HEAD_CPUS = math.ceil(2 * 1.1 + 2 * 2 * AUTOSCALE_MAX * STAGE_CPUS + 1.0)
 #: seconds between two samples of the replicas running
 SAMPLE_S = 1.0
 #: seconds a stage waits idle before it gives a replica back (deploy's downscale delay here)
@@ -51,25 +54,6 @@ DOWNSCALE_S = 20.0
 #: seconds of base-rate load each app gets before its trace, and rest between traces
 WARMUP_S = 10.0
 REST_S = 30.0
-
-
-def _deploy(opt: Any, cluster: Any, args) -> dict[str, Any]:
-    from benchmarks.deploy_cluster import INGRESS_CPUS
-    from serving import deploy
-    from serving.launch.config import plan_offline
-    from tests.conftest import free_port
-
-    out = {}
-    for name, options in AUTOSCALE_APPS.items():
-        plan = plan_offline(opt, cpus=4, rows_per_request=args.rows_per_request, rps=None, p99_ms=None,
-                            layout="staged", monitor=None)
-        plan.ingress_replicas, plan.ingress_cpus = 1, INGRESS_CPUS
-        for stage in plan.stages:
-            stage.replicas, stage.num_cpus = 1, 0.1
-        out[name] = deploy(opt, name=name, host="127.0.0.1", port=free_port(), address=cluster.address, plan=plan,
-                           artifact_share="object_store", insitu="never", min_replicas=1,
-                           max_replicas=args.autoscale_max, downscale_to_zero_s=DOWNSCALE_S, **options)
-    return out
 
 
 def _replicas(app: str) -> int:
@@ -135,7 +119,7 @@ def autoscaling(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
                       f"replica-seconds, up to {out['max_replicas_seen']} replicas; p99 by phase "
                       f"{[round(p) for p in out['p99_ms'] if p is not None]} ms", flush=True)
                 time.sleep(REST_S)
-        med = {name: {k: _median([x[k] for x in runs]) for k in ("slo_violation_share", "replica_seconds")}
+        med = {name: {k: statistics.median(x[k] for x in runs) for k in ("slo_violation_share", "replica_seconds")}
                for name, runs in rounds.items()}
         return {"slo_violation_share": med["planner"]["slo_violation_share"],
                 "replica_seconds": med["planner"]["replica_seconds"],
@@ -145,14 +129,11 @@ def autoscaling(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
                 "slo_ms": args.slo_ms, "rate": args.autoscale_rate, "burst": BURST, "phase_s": args.autoscale_phase_s,
                 "ms_per_row": args.autoscale_ms_per_row, "emulated": True, "rounds": rounds}
 
-    return with_cluster({MS_PER_ROW_LABEL: f"{args.autoscale_ms_per_row:g}"}, [], opt, {}, args, run,
-                        deploy_fn=_deploy, head_cpus=HEAD_CPUS)
-
-
-def _median(values: list[float]) -> float:
-    values = sorted(values)
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    # the same plan for both apps, every model stage from one replica, only the policy differs
+    apps = {name: {**options, "min_replicas": 1, "max_replicas": args.autoscale_max,
+                   "downscale_to_zero_s": DOWNSCALE_S} for name, options in AUTOSCALE_APPS.items()}
+    return with_cluster({MS_PER_ROW_LABEL: f"{args.autoscale_ms_per_row:g}"}, [], opt, apps, args, run,
+                        head_cpus=HEAD_CPUS, replicas=1, stage_cpus=STAGE_CPUS)
 
 
 def summary(a: dict[str, Any]) -> str:

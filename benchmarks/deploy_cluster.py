@@ -97,9 +97,10 @@ def start_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str
     return cluster
 
 
-def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args) -> dict[str, Any]:
-    """Each app: the same artifact and plan (``--replicas`` replicas of every model stage, one
-    ingress), with its own deploy options."""
+def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args, *, replicas: int | None = None,
+                stage_cpus: float = 0.2) -> dict[str, Any]:
+    """Each app: the same artifact and plan (``replicas``, default ``--replicas``, replicas of
+    every model stage at ``stage_cpus`` logical CPUs, one ingress), with its own deploy options."""
     from serving import deploy
     from serving.launch.config import plan_offline
     from tests.conftest import free_port
@@ -110,7 +111,7 @@ def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args) -
                             layout="staged", monitor=None)
         plan.ingress_replicas, plan.ingress_cpus = 1, INGRESS_CPUS  # only the head holds it: the same for every app
         for stage in plan.stages:
-            stage.replicas, stage.num_cpus = args.replicas, 0.2
+            stage.replicas, stage.num_cpus = args.replicas if replicas is None else replicas, stage_cpus
         out[name] = deploy(opt, name=name, host="127.0.0.1", port=free_port(), address=cluster.address, plan=plan,
                            artifact_share="object_store", insitu="never", **options)
     return out
@@ -118,17 +119,16 @@ def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args) -
 
 def with_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]], opt: Any,
                  apps: dict[str, dict[str, Any]], args, run: Callable[[dict[str, Any]], dict[str, Any]],
-                 deploy_fn: Callable[[Any, Any, Any], dict[str, Any]] | None = None,
-                 head_cpus: float = HEAD_CPUS) -> dict:
-    """``run(apps)`` on a fresh cluster (the apps deployed by :func:`deploy_apps`, or by
-    ``deploy_fn(opt, cluster, args)``); a failure is recorded (with its cause), not raised."""
+                 head_cpus: float = HEAD_CPUS, **deploy_kw: Any) -> dict:
+    """``run(apps)`` on a fresh cluster (the apps deployed by :func:`deploy_apps`, given
+    ``deploy_kw``); a failure is recorded (with its cause), not raised."""
     import ray
     from ray import serve
 
     cluster = start_cluster(head_labels, worker_labels, head_cpus)
     deployed: dict[str, Any] = {}
     try:
-        deployed = deploy_apps(opt, cluster, apps, args) if deploy_fn is None else deploy_fn(opt, cluster, args)
+        deployed = deploy_apps(opt, cluster, apps, args, **deploy_kw)
         return run(deployed)
     except Exception as exc:  # one section failing leaves the others to run
         return {"error": f"{type(exc).__name__}: {exc}"}
