@@ -26,6 +26,9 @@ from serving.core.constants import (
     API_KEY_ENV,
     CALIBRATE,
     CASCADE_LAYOUTS,
+    EXIT_ERROR,
+    EXIT_NO_PLAN,
+    EXIT_USAGE,
     INSITU,
     LOOPBACK_HOSTS,
     LOST_AFTER_S,
@@ -33,9 +36,7 @@ from serving.core.constants import (
 from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
 from serving.runtime.keys import generate_key
 
-#: exit codes (the module's docstring): a named error, and argparse's usage error
-EXIT_ERROR = 1
-EXIT_USAGE = 2
+__all__ = ["EXIT_ERROR", "EXIT_NO_PLAN", "EXIT_USAGE", "build_parser", "main", "version"]
 
 
 def version() -> str:
@@ -346,7 +347,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps({"plan": plan.to_dict(), "profiles": [p.to_dict() for p in plan.profiles]}, indent=2))
     else:
         print(plan)
-    return 0 if plan.feasible else 3
+    return 0 if plan.feasible else EXIT_NO_PLAN
 
 
 #: deploy()'s long steps, announced by ``willump serve`` as they start and end

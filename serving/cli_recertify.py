@@ -17,8 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-#: exit code when the plan does not hold on the new rows
-EXIT_NOT_CERTIFIED = 4
+from serving.core.constants import EXIT_NOT_CERTIFIED
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -58,3 +58,13 @@ LOST_AFTER_S = 2.0
 #: requests Serve lets into an ingress replica beyond its admission bound (max_ongoing_requests =
 #: the bound + this): the ingress answers 503 first; an in-place max_in_flight may not pass it
 INGRESS_SERVE_HEADROOM = 64
+
+#: the willump command's exit codes (both the pipeline and the torch-model forms; the README's
+#: "Command line" section lists them): done, an error the message on stderr names, argparse's
+#: usage error, no plan meets the rate, SLO or memory asked (`plan`), the plan does not hold on
+#: the new rows (`recertify`)
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NO_PLAN = 3
+EXIT_NOT_CERTIFIED = 4

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from serving import partition as sp
+from serving.core.constants import EXIT_ERROR, EXIT_NO_PLAN, EXIT_OK
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
           "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40}
@@ -135,7 +136,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(f"{graph!r}")
         print(plan)
-    return 0 if plan.feasible else 3
+    return EXIT_OK if plan.feasible else EXIT_NO_PLAN
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -194,4 +195,4 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_plan(args) if args.command == "plan" else cmd_serve(args)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"willump: error: {exc}", file=sys.stderr)
-        return 1  # serving.cli's exit codes: 1 an error the message names, 2 usage
+        return EXIT_ERROR
