@@ -32,6 +32,7 @@ from serving.core.constants import (
 from serving.core.costs import HostCosts, load_cached, store_cached
 from serving.core.local_ray import exposure_note, start_local_ray
 from serving.core.nodes import within_gpus
+from serving.core.plan_board import withdraw_plan
 from serving.core.serve_apps import delete_app, logging_config, run_app, tracing_config
 from serving.core.specs import WHOLE_STAGE, AppSpec, gpu_capable, unsure_share
 from serving.launch import cluster
@@ -106,6 +107,7 @@ class ServingApp:
 
         try:
             delete_app(self.name)
+            withdraw_plan(self.name)
             if self.monitor_app is not None:
                 delete_app(self.monitor_app)
             if self.artifact is not None:
@@ -351,7 +353,8 @@ def deploy(
     In situ (``insitu``, :mod:`serving.measure.insitu`): once the app runs, a probe of
     ``DEPLOY_PROBE_CLIENTS`` closed-loop clients sends it the sample rows for a few seconds
     while every process's CPU is read from /proc; a plan made here is made again with each
-    group's measured-over-modelled CPU and the app redeployed with it, so ``app.plan`` and
+    group's measured-over-modelled CPU and the app redeployed with it where its replicas
+    differ (the running replicas adopt it where they do not: serving.core.plan_board), so ``app.plan`` and
     ``GET /plan`` predict what the running app measures (``plan.in_situ`` holds the factors,
     the probe's figures and the prediction before). The probe's monitor records are dropped.
     "auto" probes where this machine can read every process of the app (not on a cluster

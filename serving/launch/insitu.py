@@ -1,4 +1,5 @@
-"""Plan a running app again from what its processes measure, and redeploy it with that plan.
+"""Plan a running app again from what its processes measure, and put that plan in force:
+redeployed where its replicas differ, adopted by the running replicas where they do not.
 
 The measurement itself (probe traffic, CPU read from /proc, measured over modelled factors)
 is :mod:`serving.measure.insitu`; this module is the launch side: it asks for the probe,
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from serving.core.plan_board import publish_plan
 from serving.core.procstat import session_dir
 from serving.core.serve_apps import delete_app, logging_config, run_app
 from serving.core.specs import AppSpec
@@ -18,7 +20,13 @@ from serving.launch.graph import build_app, chain_role, monitor_settings, row_sc
 from serving.launch.module_chains import chain_callers
 from serving.measure.insitu import PROBE_BODIES, PROBE_HEADER, probe, summary
 from serving.measure.stages import request_bodies
-from serving.planning.planner import SIMULATED_LOAD, plan_again, same_deployments, simulated_at
+from serving.planning.planner import (
+    SIMULATED_LOAD,
+    kept_running,
+    plan_again,
+    same_replicas,
+    simulated_at,
+)
 from serving.runtime.stage_runner import module_groups
 
 
@@ -50,15 +58,22 @@ def refine_in_situ(spec: AppSpec, opt: Any, plan: Any, url: str, token: str, *,
         refined.predicted = simulated_at(refined, rate)
     if overrides is not None:
         overrides(refined)
-    changed = not same_deployments(plan, refined)
+    changed = not same_replicas(plan, refined)
+    if not changed:  # the running replicas adopt it: their reservations and admission bound stay
+        refined = kept_running(refined, plan)
     refined.in_situ.update({**{k: v for k, v in measured.items() if k != "factors"}, "before": before,
                             "replanned": changed})
-    spec.plan, spec.probe_sha256 = refined.to_dict(), None
-    # deleted first, so that the new replicas are placed on free nodes as planned (an update in
-    # place would start them while the old ones still hold their CPUs); the monitor stays
-    delete_app(spec.name)
-    run_app(build_app(spec, opt), spec.name, f"/{spec.name}", logging_config(spec.access_log, spec.log_format))
-    what = "replicas planned again" if changed else "replicas unchanged"
+    if changed:
+        spec.plan, spec.probe_sha256 = refined.to_dict(), None
+        # deleted first, so that the new replicas are placed on free nodes as planned (an update in
+        # place would start them while the old ones still hold their CPUs); the monitor stays
+        delete_app(spec.name)
+        run_app(build_app(spec, opt), spec.name, f"/{spec.name}", logging_config(spec.access_log, spec.log_format))
+        what = "replicas planned again"
+    else:  # the same replicas: the running ones adopt the refined plan, none restarts
+        spec.plan = refined.to_dict()
+        publish_plan(spec.name, spec.probe_sha256, spec.plan)
+        what = "replicas unchanged, kept running"
     return refined, (f"in situ ({measured['clients']} clients, {measured['seconds']:g} s): CPU measured over modelled "
                      f"{summary(measured['factors'])}; {what}; bound {before['max_rows_per_s']:.0f} -> "
                      f"{refined.max_rows_per_s:.0f} rows/s")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from serving.core.constants import CASCADE_LAYOUTS, CONCURRENT_BATCHES, LAYOUTS
@@ -398,6 +398,30 @@ def plan_again(plan: Plan, *, budget_cpus: float | None = None, cpu_scale: dict[
                        rps=plan.target_rps, p99_ms=plan.target_p99_ms, rows_per_request=plan.rows_per_request,
                        monitor=plan.monitor_cpus > 0, layout=plan.layout, ingress=plan.ingress_profile,
                        costs=plan.costs, seed=seed, cpu_scale=cpu_scale)
+
+
+def same_replicas(a: Plan, b: Plan) -> bool:
+    """Whether two plans run the same replicas, devices, batches and queues where they are
+    placed: what only a restart of the app changes. The logical CPUs each replica reserves and
+    the ingress's admission bound may differ (a running app that adopts ``b`` keeps its own:
+    :func:`kept_running`)."""
+    def shape(p: Plan) -> tuple:
+        return (p.layout, p.ingress_replicas, tuple(
+            (s.name, s.replicas, s.device, s.num_gpus, s.max_batch_size, s.batch_wait_timeout_s,
+             s.max_ongoing_requests, s.max_queued_requests) for s in p.stages), p.placement)
+
+    return shape(a) == shape(b)
+
+
+def kept_running(refined: Plan, running: Plan) -> Plan:
+    """``refined`` (:func:`same_replicas` as ``running``) with the reservations and admission
+    bound of the app running ``running``: what that app serves once it adopts ``refined``
+    without a restart."""
+    if not same_replicas(refined, running):
+        raise ValueError("kept_running needs the same replicas in both plans (same_replicas)")
+    stages = [replace(s, num_cpus=r.num_cpus) for s, r in zip(refined.stages, running.stages, strict=True)]
+    return replace(refined, stages=stages, ingress_cpus=running.ingress_cpus,
+                   ingress_max_in_flight=running.ingress_max_in_flight)
 
 
 def same_deployments(a: Plan, b: Plan) -> bool:

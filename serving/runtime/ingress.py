@@ -34,6 +34,7 @@ from serving.core.constants import (
     PARSE_INLINE_BYTES,
 )
 from serving.core.jsonsafe import clean
+from serving.core.plan_board import PlanAdoption
 from serving.core.schema import (
     PredictRequest,
     PredictResponse,
@@ -87,6 +88,8 @@ log = logging.getLogger("ray.serve")
 DEGRADE_RESERVE = 0.2
 #: seconds /readyz waits for each stage's canary before it counts the stage as not ready
 READY_TIMEOUT_S = 10.0
+#: routes that show the plan: a replica looks for its refined plan before answering them
+PLAN_ROUTES = frozenset({"plan", "metrics", "index", "ui"})
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 
@@ -127,6 +130,8 @@ class Ingress(HttpEdge):
         self.allowed_hosts = config.allowed_hosts
         #: deploy's in-situ probe marks its requests with a one-off token (serving.measure.insitu)
         self.probe_hash = config.probe_sha256
+        #: the plan deploy refines after that probe, adopted without a restart (serving.core.plan_board)
+        self.plan_adoption = PlanAdoption(self.name, self.probe_hash, self._adopt_plan)
         self.max_in_flight = config.max_in_flight
         self.in_flight = 0
         self.metrics = ServingMetrics(self.name)
@@ -211,6 +216,12 @@ class Ingress(HttpEdge):
 
             dashboard_of(self).start()  # its sampler: the dashboard has history when first opened
 
+    def _adopt_plan(self, plan: dict[str, Any]) -> None:
+        """The refined plan in place of the one this replica started with (the dashboard holds
+        the same info dict)."""
+        self.info["plan"] = plan
+        self._public_plan = None
+
     def _follow_replicas(self, running: dict[str, int]) -> None:
         """Keep CONCURRENT_BATCHES calls in flight per running replica of each remote stage."""
         for deployment, count in running.items():
@@ -253,6 +264,8 @@ class Ingress(HttpEdge):
                 self.in_flight += 1
                 admitted = True
                 self._start_watch()
+            if route in PLAN_ROUTES and self.plan_adoption.pending:
+                await asyncio.to_thread(self.plan_adoption.check)
             result = await work()
             response = result if isinstance(result, Response) else JSONResponse(result)
         except (RequestError, StageOverloaded, DeadlineExceeded) as exc:

@@ -59,6 +59,9 @@ def test_deploy_probed_the_running_app_and_planned_again(app):
     assert "ingress" in probe["factors"] and probe["measured_cpu_ms_per_request"]["ingress"] > 0
     assert "max_rows_per_s" in probe["before"] and isinstance(probe["replanned"], bool)
     assert any(n.startswith("in situ (") for n in app.notes), app.notes
+    # the same replicas planned: the running ones adopted the refined plan (no restart); else redeployed
+    kept = "replicas unchanged, kept running" if not probe["replanned"] else "replicas planned again"
+    assert any(kept in n for n in app.notes), app.notes
     served = requests.get(app.url + "/plan", timeout=30).json()
     assert served["in_situ"]["factors"] == pytest.approx(probe["factors"])
     assert served["max_rows_per_s"] == pytest.approx(app.plan.max_rows_per_s)
@@ -69,6 +72,20 @@ def test_deploy_probed_the_running_app_and_planned_again(app):
     # neither recorded by the monitor nor counted as the users' requests
     assert total("drift_rows_ingested_total") == 0
     assert total('willump_requests_total{app="api",route="predict"') == 0
+
+
+def test_a_refined_plan_is_published_for_its_own_deploy_only(ray_cluster):
+    """serving.core.plan_board on Ray's key-value store: the entry answers the token it was
+    published for, no other, and is gone once withdrawn."""
+    from serving.core.plan_board import publish_plan, published_plan, withdraw_plan
+
+    publish_plan("board-test", "h1", {"max_rows_per_s": 12.5})
+    try:
+        assert published_plan("board-test", "h1") == {"max_rows_per_s": 12.5}
+        assert published_plan("board-test", "h2") is None and published_plan("board-test", None) is None
+    finally:
+        withdraw_plan("board-test")
+    assert published_plan("board-test", "h1") is None
 
 
 def test_predict_equals_in_process(app, synth_opt, request_rows):

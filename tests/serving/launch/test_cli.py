@@ -83,7 +83,7 @@ def test_serve_runs_until_sigterm_and_leaves_nothing_behind(artifact, request_ro
     lines: list[str] = []
     proc = subprocess.Popen(
         [*WILLUMP, "serve", str(artifact), "--name", "cli", "--port", str(port), "--cpus", "2",
-         "--calibrate", "never", "--transport", "ray", "--tracing", "--tracing-sample", "1.0"],
+         "--calibrate", "never", "--insitu", "never", "--transport", "ray", "--tracing", "--tracing-sample", "1.0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     started: set[int] = set()
     try:
@@ -135,7 +135,7 @@ def loopback_app(artifact):
     lines: list[str] = []
     proc = subprocess.Popen(
         [*WILLUMP, "serve", str(artifact), "--name", "killed", "--port", str(port), "--cpus", "2",
-         "--calibrate", "never"],
+         "--calibrate", "never", "--insitu", "never"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     try:
         _serving(proc, lines, "willump: serving")

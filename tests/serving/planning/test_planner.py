@@ -270,3 +270,26 @@ def test_in_situ_factors_plan_again_and_the_simulation_keeps_them():
     assert not same_deployments(plain, plan_again(plain, budget_cpus=8, cpu_scale={"ingress": 2.0}))
     with pytest.raises(ValueError, match="cpu_scale"):
         plan_stages(stages, Resources(cpus=2), cpu_scale={"ingress": -1.0}, **kwargs)
+
+
+def test_a_refined_plan_with_the_same_replicas_is_adopted_with_the_running_reservations():
+    """serving.launch.insitu restarts an app only where the refined plan runs other replicas,
+    batches or queues (same_replicas); otherwise the running app adopts it and keeps its own
+    CPU reservations and admission bound (kept_running), which the adopted plan then says."""
+    from dataclasses import replace
+
+    from serving.planning.planner import kept_running, plan_again, same_deployments, same_replicas
+
+    stages = [linear("cheap", 0.0003, 0.00003), linear("expensive", 0.001, 0.0005, scale=0.1)]
+    plain = plan_stages(stages, Resources(cpus=8), rps=150, rows_per_request=32, layout="fused",
+                        ingress=ingress(), costs=costs(8.0))
+    retuned = replace(plain, ingress_cpus=plain.ingress_cpus * 0.9, ingress_max_in_flight=plain.ingress_max_in_flight + 300,
+                      stages=[replace(s, num_cpus=s.num_cpus + 0.1) for s in plain.stages], max_rows_per_s=1.5)
+    assert same_replicas(plain, retuned) and not same_deployments(plain, retuned)
+    kept = kept_running(retuned, plain)
+    assert same_deployments(plain, kept) and kept.max_rows_per_s == 1.5  # the refined figures, the running shape
+    assert not same_replicas(plain, plan_again(plain, budget_cpus=8, cpu_scale={"ingress": 2.0}))
+    more = replace(plain, stages=[replace(plain.stages[0], replicas=plain.stages[0].replicas + 1), *plain.stages[1:]])
+    assert not same_replicas(plain, more)
+    with pytest.raises(ValueError, match="same replicas"):
+        kept_running(more, plain)
