@@ -184,9 +184,14 @@ def routing_warning(opt: Any, diff: float) -> str | None:
 
 
 def export_onnx(opt: Any, directory: Any, X_check: Any, atol: float = ONNX_ATOL) -> dict[str, Any]:
-    """Export every level's model to ``directory``/level_<i>.onnx, checked on rows ``X_check``.
+    """Export every level's model to ``directory``/level_<i>.onnx, checked on rows ``X_check``,
+    and, where every group is a scikit-learn featurizer skl2onnx converts
+    (:func:`willump.from_sklearn`), the whole cascade (features, levels, routing) to
+    ``directory``/cascade.onnx (:mod:`willump._onnx_cascade`), checked the same way.
 
-    Returns (and writes as onnx.json) per level: file, max difference, feature count. Warns
+    Returns (and writes as onnx.json) per level: file, max difference, feature count; under
+    ``cascade``: its file, max difference, the share of rows it routes to the same level, or,
+    where it cannot be exported, ``exported: False`` and why, per group. Warns
     (WillumpWarning) when the differences exceed the plan's certified routing tolerance.
     """
     from ._blocks import hstack
@@ -202,14 +207,42 @@ def export_onnx(opt: Any, directory: Any, X_check: Any, atol: float = ONNX_ATOL)
         diff = check_onnx(level.model, runner, X, atol)
         (root / f"level_{i}.onnx").write_bytes(data)
         summary["levels"].append({"file": f"level_{i}.onnx", "max_abs_diff": diff, "features": int(X.shape[1])})
+    summary["cascade"] = _export_cascade(opt, root, X_check)
     (root / "onnx.json").write_text(json.dumps(summary, indent=2))
-    message = routing_warning(opt, max(lv["max_abs_diff"] for lv in summary["levels"]))
+    diffs = [lv["max_abs_diff"] for lv in summary["levels"]] + [summary["cascade"].get("max_abs_diff", 0.0)]
+    message = routing_warning(opt, max(diffs))
     if message is not None:
         from .errors import WillumpWarning
 
         summary["routing_warning"] = message
         warnings.warn(message, WillumpWarning, stacklevel=2)
     return summary
+
+
+def _export_cascade(opt: Any, root: Path, X_check: Any) -> dict[str, Any]:
+    """cascade.onnx where the pipeline allows it, checked on ``X_check``; else why not."""
+    from ._onnx_cascade import cascade_model, feeds, unexportable
+
+    why = unexportable(opt)
+    if why:
+        return {"exported": False, "why": why}
+    try:
+        model = cascade_model(opt, X_check[:5])
+    except Exception as exc:  # a converter refused: the per-level files stand
+        return {"exported": False, "why": {"conversion": f"{type(exc).__name__}: {exc}"}}
+    import onnxruntime as ort
+
+    data = model.SerializeToString()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # ORT's notes on the graph's unused constants are not the user's
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    proba, level = session.run(None, feeds(model, X_check))
+    native, native_level = opt.predict_with_levels(X_check)
+    (root / "cascade.onnx").write_bytes(data)
+    return {"exported": True, "file": "cascade.onnx", "max_abs_diff": float(np.abs(proba - native).max()),
+            "same_level_share": float(np.mean(level == native_level)),
+            "inputs": [i.name for i in model.graph.input], "outputs": ["probabilities", "level"],
+            "rows_checked": len(level)}
 
 
 def onnx_levels(opt: Any, directory: Any, device: str = "cpu") -> list[Any]:
