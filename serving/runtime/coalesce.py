@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from serving.runtime import spans
 from serving.runtime.calls import Deadline, DeadlineExceeded, StageOverloaded, retryable
 
 
@@ -42,6 +43,8 @@ class Item:
     #: rows in ``rows`` (``len(rows)`` unless the submitter says otherwise)
     size: int = 0
     arrived: float = field(default_factory=time.monotonic)
+    #: the submitting request's span context where it is traced (serving.runtime.spans)
+    trace: Any = None
 
 
 BatchRunner = Callable[[list[Item], Deadline], Awaitable[list[Any]]]
@@ -95,7 +98,8 @@ class Coalescer:
         if len(self.queue) >= self.max_queued:
             raise StageOverloaded(self.stage)
         future = asyncio.get_running_loop().create_future()
-        item = Item(rows, blocks, deadline, future, key=key, size=len(rows) if size is None else int(size))
+        item = Item(rows, blocks, deadline, future, key=key, size=len(rows) if size is None else int(size),
+                    trace=spans.recording())
         self.queue.append(item)
         self._dispatch()
         try:
@@ -158,7 +162,9 @@ class Coalescer:
         deadline = max((it.deadline for it in items), key=lambda d: d.at)
         try:
             try:
-                outs = await self.run(items, deadline)
+                with spans.batch_span(f"willump.call {self.stage}", [it.trace for it in items],
+                                      rows=sum(it.size for it in items)):
+                    outs = await self.run(items, deadline)
             except (DeadlineExceeded, StageOverloaded) as exc:
                 _fail(items, exc)
                 return

@@ -46,7 +46,7 @@ from serving.core.schema import (
     predict_answer,
 )
 from serving.core.specs import IngressConfig, StageSpec
-from serving.runtime import oip
+from serving.runtime import oip, spans
 from serving.runtime.calls import (
     Deadline,
     DeadlineExceeded,
@@ -329,13 +329,15 @@ class Ingress(HttpEdge):
                        oip: InferRequest | None = None) -> Response:
         deadline = self._deadline(request)
         if oip is None:
-            body, frame = await self._parse(request, PredictRequest)
+            with spans.span("willump.parse"):
+                body, frame = await self._parse(request, PredictRequest)
             attributes = body.attributes
         else:
             frame, attributes = oip.frame, oip.attributes
         started, t0 = time.time(), time.perf_counter()
         n = len(frame)
-        out = await self.coalescers[self.stage_names[0]].submit(frame, None, deadline, key=gear)
+        with spans.span(f"willump.stage {self.stage_names[0]}", rows=n, gear=gear):
+            out = await self.coalescers[self.stage_names[0]].submit(frame, None, deadline, key=gear)
         proba, level = np.array(out["proba"], copy=True), np.array(out["level"], copy=True)
         replica = np.full(n, out["replica"], dtype=object)
         degraded = np.zeros(n, dtype=bool)
@@ -347,7 +349,8 @@ class Ingress(HttpEdge):
             stage = self.stage_names[1]
             late = deadline.reserve(DEGRADE_RESERVE) if self.degrade and out.get("fallback") is not None else deadline
             try:
-                out2 = await self.coalescers[stage].submit(sub, out["blocks"], late, key=gear)
+                with spans.span(f"willump.stage {stage}", rows=len(sub), gear=gear):
+                    out2 = await self.coalescers[stage].submit(sub, out["blocks"], late, key=gear)
             except (DeadlineExceeded, StageOverloaded) as exc:
                 if late is deadline:
                     raise
@@ -362,8 +365,9 @@ class Ingress(HttpEdge):
                 level[unsure] = out2["level"]
                 replica[unsure] = out2["replica"]
         if full:  # gear 0 held: the full pipeline answers every row, and audits gear 0's decisions
-            decided, disagreed = await answer_in_full(self, frame, proba, level, replica, degraded,
-                                                      self.audit.final_levels[gear], deadline)
+            with spans.span("willump.full_pipeline", rows=n):
+                decided, disagreed = await answer_in_full(self, frame, proba, level, replica, degraded,
+                                                          self.audit.final_levels[gear], deadline)
         latency_ms = (time.perf_counter() - t0) * 1000.0
         probe = self._probe(request)
         if not probe:

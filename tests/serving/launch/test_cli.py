@@ -64,6 +64,19 @@ def _serving(proc: subprocess.Popen, lines: list[str], marker: str) -> None:
     raise AssertionError("".join(lines))
 
 
+def _span_objects(text: str) -> list[dict]:
+    """The spans of a file Serve's default exporter wrote (JSON objects one after another)."""
+    decoder, out, at = json.JSONDecoder(), [], 0
+    while (at := text.find("{", at)) >= 0:
+        try:
+            obj, end = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            break
+        out.append(obj)
+        at = end
+    return out
+
+
 def _tree(pid: int) -> set[int]:
     """The process and everything it started (Ray's GCS and raylet, workers, HAProxy)."""
     return descendants({pid})
@@ -97,6 +110,11 @@ def test_serve_runs_until_sigterm_and_leaves_nothing_behind(artifact, request_ro
                      .strip())
         wait_for(lambda: any("replica_handle_request cli-ingress" in f.read_text() for f in spans.glob("*.json")),
                  timeout=60, message="the request's span")
+        # the ingress's own spans inside the request's trace: the parse and each stage (serving.runtime.spans)
+        traced = [s for f in spans.glob("*.json") for s in _span_objects(f.read_text())]
+        request_traces = {s["context"]["trace_id"] for s in traced if s["name"].startswith("replica_handle_request")}
+        own = {s["name"].split()[0] for s in traced if s["context"]["trace_id"] in request_traces and s.get("parent_id")}
+        assert {"willump.parse", "willump.stage", "willump.call"} <= own, sorted({s["name"] for s in traced})
         started = _tree(proc.pid) - {proc.pid}
         assert any("haproxy" in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")
                    for p in alive(started)), "no HAProxy among the app's processes"
