@@ -9,7 +9,9 @@ groups in the level's order, the level's model) converted by skl2onnx; the routi
 control flow: a level answers the rows whose largest probability reaches its threshold, the
 rest are selected (``Compress``) and passed to the next level inside an ``If`` that runs only
 when a row is left (the text operators refuse empty batches), so the expensive featurizers
-run on the unsure rows only, as in Python. Groups that are Python code, and transformers
+run on the unsure rows only, as in Python. Probabilities are routed and answered in float64,
+as willump computes them. A batch of zero rows is refused where the first level has a text
+featurizer (ONNX Runtime's StringNormalizer); willump answers it with empty arrays. Groups that are Python code, and transformers
 skl2onnx cannot convert, are named with the reason; nothing is exported then.
 """
 
@@ -32,7 +34,8 @@ LEVEL = "level"
 
 
 def unexportable(opt: Any) -> dict[str, str]:
-    """Group (or level model) -> why it cannot be exported; empty when the cascade can be."""
+    """Group (or level model) -> why it cannot be exported; empty when the cascade can be (a
+    converter may still refuse: :func:`cascade_model` then raises, naming it)."""
     from ._sklearn import SklearnPipeline
 
     pipeline = opt.pipeline
@@ -41,10 +44,7 @@ def unexportable(opt: Any) -> dict[str, str]:
                 for g in pipeline.graph.groups}
     why: dict[str, str] = {}
     for name in pipeline.graph.groups:
-        transformer, _, _ = pipeline.branch(name)
-        if transformer == "passthrough":
-            continue
-        reason = _unconvertible(transformer)
+        reason = _unconvertible(pipeline.branch(name)[0])
         if reason:
             why[name] = reason
     for _, step in pipeline.pre_steps:
@@ -52,23 +52,32 @@ def unexportable(opt: Any) -> dict[str, str]:
         if reason:
             why["preprocess"] = reason
     for i, level in enumerate(opt.levels):
-        if not type(level.model).__module__.startswith("sklearn."):
-            why[f"level {i} model"] = (f"{type(level.model).__name__}: the whole-cascade export converts scikit-learn "
-                                        "models (the per-level export covers lightgbm and torch)")
+        reason = _unconvertible(level.model) if type(level.model).__module__.startswith("sklearn.") else (
+            f"{type(level.model).__name__}: the whole-cascade export converts scikit-learn models (the per-level "
+            "export covers lightgbm and torch)")
+        if reason:
+            why[f"level {i} model"] = reason
     return why
 
 
-def _unconvertible(transformer: Any) -> str | None:
+def _unconvertible(step: Any) -> str | None:
+    """Why skl2onnx cannot convert ``step`` (nested pipelines and unions searched), or None."""
     from skl2onnx import get_model_alias
 
-    name = type(transformer).__name__
-    if name == "Pipeline":
-        reasons = [_unconvertible(s) for _, s in transformer.steps]
-        return next((r for r in reasons if r), None)
-    if name == "FunctionTransformer" and transformer.func is not None:
+    if step is None or isinstance(step, str):  # "passthrough", "drop"
+        return None
+    name = type(step).__name__
+    parts = [s for _, s in getattr(step, "steps", [])]
+    parts += [p[1] for p in getattr(step, "transformer_list", None) or getattr(step, "transformers_", None) or []]
+    if parts:
+        return next((r for r in map(_unconvertible, parts) if r), None)
+    if name == "FunctionTransformer" and step.func is not None:
         return "a FunctionTransformer runs arbitrary Python (skl2onnx converts only the identity)"
+    if callable(getattr(step, "analyzer", None)) or callable(getattr(step, "tokenizer", None)) \
+            or callable(getattr(step, "preprocessor", None)):
+        return f"{name} with a Python analyzer, tokenizer or preprocessor: skl2onnx cannot convert it"
     try:
-        get_model_alias(type(transformer))
+        get_model_alias(type(step))
     except Exception:
         return f"{name}: skl2onnx has no converter for it"
     return None
@@ -153,7 +162,9 @@ def cascade_model(opt: Any, sample: Any) -> Any:
         for node in prefixed.graph.node:
             node.input[:] = [rename.get(x, x) for x in node.input]
             nodes.append(node)
-        nodes.append(helper.make_node("Cast", [f"l{k}_{PROBA}"], [f"l{k}_pf"], to=TensorProto.FLOAT))
+        # float64 from here on, as willump routes (_routing.is_confident): a float32 comparison
+        # sent rows sitting on a threshold to another level
+        nodes.append(helper.make_node("Cast", [f"l{k}_{PROBA}"], [f"l{k}_pf"], to=TensorProto.DOUBLE))
         return nodes, list(prefixed.graph.initializer), f"l{k}_pf"
 
     def stage(k: int, feeds: dict[str, str], pos: str) -> tuple[list[Any], list[Any], tuple[str, str, str]]:
@@ -166,7 +177,7 @@ def cascade_model(opt: Any, sample: Any) -> Any:
                                        value=helper.make_tensor("v", TensorProto.INT64, [1], [k]))]
             return nodes, inits, (proba, pos, f"s{k}_lvl")
         threshold = float(opt.levels[k].threshold)
-        inits.append(helper.make_tensor(f"s{k}_t", TensorProto.FLOAT, [], [threshold]))
+        inits.append(helper.make_tensor(f"s{k}_t", TensorProto.DOUBLE, [], [threshold]))
         nodes += [helper.make_node("ReduceMax", [proba], [f"s{k}_max"], axes=[1], keepdims=0),
                   helper.make_node("GreaterOrEqual", [f"s{k}_max", f"s{k}_t"], [f"s{k}_done"]),
                   helper.make_node("Not", [f"s{k}_done"], [f"s{k}_keep"]),
@@ -187,11 +198,11 @@ def cascade_model(opt: Any, sample: Any) -> Any:
         then_nodes += [helper.make_node("Identity", [rp], [f"s{k}_tp"]), helper.make_node("Identity", [ri], [f"s{k}_ti"]),
                        helper.make_node("Identity", [rl], [f"s{k}_tl"])]
         outs = [helper.make_tensor_value_info(f"s{k}_{x}", t, s) for x, t, s in
-                (("tp", TensorProto.FLOAT, [None, n_classes]), ("ti", TensorProto.INT64, [None]),
+                (("tp", TensorProto.DOUBLE, [None, n_classes]), ("ti", TensorProto.INT64, [None]),
                  ("tl", TensorProto.INT64, [None]))]
         then_graph = helper.make_graph(then_nodes, f"rest_{k}", [], outs, initializer=rest_inits)
         else_nodes = [helper.make_node("Constant", [], [f"s{k}_tp"],
-                                       value=helper.make_tensor("e", TensorProto.FLOAT, [0, n_classes], [])),
+                                       value=helper.make_tensor("e", TensorProto.DOUBLE, [0, n_classes], [])),
                       helper.make_node("Constant", [], [f"s{k}_ti"], value=helper.make_tensor("e", TensorProto.INT64, [0], [])),
                       helper.make_node("Constant", [], [f"s{k}_tl"], value=helper.make_tensor("e", TensorProto.INT64, [0], []))]
         else_graph = helper.make_graph(else_nodes, f"none_left_{k}", [], outs)
@@ -208,7 +219,7 @@ def cascade_model(opt: Any, sample: Any) -> Any:
     body += [helper.make_node("Unsqueeze", [pos, "axes1"], ["pos_col"]),
              helper.make_node("Concat", ["n_shape", "n_classes"], ["out_shape"], axis=0),
              helper.make_node("ConstantOfShape", ["out_shape"], ["proba_zero"],
-                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.0])),
+                              value=helper.make_tensor("v", TensorProto.DOUBLE, [1], [0.0])),
              helper.make_node("ScatterND", ["proba_zero", "pos_col", proba], [PROBA]),
              helper.make_node("ConstantOfShape", ["n_shape"], ["level_zero"],
                               value=helper.make_tensor("v", TensorProto.INT64, [1], [0])),
@@ -216,7 +227,7 @@ def cascade_model(opt: Any, sample: Any) -> Any:
     const("n_classes", [n_classes], TensorProto.INT64)
     graph = helper.make_graph(
         body, "willump_cascade", inputs,
-        [helper.make_tensor_value_info(PROBA, TensorProto.FLOAT, [None, n_classes]),
+        [helper.make_tensor_value_info(PROBA, TensorProto.DOUBLE, [None, n_classes]),
          helper.make_tensor_value_info(LEVEL, TensorProto.INT64, [None])],
         initializer=outer_inits + inits)
     opsets = {"": CASCADE_OPSET, "ai.onnx.ml": ML_OPSET}

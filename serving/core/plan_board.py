@@ -6,22 +6,31 @@ predictions, the measured CPU factors). Restarting every replica to hand them th
 costs a full start of the app (on the project machine 10-30 s, and each replica's start CPU);
 instead deploy publishes the refined plan in Ray's GCS key-value store under the app's name,
 bound to that deploy's probe token (its hash, which the app's ingress replicas were started
-with), and each of those replicas adopts it the next time it answers a route that shows the
-plan (/plan, /metrics, the dashboard). A later deploy of the same name has another token, so a
-stale entry is never adopted; shutdown withdraws it.
+with), and each of those replicas adopts it within a second (a watcher thread), or before it
+answers a route that shows the plan (/plan, /metrics, the dashboard), whichever comes first; the
+probe being over, the replica then also stops honouring the probe's token. A later deploy of
+the same name has another token, so a stale entry is never adopted; shutdown withdraws it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 #: the GCS key-value namespace of the entries
 NAMESPACE = "willump"
 #: seconds after its start an ingress replica keeps looking for its refined plan (the probe runs
-#: once, within a minute of the app answering; a probe that failed publishes nothing)
+#: once, within a minute of the app answering; a probe that failed publishes nothing; a replica
+#: started later, say in place of a failed one, finds the plan at its first look)
 WATCH_S = 600.0
+#: seconds between two looks of a replica's watcher thread
+POLL_S = 1.0
+
+log = logging.getLogger("ray.serve")
 
 
 def _key(app: str) -> bytes:
@@ -61,25 +70,52 @@ def published_plan(app: str, probe_sha256: str | None) -> dict[str, Any] | None:
 
 
 class PlanAdoption:
-    """An ingress replica's side: look for the refined plan (one key-value read each time a
-    route that shows the plan is answered) until it is found or ``WATCH_S`` passed, then never
-    again. ``adopt`` receives the plan."""
+    """An ingress replica's side: look for the refined plan of its own deploy until it is found
+    or ``watch_s`` after the replica started, then never again. A thread looks every ``poll_s``
+    (:meth:`start`), and a route that shows the plan looks once more before it answers
+    (:meth:`check`), so an answer given right after deploy returned already shows it. One look
+    at a time; a failed read is logged and tried again later. ``adopt`` receives the plan
+    (from a thread: it must only swap references)."""
 
-    def __init__(self, app: str, probe_sha256: str | None, adopt, *, watch_s: float = WATCH_S):
-        self.app, self.probe_sha256, self.adopt = app, probe_sha256, adopt
+    def __init__(self, app: str, probe_sha256: str | None, adopt: Callable[[dict[str, Any]], None], *,
+                 watch_s: float = WATCH_S, poll_s: float = POLL_S):
+        self.app, self.probe_sha256, self.adopt, self.poll_s = app, probe_sha256, adopt, float(poll_s)
         self.until = time.monotonic() + watch_s if probe_sha256 else 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     @property
     def pending(self) -> bool:
         return self.until > 0.0 and time.monotonic() < self.until
 
+    def start(self) -> None:
+        if self.pending and self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="willump-plan-adoption", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while self.pending and not self._stop.is_set():
+            self.check()
+            self._stop.wait(self.poll_s)
+
     def check(self) -> bool:
         """Adopt the plan if it is published; whether it was (now)."""
-        if not self.pending:
+        if not self.pending or not self._lock.acquire(blocking=False):
             return False
-        plan = published_plan(self.app, self.probe_sha256)
-        if plan is None:
-            return False
-        self.until = 0.0
-        self.adopt(plan)
-        return True
+        try:
+            try:
+                plan = published_plan(self.app, self.probe_sha256)
+            except Exception as exc:  # the GCS answers again later; the plan in force stays
+                log.warning("the refined plan of %s could not be read (%s); looking again", self.app, exc)
+                return False
+            if plan is None or not self.pending:
+                return False
+            self.until = 0.0
+            self.adopt(plan)
+            return True
+        finally:
+            self._lock.release()

@@ -119,7 +119,8 @@ class AppSpec(BaseModel):
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     #: Host names the app answers to (None: any; deploy sets the loopback names when it binds there)
     allowed_hosts: list[str] | None = None
-    #: deploy's in-situ probe token (its hash; None once the probe is done)
+    #: deploy's in-situ probe token (its hash): None once the app is redeployed after the probe; where the
+    #: running replicas adopt the refined plan instead (serving.core.plan_board), it names that plan's entry
     probe_sha256: str | None = None
     max_in_flight: int | None = Field(default=None, ge=1)
     max_body_bytes: int = Field(default=MAX_BODY_BYTES, ge=1)

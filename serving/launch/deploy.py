@@ -106,8 +106,10 @@ class ServingApp:
         from ray import serve
 
         try:
-            delete_app(self.name)
-            withdraw_plan(self.name)
+            try:
+                delete_app(self.name)
+            finally:
+                withdraw_plan(self.name)
             if self.monitor_app is not None:
                 delete_app(self.monitor_app)
             if self.artifact is not None:

@@ -35,8 +35,10 @@ def refine_in_situ(spec: AppSpec, opt: Any, plan: Any, url: str, token: str, *,
                    overrides: Callable[[Any], None] | None = None) -> tuple[Any, str]:
     """Probe the app running ``spec``, plan again with the measured CPU factors (``replan``;
     else the given plan keeps its replicas and only its predictions change; ``overrides``
-    re-applies the caller's settings to the new plan), and redeploy the app with that plan and
-    without the probe's token. Returns the plan in force and a note; a failed probe leaves the
+    re-applies the caller's settings to the new plan), and put it in force: where it runs other
+    replicas, the app redeployed with it and without the probe's token; where it runs the same,
+    published for the running replicas, which adopt it and stop honouring the token
+    (serving.core.plan_board). Returns the plan in force and a note; a failed probe leaves the
     app and its plan as they were."""
     import ray
 

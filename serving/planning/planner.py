@@ -426,12 +426,10 @@ def kept_running(refined: Plan, running: Plan) -> Plan:
 
 def same_deployments(a: Plan, b: Plan) -> bool:
     """Whether two plans deploy the same replicas, reservations, batches and placement."""
-    def shape(p: Plan) -> tuple:
-        return (p.layout, p.ingress_replicas, round(p.ingress_cpus, 4), tuple(
-            (s.name, s.replicas, round(s.num_cpus, 4), s.num_gpus, s.max_batch_size, s.batch_wait_timeout_s,
-             s.max_ongoing_requests) for s in p.stages), p.ingress_max_in_flight)
+    def reserved(p: Plan) -> tuple:
+        return round(p.ingress_cpus, 4), p.ingress_max_in_flight, tuple(round(s.num_cpus, 4) for s in p.stages)
 
-    return shape(a) == shape(b)
+    return same_replicas(a, b) and reserved(a) == reserved(b)
 
 
 def _grow(ctx: dict[str, Any], deployments: list[str]) -> _Sizing:

@@ -132,6 +132,7 @@ class Ingress(HttpEdge):
         self.probe_hash = config.probe_sha256
         #: the plan deploy refines after that probe, adopted without a restart (serving.core.plan_board)
         self.plan_adoption = PlanAdoption(self.name, self.probe_hash, self._adopt_plan)
+        self.plan_adoption.start()
         self.max_in_flight = config.max_in_flight
         self.in_flight = 0
         self.metrics = ServingMetrics(self.name)
@@ -218,9 +219,10 @@ class Ingress(HttpEdge):
 
     def _adopt_plan(self, plan: dict[str, Any]) -> None:
         """The refined plan in place of the one this replica started with (the dashboard holds
-        the same info dict)."""
+        the same info dict); the probe is over, so its token stops counting. Called from a
+        thread: it only swaps references (/plan scrubs by identity)."""
         self.info["plan"] = plan
-        self._public_plan = None
+        self.probe_hash = None
 
     def _follow_replicas(self, running: dict[str, int]) -> None:
         """Keep CONCURRENT_BATCHES calls in flight per running replica of each remote stage."""
@@ -466,9 +468,11 @@ class Ingress(HttpEdge):
         async def work() -> Any:
             if self.api_key.required:
                 return {**self.info["plan"], **self._live()}
-            if getattr(self, "_public_plan", None) is None:  # the plan is fixed: scrub it once
-                self._public_plan = public_plan(self.info["plan"])
-            return {**self._public_plan, **self._live()}
+            plan = self.info["plan"]
+            cached = getattr(self, "_public_plan", None)
+            if cached is None or cached[0] is not plan:  # scrubbed once per plan in force
+                cached = self._public_plan = (plan, public_plan(plan))
+            return {**cached[1], **self._live()}
 
         return await self._guarded("plan", request, work)
 
@@ -610,6 +614,7 @@ class Ingress(HttpEdge):
 
     async def __del__(self) -> None:
         # Serve awaits this on a graceful shutdown: stop watching, send the buffered records.
+        self.plan_adoption.stop()
         if self._watch is not None:
             self._watch.stop()
         if getattr(self, "_dashboard", None) is not None:

@@ -131,3 +131,40 @@ def test_a_feature_union_with_preprocessing_exports(tmp_path):
     native, native_level = opt.predict_with_levels(frame(800, seed=8)[0])
     np.testing.assert_allclose(proba, native, atol=1e-4)
     assert (level == native_level).mean() > 0.999
+
+
+def test_a_row_on_a_threshold_is_routed_as_willump_routes_it(tmp_path):
+    """Level 0's threshold a hair above one row's largest probability: willump sends that row
+    on, and so does the exported graph (it compares in float64, as willump does)."""
+    from willump._blocks import hstack
+
+    df, y = frame(3000, seed=9)
+    base = willump.optimize(willump.from_sklearn(column_pipeline()), X=df, y=y, max_loss=0.03, verbose=False,
+                            fixed_costs={"num": 1e-6, "cat": 1e-4, "txt": 1e-2})
+    blocks, _ = base.pipeline.compute(df, ["num", "cat", "txt"])
+    cheap = LogisticRegression(max_iter=500).fit(blocks["num"], y)
+    full = LogisticRegression(max_iter=500).fit(hstack([blocks[g] for g in ("num", "cat", "txt")]), y)
+    rows = frame(200, seed=10)[0]
+    edge = float(cheap.predict_proba(base.pipeline.compute(rows, ["num"])[0]["num"]).max(axis=1)[17])
+    levels = [willump.Level(("num",), cheap, edge + 1e-9), willump.Level(("num", "cat", "txt"), full, None)]
+    opt = willump.OptimizedPipeline(base.pipeline, levels, base.classes_, base.baseline, None, base.report_)
+    summary = willump.export_onnx(opt, tmp_path, rows)
+    assert summary["cascade"]["same_level_share"] == 1.0, summary["cascade"]
+    _, level = run(tmp_path, rows.iloc[15:20])
+    assert list(level) == list(opt.predict_with_levels(rows.iloc[15:20])[1]) and level[2] == 1
+
+
+def test_what_cannot_convert_is_found_inside_nested_steps():
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from willump._onnx_cascade import _unconvertible
+
+    assert _unconvertible(Pipeline([("keep", "passthrough"), ("s", StandardScaler())])) is None
+    nested = Pipeline([("u", FeatureUnion([("ok", StandardScaler()), ("odd", FunctionTransformer(np.log1p))]))])
+    assert "FunctionTransformer" in _unconvertible(nested)
+    assert "analyzer" in _unconvertible(TfidfVectorizer(analyzer=str.split))
+
+    class Homemade:
+        pass
+
+    assert "no converter" in _unconvertible(Homemade())

@@ -52,3 +52,55 @@ def test_no_probe_token_no_reads_and_the_watch_ends(published, monkeypatch):
 def test_publishing_needs_the_token():
     with pytest.raises(ValueError, match="probe_sha256"):
         board.publish_plan("app", "", {})
+
+
+def test_the_watcher_adopts_without_a_request_and_a_failed_read_is_tried_again(monkeypatch):
+    """A replica nobody asks for its plan still adopts it (its watcher thread), and a read that
+    fails (the GCS away for a moment) is logged and tried again, not raised."""
+    import threading
+
+    answers = iter([RuntimeError("GCS unavailable"), None, {"v": 2}])
+
+    def read(app, probe_sha256):
+        answer = next(answers, {"v": 2})
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(board, "published_plan", read)
+    adopted = threading.Event()
+    plans = []
+
+    def adopt(plan):
+        plans.append(plan)
+        adopted.set()
+
+    adoption = board.PlanAdoption("app", "h1", adopt, poll_s=0.01)
+    adoption.start()
+    try:
+        assert adopted.wait(30.0), "the watcher never adopted the plan"
+    finally:
+        adoption.stop()
+    assert plans == [{"v": 2}] and not adoption.pending
+
+
+def test_one_look_at_a_time(monkeypatch):
+    """A route's look while the watcher's is in flight returns at once (no second read)."""
+    import threading
+
+    release, reads = threading.Event(), []
+
+    def read(app, probe_sha256):
+        reads.append(app)
+        release.wait(30.0)
+        return None
+
+    monkeypatch.setattr(board, "published_plan", read)
+    adoption = board.PlanAdoption("app", "h1", print)
+    looking = threading.Thread(target=adoption.check)
+    looking.start()
+    while not reads:
+        release.wait(0.01)
+    assert adoption.check() is False and len(reads) == 1
+    release.set()
+    looking.join(30.0)
