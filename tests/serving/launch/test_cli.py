@@ -111,10 +111,13 @@ def test_serve_runs_until_sigterm_and_leaves_nothing_behind(artifact, request_ro
         wait_for(lambda: any("replica_handle_request cli-ingress" in f.read_text() for f in spans.glob("*.json")),
                  timeout=60, message="the request's span")
         # the ingress's own spans inside the request's trace: the parse and each stage (serving.runtime.spans)
-        traced = [s for f in spans.glob("*.json") for s in _span_objects(f.read_text())]
-        request_traces = {s["context"]["trace_id"] for s in traced if s["name"].startswith("replica_handle_request")}
-        own = {s["name"].split()[0] for s in traced if s["context"]["trace_id"] in request_traces and s.get("parent_id")}
-        assert {"willump.parse", "willump.stage", "willump.call"} <= own, sorted({s["name"] for s in traced})
+        def own_spans() -> set[str]:
+            traced = [s for f in spans.glob("*.json") for s in _span_objects(f.read_text())]
+            requests_ = {s["context"]["trace_id"] for s in traced if s["name"].startswith("replica_handle_request")}
+            return {s["name"].split()[0] for s in traced if s["context"]["trace_id"] in requests_ and s.get("parent_id")}
+
+        wait_for(lambda: {"willump.parse", "willump.stage", "willump.call"} <= own_spans(), timeout=60,
+                 message="the ingress's spans inside the request's trace")
         started = _tree(proc.pid) - {proc.pid}
         assert any("haproxy" in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")
                    for p in alive(started)), "no HAProxy among the app's processes"
