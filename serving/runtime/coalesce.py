@@ -19,6 +19,7 @@ request is retried alone, so one bad row fails only its own request.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -79,6 +80,11 @@ class Coalescer:
         self.batches = 0
         self.isolated = 0  # merged calls that failed and were retried request by request
         self._tasks: set[asyncio.Task] = set()
+        #: the context each merged call runs in: the one the coalescer was built in, not the copy
+        #: of whichever request happened to dispatch it (a traced request's spans would otherwise
+        #: parent the untraced calls after it; serving.runtime.spans)
+        self._base = contextvars.copy_context()
+        self._span_name = f"willump.call {stage}"
 
     @property
     def limit(self) -> int:
@@ -154,7 +160,7 @@ class Coalescer:
                 return
             self.in_flight += 1
             self.batches += 1
-            task = asyncio.get_running_loop().create_task(self._call(items))
+            task = self._base.copy().run(asyncio.get_running_loop().create_task, self._call(items))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -162,8 +168,7 @@ class Coalescer:
         deadline = max((it.deadline for it in items), key=lambda d: d.at)
         try:
             try:
-                with spans.batch_span(f"willump.call {self.stage}", [it.trace for it in items],
-                                      rows=sum(it.size for it in items)):
+                with spans.batch_span(self._span_name, [it.trace for it in items], rows=items):
                     outs = await self.run(items, deadline)
             except (DeadlineExceeded, StageOverloaded) as exc:
                 _fail(items, exc)
@@ -190,7 +195,8 @@ class Coalescer:
         if item.future.done():
             return
         try:
-            out = (await self.run([item], item.deadline))[0]
+            with spans.batch_span(self._span_name, [item.trace], rows=[item]):
+                out = (await self.run([item], item.deadline))[0]
         except Exception as exc:
             _fail([item], exc)
         else:

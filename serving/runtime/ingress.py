@@ -114,6 +114,8 @@ class Ingress(HttpEdge):
         self.info = config.info()
         self.name = config.name
         self.stage_names = list(config.stages)
+        #: the traced request's span per stage (serving.runtime.spans), named once
+        self.stage_spans = [f"willump.stage {s}" for s in self.stage_names]
         self.first, self.second = first, second
         self.local = isinstance(first, LocalStage)
         self.version = config.model_version
@@ -338,7 +340,7 @@ class Ingress(HttpEdge):
             frame, attributes = oip.frame, oip.attributes
         started, t0 = time.time(), time.perf_counter()
         n = len(frame)
-        with spans.span(f"willump.stage {self.stage_names[0]}", rows=n, gear=gear):
+        with spans.span(self.stage_spans[0], rows=n, gear=gear):
             out = await self.coalescers[self.stage_names[0]].submit(frame, None, deadline, key=gear)
         proba, level = np.array(out["proba"], copy=True), np.array(out["level"], copy=True)
         replica = np.full(n, out["replica"], dtype=object)
@@ -351,7 +353,7 @@ class Ingress(HttpEdge):
             stage = self.stage_names[1]
             late = deadline.reserve(DEGRADE_RESERVE) if self.degrade and out.get("fallback") is not None else deadline
             try:
-                with spans.span(f"willump.stage {stage}", rows=len(sub), gear=gear):
+                with spans.span(self.stage_spans[1], rows=len(sub), gear=gear):
                     out2 = await self.coalescers[stage].submit(sub, out["blocks"], late, key=gear)
             except (DeadlineExceeded, StageOverloaded) as exc:
                 if late is deadline:

@@ -48,10 +48,11 @@ def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager:
     return trace.get_tracer(TRACER).start_as_current_span(name, attributes=attributes)
 
 
-def batch_span(name: str, carried: Sequence[Any], **attributes: Any) -> contextlib.AbstractContextManager:
+def batch_span(name: str, carried: Sequence[Any], rows: Sequence[Any] = ()) -> contextlib.AbstractContextManager:
     """A span for one call that carries several requests: its parent is the first recording
     request's span (``carried``: their span contexts, None for those not traced), and it links
-    every one. Nothing where none records."""
+    every one; ``rows``: the call's items (their ``size`` summed, only when traced). Nothing
+    where none records."""
     contexts = [c for c in carried if c is not None]
     if not contexts:
         return _NOTHING
@@ -59,4 +60,4 @@ def batch_span(name: str, carried: Sequence[Any], **attributes: Any) -> contextl
     links = [trace.Link(c) for c in contexts]
     return trace.get_tracer(TRACER).start_as_current_span(
         name, context=parent, links=links,
-        attributes={**attributes, "requests": len(carried), "traced_requests": len(contexts)})
+        attributes={"rows": sum(it.size for it in rows), "requests": len(carried), "traced_requests": len(contexts)})

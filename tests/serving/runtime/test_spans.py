@@ -94,3 +94,67 @@ def test_a_merged_call_is_parented_on_its_first_traced_request_and_links_each(ex
     assert call.attributes["requests"] == 3 and call.attributes["traced_requests"] == 2
     assert call.attributes["rows"] == 3
     assert inside[-1].span_id == call.context.span_id  # the stage is called inside the call's span
+
+
+def test_an_untraced_call_after_a_traced_one_belongs_to_no_trace(exported):
+    """The merged calls run in the coalescer's own context, not in a copy of whichever request
+    dispatched them: an untraced request's call after a traced one carries no span of it (else
+    Serve's sampler, keyed on the parent's flag, records unrelated calls in that trace)."""
+    tracer, _ = exported
+    current = []
+
+    async def run(items, deadline):
+        current.append((otel_trace.get_current_span().get_span_context(), [it.rows for it in items]))
+        await asyncio.sleep(0.05)
+        return [it.rows for it in items]
+
+    async def traced(co):
+        with tracer.start_as_current_span("request x"):
+            with spans.span("willump.stage s"):
+                return await co.submit([1], None, Deadline.after(30.0))
+
+    async def untraced(co):
+        await asyncio.sleep(0.01)  # queued while x's call holds the one slot: x's call dispatches it
+        return await co.submit([2], None, Deadline.after(30.0))
+
+    async def main():
+        co = Coalescer(run, stage="s", max_rows=1, limit=1)
+        return await asyncio.gather(traced(co), untraced(co))
+
+    assert asyncio.run(main()) == [[1], [2]]
+    (x_context, x_rows), (y_context, y_rows) = current
+    assert x_rows == [[1]] and y_rows == [[2]]
+    assert x_context.is_valid and not y_context.is_valid
+
+
+def test_a_request_retried_alone_keeps_its_trace(exported):
+    """A merged call that fails is retried request by request (Coalescer._alone): each traced
+    request's retry is a call span of its own under that request."""
+    tracer, exporter = exported
+
+    async def run(items, deadline):
+        await asyncio.sleep(0.01)
+        if len(items) > 1:
+            raise ValueError("one request's rows broke the merged call")
+        return [it.rows for it in items]
+
+    async def request(co, i):
+        with tracer.start_as_current_span(f"request {i}"):
+            with spans.span("willump.stage s"):
+                return await co.submit([i], None, Deadline.after(30.0))
+
+    async def main():
+        co = Coalescer(run, stage="s", max_rows=8, limit=1)
+        first = asyncio.ensure_future(co.submit([99], None, Deadline.after(30.0)))  # holds the one slot
+        await asyncio.sleep(0)
+        outs = await asyncio.gather(request(co, 0), request(co, 1))
+        await first
+        return outs, co.isolated
+
+    outs, isolated = asyncio.run(main())
+    assert outs == [[0], [1]] and isolated == 1
+    finished = exporter.get_finished_spans()
+    stages = {s.context.span_id for s in finished if s.name == "willump.stage s"}
+    calls = [s for s in finished if s.name == "willump.call s"]
+    alone = [c for c in calls if c.attributes["requests"] == 1]
+    assert len(alone) == 2 and {c.parent.span_id for c in alone} == stages
