@@ -17,23 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
-import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from benchmarks._timing import medians, side_by_side
 
 #: share of the rows the optimizer and the pipeline are fitted on (the rest are measured)
 TRAIN_SHARE = 0.7
 #: the certified loss of the cascade
 MAX_LOSS = 0.01
-
-
-def _seconds(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -87,15 +81,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            "export_check": {k: check[k] for k in ("max_abs_diff", "same_level_share",
                                                                   "rows_routed_differently")},
                            "warnings": [str(w.message)[:200] for w in caught]}
-    batch_s: dict[str, list[float]] = {name: [] for name in sides}
-    one_s: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(args.repeats):  # the sides take turns, repeat by repeat
-        for name, (whole, single) in sides.items():
-            batch_s[name].append(_seconds(whole))
-            one_s[name].append(_seconds(single) / len(rows))
+    batch_s = medians(side_by_side({name: whole for name, (whole, _) in sides.items()}, args.repeats))
+    one_s = medians(side_by_side({name: single for name, (_, single) in sides.items()}, args.repeats))
     for name in sides:
-        out[name] = {"batch_rows_per_s": len(held) / statistics.median(batch_s[name]),
-                     "one_row_ms": 1000.0 * statistics.median(one_s[name])}
+        out[name] = {"batch_rows_per_s": len(held) / batch_s[name], "one_row_ms": 1000.0 * one_s[name] / len(rows)}
     out["onnx_vs_willump_batch"] = out["onnx_cascade"]["batch_rows_per_s"] / out["willump"]["batch_rows_per_s"]
     out["onnx_vs_willump_one_row"] = out["willump"]["one_row_ms"] / out["onnx_cascade"]["one_row_ms"]
     return out
