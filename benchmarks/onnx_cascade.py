@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            "level_shares": (np.bincount(opt.predict_with_levels(held)[1], minlength=len(opt.levels))
                                             / len(held)).tolist(),
                            "export_check": {k: check[k] for k in ("max_abs_diff", "same_level_share",
-                                                                  "rows_routed_differently")},
+                                                                  "rows_routed_differently", "approximate")},
                            "warnings": [str(w.message)[:200] for w in caught]}
     batch_s = medians(side_by_side({name: whole for name, (whole, _) in sides.items()}, args.repeats))
     one_s = medians(side_by_side({name: single for name, (_, single) in sides.items()}, args.repeats))

@@ -60,6 +60,31 @@ def unexportable(opt: Any) -> dict[str, str]:
     return why
 
 
+def approximate(opt: Any) -> dict[str, str]:
+    """Group -> why its exported features only approximate scikit-learn's (exported all the
+    same; export_onnx's check measures by how much)."""
+    from ._sklearn import SklearnPipeline
+
+    if not isinstance(opt.pipeline, SklearnPipeline):
+        return {}
+    out = {}
+    for name in opt.pipeline.graph.groups:
+        for step in _leaves(opt.pipeline.branch(name)[0]):
+            if getattr(step, "analyzer", "word") in ("char", "char_wb"):
+                out[name] = (f"{type(step).__name__}(analyzer={step.analyzer!r}): skl2onnx's character n-grams differ "
+                             "from scikit-learn's on some strings (whitespace); only word analyzers convert exactly")
+    return out
+
+
+def _leaves(step: Any):
+    parts = [s for _, s in getattr(step, "steps", [])]
+    parts += [p[1] for p in getattr(step, "transformer_list", None) or getattr(step, "transformers_", None) or []]
+    if not parts:
+        yield step
+    for part in parts:
+        yield from _leaves(part)
+
+
 def _unconvertible(step: Any) -> str | None:
     """Why skl2onnx cannot convert ``step`` (nested pipelines and unions searched), or None."""
     from skl2onnx import get_model_alias

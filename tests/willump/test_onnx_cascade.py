@@ -53,7 +53,7 @@ def test_the_whole_cascade_answers_raw_rows_like_willump(cascade, tmp_path):
         summary = willump.export_onnx(cascade, tmp_path, frame(500, seed=2)[0])
     whole = summary["cascade"]
     assert whole["exported"] and whole["max_abs_diff"] < 1e-4 and whole["same_level_share"] == 1.0
-    assert whole["inputs"] == ["a", "b", "cat", "text"]
+    assert whole["inputs"] == ["a", "b", "cat", "text"] and whole["approximate"] == {}  # word TF-IDF is exact
     assert json.loads((tmp_path / "onnx.json").read_text())["cascade"]["file"] == "cascade.onnx"
     fresh, _ = frame(1500, seed=3)  # rows the export never checked
     proba, level = run(tmp_path, fresh)
@@ -168,3 +168,18 @@ def test_what_cannot_convert_is_found_inside_nested_steps():
         pass
 
     assert "no converter" in _unconvertible(Homemade())
+
+
+def test_a_character_analyzer_is_named_approximate(tmp_path):
+    """Character n-grams export but differ from scikit-learn's on some strings: the summary names
+    the group; word TF-IDF (the other tests' groups) is exact and named nowhere."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    df, y = frame(2000, seed=11)
+    union = ColumnTransformer([("num", StandardScaler(), ["a", "b"]),
+                               ("chars", TfidfVectorizer(analyzer="char", ngram_range=(2, 3)), "text")])
+    opt = willump.optimize(willump.from_sklearn(Pipeline([("f", union), ("clf", LogisticRegression())])),
+                           X=df, y=y, max_loss=0.05, verbose=False, fixed_costs={"num": 1e-6, "chars": 1e-3})
+    with pytest.warns(willump.WillumpWarning):
+        summary = willump.export_onnx(opt, tmp_path, df[:200])
+    assert list(summary["cascade"]["approximate"]) == ["chars"] and "char" in summary["cascade"]["approximate"]["chars"]
