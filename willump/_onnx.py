@@ -227,7 +227,7 @@ def _export_cascade(opt: Any, root: Path, X_check: Any) -> dict[str, Any]:
     """cascade.onnx where the pipeline allows it, checked on ``X_check``; else why not. Rows
     routed to another level than willump's (a probability on a threshold) are counted and
     warned about; the difference is measured on the rows routed alike."""
-    from ._onnx_cascade import approximate, cascade_model, feeds, unexportable
+    from ._onnx_cascade import LEVEL, PROBA, approximate, cascade_model, feeds, unexportable
 
     why = unexportable(opt)
     if why:
@@ -244,7 +244,7 @@ def _export_cascade(opt: Any, root: Path, X_check: Any) -> dict[str, Any]:
     out = {"exported": True, "file": "cascade.onnx",
            "max_abs_diff": float(np.abs(proba[alike] - native[alike]).max()) if alike.any() else 0.0,
            "same_level_share": float(alike.mean()), "rows_routed_differently": int((~alike).sum()),
-           "inputs": [i.name for i in model.graph.input], "outputs": ["probabilities", "level"],
+           "inputs": [i.name for i in model.graph.input], "outputs": [PROBA, LEVEL],
            "rows_checked": len(level), "approximate": approximate(opt)}
     if not alike.all():
         from .errors import WillumpWarning

@@ -11,8 +11,9 @@ rest are selected (``Compress``) and passed to the next level inside an ``If`` t
 when a row is left (the text operators refuse empty batches), so the expensive featurizers
 run on the unsure rows only, as in Python. Probabilities are routed and answered in float64,
 as willump computes them. A batch of zero rows is refused where the first level has a text
-featurizer (ONNX Runtime's StringNormalizer); willump answers it with empty arrays. Groups that are Python code, and transformers
-skl2onnx cannot convert, are named with the reason; nothing is exported then.
+featurizer (ONNX Runtime's StringNormalizer); willump answers it with empty arrays. Groups
+that are Python code, and transformers skl2onnx cannot convert, are named with the reason;
+nothing is exported then.
 """
 
 from __future__ import annotations
@@ -76,9 +77,16 @@ def approximate(opt: Any) -> dict[str, str]:
     return out
 
 
-def _leaves(step: Any):
+def _parts(step: Any) -> list[Any]:
+    """The steps inside a scikit-learn Pipeline, FeatureUnion or ColumnTransformer (none for a
+    leaf)."""
     parts = [s for _, s in getattr(step, "steps", [])]
-    parts += [p[1] for p in getattr(step, "transformer_list", None) or getattr(step, "transformers_", None) or []]
+    return parts + [p[1] for p in getattr(step, "transformer_list", None) or getattr(step, "transformers_", None) or []]
+
+
+def _leaves(step: Any):
+    """The transformers and models at the bottom of ``step``'s nesting."""
+    parts = _parts(step)
     if not parts:
         yield step
     for part in parts:
@@ -92,8 +100,7 @@ def _unconvertible(step: Any) -> str | None:
     if step is None or isinstance(step, str):  # "passthrough", "drop"
         return None
     name = type(step).__name__
-    parts = [s for _, s in getattr(step, "steps", [])]
-    parts += [p[1] for p in getattr(step, "transformer_list", None) or getattr(step, "transformers_", None) or []]
+    parts = _parts(step)
     if parts:
         return next((r for r in map(_unconvertible, parts) if r), None)
     if name == "FunctionTransformer" and step.func is not None:
@@ -133,20 +140,11 @@ def _convert(sk: Any, sample: Any) -> Any:
     from skl2onnx import to_onnx
 
     options: dict[int, dict[str, Any]] = {id(sk.steps[-1][1]): {"zipmap": False}}
-    for step in _steps(sk):
+    for step in _leaves(sk):
         if type(step).__name__ in ("TfidfVectorizer", "CountVectorizer"):
             options[id(step)] = {"locale": TEXT_LOCALE}
     model = to_onnx(sk, sample, options=options, target_opset={"": CASCADE_OPSET, "ai.onnx.ml": ML_OPSET})
     return Extractor(model).extract_model([i.name for i in model.graph.input], [PROBA])
-
-
-def _steps(sk: Any):
-    for _, step in getattr(sk, "steps", []):
-        yield step
-        yield from _steps(step)
-        for part in getattr(step, "transformers_", None) or getattr(step, "transformer_list", None) or []:
-            yield part[1]
-            yield from _steps(part[1])
 
 
 def cascade_model(opt: Any, sample: Any) -> Any:
