@@ -130,6 +130,30 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return Lanes(config, log)
 
 
+#: where each test's CPU is logged when set (JSON lines: node id, this process's CPU seconds and
+#: its waited-for children's, wall seconds): what the in-process share of the suite's CPU is made of,
+#: beside `python -m benchmarks.suite_cpu`'s per-process view
+TEST_CPU_LOG = os.environ.get("WILLUMP_TEST_CPU_LOG")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not TEST_CPU_LOG:
+        yield
+        return
+    import json
+
+    before, start = os.times(), time.monotonic()
+    yield
+    after = os.times()
+    line = {"test": item.nodeid, "cpu_s": round(after.user + after.system - before.user - before.system, 3),
+            "children_cpu_s": round(after.children_user + after.children_system
+                                    - before.children_user - before.children_system, 3),
+            "wall_s": round(time.monotonic() - start, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
+    with open(TEST_CPU_LOG, "a") as log:
+        log.write(json.dumps(line) + "\n")
+
+
 # --- one Ray per pytest worker, shared by the serving modules that use the standard cluster -----
 class _WorkerRay:
     """This worker's shared Ray: 4 logical CPUs and 1 logical GPU for placement, Serve on a
