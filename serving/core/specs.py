@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from serving.core.constants import LOST_AFTER_S, MAX_BODY_BYTES, MAX_ROWS
+from serving.core.constants import HANDOVER_SURGE_PERCENT, LOST_AFTER_S, MAX_BODY_BYTES, MAX_ROWS
 from willump import OptimizedPipeline
 
 
@@ -153,6 +153,10 @@ class AppSpec(BaseModel):
     #: (serving.core.serve_apps.logging_config)
     log_format: Literal["text", "json"] = "text"
     access_log: bool = False
+    #: Serve's ``max_surge_percent`` for the ingress and stages (serving.core.constants.
+    #: HANDOVER_SURGE_PERCENT; 0 where deploy found no room for the replacements beside the
+    #: running app of the same name: Serve then stops old replicas first)
+    surge_percent: int = Field(default=HANDOVER_SURGE_PERCENT, ge=0, le=100)
 
     @model_validator(mode="after")
     def _planner_needs_autoscaling(self) -> AppSpec:

@@ -23,6 +23,7 @@ from serving.core.artifacts import ArtifactSource
 from serving.core.constants import (
     API_KEY_ENV,
     CALIBRATE,
+    HANDOVER_SURGE_PERCENT,
     INSITU,
     LOOPBACK_HOSTS,
     LOST_AFTER_S,
@@ -35,11 +36,12 @@ from serving.core.nodes import within_gpus
 from serving.core.plan_board import withdraw_plan
 from serving.core.serve_apps import delete_app, logging_config, run_app, tracing_config
 from serving.core.specs import WHOLE_STAGE, AppSpec, gpu_capable, unsure_share
-from serving.launch import cluster
+from serving.launch import cluster, handover
 from serving.launch.graph import (
     DEFAULT_DOWNSCALE_TO_ZERO_S,
     build_app,
     build_monitor,
+    chain_role,
     monitor_settings,
     row_schema,
     specs_of,
@@ -69,6 +71,7 @@ from serving.planning.planner import (
     Resources,
     placement_problem,
     plan_layouts,
+    surge_problem,
 )
 from serving.runtime.audit import resolve_audit_rate
 from serving.runtime.gears import check_gears, gear_info
@@ -390,7 +393,10 @@ def deploy(
     try:
         if opt.sample_rows_ is None:
             raise ValueError("the artifact has no sample rows; re-optimize with keep_sample=True to serve it")
-        nodes = within_gpus(cluster.nodes(free=True), gpus)
+        # a redeploy under a running app's name: its replicas' resources come back to the new app
+        held = handover.held_by_apps((name, f"{name}-monitor")) if serve_was_running else {}
+        free_now = cluster.nodes(free=True)
+        nodes = within_gpus(handover.with_returned(free_now, held), gpus)
         code_note = cluster.check_code_reaches(ship_code, len(nodes))
         specs = specs_of(opt, baseline, plan)
         check_gears(gears, gear_policy, opt, baseline=baseline)  # and the SLO, before minutes of profiling:
@@ -440,6 +446,7 @@ def deploy(
                              monitor=monitor, layout="fused" if chains and layout == "auto" else layout)
             specs = specs_of(opt, baseline, plan)
         _settle_plan(plan, nodes, made_here, max_batch_size, batch_wait_timeout_s)
+        surge_percent = _surge_percent(name, plan, chains, free_now) if held else HANDOVER_SURGE_PERCENT
         probe_why = probe_blocked(insitu, nodes, min_replicas)
         token = secrets.token_hex(16) if probe_why is None else None
         spec = AppSpec(
@@ -452,7 +459,7 @@ def deploy(
             autoscaler=autoscaler, gears=gears_info, hedging=hedge_spec, router=router, lost_after_s=lost_after_s,
             probe_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
             module_chains=chains or None, audit_rate=audit_rate, on_alarm=on_alarm, log_format=log_format,
-            access_log=access_log,
+            access_log=access_log, surge_percent=surge_percent,
         )
         monitor_app = run_spec(spec, opt)
         if token is not None:
@@ -633,6 +640,20 @@ def _override_batching(plan: Plan, max_batch_size: int | None, batch_wait_timeou
             stage.max_batch_size = int(max_batch_size)
         if batch_wait_timeout_s is not None:
             stage.batch_wait_timeout_s = float(batch_wait_timeout_s)
+
+
+def _surge_percent(name: str, plan: Plan, chains: dict | None, free: list) -> int:
+    """The hand-over's surge where its replacements fit beside the running app ``name`` on the
+    ``free`` nodes; else 0 (Serve stops old replicas first), with a warning saying so."""
+    extra = {f"{name}-{chain_role(g, k)}": (c.num_cpus, c.num_gpus)
+             for g, c in (chains or {}).items() for k in range(len(c.stages))}
+    why = surge_problem(plan, free, extra)
+    if why is None:
+        return HANDOVER_SURGE_PERCENT
+    warnings.warn(f"no room beside the running app {name!r} for a replacement of each of its deployments ({why}): "
+                  "Serve stops old replicas before it starts their replacements, so a deployment of one replica "
+                  "answers nothing while its replacement starts", stacklevel=3)
+    return 0
 
 
 def run_spec(spec: AppSpec, opt: OptimizedPipeline | None = None) -> str | None:

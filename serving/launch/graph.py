@@ -15,7 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from serving.core.artifacts import ArtifactSource
-from serving.core.constants import CONCURRENT_BATCHES, INGRESS_SERVE_HEADROOM
+from serving.core.constants import (
+    CONCURRENT_BATCHES,
+    HANDOVER_SURGE_PERCENT,
+    INGRESS_SERVE_HEADROOM,
+)
 from serving.core.schema import RowSchema
 from serving.core.specs import (
     WHOLE_STAGE,
@@ -133,7 +137,8 @@ def chain_role(group: str, k: int) -> str:
     return f"{group}-part{k}"
 
 
-def chain_apps(name: str, chains: dict[str, ModuleChainSpec] | None, groups: list[str]) -> dict[str, list] | None:
+def chain_apps(name: str, chains: dict[str, ModuleChainSpec] | None, groups: list[str],
+               surge_percent: int = HANDOVER_SURGE_PERCENT) -> dict[str, list] | None:
     """The partition-stage deployments of the module groups a stage computes that are served
     as chains (``deploy(module_memory=...)``); None when there are none."""
     if not chains or not any(g in chains for g in groups):
@@ -148,7 +153,7 @@ def chain_apps(name: str, chains: dict[str, ModuleChainSpec] | None, groups: lis
         out[group] = [
             PartitionStage.options(
                 name=f"{name}-{chain_role(group, k)}", num_replicas=st.replicas, max_ongoing_requests=CHAIN_MAX_ONGOING,
-                graceful_shutdown_wait_loop_s=DRAIN_POLL_S,
+                graceful_shutdown_wait_loop_s=DRAIN_POLL_S, max_surge_percent=surge_percent,
                 ray_actor_options=_actor_options(chain.num_cpus, chain.num_gpus),
             ).bind(st.path, chain.device, 1, st.sha256)
             for k, st in enumerate(chain.stages)]
@@ -177,7 +182,7 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
         on_gpu = sp.device == "gpu"
         options = stage_options(spec, plan, stage_spec.name)
         fallback = degrade and i == 0
-        chains = chain_apps(name, spec.module_chains, module_groups(opt, stage_spec))
+        chains = chain_apps(name, spec.module_chains, module_groups(opt, stage_spec), spec.surge_percent)
         handles.append(ModelStage.options(**options).bind(
             ArtifactSource(**spec.artifact), stage_spec, baseline=spec.baseline,
             device="cuda" if on_gpu else "cpu", runtime=spec.runtime,
@@ -253,6 +258,7 @@ def stage_options(spec: AppSpec, plan: Plan, stage: str) -> dict[str, Any]:
         "max_queued_requests": sp.max_queued_requests,
         "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
         "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
+        "max_surge_percent": spec.surge_percent,
         "ray_actor_options": _actor_options(sp.num_cpus, sp.num_gpus if sp.device == "gpu" else 0.0),
     }
     if spec.router == "capacity":
@@ -283,6 +289,7 @@ def ingress_options(spec: AppSpec, plan: Plan, max_in_flight: int,
         "name": f"{spec.name}-ingress", "num_replicas": plan.ingress_replicas,
         # Serve's own limit sits above the ingress's admission bound, which answers 503 first
         "max_ongoing_requests": max_in_flight + INGRESS_SERVE_HEADROOM,
+        "max_surge_percent": spec.surge_percent,
         # no DRAIN_POLL_S here: behind HAProxy a stopping ingress replica first stays reachable for
         # INGRESS_DRAIN_S, and Ray's slower poll once it is closed leaves stale pooled connections
         # time to move on

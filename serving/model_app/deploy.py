@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from serving import partition as sp
-from serving.core.constants import LOOPBACK_HOSTS
+from serving.core.constants import HANDOVER_SURGE_PERCENT, LOOPBACK_HOSTS
 from serving.core.local_ray import start_local_ray
 from serving.core.nodes import nodes
 from serving.core.serve_apps import delete_app, run_app
@@ -265,7 +265,7 @@ def deploy_model(
                 # room for every batch the ingress lets in: a full replica would make Serve's
                 # router back off and retry; the replica's lock still runs one batch at a time
                 name=stage_name, num_replicas=st.replicas, max_ongoing_requests=max(4, inflight),
-                ray_actor_options=need.as_options(),
+                max_surge_percent=HANDOVER_SURGE_PERCENT, ray_actor_options=need.as_options(),
             ).bind(str(path), device, threads, digest, canaries[k]))
         info = {
             "name": name, "outputs": output_specs(stages[-1], canaries[-1]),
@@ -276,6 +276,7 @@ def deploy_model(
             "allowed_hosts": list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None,
         }
         ingress = ModelIngress.options(name=f"{name}-ingress", max_ongoing_requests=4096,
+                                       max_surge_percent=HANDOVER_SURGE_PERCENT,
                                        ray_actor_options={"num_cpus": 0.0}).bind(handles, info)
         run_app(ingress, name, f"/{name}", {"enable_access_log": False, "log_level": "WARNING"})
     except BaseException:

@@ -30,21 +30,27 @@ def rows_of(frame):
     return frame.to_dict("records")
 
 
-def test_a_recertified_artifact_replaces_the_running_one_without_a_failed_request(ray_cluster, synth_opt,
-                                                                                    request_rows):
-    """opt.recertify(...).pipeline() deployed under the running app's name while clients send
-    requests: Serve rolls the app over to it; every request is answered (200), the answers name
-    the old version, then the new one, and /report carries the new certificate."""
+@pytest.fixture(scope="module")
+def recertified(synth_opt):
+    """synth_opt re-certified on 3,000 fresh rows."""
     from tests.willump import synth
     from tests.willump.synth import make_rows
 
     synth.SLEEPING = False
     try:
         X, y = make_rows(3000, seed=77)
-        recertified = synth_opt.recertify(X, y)
+        done = synth_opt.recertify(X, y)
     finally:
         synth.SLEEPING = True
-    assert recertified.certified
+    assert done.certified
+    return done
+
+
+def test_a_recertified_artifact_replaces_the_running_one_without_a_failed_request(ray_cluster, synth_opt,
+                                                                                    recertified, request_rows):
+    """opt.recertify(...).pipeline() deployed under the running app's name while clients send
+    requests: Serve rolls the app over to it; every request is answered (200), the answers name
+    the old version, then the new one, and /report carries the new certificate."""
     new = recertified.pipeline()
     served = deploy(synth_opt, name="recert", port=ray_cluster, cpus=1, device="cpu", insitu="never",
                     calibrate="never")
@@ -56,4 +62,44 @@ def test_a_recertified_artifact_replaces_the_running_one_without_a_failed_reques
     assert again.model_version != served.model_version and seen.versions[-1] == again.model_version
     report = requests.get(again.url + "/report", timeout=30).json()
     assert report["loss_bound"] == pytest.approx(recertified.gears[0].loss_bound) and report["cert_rows"] == 3000
+    again.shutdown(stop_ray=False)
+
+
+def test_a_hand_over_where_the_running_app_holds_what_the_cluster_has(ray_cluster, synth_opt, recertified,
+                                                                        request_rows):
+    """The cluster's other CPUs taken: the same plan does not fit beside the running app, and no
+    replacement does either. deploy() counts the running replicas' resources as the new app's
+    (they come back once the old replicas stop), hands over without the surge (saying so), and
+    every request is answered."""
+    import warnings
+
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from serving.core.nodes import nodes
+    from serving.planning.planner import placement_problem
+
+    served = deploy(synth_opt, name="held", port=ray_cluster, cpus=1, device="cpu", insitu="never",
+                    calibrate="never")
+    free = sum(n.cpus for n in nodes(free=True))
+    filler = placement_group([{"CPU": free - 0.01}])
+    ray.get(filler.ready(), timeout=60)
+    try:
+        assert placement_problem(served.plan, nodes(free=True)) is not None  # what deploy refused before
+        caught: list = []
+
+        def hand_over():
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                again = deploy(recertified.pipeline(), name="held", port=ray_cluster, plan=served.plan,
+                               insitu="never", calibrate="never")
+            caught.extend(str(w.message) for w in seen)
+            return again
+
+        body = {"rows": rows_of(request_rows.iloc[:8])}
+        again = handed_over(served.url + "/predict", body, hand_over, served.model_version, timeout=120).result
+        assert any("no room beside the running app 'held'" in m for m in caught), caught
+        assert again.plan.ingress_replicas == served.plan.ingress_replicas
+    finally:
+        remove_placement_group(filler)
     again.shutdown(stop_ray=False)
