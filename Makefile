@@ -21,7 +21,7 @@ demo: venv
 
 test: venv
 	$(BIN)/ruff check .
-	$(BIN)/python -m compileall -q serving willump drift pipelines benchmarks examples > /dev/null
+	$(BIN)/python -m compileall -q serving willump drift pipelines benchmarks examples tests
 	$(BIN)/python -m pytest -n 3 --dist loadgroup --durations=20
 
 bench: venv

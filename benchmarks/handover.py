@@ -8,7 +8,8 @@ Each round deploys the workload's certified cascade (``cpus`` sized so the plan 
 of each deployment, where a hand-over hurts most), starts ``clients`` closed-loop threads posting
 8-row requests, deploys ``opt.recertify(X_test, y_test).pipeline()`` under the same name with the
 running app's plan (what the README tells users to do), and keeps the load on until 5 s after the
-first answer from the new artifact. The arms alternate within a round, order swapped each round:
+later of the first answer from the new artifact and ``deploy()`` returning. The arms alternate
+within a round, order swapped each round:
 
 - ``surge``: the hand-over as deploy() makes it where the replacements fit beside the running
   app, ``max_surge_percent`` = ``HANDOVER_SURGE_PERCENT`` (Serve starts a replacement before it
@@ -123,9 +124,11 @@ def surge_of(app: str) -> int | None:
 def one_hand_over(opt: Any, new: Any, arm: str, name: str, port: int, args: argparse.Namespace,
                   rows: list[dict]) -> dict[str, Any]:
     from serving import deploy
+    from serving.core.constants import HANDOVER_SURGE_PERCENT
 
     # stop_first: what deploy does where the replacements do not fit beside the running app
-    patch = mock.patch("serving.launch.deploy._surge_percent", return_value=0) if arm == "stop_first" else None
+    patch = mock.patch("serving.launch.handover.rollout_surge", return_value=(0, "the stop_first arm")) \
+        if arm == "stop_first" else None
     if patch is not None:
         patch.start()
     try:
@@ -149,7 +152,10 @@ def one_hand_over(opt: Any, new: Any, arm: str, name: str, port: int, args: argp
     finally:
         if patch is not None:
             patch.stop()
-    end = (first_new or t_returned) + AFTER_S
+    end = max(first_new or t_returned, t_returned) + AFTER_S
+    expected = 0 if arm == "stop_first" else HANDOVER_SURGE_PERCENT
+    if surge_used != expected:  # a silent fallback would mix the arms
+        raise RuntimeError(f"the {arm} arm ran with max_surge_percent {surge_used}, not {expected}")
     during = [c for c in calls if c[1] >= t_hand and c[0] <= end]
     before = [c for c in calls if c[1] < t_hand]
     failed = [c for c in calls if c[2] != 200]

@@ -166,6 +166,18 @@ def release(source: ArtifactSource, app: str) -> None:
         ray.kill(holder)
 
 
+def release_others(source: ArtifactSource, app: str) -> None:
+    """After a hand-over: ``app`` now serves ``source`` only, so every other artifact holder
+    forgets it (the one it served before ends with its last user). A copy deploy saved on this
+    machine goes when the deploying process exits."""
+    import ray
+
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        name = actor.get("name", "")
+        if actor.get("namespace") == HOLDER_NAMESPACE and name.startswith(holder_name("")) and name != source.holder:
+            release(ArtifactSource(source.version, holder=name), app)
+
+
 def _one_machine() -> bool:
     """Every alive node runs on this machine (an embedded Ray, or raylets started here)."""
     import ray

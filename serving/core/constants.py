@@ -69,12 +69,13 @@ EXIT_USAGE = 2
 EXIT_NO_PLAN = 3
 EXIT_NOT_CERTIFIED = 4
 #: Serve's ``max_surge_percent`` for the ingress and every model or partition stage (the
-#: torch-model app's too): when a redeploy under the same name (a re-certified or retrained artifact, an edited config) replaces
-#: their replicas, Serve starts ceil(replicas x this / 100) replicas beyond the target (one, up to
-#: 100 replicas) and stops an old one only once the running replicas exceed the target, so the
-#: capacity serving never dips below the plan's. Serve's default, 0, stops a fifth of the old
-#: replicas (at least one) before it starts their replacements: a deployment of one replica then
-#: answers nothing for the seconds its replacement starts. Where the surge replica does not fit,
-#: the old replicas keep serving while it waits (the monitor, one replica holding the window,
-#: is replaced without a surge: two would split its records)
+#: torch-model app's too): when a redeploy under the same name (a re-certified or retrained
+#: artifact, an edited config) replaces their replicas, Serve starts ceil(replicas x this / 100)
+#: replicas beyond the target (one, up to 100 replicas) and stops an old one only once the
+#: running replicas exceed the target, so the capacity serving never dips below the plan's.
+#: Serve's default, 0, stops a fifth of the old replicas (at least one) before it starts their
+#: replacements: a deployment of one replica then answers nothing while its replacement starts.
+#: deploy() asks for it where the replacements fit beside the running app, else for 0, with a
+#: warning (serving.launch.handover). The monitor, one replica holding the window, is replaced
+#: without it: two would split its records.
 HANDOVER_SURGE_PERCENT = 1

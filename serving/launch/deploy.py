@@ -41,7 +41,6 @@ from serving.launch.graph import (
     DEFAULT_DOWNSCALE_TO_ZERO_S,
     build_app,
     build_monitor,
-    chain_role,
     monitor_settings,
     row_schema,
     specs_of,
@@ -71,7 +70,6 @@ from serving.planning.planner import (
     Resources,
     placement_problem,
     plan_layouts,
-    surge_problem,
 )
 from serving.runtime.audit import resolve_audit_rate
 from serving.runtime.gears import check_gears, gear_info
@@ -394,14 +392,17 @@ def deploy(
         if opt.sample_rows_ is None:
             raise ValueError("the artifact has no sample rows; re-optimize with keep_sample=True to serve it")
         # a redeploy under a running app's name: its replicas' resources come back to the new app
-        held = handover.held_by_apps((name, f"{name}-monitor")) if serve_was_running else {}
-        free_now = cluster.nodes(free=True)
-        nodes = within_gpus(handover.with_returned(free_now, held), gpus)
+        # (the monitor's only where the new app has one too: else the old monitor app is deleted)
+        old = handover.running([name, *([f"{name}-monitor"] if monitor is not None else [])]) \
+            if serve_was_running else handover.Running()
+        free_now = within_gpus(cluster.nodes(free=True), gpus)
+        nodes = within_gpus(handover.with_returned(cluster.nodes(free=True), old.held), gpus)
         code_note = cluster.check_code_reaches(ship_code, len(nodes))
         specs = specs_of(opt, baseline, plan)
         check_gears(gears, gear_policy, opt, baseline=baseline)  # and the SLO, before minutes of profiling:
         gears_info = gear_info(gears, gear_policy, opt, (plan.target_p99_ms if plan is not None else p99_ms) or deadline_ms)
-        use_gpu, notes = _use_gpu(opt, specs, device, runtime, sum(n.gpus for n in nodes))
+        # the GPU decision and its profiling on GPUs free now (a running app's are not, yet)
+        use_gpu, notes = _use_gpu(opt, specs, device, runtime, sum(n.gpus for n in free_now))
         audit_rate, audit_note = resolve_audit_rate(audit_rate, monitor=monitor is not None,
                                                     cascade=len(opt.levels) > 1 and not baseline)
         notes += [audit_note] if audit_note else []
@@ -438,15 +439,39 @@ def deploy(
                 raise ValueError(f"the module chains take {chain_cpus(chains):g} CPUs, all the budget: "
                                  "lower module_cpus or give deploy more cpus")
             nodes = free_after_chains(nodes, chains)  # the stages' plan shares what the chains leave
-        if plan is None:
-            costs = measure_costs(calibrate, base, nodes, front=front,
+        def plan_on(where: list) -> Plan:
+            costs = measure_costs(calibrate, base, where, front=front,
                                   transport=running_transport() if started else transport)
-            plan = make_plan(opt, source, specs, nodes, costs, cpus=cpus, use_gpu=use_gpu, baseline=baseline,
+            return make_plan(opt, source, specs, where, costs, cpus=cpus, use_gpu=use_gpu, baseline=baseline,
                              runtime=runtime, rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request,
-                             monitor=monitor, layout="fused" if chains and layout == "auto" else layout)
+                             monitor=monitor, layout="fused" if chains and layout == "auto" else layout,
+                             gpu_nodes=free_now)
+
+        if plan is None:
+            plan = plan_on(nodes)
             specs = specs_of(opt, baseline, plan)
         _settle_plan(plan, nodes, made_here, max_batch_size, batch_wait_timeout_s)
-        surge_percent = _surge_percent(name, plan, chains, free_now) if held else HANDOVER_SURGE_PERCENT
+        surge_percent = HANDOVER_SURGE_PERCENT
+        if old.apps:
+            new_monitor_cpus = plan.monitor_cpus if monitor is not None and f"{name}-monitor" not in old.apps else 0.0
+            surge_percent, why = handover.rollout_surge(handover.new_deployments(name, plan, chains), old,
+                                                        free_now, monitor_cpus=new_monitor_cpus)
+            if surge_percent is None and made_here:  # as before: planned on what the running app leaves
+                nodes = free_after_chains(free_now, chains) if chains else free_now
+                plan = plan_on(nodes)
+                specs = specs_of(opt, baseline, plan)
+                _settle_plan(plan, nodes, made_here, max_batch_size, batch_wait_timeout_s)
+                surge_percent, why = handover.rollout_surge(handover.new_deployments(name, plan, chains), old,
+                                                            free_now, monitor_cpus=new_monitor_cpus)
+            if surge_percent is None:
+                raise ValueError(f"the plan cannot replace the running app {name!r}: what Serve starts before it "
+                                 f"stops old replicas does not fit beside them ({why}); shut the app down first, "
+                                 "or deploy a plan that adds fewer replicas")
+            if surge_percent == 0:
+                warnings.warn(f"no room beside the running app {name!r} for a replacement of each of its "
+                              f"deployments ({why}): Serve stops old replicas before it starts their "
+                              "replacements, so a deployment of one replica answers nothing while its "
+                              "replacement starts", stacklevel=2)
         probe_why = probe_blocked(insitu, nodes, min_replicas)
         token = secrets.token_hex(16) if probe_why is None else None
         spec = AppSpec(
@@ -462,9 +487,11 @@ def deploy(
             access_log=access_log, surge_percent=surge_percent,
         )
         monitor_app = run_spec(spec, opt)
+        if name in old.apps:  # handed over: the artifact the old replicas served is not needed
+            artifacts.release_others(source, name)
         if token is not None:
             plan, probe_note = refine_in_situ(spec, opt, plan, f"{base}/{name}", token, api_key=api_key,
-                                              replan=made_here, budget_cpus=cpus,
+                                              replan=made_here and not old.apps, budget_cpus=cpus,
                                               overrides=lambda p: _override_batching(p, max_batch_size,
                                                                                      batch_wait_timeout_s))
             notes.append(probe_note)
@@ -565,10 +592,12 @@ def _use_gpu(opt: OptimizedPipeline, specs: list, device: str, runtime: str, fre
 
 def make_plan(opt: OptimizedPipeline, source: ArtifactSource, specs: list, nodes: list, costs: HostCosts, *,
               cpus: float | None, use_gpu: bool, baseline: bool, runtime: str, rps: float | None,
-              p99_ms: float | None, rows_per_request: int, monitor: dict[str, Any] | None, layout: str) -> Plan:
+              p99_ms: float | None, rows_per_request: int, monitor: dict[str, Any] | None, layout: str,
+              gpu_nodes: list | None = None) -> Plan:
     """Profile the stages and the ingress's work in a Ray worker here (GPU stages inside GPU
-    actors); plan on the nodes in ``layout`` (:data:`~serving.planning.planner.CASCADE_LAYOUTS`;
-    "whole" and "auto" time the whole cascade as one stage too)."""
+    actors, on a share of what ``gpu_nodes`` have free, ``nodes`` when None); plan on the nodes
+    in ``layout`` (:data:`~serving.planning.planner.CASCADE_LAYOUTS`; "whole" and "auto" time
+    the whole cascade as one stage too)."""
     _, record_config = monitor_settings(monitor, opt) if monitor is not None else ({}, {})
     # the stages a GPU will run are timed there only (the baseline too: cascade and full
     # pipeline compared on the same device)
@@ -582,7 +611,7 @@ def make_plan(opt: OptimizedPipeline, source: ArtifactSource, specs: list, nodes
     for s in gpu_specs:
         # the profiling processes share what one node's GPU has free for this app (``gpus``)
         timed[s.name] = profile_gpu_stage(source, s, 1.0 if baseline else unsure_share(opt), runtime=runtime,
-                                          gpus=min(1.0, max((n.gpus for n in nodes), default=1.0)))
+                                          gpus=min(1.0, max((n.gpus for n in (gpu_nodes or nodes)), default=1.0)))
     profiles = [timed[s.name] for s in specs]
     if len(specs) == 1 and layout in ("whole", "auto"):
         layout = "staged"  # one stage (the baseline, a single model): nothing to split or merge
@@ -640,20 +669,6 @@ def _override_batching(plan: Plan, max_batch_size: int | None, batch_wait_timeou
             stage.max_batch_size = int(max_batch_size)
         if batch_wait_timeout_s is not None:
             stage.batch_wait_timeout_s = float(batch_wait_timeout_s)
-
-
-def _surge_percent(name: str, plan: Plan, chains: dict | None, free: list) -> int:
-    """The hand-over's surge where its replacements fit beside the running app ``name`` on the
-    ``free`` nodes; else 0 (Serve stops old replicas first), with a warning saying so."""
-    extra = {f"{name}-{chain_role(g, k)}": (c.num_cpus, c.num_gpus)
-             for g, c in (chains or {}).items() for k in range(len(c.stages))}
-    why = surge_problem(plan, free, extra)
-    if why is None:
-        return HANDOVER_SURGE_PERCENT
-    warnings.warn(f"no room beside the running app {name!r} for a replacement of each of its deployments ({why}): "
-                  "Serve stops old replicas before it starts their replacements, so a deployment of one replica "
-                  "answers nothing while its replacement starts", stacklevel=3)
-    return 0
 
 
 def run_spec(spec: AppSpec, opt: OptimizedPipeline | None = None) -> str | None:

@@ -1,49 +1,121 @@
-"""A redeploy under a running app's name: what the running replicas hold, and what is free.
+"""A redeploy under a running app's name: what the running replicas hold, and how Serve can
+replace them without waiting forever.
 
 Why: a hand-over (a re-certified or retrained artifact deployed under the running app's name)
 replaces the app's replicas, so the resources they hold come back to the new app. Planning and
 placing on the cluster's free resources alone counts them as taken: on a machine the app fills,
 ``deploy(new, name=..., plan=app.plan)`` was refused as unplaceable, and without a plan the new
 app was planned on what the old one left (two ingress replicas became one). Planning counts
-them as the new app's; only the replacements Serve starts before it stops old replicas (the
-surge, serving.core.constants.HANDOVER_SURGE_PERCENT) must fit beside the running app, and where
-they do not, deploy hands over without the surge rather than wait forever.
+them as the new app's; what must fit beside the running app is what Serve starts before it
+stops old replicas. In Ray 2.60, with a surge (``max_surge_percent``,
+serving.core.constants.HANDOVER_SURGE_PERCENT) Serve starts, per deployment, the replicas the
+new plan adds plus one replacement, and stops an old replica only while more than the target
+run; with none it stops old replicas first, but a deployment that grows by a rollout batch or
+more first starts its added replicas. So :func:`rollout_surge` asks, per deployment, for the
+growth plus one replacement (surge), else for the growth alone (stop-first), to fit on the free
+nodes at once; where neither does, the rollout would wait forever, and deploy plans on the free
+nodes alone (or refuses a given plan), as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
+from serving.core.constants import HANDOVER_SURGE_PERCENT
 from serving.core.profiles import NodeSpec
+from serving.launch.graph import chain_role
+from serving.planning import costmodel
 
 #: replica states that hold their deployment's resources on a node
 HOLDING_STATES = ("RUNNING", "UPDATING", "PENDING_MIGRATION")
 
 
-def held_by_apps(apps: Iterable[str]) -> dict[str, tuple[float, float]]:
-    """Logical (CPUs, GPUs) the replicas of the running Serve applications ``apps`` hold, by
-    node id (empty when none of them runs, or Serve does not)."""
+@dataclass
+class Running:
+    """What running Serve applications hold: logical (CPUs, GPUs) by node id, and their running
+    replicas by deployment name."""
+
+    held: dict[str, tuple[float, float]] = field(default_factory=dict)
+    replicas: dict[str, int] = field(default_factory=dict)
+    apps: set[str] = field(default_factory=set)
+
+
+def running(apps: Iterable[str]) -> Running:
+    """What the running Serve applications ``apps`` hold (nothing when none runs, or Serve does not)."""
     from ray.serve.context import _get_global_client
 
     try:
         details = _get_global_client().get_serve_details()
     except Exception:  # Serve not started: nothing runs
-        return {}
-    held: dict[str, tuple[float, float]] = {}
+        return Running()
+    out = Running()
     for app in apps:
-        for deployment in details.get("applications", {}).get(app, {}).get("deployments", {}).values():
+        deployments = details.get("applications", {}).get(app, {}).get("deployments")
+        if not deployments:
+            continue
+        out.apps.add(app)
+        for name, deployment in deployments.items():
             need = deployment.get("required_resources") or {}
+            count = 0
             for replica in deployment.get("replicas", ()):
                 state = str(getattr(replica.get("state"), "value", replica.get("state")))
                 node = replica.get("node_id")
                 if node and state in HOLDING_STATES:
-                    cpus, gpus = held.get(node, (0.0, 0.0))
-                    held[node] = (cpus + float(need.get("CPU", 0.0)), gpus + float(need.get("GPU", 0.0)))
-    return held
+                    count += 1
+                    cpus, gpus = out.held.get(node, (0.0, 0.0))
+                    out.held[node] = (cpus + float(need.get("CPU", 0.0)), gpus + float(need.get("GPU", 0.0)))
+            out.replicas[name] = count
+    return out
 
 
 def with_returned(nodes: list[NodeSpec], held: dict[str, tuple[float, float]]) -> list[NodeSpec]:
     """``nodes`` (free resources) with what ``held`` holds on each given back."""
     return [replace(n, cpus=n.cpus + held.get(n.node_id, (0.0, 0.0))[0],
                     gpus=n.gpus + held.get(n.node_id, (0.0, 0.0))[1]) for n in nodes]
+
+
+def new_deployments(name: str, plan: Any, chains: dict[str, Any] | None) -> dict[str, tuple[int, float, float]]:
+    """The app's deployments (less the monitor) as Serve names them: (replicas, CPUs, GPUs) each."""
+    out = {f"{name}-ingress": (plan.ingress_replicas, plan.ingress_cpus, 0.0)}
+    for s in plan.remote_stages():
+        out[f"{name}-{s.name}"] = (s.replicas, s.num_cpus, s.num_gpus if s.device == "gpu" else 0.0)
+    for group, chain in (chains or {}).items():
+        for k, stage in enumerate(chain.stages):
+            out[f"{name}-{chain_role(group, k)}"] = (stage.replicas, chain.num_cpus, chain.num_gpus)
+    return out
+
+
+def rollout_problem(deployments: dict[str, tuple[int, float, float]], old: dict[str, int], free: list[NodeSpec],
+                    *, surge: bool, monitor_cpus: float = 0.0) -> str | None:
+    """Why what Serve starts first does not fit on ``free``, or None: per deployment the replicas
+    the new plan adds over ``old`` (running replicas by deployment name), plus one replacement
+    where replicas run and ``surge``; and ``monitor_cpus`` on the head for a monitor the running
+    app did not have."""
+    replicas: dict[str, int] = {}
+    cpus: dict[str, float] = {}
+    gpus: dict[str, float] = {}
+    for dep, (count, c, g) in deployments.items():
+        running_now = old.get(dep, 0)
+        need = max(count - running_now, 0) + (1 if surge and running_now > 0 else 0)
+        if need:
+            replicas[dep], cpus[dep], gpus[dep] = need, c, g
+    fixed = {"monitor": (monitor_cpus, "head")} if monitor_cpus else {}
+    if not replicas and not fixed:
+        return None
+    placed = costmodel.place(free, replicas, cpus, gpus, fixed)
+    return placed if isinstance(placed, str) else None
+
+
+def rollout_surge(deployments: dict[str, tuple[int, float, float]], old: Running, free: list[NodeSpec], *,
+                  monitor_cpus: float = 0.0) -> tuple[int | None, str | None]:
+    """(surge percent, why not the surge): ``HANDOVER_SURGE_PERCENT`` where the surge's
+    replacements fit beside the running app, 0 where only stop-first's do, None where neither
+    does (Serve would wait forever)."""
+    why = rollout_problem(deployments, old.replicas, free, surge=True, monitor_cpus=monitor_cpus)
+    if why is None:
+        return HANDOVER_SURGE_PERCENT, None
+    if rollout_problem(deployments, old.replicas, free, surge=False, monitor_cpus=monitor_cpus) is None:
+        return 0, why
+    return None, why

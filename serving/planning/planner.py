@@ -556,28 +556,13 @@ def simulated_at(plan: Plan, rate: float, seed: int = 0) -> dict[str, float]:
 def placement_problem(plan: Plan, nodes: list[NodeSpec]) -> str | None:
     """Why ``plan``'s replicas do not fit on ``nodes`` (their free logical CPUs and GPUs), or
     None when they fit: for a plan made elsewhere or earlier, before Serve waits forever."""
-    return _placement_problem(plan, nodes, one_each=False)
-
-
-def surge_problem(plan: Plan, nodes: list[NodeSpec], extra: dict[str, tuple[float, float]] | None = None) -> str | None:
-    """Why one replica of each of ``plan``'s deployments (and of each ``extra`` one: name ->
-    (CPUs, GPUs)) does not fit on ``nodes`` at once, or None: the replacements Serve starts
-    beside the running replicas when a redeploy surges (serving.core.constants.HANDOVER_SURGE_PERCENT)."""
-    return _placement_problem(plan, nodes, one_each=True, extra=extra)
-
-
-def _placement_problem(plan: Plan, nodes: list[NodeSpec], *, one_each: bool,
-                       extra: dict[str, tuple[float, float]] | None = None) -> str | None:
-    replicas = {"ingress": 1 if one_each else plan.ingress_replicas}
+    replicas = {"ingress": plan.ingress_replicas}
     cpus = {"ingress": plan.ingress_cpus}
     gpus: dict[str, float] = {}
     for s in plan.remote_stages():
-        replicas[s.name], cpus[s.name] = (1 if one_each else s.replicas), s.num_cpus
+        replicas[s.name], cpus[s.name] = s.replicas, s.num_cpus
         if s.device == "gpu":
             gpus[s.name] = s.num_gpus
-    for name, (c, g) in (extra or {}).items():
-        replicas[name], cpus[name], gpus[name] = 1, c, g
-    # the monitor is replaced without a surge (serving.launch.graph.build_monitor)
-    fixed = {"monitor": (plan.monitor_cpus, "head")} if plan.monitor_cpus and not one_each else {}
+    fixed = {"monitor": (plan.monitor_cpus, "head")} if plan.monitor_cpus else {}
     placed = costmodel.place(nodes, replicas, cpus, gpus, fixed)
     return placed if isinstance(placed, str) else None

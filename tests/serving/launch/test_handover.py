@@ -1,10 +1,10 @@
 """A redeploy under a running app's name, without Ray: the running replicas' resources come back
-to the new app's plan, and only the replacements Serve starts first (the surge) must fit beside
-the running app; where they do not, deploy hands over without the surge and says so."""
+to the new app's plan, and what Serve starts before it stops old replicas must fit beside the
+running app (the growth plus one replacement per deployment with the surge, the growth alone
+without it); where neither fits, Serve would wait forever."""
 
 from __future__ import annotations
 
-import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -12,29 +12,30 @@ import pytest
 from serving.core.constants import HANDOVER_SURGE_PERCENT
 from serving.core.profiles import NodeSpec
 from serving.core.specs import AppSpec
-from serving.launch import deploy as deploy_module
 from serving.launch import handover
-from serving.planning.planner import Resources, placement_problem, plan_stages, surge_problem
+from serving.planning.planner import Resources, placement_problem, plan_stages
 from tests.serving.planning.test_planner import costs, ingress, linear
 
 
 def filling_plan():
     """A fused plan on one node of 2 CPUs that takes nearly all of them, with a deployment of
-    more than one replica (so the whole plan needs more than one replica of each)."""
+    more than one replica."""
     nodes = [NodeSpec("n1", "h1", 2.0, head=True)]
     plan = plan_stages([linear("cheap", 0.0, 0.0003), linear("expensive", 0.0, 0.002, scale=0.2)],
                        Resources(cpus=2, nodes=nodes), rows_per_request=32, layout="fused", ingress=ingress(),
                        costs=costs(2.0))
-    assert plan.placeable and reserved(plan) > 1.5 and one_of_each(plan) < reserved(plan), plan.notes
-    return plan
+    deployments = handover.new_deployments("app", plan, None)
+    assert plan.placeable and reserved(deployments) > 1.5, plan.notes
+    assert max(n for n, _, _ in deployments.values()) > 1, deployments
+    return plan, deployments
 
 
-def reserved(plan) -> float:
-    return plan.ingress_replicas * plan.ingress_cpus + sum(s.replicas * s.num_cpus for s in plan.remote_stages())
+def reserved(deployments) -> float:
+    return sum(n * c for n, c, _ in deployments.values())
 
 
-def one_of_each(plan) -> float:
-    return plan.ingress_cpus + sum(s.num_cpus for s in plan.remote_stages())
+def one_of_each(deployments) -> float:
+    return sum(c for _, c, _ in deployments.values())
 
 
 def details(replicas: list[tuple[str, str]], cpus: float = 0.8, gpus: float = 0.0) -> dict:
@@ -56,16 +57,17 @@ def fake_client(monkeypatch, served: dict | Exception) -> None:
 def test_what_the_running_replicas_hold_is_summed_per_node(monkeypatch):
     fake_client(monkeypatch, details([("n1", "RUNNING"), ("n1", "RUNNING"), ("n2", "UPDATING"), ("n2", "STARTING"),
                                       ("n3", "STOPPING")], cpus=0.8, gpus=0.5))
-    held = handover.held_by_apps(["app", "app-monitor"])  # an app that does not run holds nothing
-    assert held == {"n1": pytest.approx((1.6, 1.0)), "n2": pytest.approx((0.8, 0.5))}
-    assert handover.held_by_apps(["other"]) == {}
+    seen = handover.running(["app", "app-monitor"])  # an app that does not run holds nothing
+    assert seen.held == {"n1": pytest.approx((1.6, 1.0)), "n2": pytest.approx((0.8, 0.5))}
+    assert seen.replicas == {"app-ingress": 3} and seen.apps == {"app"}
+    assert handover.running(["other"]) == handover.Running()
     fake_client(monkeypatch, RuntimeError("Serve is not running"))
-    assert handover.held_by_apps(["app"]) == {}
+    assert handover.running(["app"]) == handover.Running()
 
 
 def test_the_running_apps_resources_come_back_to_its_replacement():
-    plan = filling_plan()
-    used = reserved(plan)
+    plan, deployments = filling_plan()
+    used = reserved(deployments)
     free = [NodeSpec("n1", "h1", 2.0 - used, head=True)]
     assert placement_problem(plan, free) is not None  # beside the running app, the same plan does not fit
     returned = handover.with_returned(free, {"n1": (used, 0.0), "elsewhere": (4.0, 1.0)})
@@ -73,26 +75,43 @@ def test_the_running_apps_resources_come_back_to_its_replacement():
     assert placement_problem(plan, returned) is None
 
 
-def test_the_surge_needs_one_replica_of_each_deployment_beside_the_running_app():
-    plan = filling_plan()
-    room = [NodeSpec("n1", "h1", one_of_each(plan) + 0.01, head=True)]
-    assert surge_problem(plan, room) is None
-    assert placement_problem(plan, room) is not None  # the whole plan would not: only the surge must
-    assert surge_problem(plan, [NodeSpec("n1", "h1", one_of_each(plan) - 0.05, head=True)]) is not None
-    # a module chain's partition stages surge too
-    assert surge_problem(plan, room, extra={"app-enc-part0": (0.5, 0.0)}) is not None
-    gpu_room = [NodeSpec("n1", "h1", one_of_each(plan) + 1.0, gpus=0.25, head=True)]
-    assert surge_problem(plan, gpu_room, extra={"app-enc-part0": (0.5, 0.5)}) is not None
+def test_the_same_plan_needs_one_replacement_of_each_deployment_with_the_surge_and_nothing_without():
+    plan, deployments = filling_plan()
+    same = handover.Running(replicas={d: n for d, (n, _, _) in deployments.items()}, apps={"app"})
+    room = [NodeSpec("n1", "h1", one_of_each(deployments) + 0.01, head=True)]
+    assert handover.rollout_surge(deployments, same, room) == (HANDOVER_SURGE_PERCENT, None)
+    assert placement_problem(plan, room) is not None  # the whole plan would not fit there: the surge does
+    surge, why = handover.rollout_surge(deployments, same, [NodeSpec("n1", "h1", 0.05, head=True)])
+    assert surge == 0 and "no node has" in why  # stop-first starts nothing before it stops
 
 
-def test_without_room_for_the_surge_deploy_hands_over_stopping_old_replicas_first():
-    plan = filling_plan()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert deploy_module._surge_percent("app", plan, None, [NodeSpec("n1", "h1", 2.0, head=True)]) \
-            == HANDOVER_SURGE_PERCENT > 0
-    with pytest.warns(UserWarning, match="no room beside the running app 'app'.*stops old replicas"):
-        assert deploy_module._surge_percent("app", plan, None, [NodeSpec("n1", "h1", 0.1, head=True)]) == 0
+def test_a_plan_that_grows_needs_its_added_replicas_beside_the_running_app():
+    """Serve (2.60) starts a growing deployment's added replicas before it stops old ones, with
+    or without the surge: where they do not fit, the rollout would wait forever."""
+    _, deployments = filling_plan()
+    smaller = handover.Running(replicas={d: max(n - 1, 0) for d, (n, _, _) in deployments.items()}, apps={"app"})
+    added = sum(c for n, c, _ in deployments.values() if n >= 1)  # one more replica of each
+    assert handover.rollout_surge(deployments, smaller, [NodeSpec("n1", "h1", added + 0.01, head=True)])[0] == 0
+    assert handover.rollout_surge(deployments, smaller, [NodeSpec("n1", "h1", 2 * added + 0.01, head=True)])[0] \
+        == HANDOVER_SURGE_PERCENT
+    surge, why = handover.rollout_surge(deployments, smaller, [NodeSpec("n1", "h1", added / 2, head=True)])
+    assert surge is None and why
+
+
+def test_scaled_to_zero_stages_and_new_monitors():
+    _, deployments = filling_plan()
+    # a deployment with no running replica gets no replacement (Serve surges only over old ones)
+    none_running = handover.Running(replicas={d: 0 for d in deployments}, apps={"app"})
+    whole = [NodeSpec("n1", "h1", reserved(deployments) + 0.01, head=True)]
+    assert handover.rollout_surge(deployments, none_running, whole)[0] == HANDOVER_SURGE_PERCENT
+    same = handover.Running(replicas={d: n for d, (n, _, _) in deployments.items()}, apps={"app"})
+    room = [NodeSpec("n1", "h1", one_of_each(deployments) + 0.01, head=True)]
+    # a monitor the running app did not have starts first, on the head
+    assert handover.rollout_surge(deployments, same, room, monitor_cpus=0.5)[0] == 0
+    # a module chain's partition stages are deployments too
+    chain = SimpleNamespace(num_cpus=0.5, num_gpus=0.0, stages=[SimpleNamespace(replicas=2)])
+    plan, _ = filling_plan()
+    assert set(handover.new_deployments("app", plan, {"enc": chain})) == {*deployments, "app-enc-part0"}
 
 
 def test_the_surge_is_a_checked_field_of_the_app_spec():
@@ -101,3 +120,17 @@ def test_the_surge_is_a_checked_field_of_the_app_spec():
     assert AppSpec.model_validate({**spec, "surge_percent": 0}).surge_percent == 0
     with pytest.raises(ValueError, match="surge_percent"):
         AppSpec.model_validate({**spec, "surge_percent": 101})
+
+
+def test_after_a_hand_over_the_app_lets_go_of_every_other_artifact(monkeypatch):
+    from serving.core import artifacts
+
+    monkeypatch.setattr("ray.util.list_named_actors", lambda all_namespaces=False: [
+        {"name": artifacts.holder_name("v-new"), "namespace": artifacts.HOLDER_NAMESPACE},
+        {"name": artifacts.holder_name("v-old"), "namespace": artifacts.HOLDER_NAMESPACE},
+        {"name": artifacts.holder_name("v-old"), "namespace": "someone-else"},
+        {"name": "unrelated", "namespace": artifacts.HOLDER_NAMESPACE}])
+    released: list = []
+    monkeypatch.setattr(artifacts, "release", lambda source, app: released.append((source.holder, app)))
+    artifacts.release_others(artifacts.ArtifactSource("v-new", holder=artifacts.holder_name("v-new")), "app")
+    assert released == [(artifacts.holder_name("v-old"), "app")]

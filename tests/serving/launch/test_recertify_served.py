@@ -83,8 +83,8 @@ def test_a_hand_over_where_the_running_app_holds_what_the_cluster_has(ray_cluste
                     calibrate="never")
     free = sum(n.cpus for n in nodes(free=True))
     filler = placement_group([{"CPU": free - 0.01}])
-    ray.get(filler.ready(), timeout=60)
     try:
+        ray.get(filler.ready(), timeout=60)
         assert placement_problem(served.plan, nodes(free=True)) is not None  # what deploy refused before
         caught: list = []
 
@@ -97,9 +97,8 @@ def test_a_hand_over_where_the_running_app_holds_what_the_cluster_has(ray_cluste
             return again
 
         body = {"rows": rows_of(request_rows.iloc[:8])}
-        again = handed_over(served.url + "/predict", body, hand_over, served.model_version, timeout=120).result
+        handed_over(served.url + "/predict", body, hand_over, served.model_version, timeout=120)
         assert any("no room beside the running app 'held'" in m for m in caught), caught
-        assert again.plan.ingress_replicas == served.plan.ingress_replicas
     finally:
         remove_placement_group(filler)
-    again.shutdown(stop_ray=False)
+        served.shutdown(stop_ray=False)  # the app's name: whichever artifact it serves by now
