@@ -28,6 +28,7 @@ from serving.core.jsonsafe import clean
 from serving.core.serve_apps import logging_config, tracing_config
 from serving.core.specs import AppSpec
 from serving.launch.graph import deployment_overrides, monitor_settings, row_schema, specs_of
+from serving.launch.handover import planned_surge
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
 from serving.planning.planner import Plan, Resources, plan_layouts
 from serving.runtime.hold import check_on_alarm
@@ -109,6 +110,7 @@ def serve_config(
         api_key_env=api_key_env, min_replicas=min_replicas,
         allowed_hosts=list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None, max_replicas=max_replicas, gears=gears, hedging=hedging,
         autoscaler=autoscaler, router=router, lost_after_s=lost_after_s, audit_rate=audit_rate, on_alarm=check_on_alarm(on_alarm, audit_rate), log_format=log_format,
+        surge_percent=planned_surge(name, plan),
     ).model_dump()
     applications = []
     if monitor is not None:

@@ -119,3 +119,26 @@ def rollout_surge(deployments: dict[str, tuple[int, float, float]], old: Running
     if rollout_problem(deployments, old.replicas, free, surge=False, monitor_cpus=monitor_cpus) is None:
         return 0, why
     return None, why
+
+
+def planned_surge(name: str, plan: Any) -> int:
+    """The surge a Serve config (``willump build``) asks for: ``HANDOVER_SURGE_PERCENT`` where
+    one replacement of each deployment fits beside the plan on the nodes it was made for, else 0
+    (Serve's surge would wait for room, and ``serve deploy`` of an edited config with it)."""
+    if not plan.nodes or not plan.placement:
+        return 0
+    size = {"ingress": (plan.ingress_cpus, 0.0), "monitor": (plan.monitor_cpus, 0.0)}
+    for s in plan.stages:
+        size[s.name] = (s.num_cpus, s.num_gpus if s.device == "gpu" else 0.0)
+    used: dict[str, list[float]] = {}
+    for deployment, where in plan.placement.items():
+        c, g = size.get(deployment, (0.0, 0.0))
+        for node, count in where.items():
+            u = used.setdefault(node, [0.0, 0.0])
+            u[0], u[1] = u[0] + c * count, u[1] + g * count
+    free = [replace(n, cpus=max(n.cpus - used.get(n.node_id, [0.0, 0.0])[0], 0.0),
+                    gpus=max(n.gpus - used.get(n.node_id, [0.0, 0.0])[1], 0.0)) for n in plan.nodes]
+    deployments = new_deployments(name, plan, None)
+    same = Running(replicas={d: n for d, (n, _, _) in deployments.items()}, apps={name})
+    surge, _ = rollout_surge(deployments, same, free)
+    return surge or 0

@@ -126,12 +126,16 @@ def test_tracing_and_log_options_reach_the_serve_config(synth_opt, tmp_path, cap
     names = {built._bound_deployment.name} | {
         a._bound_deployment.name for a in built._bound_deployment.init_args if hasattr(a, "_bound_deployment")}
     assert set(deployments) == names, (set(deployments), names)
-    # a redeploy under the same name starts each replacement before it stops an old replica
-    from serving.core.constants import HANDOVER_SURGE_PERCENT
+    # a redeploy under the same name starts each replacement before it stops an old replica where
+    # the plan leaves room for one on the nodes it was made for (serving.launch.handover)
+    from serving.launch.handover import planned_surge
+    from serving.planning.planner import Plan
 
-    assert HANDOVER_SURGE_PERCENT > 0
-    assert all(d["max_surge_percent"] == HANDOVER_SURGE_PERCENT for d in deployments.values()), deployments
-    assert built._bound_deployment._deployment_config.max_surge_percent == HANDOVER_SURGE_PERCENT
+    args = config["applications"][-1]["args"]
+    surge = planned_surge(args["name"], Plan.from_dict(args["plan"]))
+    assert args["surge_percent"] == surge
+    assert all(d["max_surge_percent"] == surge for d in deployments.values()), deployments
+    assert built._bound_deployment._deployment_config.max_surge_percent == surge
     ingress = next(d for n, d in deployments.items() if n.endswith("-ingress"))
     assert ingress["num_replicas"] >= 1 and ingress["ray_actor_options"]["num_cpus"] > 0
     # the settings an operator changes in place (Serve calls the ingress's reconfigure), at the

@@ -134,3 +134,13 @@ def test_after_a_hand_over_the_app_lets_go_of_every_other_artifact(monkeypatch):
     monkeypatch.setattr(artifacts, "release", lambda source, app: released.append((source.holder, app)))
     artifacts.release_others(artifacts.ArtifactSource("v-new", holder=artifacts.holder_name("v-new")), "app")
     assert released == [(artifacts.holder_name("v-old"), "app")]
+
+
+def test_a_built_config_asks_for_the_surge_where_its_plan_leaves_room():
+    from dataclasses import replace
+
+    plan, deployments = filling_plan()
+    assert handover.planned_surge("app", plan) == 0  # the plan fills its 2 CPUs
+    roomy = replace(plan, nodes=[replace(plan.nodes[0], cpus=plan.nodes[0].cpus + one_of_each(deployments))])
+    assert handover.planned_surge("app", roomy) == HANDOVER_SURGE_PERCENT
+    assert handover.planned_surge("app", replace(plan, nodes=[])) == 0
