@@ -97,6 +97,8 @@ class LabelJoin:
         self.path = None if path is None else os.fspath(path)
         self.db = sqlite3.connect(self.path or ":memory:", check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL" if self.path else "PRAGMA journal_mode=MEMORY")
+        if self.path:  # a process crash loses no commit; as the monitor's own store without fsync
+            self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
         self._rows = self.db.execute("SELECT COUNT(*) FROM served").fetchone()[0]
         self._swept = -math.inf

@@ -157,6 +157,9 @@ class AppSpec(BaseModel):
     #: HANDOVER_SURGE_PERCENT; 0 where deploy found no room for the replacements beside the
     #: running app of the same name: Serve then stops old replicas first)
     surge_percent: int = Field(default=HANDOVER_SURGE_PERCENT, ge=0, le=100)
+    #: names the monitor's default state directory (serving.runtime.monitor_state): drawn for a
+    #: new app, handed on to the app that replaces it (None: the monitor keeps its state in memory)
+    monitor_state: str | None = Field(default=None, pattern=r"^[0-9a-f]{8,64}$")
 
     @model_validator(mode="after")
     def _planner_needs_autoscaling(self) -> AppSpec:

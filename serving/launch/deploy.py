@@ -112,6 +112,7 @@ class ServingApp:
             finally:
                 withdraw_plan(self.name)
             if self.monitor_app is not None:
+                _discard_monitor_state(self.monitor_app)
                 delete_app(self.monitor_app)
             if self.artifact is not None:
                 artifacts.release(self.artifact, self.name)
@@ -396,6 +397,9 @@ def deploy(
         old = handover.running([name, *([f"{name}-monitor"] if monitor is not None else [])]) \
             if serve_was_running else handover.Running()
         free_now = within_gpus(cluster.nodes(free=True), gpus)
+        # the monitor's state outlives its replica: the running monitor's token is handed on
+        monitor_state = None if monitor is None else (
+            (_running_monitor_state(name) if f"{name}-monitor" in old.apps else None) or secrets.token_hex(8))
         nodes = within_gpus(handover.with_returned(cluster.nodes(free=True), old.held), gpus)
         code_note = cluster.check_code_reaches(ship_code, len(nodes))
         specs = specs_of(opt, baseline, plan)
@@ -484,7 +488,7 @@ def deploy(
             autoscaler=autoscaler, gears=gears_info, hedging=hedge_spec, router=router, lost_after_s=lost_after_s,
             probe_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
             module_chains=chains or None, audit_rate=audit_rate, on_alarm=on_alarm, log_format=log_format,
-            access_log=access_log, surge_percent=surge_percent,
+            access_log=access_log, surge_percent=surge_percent, monitor_state=monitor_state,
         )
         monitor_app = run_spec(spec, opt)
         if name in old.apps:  # handed over: the artifact the old replicas served is not needed
@@ -669,6 +673,30 @@ def _override_batching(plan: Plan, max_batch_size: int | None, batch_wait_timeou
             stage.max_batch_size = int(max_batch_size)
         if batch_wait_timeout_s is not None:
             stage.batch_wait_timeout_s = float(batch_wait_timeout_s)
+
+
+#: seconds deploy waits for the running monitor to name its state token
+MONITOR_STATE_ASK_S = 10.0
+
+
+def _discard_monitor_state(monitor_app: str) -> None:
+    """Ask the monitor to remove its default state directory (best effort: the app is going)."""
+    from ray import serve
+
+    try:
+        serve.get_app_handle(monitor_app).discard_state.remote().result(timeout_s=MONITOR_STATE_ASK_S)
+    except Exception:
+        pass
+
+
+def _running_monitor_state(name: str) -> str | None:
+    """The state token of ``name``'s running monitor (None: it keeps none, or does not answer)."""
+    from ray import serve
+
+    try:
+        return serve.get_app_handle(f"{name}-monitor").state_token.remote().result(timeout_s=MONITOR_STATE_ASK_S)
+    except Exception:
+        return None
 
 
 def run_spec(spec: AppSpec, opt: OptimizedPipeline | None = None) -> str | None:

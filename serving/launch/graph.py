@@ -372,7 +372,8 @@ def build_monitor(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None 
         name="monitor", max_ongoing_requests=64, graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_S,
         graceful_shutdown_wait_loop_s=DRAIN_POLL_S,
         ray_actor_options=_actor_options(plan.monitor_cpus or 0.1),
-    ).bind(monitor_config, reference, guarantee_terms(spec, opt, record_config), label_terms(opt, record_config))
+    ).bind(monitor_config, reference, guarantee_terms(spec, opt, record_config), label_terms(opt, record_config),
+           None if spec.monitor_state is None else {"app": spec.name, "token": spec.monitor_state})
 
 
 def app_builder(args: dict[str, Any]) -> Any:

@@ -22,6 +22,7 @@ from ray import serve
 from serving.core.artifacts import ArtifactSource
 from serving.core.constants import CONCURRENT_BATCHES
 from serving.core.specs import StageSpec
+from serving.runtime import monitor_state
 from serving.runtime.dashboard.data import monitor_snapshot
 from serving.runtime.emulated_node import node_emulation
 from serving.runtime.feedback import KINDS as FEEDBACK_KINDS
@@ -227,12 +228,21 @@ class MonitorStage:
                "cascade_health")
 
     def __init__(self, config: dict[str, Any], reference: list[dict[str, Any]] | None = None,
-                 guarantee: dict[str, Any] | None = None, labels: dict[str, Any] | None = None):
+                 guarantee: dict[str, Any] | None = None, labels: dict[str, Any] | None = None,
+                 state: dict[str, str] | None = None):
         from drift import Monitor
 
-        self.monitor = Monitor(**config)
+        directory = config.get("directory")
+        #: the default state directory (serving.runtime.monitor_state), where the user named none
+        #: and deploy gave ``state`` ({"app": ..., "token": ...}): it outlives this replica
+        self.default_state = None
+        if directory is None and state:
+            self.default_state = monitor_state.default_directory(state["app"], state["token"])
+            monitor_state.clear_others(self.default_state)
+            directory = str(self.default_state)
+        self.monitor = monitor_state.open_when_free(lambda: Monitor(**{**config, "directory": directory}))
         #: the live audit's ledger and the labels fed back (serving.runtime.feedback)
-        self.feedback = Feedback(config.get("directory"), guarantee, labels)
+        self.feedback = Feedback(directory, guarantee, labels)
         self.reference_rows = 0
         if reference:
             self.monitor.set_reference(reference)
@@ -280,6 +290,19 @@ class MonitorStage:
         async with self.lock:
             await asyncio.to_thread(self.monitor.flush)
         return {"ingested": self.ingested}
+
+    def state_token(self) -> str | None:
+        """The token of this monitor's default state directory (None: the user's or none), for
+        the deploy that replaces this app to hand on."""
+        return None if self.default_state is None else self.default_state.name
+
+    async def discard_state(self) -> dict[str, Any]:
+        """Close the monitor and remove its default state directory (the app is shutting down)."""
+        async with self.lock:
+            self.__del__()
+            if self.default_state is not None:
+                monitor_state.discard(self.default_state)
+        return {"discarded": self.default_state is not None}
 
     def __del__(self) -> None:
         # Serve calls __del__ on graceful replica shutdown: persist the open pane.

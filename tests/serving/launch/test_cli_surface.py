@@ -136,6 +136,7 @@ def test_tracing_and_log_options_reach_the_serve_config(synth_opt, tmp_path, cap
     assert args["surge_percent"] == surge
     assert all(d["max_surge_percent"] == surge for d in deployments.values()), deployments
     assert built._bound_deployment._deployment_config.max_surge_percent == surge
+    assert config["applications"][0]["args"]["monitor_state"] is None  # no monitor here
     ingress = next(d for n, d in deployments.items() if n.endswith("-ingress"))
     assert ingress["num_replicas"] >= 1 and ingress["ray_actor_options"]["num_cpus"] > 0
     # the settings an operator changes in place (Serve calls the ingress's reconfigure), at the

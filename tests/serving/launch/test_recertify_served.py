@@ -50,19 +50,30 @@ def test_a_recertified_artifact_replaces_the_running_one_without_a_failed_reques
                                                                                     recertified, request_rows):
     """opt.recertify(...).pipeline() deployed under the running app's name while clients send
     requests: Serve rolls the app over to it; every request is answered (200), the answers name
-    the old version, then the new one, and /report carries the new certificate."""
+    the old version, then the new one, and /report carries the new certificate. The monitor
+    keeps its state through it (serving.runtime.monitor_state): a label for a request served
+    before the hand-over is joined after it."""
     new = recertified.pipeline()
+    monitor = dict(attributes=["region"], pane_seconds=60.0)
     served = deploy(synth_opt, name="recert", port=ray_cluster, cpus=1, device="cpu", insitu="never",
-                    calibrate="never")
+                    calibrate="never", monitor=monitor)
     body = {"rows": rows_of(request_rows.iloc[:8])}
+    before = post(served, "/predict", {**body, "attributes": {"region": "eu"}})
+    rid, served_class = before.headers["X-Request-Id"], before.json()["predictions"][0]
+    assert requests.get(served.url + "/drift", params={"kind": "accuracy"}, timeout=30).status_code == 200  # flushed
     seen = handed_over(served.url + "/predict", body, lambda: deploy(
-        new, name="recert", port=ray_cluster, plan=served.plan, insitu="never", calibrate="never"),
+        new, name="recert", port=ray_cluster, plan=served.plan, insitu="never", calibrate="never", monitor=monitor),
         served.model_version, timeout=120)
     again = seen.result
-    assert again.model_version != served.model_version and seen.versions[-1] == again.model_version
-    report = requests.get(again.url + "/report", timeout=30).json()
-    assert report["loss_bound"] == pytest.approx(recertified.gears[0].loss_bound) and report["cert_rows"] == 3000
-    again.shutdown(stop_ray=False)
+    try:
+        assert again.model_version != served.model_version and seen.versions[-1] == again.model_version
+        report = requests.get(again.url + "/report", timeout=30).json()
+        assert report["loss_bound"] == pytest.approx(recertified.gears[0].loss_bound) and report["cert_rows"] == 3000
+        joined = post(again, "/labels", {"labels": [{"request_id": rid, "row": 0, "label": served_class}]})
+        assert joined.status_code == 200 and joined.json() == {"accepted": 1, "unknown": 0, "duplicate": 0}, \
+            joined.text
+    finally:
+        again.shutdown(stop_ray=False)
 
 
 def test_a_hand_over_where_the_running_app_holds_what_the_cluster_has(ray_cluster, synth_opt, recertified,
