@@ -116,6 +116,10 @@ class _Holder:
         return len(self.users)
 
     def release(self, app: str) -> int:
+        """Users left once ``app`` let go; -1 when ``app`` was none (a holder another deploy
+        published and has not acquired yet has none, and must not end)."""
+        if app not in self.users:
+            return -1
         self.users.discard(app)
         return len(self.users)
 

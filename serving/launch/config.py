@@ -112,7 +112,7 @@ def serve_config(
         allowed_hosts=list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None, max_replicas=max_replicas, gears=gears, hedging=hedging,
         autoscaler=autoscaler, router=router, lost_after_s=lost_after_s, audit_rate=audit_rate, on_alarm=check_on_alarm(on_alarm, audit_rate), log_format=log_format,
         # the monitor's state outlives its replica: `serve deploy` of an edited config keeps the token
-        monitor_state=secrets.token_hex(8) if monitor is not None else None,
+        monitor_state=secrets.token_hex(8) if monitor is not None and monitor.get("directory") is None else None,
         surge_percent=planned_surge(name, plan),
     ).model_dump()
     applications = []

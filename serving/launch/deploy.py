@@ -394,12 +394,11 @@ def deploy(
             raise ValueError("the artifact has no sample rows; re-optimize with keep_sample=True to serve it")
         # a redeploy under a running app's name: its replicas' resources come back to the new app
         # (the monitor's only where the new app has one too: else the old monitor app is deleted)
-        old = handover.running([name, *([f"{name}-monitor"] if monitor is not None else [])]) \
-            if serve_was_running else handover.Running()
+        old_app = handover.running([name]) if serve_was_running else handover.Running()
+        old_monitor = handover.running([f"{name}-monitor"]) if serve_was_running else handover.Running()
+        old = old_app.merged(old_monitor) if monitor is not None else old_app
         free_now = within_gpus(cluster.nodes(free=True), gpus)
-        # the monitor's state outlives its replica: the running monitor's token is handed on
-        monitor_state = None if monitor is None else (
-            (_running_monitor_state(name) if f"{name}-monitor" in old.apps else None) or secrets.token_hex(8))
+        monitor_state = _monitor_state(name, monitor, bool(old_monitor.apps))
         nodes = within_gpus(handover.with_returned(cluster.nodes(free=True), old.held), gpus)
         code_note = cluster.check_code_reaches(ship_code, len(nodes))
         specs = specs_of(opt, baseline, plan)
@@ -493,6 +492,9 @@ def deploy(
         monitor_app = run_spec(spec, opt)
         if name in old.apps:  # handed over: the artifact the old replicas served is not needed
             artifacts.release_others(source, name)
+        if monitor is None and old_monitor.apps and old_app.apps:  # the old app's monitor goes with it
+            _discard_monitor_state(f"{name}-monitor")
+            delete_app(f"{name}-monitor")
         if token is not None:
             plan, probe_note = refine_in_situ(spec, opt, plan, f"{base}/{name}", token, api_key=api_key,
                                               replan=made_here and not old.apps, budget_cpus=cpus,
@@ -687,6 +689,20 @@ def _discard_monitor_state(monitor_app: str) -> None:
         serve.get_app_handle(monitor_app).discard_state.remote().result(timeout_s=MONITOR_STATE_ASK_S)
     except Exception:
         pass
+
+
+def _monitor_state(name: str, monitor: dict[str, Any] | None, monitor_running: bool) -> str | None:
+    """The token of the monitor's default state folder (serving.runtime.monitor_state): the
+    running monitor's, handed on, else a new one; None where the monitor keeps none (no monitor,
+    or ``directory`` given: a path, or False for memory)."""
+    if monitor is None or monitor.get("directory") is not None:
+        return None
+    token = _running_monitor_state(name) if monitor_running else None
+    if monitor_running and token is None:
+        warnings.warn(f"the running monitor of {name!r} named no state folder to hand on (it keeps its state "
+                      f"elsewhere, or did not answer within {MONITOR_STATE_ASK_S:g} s): the new monitor starts "
+                      "afresh", stacklevel=3)
+    return token or secrets.token_hex(8)
 
 
 def _running_monitor_state(name: str) -> str | None:

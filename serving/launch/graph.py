@@ -40,6 +40,8 @@ from serving.runtime.stage_runner import module_groups
 from willump import OptimizedPipeline
 from willump.runtime import class_disagreement_bounds_loss
 
+#: Ray's resource of the head node (a monitor replica keeping its state on disk is pinned there)
+HEAD_NODE_RESOURCE = "node:__internal_head__"
 #: seconds without traffic before a scaled-to-zero stage gives its replica back
 DEFAULT_DOWNSCALE_TO_ZERO_S = 30.0
 #: ongoing calls per stage replica Serve's autoscaler aims at: half of what the ingress keeps
@@ -371,9 +373,17 @@ def build_monitor(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None 
     return MonitorStage.options(
         name="monitor", max_ongoing_requests=64, graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_S,
         graceful_shutdown_wait_loop_s=DRAIN_POLL_S,
-        ray_actor_options=_actor_options(plan.monitor_cpus or 0.1),
+        # on the head node, as planned: a replica that replaces it finds the state folder there
+        ray_actor_options={**_actor_options(plan.monitor_cpus or 0.1),
+                           **({"resources": {HEAD_NODE_RESOURCE: 0.001}} if default_state(spec) else {})},
     ).bind(monitor_config, reference, guarantee_terms(spec, opt, record_config), label_terms(opt, record_config),
-           None if spec.monitor_state is None else {"app": spec.name, "token": spec.monitor_state})
+           {"app": spec.name, "token": spec.monitor_state} if default_state(spec) else None)
+
+
+def default_state(spec: AppSpec) -> bool:
+    """Whether the monitor keeps its state in its default folder (serving.runtime.monitor_state):
+    a token given and no ``directory`` (a path: the user's; False: in memory)."""
+    return spec.monitor is not None and spec.monitor_state is not None and spec.monitor.get("directory") is None
 
 
 def app_builder(args: dict[str, Any]) -> Any:

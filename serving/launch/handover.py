@@ -41,6 +41,14 @@ class Running:
     replicas: dict[str, int] = field(default_factory=dict)
     apps: set[str] = field(default_factory=set)
 
+    def merged(self, other: Running) -> Running:
+        """Both together (what two sets of applications hold)."""
+        held = dict(self.held)
+        for node, (c, g) in other.held.items():
+            c0, g0 = held.get(node, (0.0, 0.0))
+            held[node] = (c0 + c, g0 + g)
+        return Running(held, {**self.replicas, **other.replicas}, self.apps | other.apps)
+
 
 def running(apps: Iterable[str]) -> Running:
     """What the running Serve applications ``apps`` hold (nothing when none runs, or Serve does not)."""

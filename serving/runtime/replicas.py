@@ -236,11 +236,20 @@ class MonitorStage:
         #: the default state directory (serving.runtime.monitor_state), where the user named none
         #: and deploy gave ``state`` ({"app": ..., "token": ...}): it outlives this replica
         self.default_state = None
-        if directory is None and state:
+        if directory is False:  # monitor=dict(directory=False): in memory
+            directory = None
+        elif directory is None and state:
             self.default_state = monitor_state.default_directory(state["app"], state["token"])
-            monitor_state.clear_others(self.default_state)
-            directory = str(self.default_state)
-        self.monitor = monitor_state.open_when_free(lambda: Monitor(**{**config, "directory": directory}))
+        if self.default_state is not None:
+            self.monitor = monitor_state.open_default(lambda d: Monitor(**{**config, "directory": d}),
+                                                      self.default_state)
+            directory = self.monitor.directory
+            if directory is None:  # the root is not private: in memory
+                self.default_state = None
+            else:
+                monitor_state.clear_others(self.default_state)
+        else:  # the user's directory (or none): waiting while a replica it replaces still holds it
+            self.monitor = monitor_state.open_when_free(lambda: Monitor(**{**config, "directory": directory}))
         #: the live audit's ledger and the labels fed back (serving.runtime.feedback)
         self.feedback = Feedback(directory, guarantee, labels)
         self.reference_rows = 0

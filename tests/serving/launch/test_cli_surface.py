@@ -169,3 +169,25 @@ def test_tracing_and_log_options_reach_the_serve_config(synth_opt, tmp_path, cap
                        ({"exporter_import_path": "nocolon"}, "exporter_import_path"), ({"rate": 1}, "unknown key")):
         with pytest.raises(ValueError, match=field):
             tracing_config(bad)
+
+
+def test_a_built_monitor_gets_a_state_token_that_an_edited_config_keeps(synth_opt, tmp_path):
+    """`willump build` with a monitor draws the token of its default state folder into both
+    applications' args (serve deploy of an edited config keeps it: the monitor's state carries
+    over); each build draws its own."""
+    import yaml
+
+    from serving.runtime.monitor_state import TOKEN
+
+    artifact = tmp_path / "a.willump"
+    synth_opt.save(artifact)
+    tokens = []
+    for i in range(2):
+        out = tmp_path / f"serve{i}.yaml"
+        assert main(["build", str(artifact), "-o", str(out), "--host", "127.0.0.1", "--cpus", "2",
+                     "--monitor-attributes", "region"]) == 0
+        monitor_app, app = yaml.safe_load(out.read_text())["applications"]
+        assert monitor_app["name"].endswith("-monitor") and monitor_app["args"]["monitor_state"] == \
+            app["args"]["monitor_state"]
+        tokens.append(app["args"]["monitor_state"])
+    assert all(TOKEN.match(t) for t in tokens) and tokens[0] != tokens[1]

@@ -144,3 +144,21 @@ def test_a_built_config_asks_for_the_surge_where_its_plan_leaves_room():
     roomy = replace(plan, nodes=[replace(plan.nodes[0], cpus=plan.nodes[0].cpus + one_of_each(deployments))])
     assert handover.planned_surge("app", roomy) == HANDOVER_SURGE_PERCENT
     assert handover.planned_surge("app", replace(plan, nodes=[])) == 0
+
+
+def test_what_two_sets_of_apps_hold_adds_up():
+    a = handover.Running({"n1": (1.0, 0.5)}, {"app-ingress": 2}, {"app"})
+    b = handover.Running({"n1": (0.1, 0.0), "n2": (0.2, 0.0)}, {"monitor": 1}, {"app-monitor"})
+    both = a.merged(b)
+    assert both.held == {"n1": pytest.approx((1.1, 0.5)), "n2": pytest.approx((0.2, 0.0))}
+    assert both.replicas == {"app-ingress": 2, "monitor": 1} and both.apps == {"app", "app-monitor"}
+
+
+def test_an_artifact_holder_ends_only_when_its_last_user_lets_go():
+    from serving.core.artifacts import _Holder
+
+    holder = _Holder({})
+    assert holder.release("app") == -1  # published by another deploy, not acquired yet: not a user
+    holder.acquire("app")
+    holder.acquire("other")
+    assert holder.release("app") == 1 and holder.release("other") == 0

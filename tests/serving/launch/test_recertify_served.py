@@ -72,8 +72,12 @@ def test_a_recertified_artifact_replaces_the_running_one_without_a_failed_reques
         joined = post(again, "/labels", {"labels": [{"request_id": rid, "row": 0, "label": served_class}]})
         assert joined.status_code == 200 and joined.json() == {"accepted": 1, "unknown": 0, "duplicate": 0}, \
             joined.text
+        assert again.spec.monitor_state == served.spec.monitor_state  # the token was handed on
     finally:
         again.shutdown(stop_ray=False)
+    from serving.runtime.monitor_state import default_directory
+
+    assert not default_directory("recert", again.spec.monitor_state).exists()  # shutdown removed it
 
 
 def test_a_hand_over_where_the_running_app_holds_what_the_cluster_has(ray_cluster, synth_opt, recertified,

@@ -87,25 +87,71 @@ def test_waiting_for_a_held_directory_ends():
     old.__del__()
 
 
-def test_stale_directories_of_the_app_go_and_held_ones_stay():
+def test_stale_directories_of_the_app_go_and_held_ones_stay(monkeypatch):
+    import os
+
     held = stage(token="aaaaaaaa")  # another replica of the app still holds its directory
     stale = monitor_state.default_directory("toxic", "bbbbbbbb")
     stale.mkdir(parents=True)
     (stale / "monitor.db").write_text("old")
-    other_app = monitor_state.default_directory("spam", "cccccccc")
-    other_app.mkdir(parents=True)
-    new = stage(token="dddddddd")
-    assert not stale.exists() and held.default_state.exists() and other_app.exists()
+    recent = monitor_state.default_directory("spam", "cccccccc")  # another app's, recent: kept
+    old_other = monitor_state.default_directory("flights", "dddddddd")  # another app's, untouched a week
+    for folder in (recent, old_other):
+        folder.mkdir(parents=True)
+    week = monitor_state.STALE_AFTER_S + 60
+    os.utime(old_other, (os.path.getatime(old_other) - week, os.path.getmtime(old_other) - week))
+    new = stage(token="eeeeeeee")
+    assert not stale.exists() and held.default_state.exists() and recent.exists() and not old_other.exists()
     assert asyncio.run(new.discard_state()) == {"discarded": True} and not new.default_state.exists()
     held.__del__()
 
 
-def test_a_token_names_a_folder_and_nothing_else():
+def test_a_changed_monitor_configuration_starts_afresh_instead_of_failing():
+    old = stage()
+    serve_rows(old, "req-before")
+    old.__del__()
+    changed = MonitorStage.func_or_class({"attributes": ["client", "gear"], "metrics": ["latency_ms"]}, None, None,
+                                         LABELS, {"app": "toxic", "token": "00c0ffee"})
+    assert changed.default_state is not None and changed.monitor.stats()["rows_ingested"] == 0
+    assert label(changed, "req-before")["unknown"] == 1
+    changed.__del__()
+
+
+def test_memory_when_asked_or_when_the_root_is_not_private(tmp_path, monkeypatch):
+    memory = MonitorStage.func_or_class({"attributes": ["client"], "metrics": ["latency_ms"], "directory": False},
+                                        None, None, LABELS, {"app": "toxic", "token": "00c0ffee"})
+    assert memory.default_state is None and memory.monitor.directory is None
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    monkeypatch.setattr(monitor_state, "root", lambda: shared)
+    unsafe = stage()
+    assert unsafe.default_state is None and unsafe.monitor.directory is None
+    readable = tmp_path / "readable"  # this user's, nobody else writes there: made private and used
+    readable.mkdir()
+    readable.chmod(0o755)
+    monkeypatch.setattr(monitor_state, "root", lambda: readable)
+    kept = stage(app="other")
+    assert kept.default_state is not None and (readable.stat().st_mode & 0o777) == 0o700
+    kept.__del__()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere-private", target_is_directory=True)
+    (tmp_path / "elsewhere-private").mkdir(mode=0o700)
+    monkeypatch.setattr(monitor_state, "root", lambda: link)
+    assert stage().monitor.directory is None
+
+
+def test_a_token_and_an_app_name_never_escape_the_root():
     for bad in ("../../etc", "ABCDEF12", "short", ""):
         with pytest.raises(ValueError, match="token"):
             monitor_state.default_directory("toxic", bad)
-    assert monitor_state.default_directory("a/b c", "0123abcd").parent.name == "a_b_c"
+    names = {monitor_state.default_directory(app, "0123abcd").parent.name for app in (".", "..", "a/b", "a b", "a_b")}
+    assert len(names) == 5 and all(len(n) == 24 and n.isalnum() for n in names)
+    for app in (".", ".."):
+        assert monitor_state.root() in monitor_state.default_directory(app, "0123abcd").parents
+    monitor_state.private_root()
     outside = monitor_state.root().parent / "elsewhere"
     outside.mkdir()
     monitor_state.discard(outside)  # never a directory outside the root
+    monitor_state.discard(monitor_state.root() / ".." / "elsewhere")
     assert outside.exists()
