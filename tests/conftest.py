@@ -11,6 +11,11 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: seconds a Ray this suite starts may take to bind its GCS (Ray's default, 30, ran out once on the
+#: 2-core machine while lanes' apps, the browser tests and another Ray started at once; a raylet's
+#: own 30 s, fixed in Ray, once too): a start-up deadline, not a measurement, so a loaded machine
+#: gets a generous one
+os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
 #: pytest-xdist lanes of the tests that start Ray, servers, subprocess apps or a browser (the
 #: modules marked ``pytestmark = pytest.mark.starts_ray``). Each lane runs on one worker, module
 #: after module: the modules that serve on the worker's shared Ray in one, those that start Rays
