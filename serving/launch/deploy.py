@@ -394,12 +394,14 @@ def deploy(
             raise ValueError("the artifact has no sample rows; re-optimize with keep_sample=True to serve it")
         # a redeploy under a running app's name: its replicas' resources come back to the new app
         # (the monitor's only where the new app has one too: else the old monitor app is deleted)
-        old_app = handover.running([name]) if serve_was_running else handover.Running()
-        old_monitor = handover.running([f"{name}-monitor"]) if serve_was_running else handover.Running()
+        by_app = handover.running_by_app([name, f"{name}-monitor"]) if serve_was_running else {}
+        old_app = by_app.get(name, handover.Running())
+        old_monitor = by_app.get(f"{name}-monitor", handover.Running())
         old = old_app.merged(old_monitor) if monitor is not None else old_app
-        free_now = within_gpus(cluster.nodes(free=True), gpus)
+        free_nodes = cluster.nodes(free=True)
+        free_now = within_gpus(free_nodes, gpus)
         monitor_state = _monitor_state(name, monitor, bool(old_monitor.apps))
-        nodes = within_gpus(handover.with_returned(cluster.nodes(free=True), old.held), gpus)
+        nodes = within_gpus(handover.with_returned(free_nodes, old.held), gpus)
         code_note = cluster.check_code_reaches(ship_code, len(nodes))
         specs = specs_of(opt, baseline, plan)
         check_gears(gears, gear_policy, opt, baseline=baseline)  # and the SLO, before minutes of profiling:

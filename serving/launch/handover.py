@@ -50,20 +50,21 @@ class Running:
         return Running(held, {**self.replicas, **other.replicas}, self.apps | other.apps)
 
 
-def running(apps: Iterable[str]) -> Running:
-    """What the running Serve applications ``apps`` hold (nothing when none runs, or Serve does not)."""
+def running_by_app(apps: Iterable[str]) -> dict[str, Running]:
+    """What each running application of ``apps`` holds, from one read of Serve's controller
+    (an application that does not run is left out)."""
     from ray.serve.context import _get_global_client
 
     try:
         details = _get_global_client().get_serve_details()
     except Exception:  # Serve not started: nothing runs
-        return Running()
-    out = Running()
+        return {}
+    out: dict[str, Running] = {}
     for app in apps:
         deployments = details.get("applications", {}).get(app, {}).get("deployments")
         if not deployments:
             continue
-        out.apps.add(app)
+        one = out[app] = Running(apps={app})
         for name, deployment in deployments.items():
             need = deployment.get("required_resources") or {}
             count = 0
@@ -72,16 +73,16 @@ def running(apps: Iterable[str]) -> Running:
                 node = replica.get("node_id")
                 if node and state in HOLDING_STATES:
                     count += 1
-                    cpus, gpus = out.held.get(node, (0.0, 0.0))
-                    out.held[node] = (cpus + float(need.get("CPU", 0.0)), gpus + float(need.get("GPU", 0.0)))
-            out.replicas[name] = count
+                    cpus, gpus = one.held.get(node, (0.0, 0.0))
+                    one.held[node] = (cpus + float(need.get("CPU", 0.0)), gpus + float(need.get("GPU", 0.0)))
+            one.replicas[name] = count
     return out
 
 
 def with_returned(nodes: list[NodeSpec], held: dict[str, tuple[float, float]]) -> list[NodeSpec]:
     """``nodes`` (free resources) with what ``held`` holds on each given back."""
-    return [replace(n, cpus=n.cpus + held.get(n.node_id, (0.0, 0.0))[0],
-                    gpus=n.gpus + held.get(n.node_id, (0.0, 0.0))[1]) for n in nodes]
+    back = {n.node_id: held.get(n.node_id, (0.0, 0.0)) for n in nodes}
+    return [replace(n, cpus=n.cpus + back[n.node_id][0], gpus=n.gpus + back[n.node_id][1]) for n in nodes]
 
 
 def new_deployments(name: str, plan: Any, chains: dict[str, Any] | None) -> dict[str, tuple[int, float, float]]:

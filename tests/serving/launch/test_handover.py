@@ -57,12 +57,14 @@ def fake_client(monkeypatch, served: dict | Exception) -> None:
 def test_what_the_running_replicas_hold_is_summed_per_node(monkeypatch):
     fake_client(monkeypatch, details([("n1", "RUNNING"), ("n1", "RUNNING"), ("n2", "UPDATING"), ("n2", "STARTING"),
                                       ("n3", "STOPPING")], cpus=0.8, gpus=0.5))
-    seen = handover.running(["app", "app-monitor"])  # an app that does not run holds nothing
+    by_app = handover.running_by_app(["app", "app-monitor"])  # an app that does not run holds nothing
+    assert set(by_app) == {"app"}
+    seen = by_app["app"]
     assert seen.held == {"n1": pytest.approx((1.6, 1.0)), "n2": pytest.approx((0.8, 0.5))}
     assert seen.replicas == {"app-ingress": 3} and seen.apps == {"app"}
-    assert handover.running(["other"]) == handover.Running()
+    assert handover.running_by_app(["other"]) == {}
     fake_client(monkeypatch, RuntimeError("Serve is not running"))
-    assert handover.running(["app"]) == handover.Running()
+    assert handover.running_by_app(["app"]) == {}
 
 
 def test_the_running_apps_resources_come_back_to_its_replacement():
