@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import numpy as np
 import pandas as pd
@@ -69,11 +68,15 @@ def test_a_user_directory_is_the_users(tmp_path):
 def test_the_new_replica_waits_while_the_old_one_still_holds_the_directory():
     old = stage()
     serve_rows(old, "req-before")
-    closer = threading.Timer(0.6, old.__del__)  # the old replica finishes stopping a moment later
-    closer.start()
-    t = time.monotonic()
+    released = threading.Event()
+
+    def stop_old() -> None:  # the old replica finishes stopping a moment later
+        old.__del__()
+        released.set()
+
+    threading.Timer(0.6, stop_old).start()
     new = stage()
-    assert time.monotonic() - t >= 0.5
+    assert released.is_set()  # the new replica opened the directory only once the old let go
     assert label(new, "req-before")["accepted"] == 1
     new.__del__()
 
