@@ -49,22 +49,44 @@ def test_a_cpu_bound_call_sharing_its_cpu_reads_as_cpu_bound():
     assert cpu_s / wall >= 0.9, (cpu_s, wall)
 
 
-def test_a_call_that_waits_every_time_keeps_its_waits_and_one_disturbed_repeat_does_not_count():
-    """Spin 20 ms and sleep 20 ms per call: half of its time is its own wait. A CPU-bound call
-    whose repeats are disturbed now and then (a sleep standing in for the GIL held elsewhere)
-    reads as CPU-bound."""
-    def waits():
-        _spin(0.02)
-        time.sleep(0.02)
+class _Clocks:
+    """Deterministic wall, CPU and run-queue clocks that a fake call advances: the process's
+    other threads (a Ray driver's, execnet's) cannot add CPU to the call, so the test reads
+    _timed's arithmetic and nothing of the machine."""
 
-    wall, cpu_s = _timed(waits, repeats=3)
-    assert 0.35 <= cpu_s / wall <= 0.65, (cpu_s, wall)
+    def __init__(self) -> None:
+        self.wall = self.cpu = self.queued = 0.0
+
+    def run(self, cpu: float = 0.0, wait: float = 0.0, queued: float = 0.0) -> None:
+        self.cpu += cpu
+        self.queued += queued
+        self.wall += cpu + wait + queued
+
+
+@pytest.fixture
+def clocks(monkeypatch):
+    c = _Clocks()
+    fake_time = type("T", (), {"perf_counter": staticmethod(lambda: c.wall),
+                               "process_time": staticmethod(lambda: c.cpu)})
+    monkeypatch.setattr("serving.measure.stages.time", fake_time)
+    monkeypatch.setattr("serving.measure.stages.runqueue_wait_s", lambda: c.queued)
+    return c
+
+
+def test_a_call_that_waits_every_time_keeps_its_waits_and_one_disturbed_repeat_does_not_count(clocks):
+    """20 ms of CPU and a 20 ms wait per call: half of its time is its own wait. A CPU-bound
+    call whose repeats are disturbed now and then (a wait standing in for the GIL held
+    elsewhere) reads as CPU-bound, and run-queue turns are never its waits."""
+    wall, cpu_s = _timed(lambda: clocks.run(cpu=0.02, wait=0.02), repeats=3)
+    assert (wall, cpu_s) == pytest.approx((0.04, 0.02))
     calls = iter(range(100))
+    wall, cpu_s = _timed(lambda: clocks.run(cpu=0.02, wait=0.04 * (next(calls) % 2)), repeats=5)
+    assert (wall, cpu_s) == pytest.approx((0.02, 0.02))
+    wall, cpu_s = _timed(lambda: clocks.run(cpu=0.02, queued=0.05), repeats=3)
+    assert (wall, cpu_s) == pytest.approx((0.02, 0.02))
 
-    def disturbed():
-        _spin(0.02)
-        if next(calls) % 2:
-            time.sleep(0.04)
 
-    wall, cpu_s = _timed(disturbed, repeats=5)
-    assert cpu_s / wall >= 0.9, (cpu_s, wall)
+def test_a_call_that_only_waits_reads_its_median_wall_clock(clocks):
+    waits = iter([0.01, 0.03, 0.05, 0.02])
+    wall, cpu_s = _timed(lambda: clocks.run(wait=next(waits)), repeats=3)
+    assert (wall, cpu_s) == (pytest.approx(0.03), 0.0)
