@@ -3,9 +3,12 @@
 Why this shape: support is anti-monotone (a combination never has more outliers than any of its
 parts), so values below the minimum outlier support are dropped before any combination is formed
 (support pushdown) and an order-k candidate needs all its (k-1)-parts supported. Ratios only
-accept. Counting is vectorized: codes of kept values are relabelled to small integers, rows are
-filtered attribute by attribute, and one `np.bincount` per attribute set yields every combination's
-sums at once. Outlier support is counted on outlier rows only (usually ~1% of the rows).
+accept. Counting is vectorized (drift._counting): one `np.bincount` per attribute set yields every
+combination's sums at once, outlier support on outlier rows only (usually ~1% of the rows).
+
+Unit: where rows came in requests, a combination of request-level attributes with an outcome
+that is the request's is counted in requests, each once (drift._request_units); any other
+combination in rows, with the clustered (sandwich) variance of drift._clusters.
 
 Minimality: a combination is reported only if no reported part of it explains as well: when a
 part passes, the superset must be clearly stronger (its lower confidence bound above the part's
@@ -21,7 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from drift import _ratios
-from drift._clusters import ROW_WEIGHTS, TARGET_ROW_WEIGHTS, Clusters, design_effect
+from drift._clusters import ROW_WEIGHTS, design_effect
+from drift._counting import Relabelled, Weights
 from drift._minimality import (
     drop_riders,
     minimal,
@@ -29,6 +33,7 @@ from drift._minimality import (
     residual_passes,
     row_mask,
 )
+from drift._request_units import per_request
 
 #: MacroBase defaults: a combination must hold >= 1% of outliers and a ratio >= 3.
 DEFAULT_MIN_SUPPORT = 0.01
@@ -87,189 +92,6 @@ class Found:
     @property
     def order(self) -> int:
         return len(self.combo)
-
-
-class Weights:
-    """The per-row weight arrays summed for every combination, in a fixed order."""
-
-    def __init__(self, rows: Rows) -> None:
-        self.names: list[str] = ["target"]
-        self.arrays: list[np.ndarray | None] = [rows.target]
-        self.names.append("count")
-        self.arrays.append(rows.count)  # None means unit weights
-        for name in ("target_var", "count_var"):
-            arr = getattr(rows, name)
-            if arr is not None and np.any(arr):
-                self.names.append(name)
-                self.arrays.append(arr)
-        if rows.value is not None:
-            c = rows.count if rows.count is not None else 1.0
-            self.names += ["x", "x2"]
-            self.arrays += [rows.value * c, rows.value * rows.value * c]
-            if rows.count is not None:
-                self.names.append("w2")  # Kish effective sizes of weighted means
-                self.arrays.append(rows.count * rows.count)
-        self.clusters: Clusters | None = None
-        if rows.cluster is not None:
-            c = np.ones(rows.n) if rows.count is None else rows.count
-            t = rows.target if rows.value is None else rows.value * c
-            self.clusters = Clusters(rows.cluster, t, c)
-            for name in ROW_WEIGHTS:
-                self.names.append(name)
-                self.arrays.append(self.clusters.row_weights[name])
-
-
-def _group_sums(
-    rows: Rows,
-    weights: Weights,
-    attrs: tuple[int, ...],
-    combos: np.ndarray,
-    start: np.ndarray | None = None,
-) -> dict[str, np.ndarray]:
-    """Sums of every weight over the rows matching each combination (combos: m x len(attrs))."""
-    m = combos.shape[0]
-    radix = []
-    local = np.zeros(m, dtype=np.int64)
-    sel = start
-    rel: list[np.ndarray] = []
-    for j, a in enumerate(attrs):
-        vals = np.unique(combos[:, j])
-        lut = np.zeros(rows.cards[a], dtype=np.int64)
-        lut[vals] = np.arange(1, vals.size + 1)
-        r = lut[rows.codes[a]] if sel is None else lut[rows.codes[a][sel]]
-        keep = np.flatnonzero(r)
-        sel = keep if sel is None else sel[keep]
-        rel = [x[keep] for x in rel]
-        rel.append(r[keep])
-        radix.append(vals.size + 1)
-        local = local * (vals.size + 1) + lut[combos[:, j]]
-    size = int(np.prod(radix))
-    key = np.zeros(sel.size, dtype=np.int64)
-    for r, base in zip(rel, radix, strict=True):
-        key = key * base + r
-    out = {}
-    for name, arr in zip(weights.names, weights.arrays, strict=True):
-        if arr is None:
-            sums = np.bincount(key, minlength=size).astype(np.float64)
-        else:
-            sums = np.bincount(key, weights=arr[sel], minlength=size)
-        out[name] = sums[local]
-    if weights.clusters is not None:
-        out.update(weights.clusters.grouped(key, local, size, sel))
-    return out
-
-
-#: Largest dense key space (bins) counted with one bincount; larger sets relabel per combination.
-_DENSE_KEY_LIMIT = 1 << 22
-#: Key spaces up to this size (or 4x the rows counted) find supported combinations by bincount.
-_DENSE_SUPPORT_LIMIT = 1 << 16
-_SPARSE_WEIGHTS = ("target", "target_var", *TARGET_ROW_WEIGHTS)
-
-
-class _Relabelled:
-    """Codes of kept values relabelled 1..k (0 = not kept), cached per attribute.
-
-    Counting a set of attributes then needs only integer multiply-adds and one bincount.
-    Target weights are counted on the rows that carry any (outlier rows), the rest on all rows.
-    """
-
-    def __init__(self, rows: Rows, weights: Weights, kept: list[np.ndarray], tidx: np.ndarray):
-        self.rows, self.weights, self.kept, self.tidx = rows, weights, kept, tidx
-        self.luts = []
-        for a, vals in enumerate(kept):
-            lut = np.zeros(rows.cards[a], dtype=np.int64)
-            lut[vals] = np.arange(1, vals.size + 1)
-            self.luts.append(lut)
-        self._all: dict[int, np.ndarray] = {}
-        self._sub: dict[int, np.ndarray] = {}
-        self._t_sub = {
-            name: arr[tidx]
-            for name, arr in zip(weights.names, weights.arrays, strict=True)
-            if name in _SPARSE_WEIGHTS and arr is not None
-        }
-
-    def all_rows(self, a: int) -> np.ndarray:
-        if a not in self._all:
-            self._all[a] = self.luts[a][self.rows.codes[a]]
-        return self._all[a]
-
-    def target_rows(self, a: int) -> np.ndarray:
-        if a not in self._sub:
-            self._sub[a] = (
-                self._all[a][self.tidx] if a in self._all else self.luts[a][self.rows.codes[a][
-                    self.tidx]]
-            )
-        return self._sub[a]
-
-    def radix(self, attrs: tuple[int, ...]) -> list[int]:
-        return [self.kept[a].size + 1 for a in attrs]
-
-    def supported(self, attrs: tuple[int, ...], min_target: float) -> np.ndarray:
-        """Local keys (mixed radix of relabelled codes) of combinations with enough target."""
-        radix = self.radix(attrs)
-        key = np.zeros(self.tidx.size, dtype=np.int64)
-        ok = np.ones(self.tidx.size, dtype=bool)
-        for a, base in zip(attrs, radix, strict=True):
-            r = self.target_rows(a)
-            ok &= r > 0
-            key = key * base + r
-        key = key[ok]
-        t = self._t_sub["target"][ok]
-        size = int(np.prod(radix, dtype=np.float64))
-        if size <= max(_DENSE_SUPPORT_LIMIT, 4 * key.size):
-            # small key space: one bincount, no sort (np.unique sorts every target row)
-            sums = np.bincount(key, weights=t, minlength=size)
-            return np.flatnonzero(sums >= min_target)
-        uniq, inverse = np.unique(key, return_inverse=True)
-        sums = np.bincount(inverse, weights=t, minlength=uniq.size)
-        return uniq[sums >= min_target]
-
-    def decode(self, attrs: tuple[int, ...], keys: np.ndarray) -> np.ndarray:
-        """Original codes (m x len(attrs)) of local keys."""
-        radix = self.radix(attrs)
-        out = np.empty((keys.size, len(attrs)), dtype=np.int64)
-        rest = keys.copy()
-        for j in range(len(attrs) - 1, -1, -1):
-            out[:, j] = self.kept[attrs[j]][rest % radix[j] - 1]
-            rest //= radix[j]
-        return out
-
-    def sums(self, attrs: tuple[int, ...], keys: np.ndarray) -> dict[str, np.ndarray]:
-        """Every weight's sum for each combination given by its local key."""
-        radix = self.radix(attrs)
-        size = int(np.prod(radix, dtype=np.float64))
-        if size > _DENSE_KEY_LIMIT:
-            return _group_sums(self.rows, self.weights, attrs, self.decode(attrs, keys))
-        out = {}
-        key_all = None
-        key_t = None
-        for name, arr in zip(self.weights.names, self.weights.arrays, strict=True):
-            if name in _SPARSE_WEIGHTS:
-                if key_t is None:
-                    key_t = np.zeros(self.tidx.size, dtype=np.int64)
-                    for a, base in zip(attrs, radix, strict=True):
-                        key_t = key_t * base + self.target_rows(a)
-                sums = np.bincount(key_t, weights=self._t_sub[name], minlength=size)
-            else:
-                if key_all is None:
-                    key_all = np.zeros(self.rows.n, dtype=np.int64)
-                    for a, base in zip(attrs, radix, strict=True):
-                        key_all = key_all * base + self.all_rows(a)
-                if arr is None:
-                    sums = np.bincount(key_all, minlength=size).astype(np.float64)
-                else:
-                    sums = np.bincount(key_all, weights=arr, minlength=size)
-            out[name] = sums[keys]
-        clusters = self.weights.clusters
-        if clusters is not None and all(clusters.constant(a, self.rows.codes[a]) for a in attrs):
-            out.update(Q_tt=out["p_tT"], Q_tc=out["p_tN"], Q_cc=out["p_cN"])
-        elif clusters is not None:
-            if key_all is None:
-                key_all = np.zeros(self.rows.n, dtype=np.int64)
-                for a, base in zip(attrs, radix, strict=True):
-                    key_all = key_all * base + self.all_rows(a)
-            out.update(self.weights.clusters.grouped(key_all, keys, size))
-        return out
 
 
 class Scorer:
@@ -382,18 +204,31 @@ def mine(
         sums = np.bincount(rows.codes[a][tidx], weights=t[tidx], minlength=rows.cards[a])
         kept.append(np.flatnonzero(sums >= min_t))
 
-    relabel = _Relabelled(rows, weights, kept, tidx)
-    supported_sets: dict[tuple[int, ...], set] = {}
+    by_rows = _Unit(rows, weights, scorer, Relabelled(rows, weights, kept, tidx), min_t)
+    by_requests = _request_unit(rows, weights, metric, kept, tidx, min_support)
+    clusters = weights.clusters
 
-    chunks: list[tuple[list[tuple], dict[str, np.ndarray]]] = []
+    def unit_of(combo: tuple) -> _Unit:
+        """Requests where the combination holds whole requests and the outcome is the
+        request's (drift._request_units); rows otherwise."""
+        if by_requests is not None and all(clusters.constant(a, rows.codes[a]) for a, _ in combo):
+            return by_requests
+        return by_rows
+
+    supported_sets: dict[tuple[int, ...], set] = {}
+    chunks: dict[int, list[tuple[list[tuple], dict[str, np.ndarray], dict[str, np.ndarray]]]] = {
+        id(by_rows): [], id(by_requests): []}
 
     def evaluate(attrs: tuple[int, ...], keys: np.ndarray) -> None:
         if keys.size == 0:
             return
-        combos = relabel.decode(attrs, keys)
-        sums = relabel.sums(attrs, keys)
+        combos = by_rows.relabel.decode(attrs, keys)
+        sums = by_rows.relabel.sums(attrs, keys)
         supported_sets[attrs] = {tuple(row) for row in combos.tolist()}
-        chunks.append(([tuple(zip(attrs, row, strict=True)) for row in combos.tolist()], sums))
+        named = [tuple(zip(attrs, row, strict=True)) for row in combos.tolist()]
+        unit = unit_of(named[0])
+        scored_sums = sums if unit is by_rows else unit.relabel.sums(attrs, keys)
+        chunks[id(unit)].append((named, sums, scored_sums))
 
     for a in range(d):
         if kept[a].size:
@@ -404,9 +239,9 @@ def mine(
             parents = [attrs[:j] + attrs[j + 1 :] for j in range(order)]
             if order > 2 and any(not supported_sets.get(p) for p in parents):
                 continue
-            keys = relabel.supported(attrs, min_t)
+            keys = by_rows.relabel.supported(attrs, min_t)
             if order > 2 and keys.size:
-                combos = relabel.decode(attrs, keys)
+                combos = by_rows.relabel.decode(attrs, keys)
                 ok = np.ones(keys.size, dtype=bool)
                 for j, p in enumerate(parents):
                     sub = np.delete(combos, j, axis=1)
@@ -420,24 +255,41 @@ def mine(
     scored: dict[tuple[tuple[int, int], ...], Found] = {}
     sums: dict[str, np.ndarray] = {}
     position: dict[tuple[tuple[int, int], ...], int] = {}
-    if chunks:
-        names = list(chunks[0][1])
-        sums = {k: np.concatenate([s[k] for _, s in chunks]) for k in names}
-        combos = [c for cs, _ in chunks for c in cs]
-        res = scorer.score(sums, alpha)
+    for unit in (by_rows, by_requests):
+        if unit is None or not chunks[id(unit)]:
+            continue
+        parts = chunks[id(unit)]
+        shown = {k: np.concatenate([s[k] for _, s, _ in parts]) for k in ("target", "count")}
+        unit_sums = {k: np.concatenate([s[k] for _, _, s in parts]) for k in parts[0][2]}
+        combos = [c for cs, _, _ in parts for c in cs]
+        res = unit.scorer.score(unit_sums, alpha)
+        if unit is by_requests:
+            # how many rows one independent observation (a request) was worth in the group
+            with np.errstate(divide="ignore", invalid="ignore"):
+                res["design_effect"] = np.where(unit_sums["count"] > 0,
+                                                shown["count"] / unit_sums["count"], 1.0)
+        else:
+            sums = unit_sums
+            position = {combo: i for i, combo in enumerate(combos)}
         extras = {k: v.tolist() for k, v in res.items() if k not in _MAIN}
         ratio, lo, hi = res["ratio"].tolist(), res["ci_low"].tolist(), res["ci_high"].tolist()
-        tsum, csum = sums["target"].tolist(), sums["count"].tolist()
+        tsum, csum = shown["target"].tolist(), shown["count"].tolist()
         for i, combo in enumerate(combos):
-            position[combo] = i
             scored[combo] = Found(
                 combo=combo, target=tsum[i], count=csum[i], ratio=ratio[i], ci_low=lo[i],
                 ci_high=hi[i], passes=passes_one(ratio[i], lo[i], min_ratio),
                 extra={k: v[i] for k, v in extras.items()},
             )
+
+    def stands(found: Found, inside: np.ndarray, removed: np.ndarray) -> bool:
+        """Does `found` still pass once the rows `removed` leave the population?"""
+        unit = unit_of(found.combo)
+        return residual_passes(unit.rows, unit.weights, unit.scorer, inside, removed,
+                               unit.min_t, min_ratio, alpha)[0]
+
     def part_stands_without(part: Found, found: Found) -> bool:
         """Does `part` still pass once `found`'s rows (a subset of its rows) leave?"""
-        if weights.clusters is None:  # sums are additive: no pass over the rows
+        if clusters is None:  # sums are additive: no pass over the rows
             ip, i_f = position[part.combo], position[found.combo]
             rest = {k: v[ip:ip + 1] - v[i_f:i_f + 1] for k, v in sums.items()}
             totals = {k: scorer.totals[k] - float(sums[k][i_f]) if k in sums else scorer.totals[k]
@@ -445,16 +297,64 @@ def mine(
             res = scorer.score(rest, alpha, totals)
             ratio, lo = float(res["ratio"][0]), float(res["ci_low"][0])
             return bool(rest["target"][0] >= min_t and passes_one(ratio, lo, min_ratio))
-        return residual_passes(rows, weights, scorer, row_mask(rows, part.combo),
-                                row_mask(rows, found.combo), min_t, min_ratio, alpha)[0]
+        return stands(part, row_mask(rows, part.combo), row_mask(rows, found.combo))
 
     reported = minimal(scored, scorer.metric, part_stands_without)
-    reported = drop_riders(rows, weights, scorer, reported, min_t, min_ratio, alpha)
+    reported = drop_riders(rows, reported, stands)
     totals = dict(scorer.totals)
     totals["candidates"] = float(len(scored))
     totals["search_space"] = float(m)
     totals["interval_level"] = 1.0 - alpha
     return reported, totals
+
+
+@dataclass
+class _Unit:
+    """What a combination is counted in: its rows, their weights, the scorer, the relabelled
+    codes and the minimum support, all in one unit (rows, or requests)."""
+
+    rows: Rows
+    weights: Weights
+    scorer: Scorer
+    relabel: Relabelled
+    min_t: float
+
+
+def _request_unit(rows: Rows, weights: Weights, metric: str, kept: list[np.ndarray],
+                  tidx: np.ndarray, min_support: float) -> _Unit | None:
+    """Requests as the unit (drift._request_units), where the rows came in requests and every
+    request's rows agree on the outcome; None otherwise."""
+    if weights.clusters is None:
+        return None
+    spread = per_request(rows, weights.clusters)
+    if spread is None:
+        return None
+    w = Weights(spread)
+    scorer = Scorer(spread, w, metric)
+    return _Unit(spread, w, scorer, Relabelled(spread, w, kept, tidx),
+                 min_support * scorer.totals["target"] * (1.0 - 1e-12))
+
+
+def score_group(rows: Rows, metric: str, mask: np.ndarray, alpha: float,
+                request_level: bool = True) -> dict[str, np.ndarray]:
+    """One group's scores (`mask`: its rows) at two-sided miscoverage `alpha`, counted as
+    `mine` counts a combination: in requests where the rows came in requests, every request's
+    rows agree on the outcome and the group (`request_level`: its attributes are the
+    request's) holds whole requests; in rows otherwise."""
+    weights = Weights(rows)
+    unit_rows, unit_weights = rows, weights
+    if request_level and weights.clusters is not None:
+        spread = per_request(rows, weights.clusters)
+        if spread is not None and weights.clusters.constant(-1, mask.astype(np.int64)):
+            unit_rows, unit_weights = spread, Weights(spread)
+    scorer = Scorer(unit_rows, unit_weights, metric)
+    sums = {}
+    for name, arr in zip(unit_weights.names, unit_weights.arrays, strict=True):
+        w = np.ones(unit_rows.n) if arr is None else arr
+        sums[name] = np.array([float(w[mask].sum())])
+    if unit_weights.clusters is not None:
+        sums.update(unit_weights.clusters.masked(mask))
+    return scorer.score(sums, alpha)
 
 
 def _search_space(sizes: list[int], max_order: int) -> float:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from drift._apriori import Found, Rows, Scorer, Weights
+    from drift._apriori import Found, Rows, Scorer
+    from drift._counting import Weights
 
 
 def passes_one(ratio: float, lo: float, min_ratio: float) -> bool:
@@ -108,12 +109,8 @@ def residual_passes(
 
 def drop_riders(
     rows: Rows,
-    weights: Weights,
-    scorer: Scorer,
     reported: list[Found],
-    min_t: float,
-    min_ratio: float,
-    alpha: float,
+    stands: Callable[[Found, np.ndarray, np.ndarray], bool],
 ) -> list[Found]:
     """Keep only combinations whose excess survives removing overlapping, better ones.
 
@@ -122,7 +119,8 @@ def drop_riders(
     re-tested on the residual: the population without those combinations' rows. If it still
     passes it stands on its own. Otherwise, if some overlapping g still passes without f's
     rows, f only rode on g and is dropped; if neither stands without the other (they share one
-    excess), the more concentrated one (higher ratio) is kept.
+    excess), the more concentrated one (higher ratio) is kept. `stands(f, inside, removed)`:
+    does f, whose rows are `inside`, still pass once the rows `removed` leave?
     """
     if len(reported) <= 1:
         return reported
@@ -139,15 +137,10 @@ def drop_riders(
         union = np.zeros(rows.n, dtype=bool)
         for g in overlapping:
             union |= masks[g.combo]
-        ok, _ = residual_passes(rows, weights, scorer, mf, union, min_t, min_ratio, alpha)
-        if ok:
+        if stands(f, mf, union):
             accepted.append(f)
             continue
-        others_stand = [
-            residual_passes(rows, weights, scorer, masks[g.combo], mf, min_t, min_ratio,
-                             alpha)[0]
-            for g in overlapping
-        ]
+        others_stand = [stands(g, masks[g.combo], mf) for g in overlapping]
         if any(others_stand):
             continue  # f's excess is explained by a combination that stands without it
         if all(f.ratio > g.ratio for g in overlapping):

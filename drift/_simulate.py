@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from drift._apriori import Rows, Scorer, Weights
+from drift._apriori import Rows, score_group
 from drift._reservoir import Reservoir
 from drift._sample import Sample
 
@@ -37,15 +37,7 @@ class Coverage:
 
 
 def _score(sample_rows: Rows, metric: str, mask: np.ndarray, confidence: float) -> tuple:
-    weights = Weights(sample_rows)
-    scorer = Scorer(sample_rows, weights, metric)
-    sums = {}
-    for name, arr in zip(weights.names, weights.arrays, strict=True):
-        w = np.ones(sample_rows.n) if arr is None else arr
-        sums[name] = np.array([float(w[mask].sum())])
-    if weights.clusters is not None:
-        sums.update(weights.clusters.masked(mask))
-    res = scorer.score(sums, 1.0 - confidence)
+    res = score_group(sample_rows, metric, mask, 1.0 - confidence)
     return float(res["ratio"][0]), float(res["ci_low"][0]), float(res["ci_high"][0])
 
 

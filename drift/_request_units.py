@@ -1,0 +1,68 @@
+"""Requests as the counted unit, where a combination holds whole requests and the outcome is
+the request's.
+
+Why: a slow request makes all its rows outliers, and a client, replica or model version is
+the same on every row of a request. For such a combination, counting rows weights each
+request by its size; the sandwich variance (drift._clusters) then keeps the interval honest
+but pays for the unequal weights: with requests of 1-32 rows an interval carries about 0.76
+of the information of the same requests counted once each (Kish's 1 + CV^2 of the sizes).
+A slow (client, replica) pair with 5-7 slow requests in a window was found top-1 in 84% of
+windows where an oracle counting requests could pass in 91%.
+
+So where every request's rows agree on the outcome (the target's share of the row weight
+is one value per request), each row carries 1/m of its weights (m: the request's rows in the
+sample): a combination of request-level attributes then sums to whole requests, the
+requests are the independent units (design effect 1), and the ratio is the request-level
+one (how much likelier a request of the group is to be slow). Combinations holding a
+row-level attribute, and outcomes that differ within a request, stay counted in rows with
+the sandwich variance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from drift._apriori import Rows
+    from drift._clusters import Clusters
+
+#: Relative tolerance of "every row of a request has the same outcome share".
+SAME_OUTCOME_RTOL = 1e-9
+
+
+def request_level_outcome(clusters: Clusters) -> bool:
+    """Whether the target's share of each row's count weight is one value per request
+    (an outlier request's rows are all outliers; a window request's rows all in the window)."""
+    m = clusters.multi
+    if m.size == 0:
+        return True
+    c = clusters.c[m]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(c > 0, clusters.t[m] / c, 0.0)
+    same_request = clusters.index[m[1:]] == clusters.index[m[:-1]]
+    a, b = share[1:][same_request], share[:-1][same_request]
+    return bool(np.all(np.abs(a - b) <= SAME_OUTCOME_RTOL * np.maximum(np.abs(a), 1.0)))
+
+
+def per_request(rows: Rows, clusters: Clusters) -> Rows | None:
+    """`rows` with each request's weights spread over its rows (1/m each), so that sums over
+    whole requests count requests; None where the outcome differs within a request or the
+    metric is a mean (values are per row)."""
+    if rows.value is not None or not request_level_outcome(clusters):
+        return None
+    sizes = np.bincount(clusters.index, minlength=clusters.units).astype(np.float64)
+    inv = 1.0 / sizes[clusters.index]
+    count = inv if rows.count is None else rows.count * inv
+    # a request's Horvitz-Thompson variance is that of one sampled unit: its rows' shares
+    # of it sum to the unit's w (w - 1) y^2 when each row carries var / m
+    return replace(
+        rows,
+        target=rows.target * inv,
+        count=count,
+        target_var=None if rows.target_var is None else rows.target_var * inv,
+        count_var=None if rows.count_var is None else rows.count_var * inv,
+        cluster=None,
+    )
