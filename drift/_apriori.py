@@ -345,7 +345,7 @@ def score_group(rows: Rows, metric: str, mask: np.ndarray, alpha: float,
     unit_rows, unit_weights = rows, weights
     if request_level and weights.clusters is not None:
         spread = per_request(rows, weights.clusters)
-        if spread is not None and weights.clusters.constant(-1, mask.astype(np.int64)):
+        if spread is not None and weights.clusters.within_requests_equal(mask):
             unit_rows, unit_weights = spread, Weights(spread)
     scorer = Scorer(unit_rows, unit_weights, metric)
     sums = {}

@@ -78,12 +78,15 @@ class Clusters:
         Groups made only of such attributes hold whole requests, so their grouped squares are
         the P sums already counted (A_j = Y_j, E_j = N_j for every request in the group)."""
         if attribute not in self._constant:
-            m = self.multi
-            same_request = self.index[m[1:]] == self.index[m[:-1]]
-            vals = codes[m]
-            self._constant[attribute] = bool(np.all(vals[1:][same_request]
-                                                    == vals[:-1][same_request]))
+            self._constant[attribute] = self.within_requests_equal(codes)
         return self._constant[attribute]
+
+    def within_requests_equal(self, values: np.ndarray) -> bool:
+        """Whether `values` (one per row) hold one value within every request (uncached)."""
+        m = self.multi
+        same_request = self.index[m[1:]] == self.index[m[:-1]]
+        vals = values[m]
+        return bool(np.all(vals[1:][same_request] == vals[:-1][same_request]))
 
     def grouped(self, key: np.ndarray, wanted: np.ndarray, size: int,
                 rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
