@@ -204,8 +204,8 @@ def mine(
         sums = np.bincount(rows.codes[a][tidx], weights=t[tidx], minlength=rows.cards[a])
         kept.append(np.flatnonzero(sums >= min_t))
 
-    by_rows = _Unit(rows, weights, scorer, Relabelled(rows, weights, kept, tidx), min_t)
-    by_requests = _request_unit(rows, weights, metric, kept, tidx, min_support)
+    by_rows = _Unit(rows, weights, scorer, Relabelled(rows, weights, kept, tidx))
+    by_requests = _request_unit(rows, weights, metric, kept, tidx)
     clusters = weights.clusters
 
     def unit_of(combo: tuple) -> _Unit:
@@ -282,10 +282,15 @@ def mine(
             )
 
     def stands(found: Found, inside: np.ndarray, removed: np.ndarray) -> bool:
-        """Does `found` still pass once the rows `removed` leave the population?"""
+        """Does `found` still pass once the rows `removed` leave the population? Support is
+        counted in rows, as the search and the result count it, whatever the unit."""
         unit = unit_of(found.combo)
-        return residual_passes(unit.rows, unit.weights, unit.scorer, inside, removed,
-                               unit.min_t, min_ratio, alpha)[0]
+        if unit is by_rows:
+            return residual_passes(rows, weights, scorer, inside, removed, min_t, min_ratio,
+                                   alpha)[0]
+        supported = float(t[inside & ~removed].sum()) >= min_t
+        return supported and residual_passes(unit.rows, unit.weights, unit.scorer, inside,
+                                             removed, -np.inf, min_ratio, alpha)[0]
 
     def part_stands_without(part: Found, found: Found) -> bool:
         """Does `part` still pass once `found`'s rows (a subset of its rows) leave?"""
@@ -310,18 +315,17 @@ def mine(
 
 @dataclass
 class _Unit:
-    """What a combination is counted in: its rows, their weights, the scorer, the relabelled
-    codes and the minimum support, all in one unit (rows, or requests)."""
+    """What a combination is counted in: its rows, their weights, the scorer and the
+    relabelled codes, all in one unit (rows, or requests). Support is always rows'."""
 
     rows: Rows
     weights: Weights
     scorer: Scorer
     relabel: Relabelled
-    min_t: float
 
 
 def _request_unit(rows: Rows, weights: Weights, metric: str, kept: list[np.ndarray],
-                  tidx: np.ndarray, min_support: float) -> _Unit | None:
+                  tidx: np.ndarray) -> _Unit | None:
     """Requests as the unit (drift._request_units), where the rows came in requests and every
     request's rows agree on the outcome; None otherwise."""
     if weights.clusters is None:
@@ -331,8 +335,7 @@ def _request_unit(rows: Rows, weights: Weights, metric: str, kept: list[np.ndarr
         return None
     w = Weights(spread)
     scorer = Scorer(spread, w, metric)
-    return _Unit(spread, w, scorer, Relabelled(spread, w, kept, tidx),
-                 min_support * scorer.totals["target"] * (1.0 - 1e-12))
+    return _Unit(spread, w, scorer, Relabelled(spread, w, kept, tidx))
 
 
 def score_group(rows: Rows, metric: str, mask: np.ndarray, alpha: float,

@@ -10,8 +10,8 @@ A slow (client, replica) pair with 5-7 slow requests in a window was found top-1
 windows where an oracle counting requests could pass in 91%.
 
 So where every request's rows agree on the outcome (the target's share of the row weight
-is one value per request), each row carries 1/m of its weights (m: the request's rows in the
-sample): a combination of request-level attributes then sums to whole requests, the
+is one value per request) and were sampled at one weight, each row carries 1/m of its
+weights (m: the request's rows in the sample): a combination of request-level attributes then sums to whole requests, the
 requests are the independent units (design effect 1), and the ratio is the request-level
 one (how much likelier a request of the group is to be slow). Combinations holding a
 row-level attribute, and outcomes that differ within a request, stay counted in rows with
@@ -33,25 +33,35 @@ if TYPE_CHECKING:
 SAME_OUTCOME_RTOL = 1e-9
 
 
-def request_level_outcome(clusters: Clusters) -> bool:
-    """Whether the target's share of each row's count weight is one value per request
-    (an outlier request's rows are all outliers; a window request's rows all in the window)."""
+def _same_within_requests(clusters: Clusters, values: np.ndarray) -> bool:
     m = clusters.multi
     if m.size == 0:
         return True
-    c = clusters.c[m]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(c > 0, clusters.t[m] / c, 0.0)
+    v = values[m]
     same_request = clusters.index[m[1:]] == clusters.index[m[:-1]]
-    a, b = share[1:][same_request], share[:-1][same_request]
+    a, b = v[1:][same_request], v[:-1][same_request]
     return bool(np.all(np.abs(a - b) <= SAME_OUTCOME_RTOL * np.maximum(np.abs(a), 1.0)))
+
+
+def whole_requests(rows: Rows, clusters: Clusters) -> bool:
+    """Whether every request is one unit: its rows agree on the outcome (an outlier request's
+    rows are all outliers; a window request's rows all in the window) and were sampled at one
+    weight. A request split across sampling strata (rows flagged by a classifier other than
+    the one explained are kept at weight 1, the others only with the request's priority) is
+    not: 1/m of its kept rows' weights would not estimate one request, and a null stream then
+    read a ratio of 1.6 with a lower bound of 1.2."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(clusters.c > 0, clusters.t / clusters.c, 0.0)
+    checks = [share, clusters.c]
+    checks += [w for w in (rows.target_var, rows.count_var) if w is not None]
+    return all(_same_within_requests(clusters, np.asarray(w, dtype=np.float64)) for w in checks)
 
 
 def per_request(rows: Rows, clusters: Clusters) -> Rows | None:
     """`rows` with each request's weights spread over its rows (1/m each), so that sums over
-    whole requests count requests; None where the outcome differs within a request or the
-    metric is a mean (values are per row)."""
-    if rows.value is not None or not request_level_outcome(clusters):
+    whole requests count requests; None where a request is not one unit (`whole_requests`)
+    or the metric is a mean (values are per row)."""
+    if rows.value is not None or not whole_requests(rows, clusters):
         return None
     sizes = np.bincount(clusters.index, minlength=clusters.units).astype(np.float64)
     inv = 1.0 / sizes[clusters.index]

@@ -257,3 +257,29 @@ def test_rows_stay_the_unit_where_the_outcome_or_the_combination_is_the_rows():
     first = np.r_[True, req[1:] != req[:-1]]
     s, inside = slow[first], mask[first]
     assert float(whole["ratio"][0]) == pytest.approx(s[inside].mean() / s[~inside].mean())
+
+
+def test_a_request_split_across_sampling_strata_is_not_counted_as_one():
+    """Flagged rows (slow ones, and some another classifier flags) are kept at weight 1, a
+    request's other rows only with its priority (weight 5 here): 1/m of a split request's
+    kept rows' weights does not estimate one request. On a null (5% slow requests in both groups) counting such requests read a ratio
+    of 1.6 with a lower bound of 1.2; they stay counted in rows, and nothing is reported."""
+    from drift._apriori import score_group
+
+    rng = np.random.default_rng(7)
+    n_req, size = 20_000, 10
+    a = rng.integers(0, 2, n_req)
+    slow = rng.random(n_req) < 0.05
+    req = np.repeat(np.arange(n_req), size)
+    # the flagged stratum (weight 1): slow rows, and 30% of group 1's rows another
+    # classifier flags
+    flagged = slow[req] | ((a[req] == 1) & (rng.random(req.size) < 0.3))
+    kept_unflagged = np.repeat(rng.random(n_req) < 0.2, size)  # the request's shared priority
+    keep = flagged | kept_unflagged
+    w = np.where(flagged, 1.0, 5.0)[keep]
+    r = req[keep]
+    rows = Rows(codes=a[r][None, :], cards=[2], target=w * slow[r], count=w, cluster=r)
+    found, _ = mine(rows, min_ratio=1.3)
+    assert found == []
+    res = score_group(rows, "risk_ratio", rows.codes[0] == 0, 1e-3)
+    assert float(res["ci_low"][0]) < 1.0 < float(res["ci_high"][0])
