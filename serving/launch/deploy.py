@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.core import artifacts
+from serving.core import artifacts, running_apps
 from serving.core.artifacts import ArtifactSource
 from serving.core.constants import (
     API_KEY_ENV,
@@ -394,14 +394,14 @@ def deploy(
             raise ValueError("the artifact has no sample rows; re-optimize with keep_sample=True to serve it")
         # a redeploy under a running app's name: its replicas' resources come back to the new app
         # (the monitor's only where the new app has one too: else the old monitor app is deleted)
-        by_app = handover.running_by_app([name, f"{name}-monitor"]) if serve_was_running else {}
-        old_app = by_app.get(name, handover.Running())
-        old_monitor = by_app.get(f"{name}-monitor", handover.Running())
+        by_app = running_apps.running_by_app([name, f"{name}-monitor"]) if serve_was_running else {}
+        old_app = by_app.get(name, running_apps.Running())
+        old_monitor = by_app.get(f"{name}-monitor", running_apps.Running())
         old = old_app.merged(old_monitor) if monitor is not None else old_app
         free_nodes = cluster.nodes(free=True)
         free_now = within_gpus(free_nodes, gpus)
         monitor_state = _monitor_state(name, monitor, bool(old_monitor.apps))
-        nodes = within_gpus(handover.with_returned(free_nodes, old.held), gpus)
+        nodes = within_gpus(running_apps.with_returned(free_nodes, old.held), gpus)
         code_note = cluster.check_code_reaches(ship_code, len(nodes))
         specs = specs_of(opt, baseline, plan)
         check_gears(gears, gear_policy, opt, baseline=baseline)  # and the SLO, before minutes of profiling:

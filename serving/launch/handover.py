@@ -19,70 +19,14 @@ nodes alone (or refuses a given plan), as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from serving.core.constants import HANDOVER_SURGE_PERCENT
 from serving.core.profiles import NodeSpec
+from serving.core.running_apps import Running
 from serving.launch.graph import chain_role
 from serving.planning import costmodel
-
-#: replica states that hold their deployment's resources on a node
-HOLDING_STATES = ("RUNNING", "UPDATING", "PENDING_MIGRATION")
-
-
-@dataclass
-class Running:
-    """What running Serve applications hold: logical (CPUs, GPUs) by node id, and their running
-    replicas by deployment name."""
-
-    held: dict[str, tuple[float, float]] = field(default_factory=dict)
-    replicas: dict[str, int] = field(default_factory=dict)
-    apps: set[str] = field(default_factory=set)
-
-    def merged(self, other: Running) -> Running:
-        """Both together (what two sets of applications hold)."""
-        held = dict(self.held)
-        for node, (c, g) in other.held.items():
-            c0, g0 = held.get(node, (0.0, 0.0))
-            held[node] = (c0 + c, g0 + g)
-        return Running(held, {**self.replicas, **other.replicas}, self.apps | other.apps)
-
-
-def running_by_app(apps: Iterable[str]) -> dict[str, Running]:
-    """What each running application of ``apps`` holds, from one read of Serve's controller
-    (an application that does not run is left out)."""
-    from ray.serve.context import _get_global_client
-
-    try:
-        details = _get_global_client().get_serve_details()
-    except Exception:  # Serve not started: nothing runs
-        return {}
-    out: dict[str, Running] = {}
-    for app in apps:
-        deployments = details.get("applications", {}).get(app, {}).get("deployments")
-        if not deployments:
-            continue
-        one = out[app] = Running(apps={app})
-        for name, deployment in deployments.items():
-            need = deployment.get("required_resources") or {}
-            count = 0
-            for replica in deployment.get("replicas", ()):
-                state = str(getattr(replica.get("state"), "value", replica.get("state")))
-                node = replica.get("node_id")
-                if node and state in HOLDING_STATES:
-                    count += 1
-                    cpus, gpus = one.held.get(node, (0.0, 0.0))
-                    one.held[node] = (cpus + float(need.get("CPU", 0.0)), gpus + float(need.get("GPU", 0.0)))
-            one.replicas[name] = count
-    return out
-
-
-def with_returned(nodes: list[NodeSpec], held: dict[str, tuple[float, float]]) -> list[NodeSpec]:
-    """``nodes`` (free resources) with what ``held`` holds on each given back."""
-    back = {n.node_id: held.get(n.node_id, (0.0, 0.0)) for n in nodes}
-    return [replace(n, cpus=n.cpus + back[n.node_id][0], gpus=n.gpus + back[n.node_id][1]) for n in nodes]
 
 
 def new_deployments(name: str, plan: Any, chains: dict[str, Any] | None) -> dict[str, tuple[int, float, float]]:

@@ -28,12 +28,13 @@ from typing import Any
 import torch
 
 from serving import partition as sp
+from serving.core import running_apps
 from serving.core.constants import HANDOVER_SURGE_PERCENT, LOOPBACK_HOSTS
 from serving.core.local_ray import start_local_ray
 from serving.core.nodes import nodes
 from serving.core.serve_apps import delete_app, run_app
 from serving.model_app.oip import output_specs
-from serving.model_app.placement import check_placeable, replica_resources
+from serving.model_app.placement import check_placeable, fits, replica_resources
 from serving.model_app.stage_replica import canary_inputs, write_stage_file
 from serving.model_app.stages import (
     MAX_BODY_BYTES,
@@ -135,14 +136,38 @@ def _check_name(name: Any) -> str:
     return name
 
 
-def _default_devices(device: str, cpus_per_replica: float) -> int:
-    import ray
-
-    res = ray.available_resources()
+def _default_devices(device: str, cpus_per_replica: float, node_list: list) -> int:
+    """Devices an "auto" plan may use on ``node_list`` (free resources, a running app's under
+    the same name given back)."""
     if device == "cuda":
-        return max(int(res.get("GPU", 0)), 1)
+        return max(int(sum(n.gpus for n in node_list) + 1e-9), 1)
     # one CPU is left for the ingress and the HTTP proxy
-    return max(int((res.get("CPU", 1.0) - 1.0) // cpus_per_replica), 1)
+    return max(int((sum(n.cpus for n in node_list) - 1.0 + 1e-9) // cpus_per_replica), 1)
+
+
+def _handover_surge(name: str, the_plan: sp.Plan, need: Any, old: running_apps.Running,
+                    free_nodes: list) -> int:
+    """The surge percent a redeploy under a running app's name hands over with: Serve starts,
+    per stage, the replicas the plan adds plus (surging) one replacement before it stops an
+    old replica (serving.launch.handover). The surge where those fit beside the running app,
+    stop-first (with a warning) where only the added replicas do, a ValueError where not even
+    those fit (Serve would wait forever). Every stage's replicas need the same resources."""
+    if not old.apps:
+        return HANDOVER_SURGE_PERCENT
+    running = [old.replicas.get(f"{name}-stage{k}", 0) for k in range(len(the_plan.stages))]
+    added = sum(max(st.replicas - r, 0) for st, r in zip(the_plan.stages, running, strict=True))
+    replacements = sum(1 for r in running if r > 0)
+    if fits(added + replacements, need, free_nodes) >= added + replacements:
+        return HANDOVER_SURGE_PERCENT
+    room = ", ".join(f"{n.host}: {n.cpus:g} CPU, {n.gpus:g} GPU" for n in free_nodes)
+    if fits(added, need, free_nodes) < added:
+        raise ValueError(f"the plan cannot replace the running app {name!r}: the {added} replicas it adds do not "
+                         f"fit beside the running ones (free: {room}); shut the app down first, or deploy a plan "
+                         "that adds fewer replicas")
+    warnings.warn(f"no room beside the running app {name!r} for a replacement of each of its stages (free: "
+                  f"{room}): Serve stops old replicas before it starts their replacements, so a stage of one "
+                  "replica answers nothing while its replacement starts", stacklevel=3)
+    return 0
 
 
 def deploy_model(
@@ -187,7 +212,11 @@ def deploy_model(
     Each replica is one device: ``gpus_per_replica`` (default: 1, or the free GPUs shared
     among the plan's replicas when there are fewer GPUs than replicas, see
     :mod:`serving.model_app.placement`). A plan the cluster's free resources cannot hold is
-    refused with a ValueError naming the shortfall before anything is deployed.
+    refused with a ValueError naming the shortfall before anything is deployed. Deployed under
+    a running app's name, it replaces that app without downtime: the running replicas'
+    resources count as the new app's, and Serve starts a replacement before it stops an old
+    replica where there is room for one (else stop-first, with a warning; a plan whose added
+    replicas cannot fit beside the running ones is refused).
     Starts Ray (``cpus``/``gpus``) and Serve on ``host:port`` (a free port by default) when
     none is running; joins a running Serve otherwise. ``api_key`` requires ``Authorization:
     Bearer KEY`` (or ``X-API-Key``) on every route but ``/healthz``, as the pipeline app does;
@@ -222,6 +251,11 @@ def deploy_model(
         elif port is not None and port != existing:
             notes.append(f"Serve already runs on port {existing}; port={port} ignored")
         http_port = existing if existing is not None else port
+        # a redeploy under a running app's name: its replicas' resources come back to the new app
+        old = running_apps.running_by_app([name]).get(name, running_apps.Running()) if existing is not None \
+            else running_apps.Running()
+        free_nodes = nodes(free=True)
+        node_list = running_apps.with_returned(free_nodes, old.held)
         if isinstance(plan, str):
             if profile is None:
                 tr = transport or cluster_transport()
@@ -229,7 +263,7 @@ def deploy_model(
                                      transport=tr, name=name)
             elif transport is not None:
                 profile = profile.with_transport(transport)
-            m = devices or _default_devices(device, cpus_per_replica)
+            m = devices or _default_devices(device, cpus_per_replica, node_list)
             the_plan = sp.plan(profile, m, memory_per_device, objective, rate=rate, slo_ms=slo_ms)
             if not the_plan.feasible:
                 raise ValueError("no feasible plan: " + "; ".join(the_plan.notes))
@@ -238,10 +272,10 @@ def deploy_model(
             if not the_plan.stages:
                 raise ValueError("the plan has no stages (an infeasible plan cannot be deployed)")
         # each replica is one device: refuse a plan the free resources cannot hold, now
-        node_list = nodes(free=True)
         need = replica_resources(the_plan.devices_used, device, node_list, cpus_per_replica=cpus_per_replica,
                                  gpus_per_replica=gpus_per_replica)
         check_placeable(the_plan.devices_used, need, node_list)
+        surge = _handover_surge(name, the_plan, need, old, free_nodes)
         if 0 < need.num_gpus < 1:
             notes.append(f"{the_plan.devices_used} replicas share the GPUs: {need.num_gpus:g} GPU each")
         stages = sp.split(graph, the_plan)
@@ -265,7 +299,7 @@ def deploy_model(
                 # room for every batch the ingress lets in: a full replica would make Serve's
                 # router back off and retry; the replica's lock still runs one batch at a time
                 name=stage_name, num_replicas=st.replicas, max_ongoing_requests=max(4, inflight),
-                max_surge_percent=HANDOVER_SURGE_PERCENT, ray_actor_options=need.as_options(),
+                max_surge_percent=surge, ray_actor_options=need.as_options(),
             ).bind(str(path), device, threads, digest, canaries[k]))
         info = {
             "name": name, "outputs": output_specs(stages[-1], canaries[-1]),

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from serving.core import running_apps
 from serving.core.constants import HANDOVER_SURGE_PERCENT
 from serving.core.profiles import NodeSpec
 from serving.core.specs import AppSpec
@@ -57,14 +58,14 @@ def fake_client(monkeypatch, served: dict | Exception) -> None:
 def test_what_the_running_replicas_hold_is_summed_per_node(monkeypatch):
     fake_client(monkeypatch, details([("n1", "RUNNING"), ("n1", "RUNNING"), ("n2", "UPDATING"), ("n2", "STARTING"),
                                       ("n3", "STOPPING")], cpus=0.8, gpus=0.5))
-    by_app = handover.running_by_app(["app", "app-monitor"])  # an app that does not run holds nothing
+    by_app = running_apps.running_by_app(["app", "app-monitor"])  # an app that does not run holds nothing
     assert set(by_app) == {"app"}
     seen = by_app["app"]
     assert seen.held == {"n1": pytest.approx((1.6, 1.0)), "n2": pytest.approx((0.8, 0.5))}
     assert seen.replicas == {"app-ingress": 3} and seen.apps == {"app"}
-    assert handover.running_by_app(["other"]) == {}
+    assert running_apps.running_by_app(["other"]) == {}
     fake_client(monkeypatch, RuntimeError("Serve is not running"))
-    assert handover.running_by_app(["app"]) == {}
+    assert running_apps.running_by_app(["app"]) == {}
 
 
 def test_the_running_apps_resources_come_back_to_its_replacement():
@@ -72,14 +73,14 @@ def test_the_running_apps_resources_come_back_to_its_replacement():
     used = reserved(deployments)
     free = [NodeSpec("n1", "h1", 2.0 - used, head=True)]
     assert placement_problem(plan, free) is not None  # beside the running app, the same plan does not fit
-    returned = handover.with_returned(free, {"n1": (used, 0.0), "elsewhere": (4.0, 1.0)})
+    returned = running_apps.with_returned(free, {"n1": (used, 0.0), "elsewhere": (4.0, 1.0)})
     assert returned[0].cpus == pytest.approx(2.0) and returned[0].head and free[0].cpus == pytest.approx(2.0 - used)
     assert placement_problem(plan, returned) is None
 
 
 def test_the_same_plan_needs_one_replacement_of_each_deployment_with_the_surge_and_nothing_without():
     plan, deployments = filling_plan()
-    same = handover.Running(replicas={d: n for d, (n, _, _) in deployments.items()}, apps={"app"})
+    same = running_apps.Running(replicas={d: n for d, (n, _, _) in deployments.items()}, apps={"app"})
     room = [NodeSpec("n1", "h1", one_of_each(deployments) + 0.01, head=True)]
     assert handover.rollout_surge(deployments, same, room) == (HANDOVER_SURGE_PERCENT, None)
     assert placement_problem(plan, room) is not None  # the whole plan would not fit there: the surge does
@@ -91,7 +92,7 @@ def test_a_plan_that_grows_needs_its_added_replicas_beside_the_running_app():
     """Serve (2.60) starts a growing deployment's added replicas before it stops old ones, with
     or without the surge: where they do not fit, the rollout would wait forever."""
     _, deployments = filling_plan()
-    smaller = handover.Running(replicas={d: max(n - 1, 0) for d, (n, _, _) in deployments.items()}, apps={"app"})
+    smaller = running_apps.Running(replicas={d: max(n - 1, 0) for d, (n, _, _) in deployments.items()}, apps={"app"})
     added = sum(c for n, c, _ in deployments.values() if n >= 1)  # one more replica of each
     assert handover.rollout_surge(deployments, smaller, [NodeSpec("n1", "h1", added + 0.01, head=True)])[0] == 0
     assert handover.rollout_surge(deployments, smaller, [NodeSpec("n1", "h1", 2 * added + 0.01, head=True)])[0] \
@@ -103,10 +104,10 @@ def test_a_plan_that_grows_needs_its_added_replicas_beside_the_running_app():
 def test_scaled_to_zero_stages_and_new_monitors():
     _, deployments = filling_plan()
     # a deployment with no running replica gets no replacement (Serve surges only over old ones)
-    none_running = handover.Running(replicas={d: 0 for d in deployments}, apps={"app"})
+    none_running = running_apps.Running(replicas={d: 0 for d in deployments}, apps={"app"})
     whole = [NodeSpec("n1", "h1", reserved(deployments) + 0.01, head=True)]
     assert handover.rollout_surge(deployments, none_running, whole)[0] == HANDOVER_SURGE_PERCENT
-    same = handover.Running(replicas={d: n for d, (n, _, _) in deployments.items()}, apps={"app"})
+    same = running_apps.Running(replicas={d: n for d, (n, _, _) in deployments.items()}, apps={"app"})
     room = [NodeSpec("n1", "h1", one_of_each(deployments) + 0.01, head=True)]
     # a monitor the running app did not have starts first, on the head
     assert handover.rollout_surge(deployments, same, room, monitor_cpus=0.5)[0] == 0
@@ -149,8 +150,8 @@ def test_a_built_config_asks_for_the_surge_where_its_plan_leaves_room():
 
 
 def test_what_two_sets_of_apps_hold_adds_up():
-    a = handover.Running({"n1": (1.0, 0.5)}, {"app-ingress": 2}, {"app"})
-    b = handover.Running({"n1": (0.1, 0.0), "n2": (0.2, 0.0)}, {"monitor": 1}, {"app-monitor"})
+    a = running_apps.Running({"n1": (1.0, 0.5)}, {"app-ingress": 2}, {"app"})
+    b = running_apps.Running({"n1": (0.1, 0.0), "n2": (0.2, 0.0)}, {"monitor": 1}, {"app-monitor"})
     both = a.merged(b)
     assert both.held == {"n1": pytest.approx((1.1, 0.5)), "n2": pytest.approx((0.2, 0.0))}
     assert both.replicas == {"app-ingress": 2, "monitor": 1} and both.apps == {"app", "app-monitor"}
