@@ -32,20 +32,40 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault(CONTROL_ENV, tempfile.mkdtemp(prefix="willump-serving-control-"))
 
 
+#: seconds a raylet may take to register: Ray's own wait is 30 s, and a suite run with heavy
+#: tests beside it once ran past that (a re-added raylet of the tiers module)
+NODE_START_S = 120.0
+
+
+def raylets(head: dict, workers: list[dict]):
+    """A head and worker raylets on this machine, each waited for in turn (the driver joins
+    the first one registered) for up to NODE_START_S: (cluster, worker nodes)."""
+    from ray.cluster_utils import Cluster
+
+    c = Cluster()
+    c.add_node(wait=False, **head)
+    c.wait_for_nodes(timeout=NODE_START_S)
+    return c, [add_raylet(c, **w) for w in workers]
+
+
+def add_raylet(c, **node_args):
+    """One more raylet on ``c``, waited for up to NODE_START_S."""
+    node = c.add_node(wait=False, **node_args)
+    c.wait_for_nodes(timeout=NODE_START_S)
+    return node
+
+
 def emulated_cluster(head_resources: dict[str, float], worker_resources: list[dict[str, float]]):
     """A Ray cluster of raylets on this machine (a 2-CPU head, 1-CPU workers) carrying the given
     custom resources, joined by this process with Serve started and no HTTP proxy; a generator
     for module fixtures: yields (cluster, worker nodes), shuts everything down afterwards."""
     import ray
     from ray import serve
-    from ray.cluster_utils import Cluster
 
     release_worker_ray()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": head_resources,
-                                                      "include_dashboard": False})
-    workers = [c.add_node(num_cpus=1, resources=r) for r in worker_resources]
-    c.wait_for_nodes()
+    c, workers = raylets({"num_cpus": 2, "resources": head_resources, "include_dashboard": False},
+                         [{"num_cpus": 1, "resources": r} for r in worker_resources])
     ray.init(address=c.address, log_to_driver=False)
     serve.start(proxy_location="Disabled")
     try:
@@ -224,13 +244,10 @@ def two_raylets(worker_labels: dict[str, str] | None = None):
     worker); Serve and Ray are shut down with it."""
     import ray
     from ray import serve
-    from ray.cluster_utils import Cluster
 
     release_worker_ray()  # two raylets of its own
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": True,
-                                                      "dashboard_port": free_port()})
-    worker = c.add_node(num_cpus=2, labels=worker_labels or {})
-    c.wait_for_nodes()
+    c, (worker,) = raylets({"num_cpus": 2, "include_dashboard": True, "dashboard_port": free_port()},
+                           [{"num_cpus": 2, "labels": worker_labels or {}}])
     try:
         yield c, worker
     finally:

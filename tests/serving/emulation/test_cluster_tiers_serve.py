@@ -15,7 +15,7 @@ import pytest
 
 from serving.core.specs import stage_specs
 from serving.emulation.hetero_app import DeviceEmulation, deploy_hetero
-from tests.serving.conftest import emulated_cluster
+from tests.serving.conftest import add_raylet, emulated_cluster
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
 pytestmark = pytest.mark.starts_ray
@@ -138,8 +138,7 @@ def test_a_lost_pool_that_comes_back_gets_its_replicas_and_traffic_again(cluster
     pipeline's."""
     c, _ = cluster
     keys = ["cheap@transient/0", "cheap@transient/1"]
-    c.add_node(num_cpus=1, resources={"transient": 2})
-    c.wait_for_nodes()
+    add_raylet(c, num_cpus=1, resources={"transient": 2})
     with Load(app, *traffic) as load:
         before = app.stats()["picks"]
         deadline = time.monotonic() + 180
