@@ -1,8 +1,5 @@
 """Routing in deploy's own apps on two raylets of this machine, the worker an emulated device
-three times slower (the node label ``willump.io/emulated-slowdown``) and never faster than
-MS_PER_ROW ms a row (``willump.io/emulated-ms-per-row``: a busy machine stretches the fast
-replica's compute, and a device only relative to it, with it; a suite run once saw the
-shares close up): the capacity router
+three times slower (the node label ``willump.io/emulated-slowdown``): the capacity router
 (serving.runtime.routing) gives the slower replica fewer rows, and a preemption notice
 (Ray's DrainNode with a deadline) moves every replica off the worker with no request lost.
 
@@ -18,7 +15,7 @@ import requests
 
 from serving import deploy
 from serving.launch.config import plan_offline
-from serving.runtime.emulated_node import MS_PER_ROW_LABEL, SLOWDOWN_LABEL
+from serving.runtime.emulated_node import SLOWDOWN_LABEL
 from tests.serving.conftest import (
     free_port,
     replica_nodes,
@@ -34,14 +31,11 @@ pytestmark = pytest.mark.starts_ray
 CLIENTS = 4
 ROWS_PER_REQUEST = 16
 SLOWDOWN = 3
-#: the worker's floor: a 16-row request holds it at least 48 ms, tens of times the cheap
-#: stage's own compute even on a loaded machine
-MS_PER_ROW = 3.0
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    yield from two_raylets({SLOWDOWN_LABEL: str(SLOWDOWN), MS_PER_ROW_LABEL: str(MS_PER_ROW)})
+    yield from two_raylets({SLOWDOWN_LABEL: str(SLOWDOWN)})
 
 
 @pytest.fixture(scope="module")
