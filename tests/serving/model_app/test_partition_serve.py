@@ -273,9 +273,9 @@ def test_a_plan_the_cluster_cannot_hold_is_refused_at_once(serve_port):
 
 def test_a_redeploy_under_the_running_name_counts_what_the_running_app_holds(serve_port):
     """A model app holding 90% of the free CPUs is replaced by a redeploy of its plan under its
-    name: its replicas' CPUs count as the new app's (refused as unplaceable before), no room is
+    name: its replica's CPUs count as the new app's (refused as unplaceable before), no room is
     left for a replacement beside it, so it hands over stop-first with a warning and answers
-    after; a plan whose added replicas cannot fit beside the running ones is refused at once
+    after; a plan whose added replica cannot fit beside the running one is refused at once
     (Serve would wait for room forever)."""
     from ray import serve
 
@@ -284,21 +284,25 @@ def test_a_redeploy_under_the_running_name_counts_what_the_running_app_holds(ser
     mlp = _mlp()
     g = sp.capture(mlp, torch.randn(2, 6))
     prof = sp.profile(g, batch_sizes=(4,), repeats=1, warmup=0, transport=FIXED)
-    plan = sp.evaluate(prof, [(0, 5, 2)], devices=2)
-    each = round(0.45 * sum(n.cpus for n in nodes(free=True)), 3)
-    app = serving.deploy_model(mlp, torch.randn(2, 6), name="mlpho", plan=plan, graph=g, cpus_per_replica=each)
+    plan = sp.evaluate(prof, [(0, 5, 1)], devices=1)
+    free = sum(n.cpus for n in nodes(free=True))
+    app = serving.deploy_model(mlp, torch.randn(2, 6), name="mlpho", plan=plan, graph=g,
+                               cpus_per_replica=round(0.9 * free, 3))
     again = None
     try:
         x = torch.randn(3, 6)
         with pytest.warns(UserWarning, match="no room beside the running app 'mlpho'"):
             again = serving.deploy_model(mlp, torch.randn(2, 6), name="mlpho", plan=plan, graph=g,
-                                         cpus_per_replica=each)
+                                         cpus_per_replica=round(0.9 * free, 3))
         r = _post(again.url, {"inputs": x.tolist()})
         assert r.status_code == 200, r.text
         assert torch.allclose(torch.tensor(r.json()["outputs"]), mlp(x), atol=1e-5)
-        split = sp.evaluate(prof, [(0, 2, 1), (2, 5, 1)], devices=2)  # a new stage: one replica added
+        # two stages of 45% each fit where the running 90% is given back, but the second
+        # stage's replica (added) does not fit beside the running one
+        split = sp.evaluate(prof, [(0, 2, 1), (2, 5, 1)], devices=2)
         with pytest.raises(ValueError, match="cannot replace the running app 'mlpho': the 1 replicas it adds"):
-            serving.deploy_model(mlp, torch.randn(2, 6), name="mlpho", plan=split, graph=g, cpus_per_replica=each)
+            serving.deploy_model(mlp, torch.randn(2, 6), name="mlpho", plan=split, graph=g,
+                                 cpus_per_replica=round(0.45 * free, 3))
         assert serve.status().applications["mlpho"].status == "RUNNING"
         assert _post(again.url, {"inputs": x.tolist()}).status_code == 200
     finally:
