@@ -82,10 +82,19 @@ def _under_load(app, synth_opt, request_rows, until, timeout: float, message: st
 
 
 def test_the_slower_replica_gets_fewer_rows(cluster, app, synth_opt, request_rows):
+    """The capacity router gives the replica on the slower node fewer rows. Its rows are read
+    from the replica when it answers a round of info calls; once the router has learnt its
+    capacity it may answer none (twice in loaded suite runs, 40 rounds of 20 calls all went to
+    the faster one), and then they are the load's rows less the faster replica's: every
+    answered request sent ROWS_PER_REQUEST rows through the cheap stage, none failed."""
     worker = cluster[1]
     infos = _replica_infos("pools-cheap")
     assert {i["node_id"] for i in infos.values()} == {worker.node_id, cluster[0].head_node.node_id}, infos
     before = {k: v["rows"] for k, v in infos.items()}
+    role = {k: ("slow" if v["node_id"] == worker.node_id else "fast") for k, v in infos.items()}
+    slowdown = {role[k]: v["emulated"]["slowdown"] for k, v in infos.items()}
+    assert slowdown == {"slow": SLOWDOWN, "fast": 1.0}
+    fast = next(k for k, r in role.items() if r == "fast")
 
     def answered(results, timeout, message):
         wait_for(lambda: sum(r[1] == 200 for r in results) >= 120, timeout=timeout, message=message)
@@ -93,12 +102,11 @@ def test_the_slower_replica_gets_fewer_rows(cluster, app, synth_opt, request_row
     results = _under_load(app, synth_opt, request_rows, answered, 180, "120 answers")
     assert all(r[2] for r in results if r[1] == 200) and all(r[1] == 200 for r in results), \
         sorted({r[1] for r in results})
-    infos = _replica_infos("pools-cheap", want=set(before))
-    rows = {("slow" if v["node_id"] == worker.node_id else "fast"): v["rows"] - before[k] for k, v in infos.items()}
-    slowdown = {("slow" if v["node_id"] == worker.node_id else "fast"): v["emulated"]["slowdown"]
-                for v in infos.values()}
-    print(f"rows per replica {rows}; reported rows/s {[v['rows_per_s'] for v in infos.values()]}")
-    assert slowdown == {"slow": SLOWDOWN, "fast": 1.0}
+    after = _replica_infos("pools-cheap", want={fast})
+    rows = {role[k]: v["rows"] - before[k] for k, v in after.items()}
+    if "slow" not in rows:
+        rows["slow"] = ROWS_PER_REQUEST * len(results) - rows["fast"]
+    print(f"rows per replica {rows}; reported rows/s {[v['rows_per_s'] for v in after.values()]}")
     # Serve's default router gives replicas with short queues about equal shares; by capacity
     # the replica three times as fast takes most of them
     assert rows["fast"] > 1.5 * rows["slow"], rows
