@@ -204,7 +204,7 @@ def mine(
         sums = np.bincount(rows.codes[a][tidx], weights=t[tidx], minlength=rows.cards[a])
         kept.append(np.flatnonzero(sums >= min_t))
 
-    by_rows = _Unit(rows, weights, scorer, Relabelled(rows, weights, kept, tidx))
+    by_rows = _Unit(weights, scorer, Relabelled(rows, weights, kept, tidx))
     by_requests = _request_unit(rows, weights, metric, kept, tidx)
     clusters = weights.clusters
 
@@ -216,8 +216,6 @@ def mine(
         return by_rows
 
     supported_sets: dict[tuple[int, ...], set] = {}
-    chunks: dict[int, list[tuple[list[tuple], dict[str, np.ndarray], dict[str, np.ndarray]]]] = {
-        id(by_rows): [], id(by_requests): []}
 
     def evaluate(attrs: tuple[int, ...], keys: np.ndarray) -> None:
         if keys.size == 0:
@@ -228,7 +226,7 @@ def mine(
         named = [tuple(zip(attrs, row, strict=True)) for row in combos.tolist()]
         unit = unit_of(named[0])
         scored_sums = sums if unit is by_rows else unit.relabel.sums(attrs, keys)
-        chunks[id(unit)].append((named, sums, scored_sums))
+        unit.chunks.append((named, sums, scored_sums))
 
     for a in range(d):
         if kept[a].size:
@@ -256,9 +254,9 @@ def mine(
     sums: dict[str, np.ndarray] = {}
     position: dict[tuple[tuple[int, int], ...], int] = {}
     for unit in (by_rows, by_requests):
-        if unit is None or not chunks[id(unit)]:
+        if unit is None or not unit.chunks:
             continue
-        parts = chunks[id(unit)]
+        parts = unit.chunks
         shown = {k: np.concatenate([s[k] for _, s, _ in parts]) for k in ("target", "count")}
         unit_sums = {k: np.concatenate([s[k] for _, _, s in parts]) for k in parts[0][2]}
         combos = [c for cs, _, _ in parts for c in cs]
@@ -286,11 +284,10 @@ def mine(
         counted in rows, as the search and the result count it, whatever the unit."""
         unit = unit_of(found.combo)
         if unit is by_rows:
-            return residual_passes(rows, weights, scorer, inside, removed, min_t, min_ratio,
-                                   alpha)[0]
+            return residual_passes(weights, scorer, inside, removed, min_t, min_ratio, alpha)[0]
         supported = float(t[inside & ~removed].sum()) >= min_t
-        return supported and residual_passes(unit.rows, unit.weights, unit.scorer, inside,
-                                             removed, -np.inf, min_ratio, alpha)[0]
+        return supported and residual_passes(unit.weights, unit.scorer, inside, removed, -np.inf,
+                                             min_ratio, alpha)[0]
 
     def part_stands_without(part: Found, found: Found) -> bool:
         """Does `part` still pass once `found`'s rows (a subset of its rows) leave?"""
@@ -315,13 +312,15 @@ def mine(
 
 @dataclass
 class _Unit:
-    """What a combination is counted in: its rows, their weights, the scorer and the
+    """What a combination is counted in: the weights of its rows, the scorer and the
     relabelled codes, all in one unit (rows, or requests). Support is always rows'."""
 
-    rows: Rows
     weights: Weights
     scorer: Scorer
     relabel: Relabelled
+    #: scored combinations: (combinations, their sums in rows, their sums in this unit)
+    chunks: list[tuple[list[tuple], dict[str, np.ndarray], dict[str, np.ndarray]]] = field(
+        default_factory=list)
 
 
 def _request_unit(rows: Rows, weights: Weights, metric: str, kept: list[np.ndarray],
@@ -335,7 +334,7 @@ def _request_unit(rows: Rows, weights: Weights, metric: str, kept: list[np.ndarr
         return None
     w = Weights(spread)
     scorer = Scorer(spread, w, metric)
-    return _Unit(spread, w, scorer, Relabelled(spread, w, kept, tidx))
+    return _Unit(w, scorer, Relabelled(spread, w, kept, tidx))
 
 
 def score_group(rows: Rows, metric: str, mask: np.ndarray, alpha: float,
@@ -351,13 +350,7 @@ def score_group(rows: Rows, metric: str, mask: np.ndarray, alpha: float,
         if spread is not None and weights.clusters.within_requests_equal(mask):
             unit_rows, unit_weights = spread, Weights(spread)
     scorer = Scorer(unit_rows, unit_weights, metric)
-    sums = {}
-    for name, arr in zip(unit_weights.names, unit_weights.arrays, strict=True):
-        w = np.ones(unit_rows.n) if arr is None else arr
-        sums[name] = np.array([float(w[mask].sum())])
-    if unit_weights.clusters is not None:
-        sums.update(unit_weights.clusters.masked(mask))
-    return scorer.score(sums, alpha)
+    return scorer.score(unit_weights.over(mask), alpha)
 
 
 def _search_space(sizes: list[int], max_order: int) -> float:

@@ -56,6 +56,8 @@ class Clusters:
             raise ValueError(f"cluster keys hold {keys.size} rows, the weights {t.size}")
         _, self.index, sizes = np.unique(keys, return_inverse=True, return_counts=True)
         self.index = self.index.astype(np.int64).ravel()
+        #: rows of each request in these rows, by dense request index
+        self.sizes = sizes
         self.single = sizes[self.index] == 1
         self.t = np.asarray(t, dtype=np.float64)
         self.c = np.asarray(c, dtype=np.float64)
@@ -81,12 +83,16 @@ class Clusters:
             self._constant[attribute] = self.within_requests_equal(codes)
         return self._constant[attribute]
 
-    def within_requests_equal(self, values: np.ndarray) -> bool:
-        """Whether `values` (one per row) hold one value within every request (uncached)."""
+    def within_requests_equal(self, values: np.ndarray, rtol: float = 0.0) -> bool:
+        """Whether `values` (one per row) hold one value within every request (uncached);
+        numbers within `rtol` (relative, at least absolute below 1) count as one value."""
         m = self.multi
         same_request = self.index[m[1:]] == self.index[m[:-1]]
         vals = values[m]
-        return bool(np.all(vals[1:][same_request] == vals[:-1][same_request]))
+        a, b = vals[1:][same_request], vals[:-1][same_request]
+        if rtol == 0.0:
+            return bool(np.all(a == b))
+        return bool(np.all(np.abs(a - b) <= rtol * np.maximum(np.abs(a), 1.0)))
 
     def grouped(self, key: np.ndarray, wanted: np.ndarray, size: int,
                 rows: np.ndarray | None = None) -> dict[str, np.ndarray]:

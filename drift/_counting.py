@@ -49,6 +49,15 @@ class Weights:
                 self.names.append(name)
                 self.arrays.append(self.clusters.row_weights[name])
 
+    def over(self, mask: np.ndarray, grouped: bool = True) -> dict[str, np.ndarray]:
+        """Every weight's sum over the rows of `mask` (one-element arrays), and, with
+        `grouped`, the grouped squares of that one group where the rows came in requests."""
+        out = {name: np.array([float(mask.sum() if arr is None else arr[mask].sum())])
+               for name, arr in zip(self.names, self.arrays, strict=True)}
+        if grouped and self.clusters is not None:
+            out.update(self.clusters.masked(mask))
+        return out
+
 
 def group_sums(
     rows: Rows,

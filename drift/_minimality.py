@@ -82,7 +82,6 @@ MAX_RESIDUAL_CHECKS = 100
 
 
 def residual_passes(
-    rows: Rows,
     weights: Weights,
     scorer: Scorer,
     inside: np.ndarray,
@@ -92,15 +91,9 @@ def residual_passes(
     alpha: float,
 ) -> tuple[bool, float]:
     """Does the group `inside` still pass once the rows `removed` leave the population?"""
-    residual = inside & ~removed
-    sums = {}
-    totals = {}
-    for name, arr in zip(weights.names, weights.arrays, strict=True):
-        w = np.ones(rows.n) if arr is None else arr
-        sums[name] = np.array([float(w[residual].sum())])
-        totals[name] = scorer.totals[name] - float(w[removed].sum())
-    if weights.clusters is not None:
-        sums.update(weights.clusters.masked(residual))
+    sums = weights.over(inside & ~removed)
+    gone = weights.over(removed, grouped=False)
+    totals = {name: scorer.totals[name] - float(gone[name][0]) for name in weights.names}
     res = scorer.score(sums, alpha, totals)
     ratio, lo = float(res["ratio"][0]), float(res["ci_low"][0])
     ok = bool(sums["target"][0] >= min_t and passes_one(ratio, lo, min_ratio))

@@ -33,16 +33,6 @@ if TYPE_CHECKING:
 SAME_OUTCOME_RTOL = 1e-9
 
 
-def _same_within_requests(clusters: Clusters, values: np.ndarray) -> bool:
-    m = clusters.multi
-    if m.size == 0:
-        return True
-    v = values[m]
-    same_request = clusters.index[m[1:]] == clusters.index[m[:-1]]
-    a, b = v[1:][same_request], v[:-1][same_request]
-    return bool(np.all(np.abs(a - b) <= SAME_OUTCOME_RTOL * np.maximum(np.abs(a), 1.0)))
-
-
 def whole_requests(rows: Rows, clusters: Clusters) -> bool:
     """Whether every request is one unit: its rows agree on the outcome (an outlier request's
     rows are all outliers; a window request's rows all in the window) and were sampled at one
@@ -54,7 +44,8 @@ def whole_requests(rows: Rows, clusters: Clusters) -> bool:
         share = np.where(clusters.c > 0, clusters.t / clusters.c, 0.0)
     checks = [share, clusters.c]
     checks += [w for w in (rows.target_var, rows.count_var) if w is not None]
-    return all(_same_within_requests(clusters, np.asarray(w, dtype=np.float64)) for w in checks)
+    return all(clusters.within_requests_equal(np.asarray(w, dtype=np.float64), SAME_OUTCOME_RTOL)
+               for w in checks)
 
 
 def per_request(rows: Rows, clusters: Clusters) -> Rows | None:
@@ -63,8 +54,7 @@ def per_request(rows: Rows, clusters: Clusters) -> Rows | None:
     or the metric is a mean (values are per row)."""
     if rows.value is not None or not whole_requests(rows, clusters):
         return None
-    sizes = np.bincount(clusters.index, minlength=clusters.units).astype(np.float64)
-    inv = 1.0 / sizes[clusters.index]
+    inv = 1.0 / clusters.sizes[clusters.index]
     count = inv if rows.count is None else rows.count * inv
     # a request's Horvitz-Thompson variance is that of one sampled unit: its rows' shares
     # of it sum to the unit's w (w - 1) y^2 when each row carries var / m
