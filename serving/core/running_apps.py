@@ -35,6 +35,20 @@ class Running:
         return Running(held, {**self.replicas, **other.replicas}, self.apps | other.apps)
 
 
+def started_first(targets: dict[str, int], running: dict[str, int], *, surge: bool) -> dict[str, int]:
+    """Per deployment, the replicas Serve starts before it stops an old one when it rolls the
+    ``running`` replicas over to ``targets`` (both by deployment name; Ray 2.60): those the new
+    target adds, plus one replacement where replicas run and ``surge``. Deployments that start
+    none are left out."""
+    out = {}
+    for dep, target in targets.items():
+        now = running.get(dep, 0)
+        need = max(target - now, 0) + (1 if surge and now > 0 else 0)
+        if need:
+            out[dep] = need
+    return out
+
+
 def running_by_app(apps: Iterable[str]) -> dict[str, Running]:
     """What each running application of ``apps`` holds, from one read of Serve's controller
     (an application that does not run is left out)."""

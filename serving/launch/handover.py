@@ -24,7 +24,7 @@ from typing import Any
 
 from serving.core.constants import HANDOVER_SURGE_PERCENT
 from serving.core.profiles import NodeSpec
-from serving.core.running_apps import Running
+from serving.core.running_apps import Running, started_first
 from serving.launch.graph import chain_role
 from serving.planning import costmodel
 
@@ -46,14 +46,9 @@ def rollout_problem(deployments: dict[str, tuple[int, float, float]], old: dict[
     the new plan adds over ``old`` (running replicas by deployment name), plus one replacement
     where replicas run and ``surge``; and ``monitor_cpus`` on the head for a monitor the running
     app did not have."""
-    replicas: dict[str, int] = {}
-    cpus: dict[str, float] = {}
-    gpus: dict[str, float] = {}
-    for dep, (count, c, g) in deployments.items():
-        running_now = old.get(dep, 0)
-        need = max(count - running_now, 0) + (1 if surge and running_now > 0 else 0)
-        if need:
-            replicas[dep], cpus[dep], gpus[dep] = need, c, g
+    replicas = started_first({dep: d[0] for dep, d in deployments.items()}, old, surge=surge)
+    cpus = {dep: deployments[dep][1] for dep in replicas}
+    gpus = {dep: deployments[dep][2] for dep in replicas}
     fixed = {"monitor": (monitor_cpus, "head")} if monitor_cpus else {}
     if not replicas and not fixed:
         return None

@@ -154,11 +154,11 @@ def _handover_surge(name: str, the_plan: sp.Plan, need: Any, old: running_apps.R
     those fit (Serve would wait forever). Every stage's replicas need the same resources."""
     if not old.apps:
         return HANDOVER_SURGE_PERCENT
-    running = [old.replicas.get(f"{name}-stage{k}", 0) for k in range(len(the_plan.stages))]
-    added = sum(max(st.replicas - r, 0) for st, r in zip(the_plan.stages, running, strict=True))
-    replacements = sum(1 for r in running if r > 0)
-    if fits(added + replacements, need, free_nodes) >= added + replacements:
+    targets = {f"{name}-stage{k}": st.replicas for k, st in enumerate(the_plan.stages)}
+    surging = sum(running_apps.started_first(targets, old.replicas, surge=True).values())
+    if fits(surging, need, free_nodes) >= surging:
         return HANDOVER_SURGE_PERCENT
+    added = sum(running_apps.started_first(targets, old.replicas, surge=False).values())
     room = ", ".join(f"{n.host}: {n.cpus:g} CPU, {n.gpus:g} GPU" for n in free_nodes)
     if fits(added, need, free_nodes) < added:
         raise ValueError(f"the plan cannot replace the running app {name!r}: the {added} replicas it adds do not "
