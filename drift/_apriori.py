@@ -221,11 +221,14 @@ def mine(
         if keys.size == 0:
             return
         combos = by_rows.relabel.decode(attrs, keys)
-        sums = by_rows.relabel.sums(attrs, keys)
         supported_sets[attrs] = {tuple(row) for row in combos.tolist()}
         named = [tuple(zip(attrs, row, strict=True)) for row in combos.tolist()]
         unit = unit_of(named[0])
-        scored_sums = sums if unit is by_rows else unit.relabel.sums(attrs, keys)
+        if unit is by_rows:
+            sums = scored_sums = by_rows.relabel.sums(attrs, keys)
+        else:  # in rows only the support shown
+            sums = by_rows.relabel.sums(attrs, keys, only=("target", "count"))
+            scored_sums = unit.relabel.sums(attrs, keys)
         unit.chunks.append((named, sums, scored_sums))
 
     for a in range(d):

@@ -174,8 +174,10 @@ class Relabelled:
             rest //= radix[j]
         return out
 
-    def sums(self, attrs: tuple[int, ...], keys: np.ndarray) -> dict[str, np.ndarray]:
-        """Every weight's sum for each combination given by its local key."""
+    def sums(self, attrs: tuple[int, ...], keys: np.ndarray,
+             only: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+        """Every weight's sum (or `only` those, without the grouped squares) for each
+        combination given by its local key."""
         radix = self.radix(attrs)
         size = int(np.prod(radix, dtype=np.float64))
         if size > _DENSE_KEY_LIMIT:
@@ -184,6 +186,8 @@ class Relabelled:
         key_all = None
         key_t = None
         for name, arr in zip(self.weights.names, self.weights.arrays, strict=True):
+            if only is not None and name not in only:
+                continue
             if name in _SPARSE_WEIGHTS:
                 if key_t is None:
                     key_t = np.zeros(self.tidx.size, dtype=np.int64)
@@ -200,7 +204,7 @@ class Relabelled:
                 else:
                     sums = np.bincount(key_all, weights=arr, minlength=size)
             out[name] = sums[keys]
-        clusters = self.weights.clusters
+        clusters = None if only is not None else self.weights.clusters
         if clusters is not None and all(clusters.constant(a, self.rows.codes[a]) for a in attrs):
             out.update(Q_tt=out["p_tT"], Q_tc=out["p_tN"], Q_cc=out["p_cN"])
         elif clusters is not None:
