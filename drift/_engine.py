@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from drift import _references, _schema, _series
+from drift._batch_ids import RecentBatchIds, check_batch_id
 from drift._changes import TIER_DETAIL, ChangeSet
 from drift._classify import MAD, Classifier, Percentile
 from drift._clusters import request_priorities
@@ -71,6 +72,8 @@ class IngestReceipt:
     durable: bool
     durable_through: float | None
     quarantined: int = 0
+    #: the batch's id was ingested before (drift._batch_ids): nothing was added this time
+    duplicate: bool = False
 
 
 class Engine:
@@ -95,7 +98,9 @@ class Engine:
         self._log: PaneLog | None = None
         self._refs: dict[str, Reference] = {}
         self._counters = {"rows_seen": 0, "late_dropped": 0, "quarantined": 0, "batch_seq": 0,
-                          "released": 0, "quarantine_dropped": 0, "skewed_batches": 0}
+                          "released": 0, "quarantine_dropped": 0, "skewed_batches": 0,
+                          "duplicate_batches": 0}
+        self._batch_ids = RecentBatchIds()
         self._closed = False
         self._broken: BaseException | None = None
         self._fitted_pending: dict[str, Classifier] | None = None
@@ -150,11 +155,17 @@ class Engine:
         return float(self._clock())  # type: ignore[operator]
 
     # ================================================================ ingest
-    def ingest(self, batch: Any) -> IngestReceipt:
+    def ingest(self, batch: Any, batch_id: str | None = None) -> IngestReceipt:
         self.check_open()
+        batch_id = check_batch_id(batch_id)
+        if batch_id is not None and batch_id in self._batch_ids:
+            self._counters["duplicate_batches"] += 1
+            return IngestReceipt(0, (), (), 0, True, self._durable_through(), duplicate=True)
         parsed = self._prepare(batch, "batch")
         if parsed is None:
             return IngestReceipt(0, (), (), 0, True, self._durable_through())
+        if batch_id is not None:  # before the commit below, which saves it with the rows
+            self._batch_ids.add(batch_id)
         return self._ingest_parsed(parsed, self._screen(parsed))
 
     def _screen(self, parsed: Parsed) -> np.ndarray:
@@ -368,7 +379,8 @@ class Engine:
             None if log is None else log.closed_upto)
         newest = cs.newest if cs.newest is not None else (None if log is None else log.newest)
         cs.meta["state"] = {"newest": newest, "closed_upto": closed_upto,
-                            "frontier": self._frontier.to_json(), **self._counters}
+                            "frontier": self._frontier.to_json(), **self._counters,
+                            "batch_ids": self._batch_ids.to_json()}
 
     def _commit(self, cs: ChangeSet, force: bool = False) -> None:
         """Write `cs` (when it changes anything durable), then apply it to memory."""
@@ -499,6 +511,7 @@ class Engine:
         self._held = {pane: Summary.from_bytes(layout, blob) for pane, blob in store.held()}
         for key in self._counters:
             self._counters[key] = int(state.get(key, 0) or 0)
+        self._batch_ids = RecentBatchIds(ids=state.get("batch_ids", ()))
         for name, fitted in meta.get("classifier_state", {}).items():
             clf = self._classifiers.get(name)
             if clf is not None:
@@ -620,6 +633,7 @@ class Engine:
             "quarantine_released": int(self._counters["released"]),
             "quarantine_dropped": int(self._counters["quarantine_dropped"]),
             "skewed_batches": int(self._counters["skewed_batches"]),
+            "duplicate_batches": int(self._counters["duplicate_batches"]),
             "max_lead_seconds": float(self._frontier.max_lead),
             "frontier": iso(self._frontier.value) if math.isfinite(
                 self._frontier.value) else None,

@@ -267,15 +267,20 @@ class Monitor:
         return self._engine._schema
 
     # ================================================================ state changes
-    def ingest(self, batch: Any) -> IngestReceipt:
+    def ingest(self, batch: Any, *, batch_id: str | None = None) -> IngestReceipt:
         """Add a batch of records (DataFrame, Arrow table, list of dicts, dict of columns).
 
         Records carry the attribute and metric columns and optionally `timestamp` (datetime or
         epoch seconds; the ingest time when absent). Unknown columns are ignored. Raises
         SchemaError (naming the column) before any state changes when the batch is malformed.
+
+        `batch_id` (a string up to 200 characters) makes the call idempotent: a batch whose id
+        is among the last 1,024 ingested is skipped (the receipt says `duplicate`, the
+        `duplicate_batches` counter counts it), so a sender that never heard back may send it
+        again. The ids are saved with the state, in the same commit as their rows.
         """
         with self._lock:
-            return self._engine.ingest(batch)
+            return self._engine.ingest(batch, batch_id)
 
     def advance(self, now: float | None = None) -> list[int]:
         """Close panes up to `now` (epoch seconds; the clock's or wall-clock time when None)

@@ -72,8 +72,8 @@ class MonitorCollector:
 
     Exported (prefix `drift_` by default; see docs in drift/README.md):
     rows_ingested_total, rows_late_dropped_total, rows_quarantined_total,
-    rows_quarantine_released_total, rows_quarantine_dropped_total, skewed_batches_total
-    (counters); rows_retained, rows_quarantine_held, clock_max_lead_seconds, window_rows, reference_ready{reference}, verdict_age_seconds,
+    rows_quarantine_released_total, rows_quarantine_dropped_total, skewed_batches_total,
+    duplicate_batches_total (counters); rows_retained, rows_quarantine_held, clock_max_lead_seconds, window_rows, reference_ready{reference}, verdict_age_seconds,
     column_effect{column,kind}, column_effect_error{column}, column_p_adjusted{column},
     column_drifted{column}, column_undetectable{column}, columns_drifted,
     columns_undetectable, explanations{metric}, explanation_top_ratio{metric,explanation},
@@ -117,6 +117,8 @@ class MonitorCollector:
              "quarantined rows dropped because too many panes were held"),
             (counter, "skewed_batches", "skewed_batches",
              "batches dated ahead of the time frontier that could not move it"),
+            (counter, "duplicate_batches", "duplicate_batches",
+             "batches sent again under an id already ingested (skipped)"),
             (gauge, "rows_retained", "rows_retained", "rows summarized in the monitor's state"),
             (gauge, "rows_quarantine_held", "quarantine_held",
              "quarantined rows held until the time frontier reaches them"),

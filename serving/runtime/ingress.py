@@ -165,7 +165,8 @@ class Ingress(HttpEdge):
             self.records = RecordBuffer(
                 self.monitor, monitor["records"],
                 on_drop=lambda reason, n: self.metrics.count("willump_monitor_records_dropped", n, reason=reason),
-                on_sent=lambda n: self.metrics.count("willump_monitor_records_sent", n))
+                on_sent=lambda n: self.metrics.count("willump_monitor_records_sent", n),
+                on_retry=lambda n: self.metrics.count("willump_monitor_records_retried", n))
         self.openapi_doc = openapi_document(app, self.schema, keyed=self.api_key.required, monitor=bool(monitor))
         self._watch: ReplicaWatch | None = None
         self.gears = GearSwitch(config.gears)  # load-adaptive gears (serving.runtime.gears)

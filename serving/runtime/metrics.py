@@ -71,7 +71,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
                            "serving.runtime.audit)", ("app", "outcome")),
     "willump_monitor_records_sent": ("counter", "serving records delivered to the monitor", ("app",)),
     "willump_monitor_records_dropped": ("counter", "serving records dropped, by reason (buffer_full, "
-                                                   "send_failed)", ("app", "reason")),
+                                                   "send_failed at shutdown, rejected)", ("app", "reason")),
+    "willump_monitor_records_retried": ("counter", "serving records sent again after a send that failed or "
+                                                   "never answered (the monitor skips copies it has)", ("app",)),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -23,8 +24,13 @@ FLUSH_ROWS = 2000
 FLUSH_DELAY_S = 0.5
 #: most records buffered in the ingress; more are dropped (and counted) until a send frees room
 MAX_BUFFERED_ROWS = 50_000
-#: longest one send to the monitor may take (seconds) before its records count as dropped
+#: longest one send to the monitor may take (seconds) before it is tried again
 SEND_TIMEOUT_S = 10.0
+#: first wait (seconds) before a send that failed or never answered is tried again; it doubles
+#: with each failure up to RETRY_MAX_S (a monitor replica being replaced answers again within
+#: seconds to a minute)
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 10.0
 
 log = logging.getLogger("serving.runtime.records")
 
@@ -107,42 +113,73 @@ class RecordBuffer:
     Bounded: at most ``max_rows`` records wait; records arriving while the buffer is full are
     dropped and counted (``dropped``, and ``on_drop(reason, n)`` for /metrics), so a slow or
     dead monitor costs records, never the ingress's memory or latency. One send at a time,
-    each bounded by ``send_timeout_s``; a failed send's records are counted as dropped too.
-    Every background task is kept (none is fire-and-forget) and :meth:`close` sends what is
-    left, so a graceful shutdown loses nothing.
+    each bounded by ``send_timeout_s``.
+
+    Nothing is lost to a monitor that is away for a while (its replica replaced, restarting,
+    or too slow to answer within the timeout): a send that fails or never answers keeps its
+    batch, which is sent again after ``retry_first_s``, doubling up to ``retry_max_s``, while
+    new records wait behind it within ``max_rows``. Whether such a batch arrived cannot be
+    told from here, so each batch carries an id (``sender`` and a sequence number) and the
+    monitor skips an id it has already ingested (drift.Monitor.ingest's ``batch_id``): sent
+    twice, ingested once. Every background task is kept (none is fire-and-forget) and
+    :meth:`close` sends what is left, so a graceful shutdown loses nothing a reachable
+    monitor can take; what it cannot is counted as dropped (``send_failed``).
     """
 
     def __init__(self, monitor: Any, config: dict[str, Any], *, flush_rows: int = FLUSH_ROWS,
                  flush_delay_s: float = FLUSH_DELAY_S, max_rows: int = MAX_BUFFERED_ROWS,
-                 send_timeout_s: float = SEND_TIMEOUT_S,
+                 send_timeout_s: float = SEND_TIMEOUT_S, retry_first_s: float = RETRY_FIRST_S,
+                 retry_max_s: float = RETRY_MAX_S, sender: str | None = None,
                  on_drop: Callable[[str, int], None] | None = None,
-                 on_sent: Callable[[int], None] | None = None):
+                 on_sent: Callable[[int], None] | None = None,
+                 on_retry: Callable[[int], None] | None = None):
         if max_rows < flush_rows:
             raise ValueError(f"max_rows ({max_rows}) must be >= flush_rows ({flush_rows})")
+        if not 0 < retry_first_s <= retry_max_s:
+            raise ValueError(f"retry_first_s ({retry_first_s!r}) must be > 0 and <= retry_max_s ({retry_max_s!r})")
         self.monitor = monitor
         self.config = config
         self.flush_rows = flush_rows
         self.flush_delay_s = flush_delay_s
         self.max_rows = max_rows
         self.send_timeout_s = send_timeout_s
+        self.retry_first_s, self.retry_max_s = retry_first_s, retry_max_s
+        #: this buffer's part of every batch id: unique per ingress replica and start
+        self.sender = sender or uuid.uuid4().hex[:16]
         self.on_drop = on_drop
         self.on_sent = on_sent
+        self.on_retry = on_retry
         self.parts: list[dict[str, np.ndarray]] = []
         self.rows = 0
         self.sent = 0
         self.dropped = 0
+        #: records sent again after a send that failed or never answered
+        self.retried = 0
+        self._seq = 0
+        #: the batch a send has not delivered yet, with its id; it goes before any new record
+        self._unsent: tuple[pd.DataFrame, str] | None = None
+        self._tries = 0  # sends of the unsent batch so far
+        self._wait_s = 0.0  # the wait before the next try of the unsent batch (0: none failed)
+        self._retry: asyncio.Task | None = None
         self._timer: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self._lock = asyncio.Lock()
 
+    @property
+    def unsent_rows(self) -> int:
+        """Records of a batch sent but not delivered, waiting for its next try."""
+        return 0 if self._unsent is None else len(self._unsent[0])
+
     def add(self, records: dict[str, np.ndarray]) -> bool:
         """Queue one request's records (:func:`record_columns`); False when dropped (buffer full)."""
         n = len(next(iter(records.values()), ()))
-        if self.rows + n > self.max_rows:
+        if self.rows + self.unsent_rows + n > self.max_rows:
             self._drop("buffer_full", n)
             return False
         self.parts.append(records)
         self.rows += n
+        if self._unsent is not None:  # the retry sends these behind the unsent batch
+            return True
         if self.rows >= self.flush_rows:
             self._spawn(self.flush())
         elif self._timer is None or self._timer.done():
@@ -164,6 +201,11 @@ class RecordBuffer:
         await asyncio.sleep(self.flush_delay_s)
         await self.flush()
 
+    async def _try_again(self, wait_s: float) -> None:
+        await asyncio.sleep(wait_s)
+        self._retry = None  # a try that fails from here schedules the next one
+        await self.flush()
+
     def flush_soon(self) -> asyncio.Task:
         """A flush that runs to its end whoever waits on it: a caller with a deadline (a monitor
         query sends what is buffered first) waits on ``asyncio.shield`` of this task, so a
@@ -171,35 +213,80 @@ class RecordBuffer:
         return self._spawn(self.flush())
 
     async def flush(self) -> None:
+        """Send the unsent batch, if any, then everything buffered; stops at the first send that
+        fails (its batch is kept and tried again later)."""
         async with self._lock:
-            if not self.parts:
-                return
-            parts, self.parts, self.rows = self.parts, [], 0
-            batch = pd.DataFrame({key: np.concatenate([p[key] for p in parts]) for key in parts[0]})
-            try:
-                answer = await wait_or_cancel(self.monitor.ingest.remote(batch), self.send_timeout_s, "monitor",
-                                              self.send_timeout_s)
-            except asyncio.CancelledError:  # taken out of the buffer, not sent: counted, never silent
-                self._drop("cancelled", len(batch))
-                raise
-            except Exception as exc:
-                self._drop("send_failed", len(batch))
-                log.warning("monitor ingest failed for %d records: %s", len(batch), exc or type(exc).__name__)
-            else:  # rows the monitor refused one by one are counted as dropped, by reason
-                rejected = int(answer.get("rejected", 0)) if isinstance(answer, dict) else 0
-                if rejected:
-                    self._drop("rejected", rejected)
-                    log.warning("the monitor rejected %d of %d records: %s", rejected, len(batch),
-                                answer.get("error"))
-                self.sent += len(batch) - rejected
-                if self.on_sent is not None and len(batch) > rejected:
-                    self.on_sent(len(batch) - rejected)
+            while True:
+                if self._unsent is None:
+                    if not self.parts:
+                        return
+                    parts, self.parts, self.rows = self.parts, [], 0
+                    batch = pd.DataFrame({key: np.concatenate([p[key] for p in parts]) for key in parts[0]})
+                    self._unsent, self._tries = (batch, f"{self.sender}:{self._seq}"), 0
+                    self._seq += 1
+                elif self._tries:
+                    self.retried += len(self._unsent[0])
+                    if self.on_retry is not None:
+                        self.on_retry(len(self._unsent[0]))
+                self._tries += 1
+                try:
+                    delivered = await self._send(*self._unsent)
+                except asyncio.CancelledError:  # kept: tried again later (or at close)
+                    self._try_later()
+                    raise
+                if not delivered:
+                    self._try_later()
+                    return
+                self._unsent, self._wait_s = None, 0.0
+
+    def _try_later(self) -> None:
+        """The next try of the unsent batch, after a wait that doubles with each failure."""
+        self._wait_s = min(max(2 * self._wait_s, self.retry_first_s), self.retry_max_s)
+        if self._retry is None or self._retry.done():
+            self._retry = self._spawn(self._try_again(self._wait_s))
+
+    async def _send(self, batch: pd.DataFrame, batch_id: str) -> bool:
+        """One send of a batch; True when the monitor answered (delivered, or already had it)."""
+        try:
+            answer = await wait_or_cancel(self.monitor.ingest.remote(batch, batch_id), self.send_timeout_s,
+                                          "monitor", self.send_timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not self._wait_s:  # the first failure of an outage; the retries are counted, not logged
+                log.warning("monitor ingest failed for %d records (kept, sent again): %s", len(batch),
+                            exc or type(exc).__name__)
+            return False
+        # rows the monitor refused one by one are counted as dropped, by reason
+        rejected = int(answer.get("rejected", 0)) if isinstance(answer, dict) else 0
+        duplicate = int(answer.get("duplicate", 0)) if isinstance(answer, dict) else 0
+        if rejected:
+            self._drop("rejected", rejected)
+            log.warning("the monitor rejected %d of %d records: %s", rejected, len(batch), answer.get("error"))
+        delivered = len(batch) - rejected  # a duplicate was delivered by an earlier try
+        self.sent += delivered
+        if self.on_sent is not None and delivered:
+            self.on_sent(delivered)
+        if duplicate:
+            log.info("the monitor already had %d of %d records (an earlier try arrived)", duplicate, len(batch))
+        return True
 
     async def close(self) -> None:
-        """Send everything buffered; waits for sends already under way."""
-        if self._timer is not None:
-            self._timer.cancel()
-        pending = [t for t in self._tasks if t is not self._timer]
+        """Send everything buffered, the unsent batch first, each with one more try whatever
+        the wait; waits for sends already under way. What still cannot be sent is counted as
+        dropped (``send_failed``): a closing ingress cannot wait for the monitor forever."""
+        for timer in (self._timer, self._retry):
+            if timer is not None:
+                timer.cancel()
+        pending = [t for t in self._tasks if t not in (self._timer, self._retry)]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        await self.flush()
+        try:
+            await self.flush()
+        finally:
+            if self._retry is not None:
+                self._retry.cancel()
+            lost = self.unsent_rows + self.rows
+            if lost:
+                self._unsent, self.parts, self.rows = None, [], 0
+                self._drop("send_failed", lost)

@@ -271,19 +271,22 @@ class MonitorStage:
         except ImportError:  # a drift without its Prometheus collector
             pass
 
-    async def ingest(self, records: Any) -> dict[str, Any]:
+    async def ingest(self, records: Any, batch_id: str | None = None) -> dict[str, Any]:
         """Ingest a batch of served rows; a row the monitor refuses (a malformed value in a
-        monitored column) is rejected alone, not with its batch. Returns the running total
-        ingested, how many of these rows were rejected and the first reason."""
-        def both() -> tuple[int, int, str | None]:  # one thread hop: the monitor, then the label join
-            out = ingest_row_by_row_on_error(self.monitor, records)
-            self.feedback.served(records)
-            return out
+        monitored column) is rejected alone, not with its batch. ``batch_id``: the sender's id
+        for the batch (serving.runtime.records.RecordBuffer), so a batch sent again after a
+        send that never answered is ingested once (drift.Monitor.ingest). Returns the running
+        total ingested, how many of these rows were rejected and the first reason, and how many
+        were skipped as already ingested."""
+        def both() -> tuple[int, int, str | None, int]:  # one thread hop: the monitor, then the label join
+            kept, rejected, why, fresh = ingest_row_by_row_on_error(self.monitor, records, batch_id)
+            self.feedback.served(records if fresh is None else records[fresh])
+            return kept, rejected, why, 0 if fresh is None else int(len(fresh) - fresh.sum())
 
         async with self.lock:
-            kept, rejected, why = await asyncio.to_thread(both)
+            kept, rejected, why, duplicate = await asyncio.to_thread(both)
             self.ingested += kept
-        return {"ingested": self.ingested, "rejected": rejected, "error": why}
+        return {"ingested": self.ingested, "rejected": rejected, "error": why, "duplicate": duplicate}
 
     async def audit(self, entries: list[dict[str, Any]]) -> dict[str, Any]:
         """The live audit's counts (serving.runtime.audit.LiveAudit.flush)."""
@@ -378,23 +381,40 @@ class MonitorStage:
         return {"status": 200, "query": name, "ingested": self.ingested, "result": data}
 
 
-def ingest_row_by_row_on_error(monitor: Any, records: pd.DataFrame) -> tuple[int, int, str | None]:
-    """``monitor.ingest(records)``; when the monitor refuses the batch (``drift.SchemaError``:
-    it validates before it changes any state), the batch is halved until the refused rows
-    stand alone, so k bad rows cost O(k log n) calls and every good row is kept. Returns
-    (rows kept, rows rejected, the first refusal's text)."""
+def ingest_row_by_row_on_error(monitor: Any, records: pd.DataFrame, batch_id: str | None = None,
+                               _root: tuple[str, int] | None = None,
+                               ) -> tuple[int, int, str | None, np.ndarray | None]:
+    """``monitor.ingest(records, batch_id=...)``; when the monitor refuses the batch
+    (``drift.SchemaError``: it validates before it changes any state), the batch is halved
+    until the refused rows stand alone, so k bad rows cost O(k log n) calls and every good row
+    is kept. Each half gets an id of its own, ``batch_id`` and its rows' place in the batch,
+    so a batch sent again halves the same way and no part is ingested twice. Returns (rows kept,
+    rows rejected, the first refusal's text, the mask of rows not skipped as already ingested:
+    None when none was skipped)."""
     from drift import SchemaError
 
     try:
-        monitor.ingest(records)
-        return len(records), 0, None
+        receipt = monitor.ingest(records, batch_id=batch_id)
     except SchemaError as exc:
         if len(records) <= 1:
-            return 0, len(records), str(exc)[:300]
+            return 0, len(records), str(exc)[:300], None
+    else:
+        if getattr(receipt, "duplicate", False):
+            return 0, 0, None, np.zeros(len(records), dtype=bool)
+        return len(records), 0, None, None
     mid = len(records) // 2
-    kept_a, bad_a, why_a = ingest_row_by_row_on_error(monitor, records.iloc[:mid])
-    kept_b, bad_b, why_b = ingest_row_by_row_on_error(monitor, records.iloc[mid:])
-    return kept_a + kept_b, bad_a + bad_b, why_a or why_b
+    root, offset = _root or (batch_id, 0)
+    halves = []
+    for start, stop in ((0, mid), (mid, len(records))):
+        part_id = None if root is None else f"{root}/{offset + start}:{offset + stop}"
+        halves.append(ingest_row_by_row_on_error(monitor, records.iloc[start:stop], part_id,
+                                                 (root, offset + start)))
+    (kept_a, bad_a, why_a, fresh_a), (kept_b, bad_b, why_b, fresh_b) = halves
+    fresh = None
+    if fresh_a is not None or fresh_b is not None:
+        fresh = np.concatenate([np.ones(mid, dtype=bool) if fresh_a is None else fresh_a,
+                                np.ones(len(records) - mid, dtype=bool) if fresh_b is None else fresh_b])
+    return kept_a + kept_b, bad_a + bad_b, why_a or why_b, fresh
 
 
 #: what an HTTP client may ask of the parameters that set a monitor query's cost (the

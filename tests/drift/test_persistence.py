@@ -151,3 +151,45 @@ def test_the_state_is_readable_by_its_owner_only(tmp_path):
             assert all(mode & 0o077 == 0 for mode in modes.values()), modes
     finally:
         os.umask(old)
+
+
+def test_a_batch_sent_again_under_its_id_is_ingested_once_across_a_restart(tmp_path: Path) -> None:
+    """A sender that never heard back sends the batch again: the monitor skips an id it has,
+    in memory and after a reopen (the ids ride with the saved state), and answers exactly as a
+    monitor that got each batch once."""
+    once = make(None, "pane")
+    once.set_reference(records(1000, 7, t0=T0 - 3600))
+    for i in range(3):
+        once.ingest(batch(i))
+    mon = make(str(tmp_path), "pane")
+    mon.set_reference(records(1000, 7, t0=T0 - 3600))
+    first = mon.ingest(batch(0), batch_id="ingress-a:0")
+    assert first.rows == ROWS and not first.duplicate
+    again = mon.ingest(batch(0), batch_id="ingress-a:0")
+    assert again.duplicate and again.rows == 0
+    mon.ingest(batch(1), batch_id="ingress-a:1")
+    mon.close()
+    mon = Monitor.open(tmp_path)
+    assert mon.ingest(batch(1), batch_id="ingress-a:1").duplicate  # the retry after a restart
+    assert not mon.ingest(batch(2), batch_id="ingress-b:0").duplicate  # another sender's id
+    assert mon.stats()["duplicate_batches"] == 2  # counted across the restart
+    assert mon.stats()["rows_ingested"] == once.stats()["rows_ingested"] == 3 * ROWS
+    mon.flush()
+    once.flush()
+    assert _answers(mon) == _answers(once)
+    for bad, error in ((7, TypeError), ("", ValueError), ("x" * 201, ValueError), ("\ud800", ValueError)):
+        with pytest.raises(error, match="batch_id"):
+            mon.ingest(batch(3), batch_id=bad)
+    mon.close()
+
+
+def test_only_the_latest_batch_ids_are_remembered() -> None:
+    from drift._batch_ids import RecentBatchIds
+
+    ids = RecentBatchIds(3, ["a", "b"])
+    ids.add("c")
+    ids.add("a")  # seen again: now the newest
+    ids.add("d")
+    assert ids.to_json() == ["c", "a", "d"] and "b" not in ids
+    with pytest.raises(ValueError, match="capacity"):
+        RecentBatchIds(0)

@@ -64,7 +64,7 @@ class _Monitor:
         self.batches: list[pd.DataFrame] = []
 
         class _Ingest:
-            async def remote(_, batch):
+            async def remote(_, batch, batch_id=None):
                 self.batches.append(batch)
                 return len(batch)
 
@@ -97,7 +97,7 @@ class _StuckMonitor:
         self.cancelled = 0
 
         class _Ingest:
-            def remote(_, batch):
+            def remote(_, batch, batch_id=None):
                 return _Stuck(self)
 
         self.ingest = _Ingest()
@@ -115,24 +115,98 @@ class _Stuck:
 
 
 def test_buffer_is_bounded_and_counts_what_it_drops():
+    """A monitor that never answers: the unsent batch is kept and tried again (each try
+    cancelled at its timeout), new records wait behind it within max_rows and the rest are
+    dropped and counted; what close() still cannot send is counted too."""
     monitor = _StuckMonitor()
     drops: dict[str, int] = {}
 
     async def run() -> RecordBuffer:
         buffer = RecordBuffer(monitor, CONFIG, flush_rows=10, flush_delay_s=10.0, max_rows=30, send_timeout_s=0.05,
+                              retry_first_s=0.05, retry_max_s=0.1,
                               on_drop=lambda reason, n: drops.__setitem__(reason, drops.get(reason, 0) + n))
         accepted = [buffer.add(_columns(_frame(10, seed=i))) for i in range(5)]
-        assert accepted[:1] == [True]
-        await asyncio.sleep(0.2)  # the sends time out: their records count as dropped, the buffer frees
-        assert buffer.add(_columns(_frame(10, seed=9)))
+        assert accepted == [True, True, True, False, False]
+        await asyncio.sleep(0.4)  # tries time out: the batch stays, the buffer does not free
+        assert buffer.unsent_rows == 30 and buffer.retried >= 30
+        assert not buffer.add(_columns(_frame(10, seed=9)))
         await buffer.close()
         return buffer
 
     buffer = asyncio.run(run())
-    assert buffer.rows == 0 and buffer.sent == 0
+    assert buffer.rows == 0 and buffer.unsent_rows == 0 and buffer.sent == 0
     assert buffer.dropped == 60 == sum(drops.values())
-    assert set(drops) <= {"buffer_full", "send_failed"} and drops["send_failed"] > 0
-    assert monitor.cancelled > 0  # a timed-out send is cancelled, not left running
+    assert drops == {"buffer_full": 30, "send_failed": 30}
+    assert monitor.cancelled >= 3  # a timed-out send is cancelled, not left running
+
+
+class _AwayMonitor:
+    """The real monitor replica (MonitorStage) behind a transport that fails its first sends:
+    ``lost_answers`` of them reach the monitor but their answer never comes back (the send times
+    out), then ``refused`` fail outright (no replica), then every send answers."""
+
+    def __init__(self, lost_answers: int, refused: int):
+        from serving.runtime.replicas import MonitorStage
+
+        self.stage = MonitorStage.func_or_class({"attributes": ["region", "dest"], "metrics": ["latency_ms"]})
+        self.calls: list[str] = []
+        owner = self
+
+        class _Ingest:
+            async def remote(_, batch, batch_id=None):
+                owner.calls.append(batch_id)
+                if len(owner.calls) <= lost_answers:
+                    await owner.stage.ingest(batch, batch_id)
+                    await asyncio.sleep(3600)  # the answer is lost: the sender's timeout fires
+                if len(owner.calls) <= lost_answers + refused:
+                    raise RuntimeError("no running replica of the monitor")
+                return await owner.stage.ingest(batch, batch_id)
+
+        self.ingest = _Ingest()
+
+
+def test_a_monitor_away_for_a_while_gets_every_record_once():
+    """The monitor replica is replaced: sends time out after they arrived, then fail; the buffer
+    keeps the batch, tries again with a growing wait, and the monitor skips the copies it
+    already had (batch ids), so every record arrives exactly once and none is dropped."""
+    monitor = _AwayMonitor(lost_answers=2, refused=3)
+    retried: list[int] = []
+
+    async def run() -> RecordBuffer:
+        buffer = RecordBuffer(monitor, CONFIG, flush_rows=20, flush_delay_s=0.01, send_timeout_s=0.05,
+                              retry_first_s=0.01, retry_max_s=0.04, sender="ingress-a", on_retry=retried.append)
+        for i in range(12):
+            assert buffer.add(_columns(_frame(10, seed=i), latency=float(i)))
+            await asyncio.sleep(0.02)
+        for _ in range(200):  # the retries run out by themselves, without a close
+            if buffer.unsent_rows == buffer.rows == 0:
+                break
+            await asyncio.sleep(0.02)
+        await buffer.close()
+        return buffer
+
+    buffer = asyncio.run(run())
+    assert buffer.dropped == 0 and buffer.sent == 120 and sum(retried) == buffer.retried > 0
+    assert monitor.stage.ingested == 120  # the two copies that arrived before their answer counted once
+    assert monitor.stage.monitor.stats()["duplicate_batches"] == 2
+    first_id = monitor.calls[0]
+    assert first_id.startswith("ingress-a:") and monitor.calls[:6] == [first_id] * 6  # one batch, tried 6 times
+
+
+def test_a_batch_with_a_refused_row_sent_twice_is_ingested_once():
+    """The halves of a batch the monitor refuses carry ids of their own: a copy halves the
+    same way and every good row is skipped the second time."""
+    from serving.runtime.replicas import MonitorStage, ingest_row_by_row_on_error
+
+    stage = MonitorStage.func_or_class({"attributes": ["region"], "metrics": ["latency_ms"]})
+    frame = pd.DataFrame({"region": ["eu", "us"] * 50, "latency_ms": [float(i) for i in range(100)]})
+    frame["latency_ms"] = frame["latency_ms"].astype(object)
+    frame.loc[37, "latency_ms"] = "oops"
+    kept, rejected, _, fresh = ingest_row_by_row_on_error(stage.monitor, frame, "s:0")
+    assert (kept, rejected, fresh) == (99, 1, None)
+    kept, rejected, _, fresh = ingest_row_by_row_on_error(stage.monitor, frame, "s:0")
+    assert (kept, rejected) == (0, 1) and fresh.tolist() == [i == 37 for i in range(100)]
+    assert stage.monitor.stats()["rows_ingested"] == 99
 
 
 class _SlowMonitor:
@@ -142,7 +216,7 @@ class _SlowMonitor:
         self.batches: list[pd.DataFrame] = []
 
         class _Ingest:
-            async def remote(_, batch):
+            async def remote(_, batch, batch_id=None):
                 await asyncio.sleep(delay_s)
                 self.batches.append(batch)
                 return len(batch)
@@ -170,19 +244,23 @@ def test_a_client_deadline_never_cancels_the_flush_before_a_query():
     assert gave_up and buffer.sent == 7 and buffer.dropped == 0 and [len(b) for b in monitor.batches] == [7]
 
 
-def test_a_cancelled_send_counts_its_records_as_dropped():
-    drops: dict[str, int] = {}
+def test_a_cancelled_send_keeps_its_records_for_the_next_try():
+    """A send cancelled half done may or may not have arrived: its batch is kept and sent
+    again (its id makes a second arrival harmless), not dropped."""
+    monitor = _SlowMonitor(0.2)
 
     async def run() -> RecordBuffer:
-        buffer = RecordBuffer(_SlowMonitor(5.0), CONFIG, flush_rows=1000, flush_delay_s=60.0,
-                              on_drop=lambda reason, n: drops.__setitem__(reason, drops.get(reason, 0) + n))
+        buffer = RecordBuffer(monitor, CONFIG, flush_rows=1000, flush_delay_s=60.0, retry_first_s=0.01)
         buffer.add(_columns(_frame(4)))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(buffer.flush(), 0.01)  # not shielded: the send is cancelled
+        assert buffer.unsent_rows == 4
+        await buffer.close()
         return buffer
 
     buffer = asyncio.run(run())
-    assert buffer.dropped == 4 and drops == {"cancelled": 4} and buffer.sent == 0
+    assert buffer.dropped == 0 and buffer.sent == 4 and buffer.retried == 4
+    assert [len(b) for b in monitor.batches] == [4]
 
 
 def test_a_row_the_monitor_refuses_is_rejected_alone_and_counted():
@@ -194,8 +272,8 @@ def test_a_row_the_monitor_refuses_is_rejected_alone_and_counted():
     stage = MonitorStage.func_or_class({"attributes": ["region"], "metrics": ["latency_ms"]})
 
     class _Ingest:
-        async def remote(_, batch):
-            return await stage.ingest(batch)
+        async def remote(_, batch, batch_id=None):
+            return await stage.ingest(batch, batch_id)
 
     monitor = type("M", (), {"ingest": _Ingest()})()
     drops: dict[str, int] = {}
@@ -212,5 +290,5 @@ def test_a_row_the_monitor_refuses_is_rejected_alone_and_counted():
 
     buffer = asyncio.run(run())
     assert drops == {"rejected": 1} and buffer.sent == 99 and stage.ingested == 99
-    kept, rejected, why = ingest_row_by_row_on_error(stage.monitor, frame.iloc[30:40])
-    assert (kept, rejected) == (9, 1) and "latency_ms" in why
+    kept, rejected, why, fresh = ingest_row_by_row_on_error(stage.monitor, frame.iloc[30:40])
+    assert (kept, rejected, fresh) == (9, 1, None) and "latency_ms" in why
