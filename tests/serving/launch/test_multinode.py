@@ -2,8 +2,9 @@
 (``ray.cluster_utils.Cluster``). The app is deployed with its code shipped (runtime_env
 py_modules) and the artifact through the object store; replicas land on both nodes (Ray's
 state API says where); predictions through the head's HAProxy are correct, including those
-answered by the ingress replica on the worker; then the worker node is removed under load:
-no request that got a 200 is wrong, failures are few and counted, and throughput recovers.
+answered by the ingress replica on the worker; the monitor is on the head, where its state
+folder is; then the worker node is removed under load: no request that got a 200 is wrong,
+failures are few and counted, the app answers again and the monitor goes on ingesting.
 
 Both nodes share this machine's cores, so rates here say nothing about multi-node speed.
 """
@@ -37,6 +38,8 @@ ROWS_PER_REQUEST = 16
 #: (outcomes, not rates: a rate measures the machine)
 ANSWERS_BEFORE = 12
 ANSWERS_AFTER = 8
+#: the monitor keeps its state in its default folder on the head node's disk
+MONITOR = dict(attributes=["region"], features=["a"], pane_seconds=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +60,13 @@ def app(cluster, synth_opt):
     c, _ = cluster
     # two replicas of the ingress and of the cheap stage, so that Serve spreads each over both nodes
     plan = plan_offline(synth_opt, cpus=4, rows_per_request=32, rps=None, p99_ms=None, layout="staged",
-                        monitor=None)
+                        monitor=MONITOR)
     plan.ingress_replicas, plan.ingress_cpus = 2, 0.3
     plan.stage("cheap").replicas, plan.stage("cheap").num_cpus = 2, 0.3
     plan.stage("expensive").replicas, plan.stage("expensive").num_cpus = 1, 0.3
     # deploy joins the cluster: it connects with the project's packages as py_modules
     served = deploy(synth_opt, name="multi", port=free_port(), address=c.address, plan=plan,
-                    artifact_share="object_store", ship_code="always")
+                    artifact_share="object_store", ship_code="always", monitor=MONITOR, audit_rate=0.0)
     assert len(nodes()) == 2
     yield served
     served.shutdown(stop_ray=False)
@@ -78,6 +81,8 @@ def test_replicas_on_both_nodes_code_shipped_artifact_by_reference(cluster, app,
     placed = replica_nodes("multi")
     assert placed["multi-ingress"] == {head_id, worker.node_id}, placed
     assert placed["multi-cheap"] == {head_id, worker.node_id}, placed
+    # pinned to the head: a replica that replaces it finds the state folder there
+    assert replica_nodes("multi-monitor") == {"monitor": {head_id}}
     info = serve.get_deployment_handle("multi-cheap", "multi").info.remote().result()
     shipped = info["code"]["py_modules"]
     assert len(shipped) >= 2 and all(uri.startswith("gcs://") for uri in shipped), info  # uploaded by the job
@@ -116,6 +121,13 @@ def test_both_ingress_replicas_answer_through_the_head(app, request_rows):
     wait_for(both_counted, timeout=120, interval=1.0, message="requests counted by both ingress replicas")
 
 
+def monitor_rows(app) -> float:
+    """Rows the monitor has ingested, from its counter on the app's /metrics."""
+    text = requests.get(app.url + "/metrics", timeout=60).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("drift_rows_ingested_total"))
+
+
 def ray_node_id() -> str:
     import ray
 
@@ -128,6 +140,7 @@ def test_removing_the_worker_node_under_load(cluster, app, synth_opt, request_ro
     with under_load(app.url + "/predict", batches, expected, CLIENTS) as results:
         wait_for(lambda: sum(r[1] == 200 for r in results) >= ANSWERS_BEFORE, timeout=120,
                  message="answers before the worker node went")
+        ingested_before = monitor_rows(app)
         t_remove = time.perf_counter()
         c.remove_node(worker, allow_graceful=False)
         # requests were answered after the loss (a second after it: not in flight when it went)
@@ -157,6 +170,8 @@ def test_removing_the_worker_node_under_load(cluster, app, synth_opt, request_ro
         return True
 
     wait_for(answers_all, timeout=180, message="every request answered after the worker node went")
+    # the monitor, pinned to the head, kept its state and takes the records of the answers since
+    wait_for(lambda: monitor_rows(app) > ingested_before, timeout=60, message="records ingested after the loss")
     head = {ray_node_id()}
     placed = wait_for(lambda: (p := replica_nodes("multi")) and {n for v in p.values() for n in v} == head and p,
                       timeout=120, message="every replica on the head node")
