@@ -19,7 +19,12 @@ replicas' reports (a burst is answered within seconds, not after Serve's look-ba
 averaged it in) and over Serve's whole window, and the larger of the two is asked for (a
 lull must last the window, and Serve's downscale delay after it). A saturated stage hides its demand: when every call slot the ingress keeps for it is
 taken (``total_num_requests`` at ``saturated_ongoing`` per replica) the busy shares are capped at
-the replicas there are, so the policy asks for at least one replica more than it has. Serve's
+the replicas there are, so the policy asks for at least one replica more than it has; and the
+work queued at the ingresses is asked for in one step: every call an ingress makes tells the
+stage replica how many rows it still queues for the stage (serving.runtime.routing.BusyMeter
+reports the sum over ingresses), and the policy adds the replicas that clear those rows, at what
+a row costs the replicas, within ``drain_s`` beside the arriving load (without it a burst got one
+replica more per replica start time while its queue grew). Serve's
 wrapper around a custom policy still applies ``min_replicas``/``max_replicas``, the up- and
 downscale delays and the scale-from-zero fast path.
 
@@ -29,6 +34,7 @@ downscale delays and the scale-from-zero fast path.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from serving.core.constants import CONCURRENT_BATCHES
@@ -37,6 +43,8 @@ from serving.planning.planner import HEADROOM
 #: the stage replicas' reports Serve aggregates (serving.runtime.routing.BusyMeter.autoscaling_stats)
 BUSY_METRIC = "busy_share"
 ROWS_METRIC = "rows_per_s"
+BACKLOG_METRIC = "backlog_rows"
+COST_METRIC = "busy_s_per_row"
 #: share of the ingress's call slots for a stage that reads as saturated: Serve's request count
 #: is a mean over its look-back window, which a capped count reaches only if every sample of the
 #: window sat at the cap
@@ -44,6 +52,10 @@ SATURATED_SHARE = 0.9
 #: seconds of the latest reports a rise in work is read from (replicas report every
 #: serving.launch.proxy.AUTOSCALING_PUSH_S, 0.5 s)
 REACT_S = 2.0
+#: seconds within which the replicas asked for should clear the rows the ingresses queue, beside
+#: the load arriving (about a replica's start time: a shorter span asks for replicas that start
+#: after the queue would have drained)
+DRAIN_S = 5.0
 #: the policy's import path, as a Serve config names it
 POLICY_PATH = "serving.planning.autoscale:PlannerAutoscaler"
 
@@ -62,19 +74,23 @@ class PlannerAutoscaler:
     ``headroom``: the share of its time a replica is planned to compute; ``saturated_ongoing``:
     calls per stage replica at which every slot the ingresses keep for the stage is taken
     (CONCURRENT_BATCHES per ingress replica; :data:`SATURATED_SHARE` of it reads as saturated); ``react_s``:
-    the recent span of reports a rise is read from."""
+    the recent span of reports a rise is read from; ``drain_s``: seconds within which the replicas
+    asked for should clear the rows the ingresses queue."""
 
     def __init__(self, headroom: float = HEADROOM, saturated_ongoing: float = CONCURRENT_BATCHES,
-                 react_s: float = REACT_S):
+                 react_s: float = REACT_S, drain_s: float = DRAIN_S):
         if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 < headroom <= 1:
             raise ValueError(f"headroom must be in (0, 1], got {headroom!r}")
         if not saturated_ongoing > 0:
             raise ValueError(f"saturated_ongoing must be > 0, got {saturated_ongoing!r}")
         if not react_s > 0:
             raise ValueError(f"react_s must be > 0, got {react_s!r}")
+        if not drain_s > 0:
+            raise ValueError(f"drain_s must be > 0, got {drain_s!r}")
         self.headroom = float(headroom)
         self.saturated_ongoing = float(saturated_ongoing)
         self.react_s = float(react_s)
+        self.drain_s = float(drain_s)
 
     def __call__(self, ctx: Any) -> tuple[float, dict[str, Any]]:
         """Serve's policy call: ``ctx`` is its AutoscalingContext. Returns the replicas wanted
@@ -85,20 +101,24 @@ class PlannerAutoscaler:
         rows = metrics.get(ROWS_METRIC) or {}
         ongoing = float(ctx.total_num_requests or 0.0)
         saturated = current > 0 and ongoing >= SATURATED_SHARE * self.saturated_ongoing * current
-        recent = _recent_sum((ctx.raw_metrics or {}).get(BUSY_METRIC) or {}, self.react_s)
+        raw = ctx.raw_metrics or {}
+        recent = _recent_sum(raw.get(BUSY_METRIC) or {}, self.react_s)
+        queued_rows, row_cost = _queued(raw.get(BACKLOG_METRIC) or {}, raw.get(COST_METRIC) or {}, self.react_s)
+        queued = queued_rows * row_cost / self.drain_s
         if busy:
-            wanted = planned_replicas(max(float(sum(busy.values())), recent), headroom=self.headroom)
+            wanted = planned_replicas(max(float(sum(busy.values())), recent) + queued, headroom=self.headroom)
         else:  # nothing reported yet (a replica just started): keep what there is
             wanted = float(ctx.target_num_replicas)
         if saturated:
             wanted = max(wanted, current + 1)
         state = {"busy_replicas": float(sum(busy.values())), "busy_replicas_recent": recent,
                  "rows_per_s": float(sum(rows.values())), "ongoing": ongoing, "saturated": saturated,
-                 "wanted": wanted}
+                 "queued_rows": queued_rows, "queued_replicas": queued, "wanted": wanted}
         return wanted, state
 
     def __repr__(self) -> str:
-        return f"PlannerAutoscaler(headroom={self.headroom}, saturated_ongoing={self.saturated_ongoing})"
+        return (f"PlannerAutoscaler(headroom={self.headroom}, saturated_ongoing={self.saturated_ongoing}, "
+                f"drain_s={self.drain_s})")
 
 
 def _recent_sum(series: dict[Any, Any], span_s: float) -> float:
@@ -112,6 +132,29 @@ def _recent_sum(series: dict[Any, Any], span_s: float) -> float:
         values = [p.value for p in points if p.timestamp > last - span_s]
         total += sum(values) / len(values)
     return total
+
+
+def _queued(backlog: dict[Any, Any], cost: dict[Any, Any], span_s: float) -> tuple[float, float]:
+    """The rows the ingresses queue for the stage (the largest sum any replica heard: each
+    ingress calls most replicas; its latest report) and the busy seconds a row costs (the
+    median of the replicas' latest figures); reports older than ``span_s`` before the newest of
+    any replica do not count, nor a row cost of 0 (a window without rows). (0, 0) unknown."""
+    def latest(series: dict[Any, Any], positive: bool) -> list[float]:
+        points = [p for ps in series.values() for p in ps or ()]
+        if not points:
+            return []
+        now = max(p.timestamp for p in points)
+        out = []
+        for ps in series.values():
+            fresh = [p for p in ps or () if p.timestamp > now - span_s and (p.value > 0 or not positive)]
+            if fresh:
+                out.append(float(max(fresh, key=lambda p: p.timestamp).value))
+        return out
+
+    rows, costs = latest(backlog, False), latest(cost, True)
+    if not rows or not costs:
+        return 0.0, 0.0
+    return max(rows), float(statistics.median(costs))
 
 
 def policy_config(headroom: float = HEADROOM, ingress_replicas: int = 1) -> dict[str, Any]:

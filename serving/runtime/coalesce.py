@@ -95,6 +95,11 @@ class Coalescer:
         self._limit = max(1, int(value))
         self._dispatch()
 
+    @property
+    def queued_rows(self) -> int:
+        """Rows waiting for a call (requests given up on left out)."""
+        return sum(item.size for item in self.queue if not item.abandoned)
+
     async def submit(self, rows: Any, blocks: dict | None, deadline: Deadline, key: Any = None,
                      size: int | None = None) -> Any:
         """This request's output of the stage, or DeadlineExceeded when its deadline passes;

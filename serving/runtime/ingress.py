@@ -77,7 +77,7 @@ from serving.runtime.metrics import ServingMetrics, exact_totals
 from serving.runtime.monitor_calls import MONITOR_QUERY_S, ingress_audit, monitor_query, post_labels
 from serving.runtime.oip import InferRequest, infer_answer
 from serving.runtime.records import RecordBuffer, record_columns
-from serving.runtime.replicas import LocalStage
+from serving.runtime.replicas import LocalStage, replica_id
 from serving.runtime.routing import any_silent
 from serving.runtime.stage_runner import StageRunner, concat_blocks, concat_rows, split_outputs
 from serving.runtime.watch import ReplicaWatch
@@ -137,6 +137,8 @@ class Ingress(HttpEdge):
         self.plan_adoption.start()
         self.max_in_flight = config.max_in_flight
         self.in_flight = 0
+        #: this replica's name to the stages it calls (their autoscaler sums what each ingress queues)
+        self.replica = replica_id(f"ingress-{uuid.uuid4().hex[:12]}")
         self.metrics = ServingMetrics(self.name)
         batch_rows = INGRESS_BATCH_ROWS if config.batching else 1
         self.coalescers: dict[str, Coalescer] = {}
@@ -190,10 +192,11 @@ class Ingress(HttpEdge):
     # --- plumbing ------------------------------------------------------------------------
     def _remote_batch(self, handle: Any, stage: str):
         async def run(items: list[Item], deadline: Deadline) -> list[Any]:
-            gear = (items[0].key,) if items[0].key else ()  # gear 0: the plain call
+            # the gear (0: the plan) and the rows still queued here, for the stage's autoscaler
+            backlog = (self.replica, self.coalescers[stage].queued_rows)
             merged = await call_stage(
                 handle, "run", (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items]),
-                                *gear), deadline, stage, on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage),
+                                items[0].key or 0, backlog), deadline, stage, on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage),
                 hedge=self.hedges.get(stage))
             self._observe_stage(stage, merged)
             return split_outputs(merged, [it.size for it in items])

@@ -199,6 +199,7 @@ class RecordBuffer:
 
     async def _later(self) -> None:
         await asyncio.sleep(self.flush_delay_s)
+        self._timer = None  # records that come during this flush get a timer of their own
         await self.flush()
 
     async def _try_again(self, wait_s: float) -> None:
@@ -212,9 +213,10 @@ class RecordBuffer:
         client's short deadline never cancels a send half done."""
         return self._spawn(self.flush())
 
-    async def flush(self) -> None:
-        """Send the unsent batch, if any, then everything buffered; stops at the first send that
-        fails (its batch is kept and tried again later)."""
+    async def flush(self, everything: bool = False) -> None:
+        """Send the unsent batch, if any, then what is buffered; records that come meanwhile go
+        on at once only if they fill a batch (``flush_rows``) or ``everything`` is asked (a
+        close); stops at the first send that fails (its batch is kept and tried again later)."""
         async with self._lock:
             while True:
                 if self._unsent is None:
@@ -238,6 +240,10 @@ class RecordBuffer:
                     self._try_later()
                     return
                 self._unsent, self._wait_s = None, 0.0
+                if not everything and self.rows < self.flush_rows:  # what came meanwhile waits for its timer
+                    if self.parts and (self._timer is None or self._timer.done()):
+                        self._timer = self._spawn(self._later())
+                    return
 
     def _try_later(self) -> None:
         """The next try of the unsent batch, after a wait that doubles with each failure."""
@@ -282,7 +288,7 @@ class RecordBuffer:
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         try:
-            await self.flush()
+            await self.flush(everything=True)
         finally:
             if self._retry is not None:
                 self._retry.cancel()

@@ -119,7 +119,12 @@ class ModelStage:
         answered (serving.planning.autoscale)."""
         return self.meter.autoscaling_stats()
 
-    async def run(self, rows: pd.DataFrame, blocks: dict | None = None, gear: int = 0) -> dict[str, Any]:
+    async def run(self, rows: pd.DataFrame, blocks: dict | None = None, gear: int = 0,
+                  backlog: tuple[str, int] | None = None) -> dict[str, Any]:
+        """The stage on ``rows`` at ``gear``; ``backlog``: (the calling ingress replica, rows it
+        still queues for this stage), for the autoscaler (serving.planning.autoscale)."""
+        if backlog is not None:
+            self.meter.note_backlog(*backlog)
         if gear:  # a cheaper certified gear (serving.runtime.gears); the ingress merged the rows of its calls
             if getattr(self, "gears", None) is None:
 

@@ -63,9 +63,15 @@ POLICIES: dict[tuple[str, str], Any] = {}
 ROUTER_PATH = "serving.runtime.routing:CapacityRouter"
 
 
+#: seconds an ingress's reported backlog stays current without a newer one (an ingress reports
+#: with every call it makes, so one that stopped calling has had nothing queued for that long)
+BACKLOG_FRESH_S = 2.0
+
+
 class BusyMeter:
     """A replica's measured capacity: rows computed per second during which it computed
-    anything (overlapping calls count once), over the last report period."""
+    anything (overlapping calls count once), over the last report period; and, for the
+    autoscaler, the rows the ingresses still queue for this stage (:meth:`note_backlog`)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
@@ -78,6 +84,18 @@ class BusyMeter:
         #: the autoscaler's window (:meth:`autoscaling_stats`), kept apart from the router's period
         self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, clock()
         self.window_since: float | None = None
+        #: ingress replica -> (rows it still queued for this stage, when it said so)
+        self.backlogs: dict[str, tuple[float, float]] = {}
+
+    def note_backlog(self, source: str, rows: float) -> None:
+        """``source`` (an ingress replica), making a call, still queues ``rows`` for this stage."""
+        self.backlogs[str(source)] = (max(float(rows), 0.0), self.clock())
+
+    def backlog_rows(self) -> float:
+        """Rows the ingresses queue for this stage: the sum of their current reports."""
+        now = self.clock()
+        self.backlogs = {k: v for k, v in self.backlogs.items() if now - v[1] < BACKLOG_FRESH_S}
+        return sum(rows for rows, _ in self.backlogs.values())
 
     def start(self) -> None:
         if self.active == 0:
@@ -98,15 +116,19 @@ class BusyMeter:
     def autoscaling_stats(self) -> dict[str, float]:
         """What Serve's autoscaler hears from this replica (``record_autoscaling_stats``), over
         the time since it last asked: ``busy_share``, the share of that time the replica computed
-        anything (the replicas' worth of work it did: serving.planning.autoscale), and
-        ``rows_per_s``, rows answered per second of it."""
+        anything (the replicas' worth of work it did: serving.planning.autoscale),
+        ``rows_per_s``, rows answered per second of it, ``busy_s_per_row``, the busy seconds a
+        row took (0 without rows), and ``backlog_rows``, the rows the ingresses still queue for
+        the stage (:meth:`note_backlog`)."""
         now = self.clock()
         busy = self.window_busy_s
         if self.active and self.window_since is not None:  # a call running now counts up to now
             busy += now - self.window_since
             self.window_since = now
         wall = max(now - self.window_start, 1e-9)
-        out = {"busy_share": min(busy / wall, 1.0), "rows_per_s": self.window_rows / wall}
+        out = {"busy_share": min(busy / wall, 1.0), "rows_per_s": self.window_rows / wall,
+               "busy_s_per_row": busy / self.window_rows if self.window_rows else 0.0,
+               "backlog_rows": self.backlog_rows()}
         self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, now
         return out
 

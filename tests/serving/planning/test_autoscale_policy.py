@@ -12,7 +12,9 @@ import pytest
 
 from serving.core.constants import CONCURRENT_BATCHES
 from serving.planning.autoscale import (
+    BACKLOG_METRIC,
     BUSY_METRIC,
+    COST_METRIC,
     POLICY_PATH,
     ROWS_METRIC,
     PlannerAutoscaler,
@@ -23,12 +25,17 @@ from serving.planning.planner import HEADROOM
 
 
 def _ctx(current: int, busy: dict[str, float] | None, ongoing: float = 0.0, target: int | None = None,
-         raw: dict[str, list[tuple[float, float]]] | None = None):
+         raw: dict[str, list[tuple[float, float]]] | None = None,
+         backlog: dict[str, dict[str, list[tuple[float, float]]]] | None = None):
     metrics = {} if busy is None else {BUSY_METRIC: busy, ROWS_METRIC: {k: 100.0 * v for k, v in busy.items()}}
-    series = {k: [SimpleNamespace(timestamp=t, value=v) for t, v in points] for k, points in (raw or {}).items()}
+
+    def series(replicas: dict[str, list[tuple[float, float]]]) -> dict:
+        return {k: [SimpleNamespace(timestamp=t, value=v) for t, v in points] for k, points in replicas.items()}
+
+    raw_metrics = {BUSY_METRIC: series(raw)} if raw else {}
+    raw_metrics.update({metric: series(replicas) for metric, replicas in (backlog or {}).items()})
     return SimpleNamespace(current_num_replicas=current, target_num_replicas=current if target is None else target,
-                           total_num_requests=ongoing, aggregated_metrics=metrics,
-                           raw_metrics={BUSY_METRIC: series} if raw else {})
+                           total_num_requests=ongoing, aggregated_metrics=metrics, raw_metrics=raw_metrics)
 
 
 def test_a_rise_is_read_from_the_latest_reports_a_lull_from_the_whole_window():
@@ -63,6 +70,26 @@ def test_a_saturated_stage_gets_one_more_replica_than_it_has():
     assert wanted == 3
     wanted, _ = policy(_ctx(2, {"r1": 1.0, "r2": 1.0}, ongoing=0.8 * 2 * CONCURRENT_BATCHES))
     assert wanted == pytest.approx(2.0)
+
+
+def test_work_queued_at_the_ingresses_is_asked_for_in_one_step():
+    """A burst queues rows at the ingresses faster than the replicas there are can take them:
+    their busy shares are capped, and one replica more per start time left the queue to grow.
+    The rows queued (the largest any replica heard, the latest report each) times what a row
+    costs (the replicas' median) over DRAIN_S are the replicas the queue needs beside the load."""
+    policy = PlannerAutoscaler(headroom=1.0, drain_s=4.0)
+    queued = {BACKLOG_METRIC: {"r1": [(9.0, 6000.0), (10.0, 4000.0)], "r2": [(10.0, 3000.0)]},
+              COST_METRIC: {"r1": [(10.0, 0.003)], "r2": [(10.0, 0.002), (10.5, 0.0)]}}
+    wanted, state = policy(_ctx(2, {"r1": 1.0, "r2": 1.0}, ongoing=2 * CONCURRENT_BATCHES, backlog=queued))
+    # 4,000 rows x 2.5 ms / 4 s = 2.5 replicas' worth beside the 2 busy ones
+    assert state["queued_rows"] == 4000 and state["queued_replicas"] == pytest.approx(2.5)
+    assert wanted == pytest.approx(4.5)
+    stale = {BACKLOG_METRIC: {"r1": [(1.0, 4000.0)], "r2": [(10.0, 0.0)]}, COST_METRIC: queued[COST_METRIC]}
+    assert policy(_ctx(2, {"r1": 0.5, "r2": 0.5}, backlog=stale))[0] == pytest.approx(1.0)  # older than react_s
+    no_cost = {BACKLOG_METRIC: queued[BACKLOG_METRIC]}
+    assert policy(_ctx(2, {"r1": 0.5, "r2": 0.5}, backlog=no_cost))[0] == pytest.approx(1.0)  # nothing to price it
+    with pytest.raises(ValueError, match="drain_s"):
+        PlannerAutoscaler(drain_s=0)
 
 
 def test_nothing_reported_keeps_what_there_is():

@@ -158,6 +158,36 @@ def test_coalescer_merges_waiting_requests_and_follows_the_replica_count():
     assert peak[0] == 4
 
 
+def test_the_rows_still_queued_are_what_a_call_tells_the_stage():
+    """What each stage call carries for the stage's autoscaler: rows waiting behind the calls in
+    flight, requests given up on left out."""
+    release = asyncio.Event()
+    seen: list[int] = []
+
+    async def main():
+        co = Coalescer(run, stage="s", max_rows=4, limit=1)
+        d = Deadline.after(30.0)
+        first = asyncio.ensure_future(co.submit([0] * 4, None, d))
+        await asyncio.sleep(0)  # in flight: the limit is taken
+        waiting = [asyncio.ensure_future(co.submit([i] * 3, None, d)) for i in range(3)]
+        await asyncio.sleep(0)
+        seen.append(co.queued_rows)
+        gone = asyncio.ensure_future(co.submit([9] * 2, None, Deadline.after(0.01)))
+        with pytest.raises(DeadlineExceeded):
+            await gone
+        seen.append(co.queued_rows)
+        release.set()
+        await asyncio.gather(first, *waiting)
+        seen.append(co.queued_rows)
+
+    async def run(items, deadline):
+        await release.wait()
+        return [it.rows for it in items]
+
+    asyncio.run(main())
+    assert seen == [9, 9, 0]
+
+
 def test_a_batch_waits_for_rows_up_to_wait_s_and_no_longer_when_full():
     """wait_s (the torch-model app's batch wait): a batch that is not full waits for more
     rows; a full one goes at once; a lone request still goes when the wait ends. Outcomes

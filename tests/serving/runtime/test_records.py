@@ -244,6 +244,28 @@ def test_a_client_deadline_never_cancels_the_flush_before_a_query():
     assert gave_up and buffer.sent == 7 and buffer.dropped == 0 and [len(b) for b in monitor.batches] == [7]
 
 
+def test_records_that_come_during_a_send_wait_for_their_timer():
+    """Under steady load the buffer sends a batch per flush_rows or per flush_delay_s, not one
+    send after another of whatever came during the last (each send costs the monitor a call)."""
+    monitor = _SlowMonitor(0.05)
+
+    async def run() -> tuple[RecordBuffer, int]:
+        buffer = RecordBuffer(monitor, CONFIG, flush_rows=25, flush_delay_s=60.0)
+        for i in range(3):
+            buffer.add(_columns(_frame(10, seed=i)))  # 30 rows: a send starts
+        await asyncio.sleep(0.01)
+        buffer.add(_columns(_frame(5, seed=9)))  # during the send
+        while not monitor.batches:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.02)
+        waiting = buffer.rows
+        await buffer.close()  # sends what waits
+        return buffer, waiting
+
+    buffer, waiting = asyncio.run(run())
+    assert waiting == 5 and [len(b) for b in monitor.batches] == [30, 5] and buffer.sent == 35
+
+
 def test_a_cancelled_send_keeps_its_records_for_the_next_try():
     """A send cancelled half done may or may not have arrived: its batch is kept and sent
     again (its id makes a second arrival harmless), not dropped."""

@@ -61,16 +61,43 @@ def test_the_autoscalers_window_is_its_own_and_splits_a_running_call():
     clock.t = 2.0
     meter.stop(100)
     clock.t = 4.0
-    assert meter.autoscaling_stats() == pytest.approx({"busy_share": 0.5, "rows_per_s": 25.0})
+
+    def stats() -> dict[str, float]:
+        return {k: v for k, v in meter.autoscaling_stats().items() if k in ("busy_share", "rows_per_s")}
+
+    assert stats() == pytest.approx({"busy_share": 0.5, "rows_per_s": 25.0})
     meter.start()
     clock.t = 5.0
-    assert meter.autoscaling_stats() == pytest.approx({"busy_share": 1.0, "rows_per_s": 0.0})
+    assert stats() == pytest.approx({"busy_share": 1.0, "rows_per_s": 0.0})
     clock.t = 7.0
     meter.stop(40)
     clock.t = 9.0
-    assert meter.autoscaling_stats() == pytest.approx({"busy_share": 0.5, "rows_per_s": 10.0})
+    assert stats() == pytest.approx({"busy_share": 0.5, "rows_per_s": 10.0})
     # the router: 140 rows over 4 busy seconds since its last report (1-2 and 4-7)
     assert meter.report()["rows_per_s"] == pytest.approx(35.0)
+
+
+def test_the_backlog_the_ingresses_report_and_what_a_row_costs():
+    """Each ingress replica says, with every call, how many rows it still queues for the stage;
+    the replica reports the sum of the current ones (an ingress silent for BACKLOG_FRESH_S has
+    nothing queued for long) and the busy seconds a row took in the window."""
+    from serving.runtime.routing import BACKLOG_FRESH_S
+
+    clock = Clock()
+    meter = BusyMeter(clock)
+    meter.note_backlog("ingress-a", 300)
+    meter.note_backlog("ingress-b", 100)
+    meter.note_backlog("ingress-a", 200)  # its latest report counts
+    meter.start()
+    clock.t = 1.0
+    meter.stop(50)
+    clock.t = 1.5
+    stats = meter.autoscaling_stats()
+    assert stats["backlog_rows"] == 300 and stats["busy_s_per_row"] == pytest.approx(1.0 / 50)
+    clock.t = 1.0 + BACKLOG_FRESH_S  # ingress-a's report is now stale, ingress-b's too
+    meter.note_backlog("ingress-b", 40)
+    stats = meter.autoscaling_stats()
+    assert stats["backlog_rows"] == 40 and stats["busy_s_per_row"] == 0.0  # no rows in this window
 
 
 def test_shares_follow_capacity():
