@@ -15,7 +15,7 @@ import requests
 
 from serving import deploy
 from serving.launch.config import plan_offline
-from serving.runtime.emulated_node import MS_PER_ROW_LABEL, SLOWDOWN_LABEL
+from serving.runtime.emulated_node import SLOWDOWN_LABEL
 from tests.serving.conftest import (
     free_port,
     replica_nodes,
@@ -31,17 +31,11 @@ pytestmark = pytest.mark.starts_ray
 CLIENTS = 4
 ROWS_PER_REQUEST = 16
 SLOWDOWN = 3
-#: and at least this long a row, however busy the cores are (serving.runtime.emulated_node): on
-#: a loaded machine the compute-relative slowdown alone left the two replicas' calls about as
-#: long (overheads the slowdown does not stretch), and the rows split about evenly (928 / 1,072
-#: in one suite run); a 16-row call holds the slower replica at least 16 ms, well within what it
-#: answers alone while the faster one is frozen (below)
-SLOW_MS_PER_ROW = 1.0
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    yield from two_raylets({SLOWDOWN_LABEL: str(SLOWDOWN), MS_PER_ROW_LABEL: f"{SLOW_MS_PER_ROW:g}"})
+    yield from two_raylets({SLOWDOWN_LABEL: str(SLOWDOWN)})
 
 
 @pytest.fixture(scope="module")
