@@ -162,10 +162,10 @@ class Engine:
             self._counters["duplicate_batches"] += 1
             return IngestReceipt(0, (), (), 0, True, self._durable_through(), duplicate=True)
         parsed = self._prepare(batch, "batch")
-        if parsed is None:
-            return IngestReceipt(0, (), (), 0, True, self._durable_through())
         if batch_id is not None:  # before the commit below, which saves it with the rows
             self._batch_ids.add(batch_id)
+        if parsed is None:  # an empty batch: its id alone (saved with the next commit)
+            return IngestReceipt(0, (), (), 0, True, self._durable_through())
         return self._ingest_parsed(parsed, self._screen(parsed))
 
     def _screen(self, parsed: Parsed) -> np.ndarray:

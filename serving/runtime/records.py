@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from serving.runtime.calls import wait_or_cancel
+from serving.runtime.calls import DeadlineExceeded, wait_or_cancel
 
 #: the record column holding the request id (drift.Monitor's request_column)
 REQUEST_COLUMN = "request_id"
@@ -26,6 +26,11 @@ FLUSH_DELAY_S = 0.5
 MAX_BUFFERED_ROWS = 50_000
 #: longest one send to the monitor may take (seconds) before it is tried again
 SEND_TIMEOUT_S = 10.0
+#: tries of a batch whose send failed for another reason than an unreachable or silent monitor
+#: (an error the monitor raises on that batch every time) before it is dropped and counted
+MAX_FAILED_TRIES = 3
+#: longest one send may take while the ingress closes (under the 10 s a closing ingress gets)
+CLOSE_SEND_TIMEOUT_S = 3.0
 #: first wait (seconds) before a send that failed or never answered is tried again; it doubles
 #: with each failure up to RETRY_MAX_S (a monitor replica being replaced answers again within
 #: seconds to a minute)
@@ -159,6 +164,7 @@ class RecordBuffer:
         #: the batch a send has not delivered yet, with its id; it goes before any new record
         self._unsent: tuple[pd.DataFrame, str] | None = None
         self._tries = 0  # sends of the unsent batch so far
+        self._failed = 0  # of them, those that failed with an error that is not the monitor's absence
         self._wait_s = 0.0  # the wait before the next try of the unsent batch (0: none failed)
         self._retry: asyncio.Task | None = None
         self._timer: asyncio.Task | None = None
@@ -208,10 +214,10 @@ class RecordBuffer:
         await self.flush()
 
     def flush_soon(self) -> asyncio.Task:
-        """A flush that runs to its end whoever waits on it: a caller with a deadline (a monitor
-        query sends what is buffered first) waits on ``asyncio.shield`` of this task, so a
-        client's short deadline never cancels a send half done."""
-        return self._spawn(self.flush())
+        """A flush of everything buffered that runs to its end whoever waits on it: a caller with
+        a deadline (a monitor query sends what is buffered first) waits on ``asyncio.shield`` of
+        this task, so a client's short deadline never cancels a send half done."""
+        return self._spawn(self.flush(everything=True))
 
     async def flush(self, everything: bool = False) -> None:
         """Send the unsent batch, if any, then what is buffered; records that come meanwhile go
@@ -224,7 +230,7 @@ class RecordBuffer:
                         return
                     parts, self.parts, self.rows = self.parts, [], 0
                     batch = pd.DataFrame({key: np.concatenate([p[key] for p in parts]) for key in parts[0]})
-                    self._unsent, self._tries = (batch, f"{self.sender}:{self._seq}"), 0
+                    self._unsent, self._tries, self._failed = (batch, f"{self.sender}:{self._seq}"), 0, 0
                     self._seq += 1
                 elif self._tries:
                     self.retried += len(self._unsent[0])
@@ -237,6 +243,10 @@ class RecordBuffer:
                     self._try_later()
                     raise
                 if not delivered:
+                    if self._failed >= MAX_FAILED_TRIES:  # not the monitor's absence: this batch fails
+                        self._drop("send_failed", len(self._unsent[0]))
+                        self._unsent, self._wait_s = None, 0.0
+                        continue
                     self._try_later()
                     return
                 self._unsent, self._wait_s = None, 0.0
@@ -259,6 +269,8 @@ class RecordBuffer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if not _monitor_away(exc):
+                self._failed += 1
             if not self._wait_s:  # the first failure of an outage; the retries are counted, not logged
                 log.warning("monitor ingest failed for %d records (kept, sent again): %s", len(batch),
                             exc or type(exc).__name__)
@@ -279,20 +291,37 @@ class RecordBuffer:
 
     async def close(self) -> None:
         """Send everything buffered, the unsent batch first, each with one more try whatever
-        the wait; waits for sends already under way. What still cannot be sent is counted as
-        dropped (``send_failed``): a closing ingress cannot wait for the monitor forever."""
+        the wait (each send at most CLOSE_SEND_TIMEOUT_S); waits for sends already under way.
+        What still cannot be sent is counted as dropped (``send_failed``): a closing ingress
+        cannot wait for the monitor forever. No task of the buffer outlives it."""
         for timer in (self._timer, self._retry):
             if timer is not None:
                 timer.cancel()
-        pending = [t for t in self._tasks if t not in (self._timer, self._retry)]
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        self.send_timeout_s = min(self.send_timeout_s, CLOSE_SEND_TIMEOUT_S)
         try:
+            pending = [t for t in self._tasks if t not in (self._timer, self._retry)]
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            self._wait_s, self._failed = 0.0, 0
             await self.flush(everything=True)
         finally:
-            if self._retry is not None:
-                self._retry.cancel()
+            current = asyncio.current_task()
+            for task in list(self._tasks):
+                if task is not current:
+                    task.cancel()
             lost = self.unsent_rows + self.rows
             if lost:
                 self._unsent, self.parts, self.rows = None, [], 0
                 self._drop("send_failed", lost)
+
+
+def _monitor_away(exc: BaseException) -> bool:
+    """The send failed because no monitor answered in time or its replica is gone (try again),
+    not because the monitor raised on the batch."""
+    if isinstance(exc, (DeadlineExceeded, asyncio.TimeoutError, ConnectionError)):
+        return True
+    try:
+        from ray.exceptions import RayActorError
+    except ImportError:  # pragma: no cover - the ingress always runs with Ray
+        return False
+    return isinstance(exc, RayActorError)

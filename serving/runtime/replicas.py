@@ -387,39 +387,42 @@ class MonitorStage:
 
 
 def ingest_row_by_row_on_error(monitor: Any, records: pd.DataFrame, batch_id: str | None = None,
-                               _root: tuple[str, int] | None = None,
                                ) -> tuple[int, int, str | None, np.ndarray | None]:
     """``monitor.ingest(records, batch_id=...)``; when the monitor refuses the batch
     (``drift.SchemaError``: it validates before it changes any state), the batch is halved
     until the refused rows stand alone, so k bad rows cost O(k log n) calls and every good row
-    is kept. Each half gets an id of its own, ``batch_id`` and its rows' place in the batch,
-    so a batch sent again halves the same way and no part is ingested twice. Returns (rows kept,
-    rows rejected, the first refusal's text, the mask of rows not skipped as already ingested:
-    None when none was skipped)."""
+    is kept; then the batch's id is recorded alone (an empty ingest under it), so a batch sent
+    again is skipped whole, however many pieces it was ingested in. Returns (rows kept, rows
+    rejected, the first refusal's text, the mask of rows not skipped as already ingested: None
+    when none was skipped)."""
     from drift import SchemaError
 
     try:
         receipt = monitor.ingest(records, batch_id=batch_id)
+    except SchemaError:
+        kept, rejected, why = _ingest_halves(monitor, records)
+        if batch_id is not None:
+            monitor.ingest(records.iloc[:0], batch_id=batch_id)
+        return kept, rejected, why, None
+    if getattr(receipt, "duplicate", False):
+        return 0, 0, None, np.zeros(len(records), dtype=bool)
+    return len(records), 0, None, None
+
+
+def _ingest_halves(monitor: Any, records: pd.DataFrame) -> tuple[int, int, str | None]:
+    """The halving of :func:`ingest_row_by_row_on_error`: (rows kept, rows rejected, first reason)."""
+    from drift import SchemaError
+
+    try:
+        monitor.ingest(records)
+        return len(records), 0, None
     except SchemaError as exc:
         if len(records) <= 1:
-            return 0, len(records), str(exc)[:300], None
-    else:
-        if getattr(receipt, "duplicate", False):
-            return 0, 0, None, np.zeros(len(records), dtype=bool)
-        return len(records), 0, None, None
+            return 0, len(records), str(exc)[:300]
     mid = len(records) // 2
-    root, offset = _root or (batch_id, 0)
-    halves = []
-    for start, stop in ((0, mid), (mid, len(records))):
-        part_id = None if root is None else f"{root}/{offset + start}:{offset + stop}"
-        halves.append(ingest_row_by_row_on_error(monitor, records.iloc[start:stop], part_id,
-                                                 (root, offset + start)))
-    (kept_a, bad_a, why_a, fresh_a), (kept_b, bad_b, why_b, fresh_b) = halves
-    fresh = None
-    if fresh_a is not None or fresh_b is not None:
-        fresh = np.concatenate([np.ones(mid, dtype=bool) if fresh_a is None else fresh_a,
-                                np.ones(len(records) - mid, dtype=bool) if fresh_b is None else fresh_b])
-    return kept_a + kept_b, bad_a + bad_b, why_a or why_b, fresh
+    kept_a, bad_a, why_a = _ingest_halves(monitor, records.iloc[:mid])
+    kept_b, bad_b, why_b = _ingest_halves(monitor, records.iloc[mid:])
+    return kept_a + kept_b, bad_a + bad_b, why_a or why_b
 
 
 #: what an HTTP client may ask of the parameters that set a monitor query's cost (the

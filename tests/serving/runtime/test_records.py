@@ -159,7 +159,7 @@ class _AwayMonitor:
                     await owner.stage.ingest(batch, batch_id)
                     await asyncio.sleep(3600)  # the answer is lost: the sender's timeout fires
                 if len(owner.calls) <= lost_answers + refused:
-                    raise RuntimeError("no running replica of the monitor")
+                    raise ConnectionError("no running replica of the monitor")
                 return await owner.stage.ingest(batch, batch_id)
 
         self.ingest = _Ingest()
@@ -193,9 +193,64 @@ def test_a_monitor_away_for_a_while_gets_every_record_once():
     assert first_id.startswith("ingress-a:") and monitor.calls[:6] == [first_id] * 6  # one batch, tried 6 times
 
 
+def test_a_close_cut_short_counts_what_it_could_not_send_and_leaves_no_task():
+    """The ingress gives close() a bounded time; cut short while a send hangs, every record is
+    still counted (dropped) and no retry of the buffer outlives it."""
+    monitor = _StuckMonitor()
+
+    async def run() -> tuple[RecordBuffer, int]:
+        buffer = RecordBuffer(monitor, CONFIG, flush_rows=10, flush_delay_s=60.0, send_timeout_s=30.0)
+        buffer.add(_columns(_frame(10)))  # a send starts and hangs
+        buffer.add(_columns(_frame(3, seed=2)))
+        await asyncio.sleep(0.01)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(buffer.close(), 0.05)
+        await asyncio.sleep(0.01)
+        return buffer, sum(not t.done() for t in buffer._tasks)
+
+    buffer, alive = asyncio.run(run())
+    assert alive == 0 and buffer.dropped == 13 and buffer.sent == 0
+
+
+def test_a_batch_the_monitor_fails_on_every_time_is_dropped_not_retried_forever():
+    """An error the monitor raises on one batch (not its absence) is tried MAX_FAILED_TRIES
+    times, then that batch is counted as dropped and the records behind it go on."""
+    from serving.runtime.records import MAX_FAILED_TRIES
+
+    tried: list[str] = []
+    delivered: list[int] = []
+
+    class _Ingest:
+        async def remote(_, batch, batch_id=None):
+            tried.append(batch_id)
+            if batch_id.endswith(":0"):
+                raise ValueError("the monitor cannot take this batch")
+            delivered.append(len(batch))
+            return {"rejected": 0}
+
+    monitor = type("M", (), {"ingest": _Ingest()})()
+    drops: dict[str, int] = {}
+
+    async def run() -> RecordBuffer:
+        buffer = RecordBuffer(monitor, CONFIG, flush_rows=10, flush_delay_s=0.01, retry_first_s=0.01,
+                              retry_max_s=0.02, sender="s",
+                              on_drop=lambda reason, n: drops.__setitem__(reason, drops.get(reason, 0) + n))
+        buffer.add(_columns(_frame(10)))
+        await asyncio.sleep(0.2)
+        buffer.add(_columns(_frame(7, seed=1)))
+        await asyncio.sleep(0.1)
+        await buffer.close()
+        return buffer
+
+    buffer = asyncio.run(run())
+    assert tried.count("s:0") == MAX_FAILED_TRIES and drops == {"send_failed": 10}
+    assert delivered == [7] and buffer.sent == 7
+
+
 def test_a_batch_with_a_refused_row_sent_twice_is_ingested_once():
-    """The halves of a batch the monitor refuses carry ids of their own: a copy halves the
-    same way and every good row is skipped the second time."""
+    """A batch the monitor refuses is halved down to its bad rows, then its id is recorded
+    alone: a copy is skipped whole, and the pieces add no ids (4,000 rows with every third one
+    bad would have added 2,016, pushing other senders' ids out of the 1,024 remembered)."""
     from serving.runtime.replicas import MonitorStage, ingest_row_by_row_on_error
 
     stage = MonitorStage.func_or_class({"attributes": ["region"], "metrics": ["latency_ms"]})
@@ -205,8 +260,15 @@ def test_a_batch_with_a_refused_row_sent_twice_is_ingested_once():
     kept, rejected, _, fresh = ingest_row_by_row_on_error(stage.monitor, frame, "s:0")
     assert (kept, rejected, fresh) == (99, 1, None)
     kept, rejected, _, fresh = ingest_row_by_row_on_error(stage.monitor, frame, "s:0")
-    assert (kept, rejected) == (0, 1) and fresh.tolist() == [i == 37 for i in range(100)]
-    assert stage.monitor.stats()["rows_ingested"] == 99
+    assert (kept, rejected) == (0, 0) and not fresh.any()
+    assert stage.monitor.stats()["rows_ingested"] == 99 and stage.monitor.stats()["duplicate_batches"] == 1
+    many_bad = pd.DataFrame({"region": ["eu"] * 300, "latency_ms": [float(i) for i in range(300)]}).astype(object)
+    many_bad.loc[::3, "latency_ms"] = "oops"
+    stage.monitor.ingest(frame.iloc[:1].astype({"latency_ms": float}), batch_id="other:0")
+    kept, rejected, _, _ = ingest_row_by_row_on_error(stage.monitor, many_bad, "s:1")
+    assert (kept, rejected) == (200, 100)
+    assert stage.monitor.ingest(frame.iloc[:1].astype({"latency_ms": float}), batch_id="other:0").duplicate
+    assert ingest_row_by_row_on_error(stage.monitor, many_bad, "s:1")[:2] == (0, 0)
 
 
 class _SlowMonitor:
