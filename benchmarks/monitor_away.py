@@ -77,15 +77,10 @@ def metric_sums(url: str) -> dict[str, float]:
 
 def monitor_pid(app: str) -> int:
     """The process of ``app``'s monitor replica (Ray names a replica's worker process after it)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                title = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
-            except OSError:
-                continue
-            if title.startswith(f"ray::ServeReplica:{app}-monitor:"):
-                found.append(int(entry.name))
+    from serving.core.procstat import process_cpu
+
+    found = [pid for pid, (command, _) in process_cpu().items()
+             if command.startswith(f"ray::ServeReplica:{app}-monitor:")]
     if len(found) != 1:
         raise RuntimeError(f"expected one monitor replica process of {app}, found {found}")
     return found[0]

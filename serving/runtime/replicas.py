@@ -284,9 +284,11 @@ class MonitorStage:
         total ingested, how many of these rows were rejected and the first reason, and how many
         were skipped as already ingested."""
         def both() -> tuple[int, int, str | None, int]:  # one thread hop: the monitor, then the label join
-            kept, rejected, why, fresh = ingest_row_by_row_on_error(self.monitor, records, batch_id)
-            self.feedback.served(records if fresh is None else records[fresh])
-            return kept, rejected, why, 0 if fresh is None else int(len(fresh) - fresh.sum())
+            kept, rejected, why, duplicate = ingest_row_by_row_on_error(self.monitor, records, batch_id)
+            if duplicate:  # the label join has these rows from the earlier try
+                return 0, 0, None, len(records)
+            self.feedback.served(records)
+            return kept, rejected, why, 0
 
         async with self.lock:
             kept, rejected, why, duplicate = await asyncio.to_thread(both)
@@ -387,14 +389,13 @@ class MonitorStage:
 
 
 def ingest_row_by_row_on_error(monitor: Any, records: pd.DataFrame, batch_id: str | None = None,
-                               ) -> tuple[int, int, str | None, np.ndarray | None]:
+                               ) -> tuple[int, int, str | None, bool]:
     """``monitor.ingest(records, batch_id=...)``; when the monitor refuses the batch
     (``drift.SchemaError``: it validates before it changes any state), the batch is halved
     until the refused rows stand alone, so k bad rows cost O(k log n) calls and every good row
     is kept; then the batch's id is recorded alone (an empty ingest under it), so a batch sent
     again is skipped whole, however many pieces it was ingested in. Returns (rows kept, rows
-    rejected, the first refusal's text, the mask of rows not skipped as already ingested: None
-    when none was skipped)."""
+    rejected, the first refusal's text, whether the batch was skipped as already ingested)."""
     from drift import SchemaError
 
     try:
@@ -403,10 +404,10 @@ def ingest_row_by_row_on_error(monitor: Any, records: pd.DataFrame, batch_id: st
         kept, rejected, why = _ingest_halves(monitor, records)
         if batch_id is not None:
             monitor.ingest(records.iloc[:0], batch_id=batch_id)
-        return kept, rejected, why, None
+        return kept, rejected, why, False
     if getattr(receipt, "duplicate", False):
-        return 0, 0, None, np.zeros(len(records), dtype=bool)
-    return len(records), 0, None, None
+        return 0, 0, None, True
+    return len(records), 0, None, False
 
 
 def _ingest_halves(monitor: Any, records: pd.DataFrame) -> tuple[int, int, str | None]:

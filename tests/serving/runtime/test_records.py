@@ -257,10 +257,10 @@ def test_a_batch_with_a_refused_row_sent_twice_is_ingested_once():
     frame = pd.DataFrame({"region": ["eu", "us"] * 50, "latency_ms": [float(i) for i in range(100)]})
     frame["latency_ms"] = frame["latency_ms"].astype(object)
     frame.loc[37, "latency_ms"] = "oops"
-    kept, rejected, _, fresh = ingest_row_by_row_on_error(stage.monitor, frame, "s:0")
-    assert (kept, rejected, fresh) == (99, 1, None)
-    kept, rejected, _, fresh = ingest_row_by_row_on_error(stage.monitor, frame, "s:0")
-    assert (kept, rejected) == (0, 0) and not fresh.any()
+    kept, rejected, _, duplicate = ingest_row_by_row_on_error(stage.monitor, frame, "s:0")
+    assert (kept, rejected, duplicate) == (99, 1, False)
+    kept, rejected, _, duplicate = ingest_row_by_row_on_error(stage.monitor, frame, "s:0")
+    assert (kept, rejected) == (0, 0) and duplicate
     assert stage.monitor.stats()["rows_ingested"] == 99 and stage.monitor.stats()["duplicate_batches"] == 1
     many_bad = pd.DataFrame({"region": ["eu"] * 300, "latency_ms": [float(i) for i in range(300)]}).astype(object)
     many_bad.loc[::3, "latency_ms"] = "oops"
@@ -374,5 +374,5 @@ def test_a_row_the_monitor_refuses_is_rejected_alone_and_counted():
 
     buffer = asyncio.run(run())
     assert drops == {"rejected": 1} and buffer.sent == 99 and stage.ingested == 99
-    kept, rejected, why, fresh = ingest_row_by_row_on_error(stage.monitor, frame.iloc[30:40])
-    assert (kept, rejected, fresh) == (9, 1, None) and "latency_ms" in why
+    kept, rejected, why, duplicate = ingest_row_by_row_on_error(stage.monitor, frame.iloc[30:40])
+    assert (kept, rejected, duplicate) == (9, 1, False) and "latency_ms" in why
