@@ -1,7 +1,7 @@
 """The shared-cluster mechanisms in the apps ``serving.deploy`` builds, against stock Ray Serve,
 on three raylets of this machine.
 
-    python -m benchmarks.deploy_cluster [--sections routing,hedging,autoscaling] [--workload toxic] [--repeats 3]
+    python -m benchmarks.deploy_cluster [--sections routing,hedging,autoscaling,pools] [--workload toxic] [--repeats 3]
                                         [--json PATH]
 
 **routing**: the cluster (``ray.cluster_utils.Cluster``): the head (3 logical CPUs; every app's
@@ -35,6 +35,11 @@ apps, ``hedging=True`` and no copies at all; per round, alternating, open-loop P
 ``--hedge-rate`` for ``--hedge-requests`` requests per phase, the straggler off and on: p99s,
 and the extra work hedging costs (rows computed per request answered, over the unhedged app's).
 
+**pools** (:mod:`benchmarks._deploy_pools`): the model stages on two emulated node pools that
+differ 2-4x per stage, placed by ``deploy(pools=...)`` (the LP's replicas per (stage, pool), a
+deployment per pool) against stock Serve given the same replicas per stage: rows/s, and the LP's
+prediction beside the measured rate.
+
 **autoscaling** (:mod:`benchmarks._deploy_autoscale`): the planner as Serve's autoscaler against
 Serve's default policy on a bursty trace (x1 -> x4 -> x1), one emulated device of a fixed speed:
 SLO violations and replica-seconds.
@@ -46,13 +51,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 ROUTING_APPS = {"capacity": {"router": "capacity"}, "stock_serve": {"router": "serve", "lost_after_s": None}}
@@ -72,7 +78,7 @@ ROWS_PER_REQUEST = 32
 SETTLE_S = 35.0
 #: seconds into the silent phase when the replica is frozen
 FREEZE_AFTER_S = 2.0
-SECTIONS = ("routing", "hedging", "autoscaling")
+SECTIONS = ("routing", "hedging", "autoscaling", "pools")
 #: logical CPUs of the head (the workers have 1): every app's ingress asks INGRESS_CPUS, more
 #: than a worker has, so each app's ingress runs on the head, not wherever Serve puts it first
 HEAD_CPUS = 3
@@ -117,21 +123,18 @@ def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args, *
     return out
 
 
-def with_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]], opt: Any,
-                 apps: dict[str, dict[str, Any]], args, run: Callable[[dict[str, Any]], dict[str, Any]],
-                 head_cpus: float = HEAD_CPUS, **deploy_kw: Any) -> dict:
-    """``run(apps)`` on a fresh cluster (the apps deployed by :func:`deploy_apps`, given
-    ``deploy_kw``); a failure is recorded (with its cause), not raised."""
+@contextlib.contextmanager
+def fresh_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]],
+                  head_cpus: float = HEAD_CPUS) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """A fresh cluster (:func:`start_cluster`) and a dict for the apps deployed on it: they, Serve,
+    Ray and the cluster are shut down on the way out."""
     import ray
     from ray import serve
 
     cluster = start_cluster(head_labels, worker_labels, head_cpus)
     deployed: dict[str, Any] = {}
     try:
-        deployed = deploy_apps(opt, cluster, apps, args, **deploy_kw)
-        return run(deployed)
-    except Exception as exc:  # one section failing leaves the others to run
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        yield cluster, deployed
     finally:
         for app in deployed.values():
             try:
@@ -141,6 +144,19 @@ def with_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]
         serve.shutdown()
         ray.shutdown()
         cluster.shutdown()
+
+
+def with_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]], opt: Any,
+                 apps: dict[str, dict[str, Any]], args, run: Callable[[dict[str, Any]], dict[str, Any]],
+                 head_cpus: float = HEAD_CPUS, **deploy_kw: Any) -> dict:
+    """``run(apps)`` on a fresh cluster (the apps deployed by :func:`deploy_apps`, given
+    ``deploy_kw``); a failure is recorded (with its cause), not raised."""
+    try:
+        with fresh_cluster(head_labels, worker_labels, head_cpus) as (cluster, deployed):
+            deployed.update(deploy_apps(opt, cluster, apps, args, **deploy_kw))
+            return run(deployed)
+    except Exception as exc:  # one section failing leaves the others to run
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def replicas_of(app: str, deployment: str) -> list[Any]:
@@ -237,6 +253,17 @@ def routing(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
                         [{SLOWDOWN_LABEL: f"{slow:g}"}] * SLOW_NODES, opt, ROUTING_APPS, args, run)
 
 
+def _pair(value: str) -> tuple[float, float]:
+    """CHEAP,EXPENSIVE: two positive numbers."""
+    try:
+        cheap, expensive = (float(x) for x in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"two numbers, CHEAP,EXPENSIVE, got {value!r}") from None
+    if not min(cheap, expensive) > 0:
+        raise argparse.ArgumentTypeError(f"two numbers > 0, got {value!r}")
+    return cheap, expensive
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from benchmarks._deploy_autoscale import (
         AUTOSCALE_MAX,
@@ -253,6 +280,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         STRAGGLE_FACTOR,
         STRAGGLE_SHARE,
         hedging,
+    )
+    from benchmarks._deploy_pools import (
+        FAST_DEVICES,
+        POOL_CLIENTS,
+        POOL_MS_PER_ROW,
+        POOL_RATIOS,
+        SLOW_DEVICES,
+        pools,
     )
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -282,6 +317,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--autoscale-max", type=int, default=AUTOSCALE_MAX, help="most replicas per model stage")
     parser.add_argument("--autoscale-rounds", type=int, default=2, help="traces per app (order alternating)")
     parser.add_argument("--slo-ms", type=float, default=SLO_MS, help="the autoscaling section's latency SLO")
+    parser.add_argument("--pool-ratios", type=_pair, default=POOL_RATIOS, metavar="CHEAP,EXPENSIVE",
+                        help="the pools section's slow pool: device time over the fast pool's, per stage")
+    parser.add_argument("--pool-ms-per-row", type=_pair, default=POOL_MS_PER_ROW, metavar="CHEAP,EXPENSIVE",
+                        help="the pools section's fast pool: its emulated device's ms a row, per stage")
+    parser.add_argument("--pool-clients", type=int, default=POOL_CLIENTS, help="closed-loop clients, pools section")
+    parser.add_argument("--fast-devices", type=int, default=FAST_DEVICES, help="replica slots of the fast pool")
+    parser.add_argument("--slow-devices", type=int, default=SLOW_DEVICES, help="replica slots of the slow pool")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -289,10 +331,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--sections: a comma-separated list of {SECTIONS}, got {args.sections!r}")
     if min(args.rows_per_request, args.clients, args.seconds, args.freeze_s, args.replicas, args.repeats,
            args.hedge_rate, args.hedge_requests, args.autoscale_rate, args.autoscale_phase_s, args.autoscale_max,
-           args.autoscale_rounds, args.slo_ms, args.autoscale_ms_per_row) <= 0 \
-            or min(args.fast_slowdown, args.pool_ratio, args.straggle_factor, args.hedge_slowdown) < 1 \
+           args.autoscale_rounds, args.slo_ms, args.autoscale_ms_per_row, args.fast_devices,
+           args.slow_devices, args.pool_clients) <= 0 \
+            or min(args.fast_slowdown, args.pool_ratio, args.straggle_factor, args.hedge_slowdown,
+                   *args.pool_ratios) < 1 \
             or not 0 < args.straggle_share <= 1:
-        parser.error("counts, rates and durations must be positive; --fast-slowdown, --pool-ratio and "
+        parser.error("counts, rates and durations must be positive; --fast-slowdown, --pool-ratio(s) and "
                      "--straggle-factor >= 1; --straggle-share in (0, 1]")
     sys.stdout.reconfigure(line_buffering=True)
 
@@ -314,6 +358,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["hedging"] = hedging(opt, payloads, args)
     if "autoscaling" in sections:
         result["autoscaling"] = autoscaling(opt, payloads, args)
+    if "pools" in sections:
+        result["pools"] = pools(opt, payloads, args)
     result["load_after"] = os.getloadavg()[0]
     r = result.get("routing", {})
     if "capacity" in r:
@@ -341,6 +387,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(autoscale_summary(a))
     elif a:
         print(f"autoscaling failed: {a.get('error')}")
+    p = result.get("pools", {})
+    if "rows_per_s_over_stock" in p:
+        from benchmarks._deploy_pools import summary as pools_summary
+
+        print(pools_summary(p))
+    elif p:
+        print(f"pools failed: {p.get('error')}")
     print(f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after")
     if args.json:
         with open(args.json, "w") as f:

@@ -150,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--insitu", choices=INSITU, default="auto",
                        help="probe the running app for a few seconds and plan again from the CPU it measures "
                             "(default: where this machine can read every process of the app)")
+    serve.add_argument("--pools", type=_pools, default=None, metavar="JSON",
+                       help="node pools for the model stages' replicas, as JSON or a JSON file: e.g. "
+                            "'{\"fast\": {\"labels\": {\"pool\": \"fast\"}}, \"slow\": {\"resources\": "
+                            "[\"slow_pool\"]}}' (each stage is timed on each pool and placed by the LP)")
     _add_gear_arguments(serve)
     _add_request_arguments(serve)
     _add_plan_arguments(serve)
@@ -197,6 +201,23 @@ def _add_gear_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _gear_policy(args: argparse.Namespace) -> dict[str, Any] | None:
     return {"slo_ms": args.gear_slo_ms} if args.gear_slo_ms is not None else None
+
+
+def _pools(value: str) -> dict[str, Any]:
+    """``--pools``: a JSON object, or the path of a file holding one (checked by deploy)."""
+    text = value
+    if not value.lstrip().startswith("{"):
+        try:
+            text = Path(value).read_text()
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"--pools: neither a JSON object nor a readable file: {exc}") from None
+    try:
+        pools = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--pools: not valid JSON: {exc}") from None
+    if not isinstance(pools, dict):
+        raise argparse.ArgumentTypeError(f"--pools must be a JSON object of pools, got {type(pools).__name__}")
+    return pools
 
 
 def _lost_after(value: str) -> float | None:
@@ -422,7 +443,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             api_key=_api_key(args), gears=args.gears, gear_policy=_gear_policy(args), insitu=args.insitu,
             hedging=args.hedging, router=args.router, lost_after_s=args.lost_after_s,
             audit_rate=args.audit_rate, on_alarm=args.on_alarm,
-            log_format=args.log_format, tracing=_tracing(args),
+            log_format=args.log_format, tracing=_tracing(args), pools=args.pools,
         )
         print(app.plan, flush=True)
         for note in app.notes:

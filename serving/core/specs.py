@@ -79,6 +79,11 @@ class ChainStageSpec(BaseModel):
     blocks: tuple[int, int]
 
 
+def pool_deployment(app: str, stage: str, pool: str) -> str:
+    """The Serve deployment of ``stage``'s replicas on node pool ``pool`` (``deploy(pools=...)``)."""
+    return f"{app}-{stage}-{pool}"
+
+
 class ModuleChainSpec(BaseModel):
     """A module group served as a chain of partition stages (``deploy(module_memory=...)``)."""
 
@@ -203,6 +208,9 @@ class IngressConfig(BaseModel):
     gears: dict[str, Any] | None = None
     hedging: dict[str, Any] | None = None
     lost_after_s: float | None = Field(default=LOST_AFTER_S, gt=0)
+    #: stages served by a deployment per node pool (``deploy(pools=...)``): stage -> {"rates": rows/s
+    #: of one replica per pool, "replicas": per pool} (None: none)
+    pools: dict[str, dict[str, Any]] | None = None
     #: the live audit (:class:`serving.runtime.audit.LiveAudit`): rate, the full level's index per
     #: gear, the request attributes followed as segments (None: no audit)
     audit: dict[str, Any] | None = None

@@ -53,6 +53,7 @@ from serving.launch.module_chains import (
     free_after_chains,
     plan_module_chains,
 )
+from serving.launch.pools import place_on_pools
 from serving.launch.proxy import (
     PROXIES,
     TRANSPORTS,
@@ -71,6 +72,7 @@ from serving.planning.planner import (
     placement_problem,
     plan_layouts,
 )
+from serving.planning.pools import check_pools
 from serving.runtime.audit import resolve_audit_rate
 from serving.runtime.gears import check_gears, gear_info
 from serving.runtime.hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_QUANTILE
@@ -271,6 +273,7 @@ def deploy(
     on_alarm: str = "alert",
     log_format: str = "text",
     tracing: bool | dict[str, Any] = False,
+    pools: dict[str, dict[str, Any]] | None = None,
 ) -> ServingApp:
     """Deploy on Ray Serve at ``http://host:port/<name>``.
 
@@ -354,6 +357,15 @@ def deploy(
     inside a request); ``access_log=True`` adds a line per request (off by default: it costs
     the ingress a large share of its CPU, and /metrics counts requests and latencies).
 
+    Node pools (``pools``, e.g. ``{"a10g": {"labels": {"pool": "a10g"}}, "t4": {"labels": {"pool":
+    "t4"}, "price": 0.4}}``: nodes named by node labels or by custom resources they carry): each
+    model stage's replica is timed on each pool, and the heterogeneity LP chooses replicas per
+    (stage, pool): the highest rate the pools hold, or with ``rps`` the cheapest at the planner's
+    headroom (``price`` per replica, default 1; ``max_replicas`` caps a pool). Each (stage, pool)
+    is a deployment of its own pinned to the pool; the ingress sends each call to the pool where it
+    would wait least, and none to a pool whose replicas are all gone
+    (:mod:`serving.launch.pools`, :mod:`serving.runtime.pools`). Not with ``min_replicas``.
+
     In situ (``insitu``, :mod:`serving.measure.insitu`): once the app runs, a probe of
     ``DEPLOY_PROBE_CLIENTS`` closed-loop clients sends it the sample rows for a few seconds
     while every process's CPU is read from /proc; a plan made here is made again with each
@@ -376,6 +388,10 @@ def deploy(
                      deadline_ms, rows_per_request, insitu)
     if autoscaler not in AUTOSCALERS:
         raise ValueError(f"autoscaler must be one of {AUTOSCALERS}, got {autoscaler!r}")
+    pool_specs = check_pools(pools) if pools is not None else None
+    if pool_specs and min_replicas is not None:
+        raise ValueError("pools: replicas per node pool are the LP's, not an autoscaler's: drop min_replicas "
+                         "(autoscaling per pool is not built)")
     if autoscaler == "planner" and min_replicas is None:
         raise ValueError("autoscaler='planner' picks an autoscaled stage's replicas: give min_replicas "
                          "(autoscaling is off without it)")
@@ -413,7 +429,8 @@ def deploy(
         notes += [audit_note] if audit_note else []
         on_alarm = check_on_alarm(on_alarm, audit_rate)
         whole = (specs[0].name == WHOLE_STAGE) if plan is not None else layout == "whole"
-        layout = _cascade_layout(layout, plan, whole, min_replicas, use_gpu, degrade or bool(hedge_spec))
+        layout = _cascade_layout(layout, plan, whole, min_replicas, use_gpu,
+                                 degrade or bool(hedge_spec) or bool(pool_specs))
         host = cluster.listen_host(host, len(nodes))
         allowed_hosts = list(LOOPBACK_HOSTS) if host in LOOPBACK_HOSTS else None
         if allowed_hosts is None and api_key is None:
@@ -447,14 +464,22 @@ def deploy(
         def plan_on(where: list) -> Plan:
             costs = measure_costs(calibrate, base, where, front=front,
                                   transport=running_transport() if started else transport)
-            return make_plan(opt, source, specs, where, costs, cpus=cpus, use_gpu=use_gpu, baseline=baseline,
+            made = make_plan(opt, source, specs, where, costs, cpus=cpus, use_gpu=use_gpu, baseline=baseline,
                              runtime=runtime, rps=rps, p99_ms=p99_ms, rows_per_request=rows_per_request,
-                             monitor=monitor, layout="fused" if chains and layout == "auto" else layout,
+                             monitor=monitor,
+                             layout="fused" if chains and layout == "auto" else layout,
                              gpu_nodes=free_now)
+            if pool_specs:
+                place_on_pools(made, source, specs_of(opt, baseline, made), pool_specs, where,
+                               target_rows_s=rps * rows_per_request if rps else None)
+            return made
 
         if plan is None:
             plan = plan_on(nodes)
             specs = specs_of(opt, baseline, plan)
+        elif pool_specs:
+            place_on_pools(plan, source, specs, pool_specs, nodes,
+                           target_rows_s=rps * rows_per_request if rps else None)
         _settle_plan(plan, nodes, made_here, max_batch_size, batch_wait_timeout_s)
         surge_percent = HANDOVER_SURGE_PERCENT
         if old.apps:
@@ -477,7 +502,8 @@ def deploy(
                               f"deployments ({why}): Serve stops old replicas before it starts their "
                               "replacements, so a deployment of one replica answers nothing while its "
                               "replacement starts", stacklevel=2)
-        probe_why = probe_blocked(insitu, nodes, min_replicas)
+        probe_why = probe_blocked(insitu, nodes, min_replicas) if not pool_specs else (
+            "the replicas per node pool are the LP's, from rates measured on each pool")
         token = secrets.token_hex(16) if probe_why is None else None
         spec = AppSpec(
             name=name, artifact=vars(source).copy(), plan=plan.to_dict(), baseline=baseline,
@@ -636,7 +662,7 @@ def _cascade_layout(layout: str, plan: Plan | None, whole: bool, min_replicas: i
     :func:`~serving.planning.planner.plan_layouts`), and is "staged" when the stages autoscale,
     "fused" when a later stage is on a GPU or is wanted (``later_stage_wanted``: degradation
     answers from the cheap level when the expensive stage is late, hedging re-sends calls to it:
-    the whole cascade in the ingress has no such stage). ``whole``: the layout asked for, or the
+    the whole cascade in the ingress has no such stage; node pools place it). ``whole``: the layout asked for, or the
     given plan's stages, run every level in the ingress."""
     if whole and (use_gpu or min_replicas is not None):
         raise ValueError("layout='whole' runs every level in the ingress replicas, on CPU: not with a GPU stage "

@@ -27,11 +27,13 @@ from serving.core.specs import (
     IngressConfig,
     ModuleChainSpec,
     StageSpec,
+    pool_deployment,
     stage_specs,
     whole_cascade,
 )
 from serving.planning.autoscale import policy_config
 from serving.planning.planner import Plan
+from serving.planning.pools import specs_of_entry
 from serving.runtime.calls import default_deadline_s
 from serving.runtime.gears import ladder
 from serving.runtime.records import REQUEST_COLUMN, build_records
@@ -182,10 +184,9 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
             continue
         sp = plan.stage(stage_spec.name)
         on_gpu = sp.device == "gpu"
-        options = stage_options(spec, plan, stage_spec.name)
         fallback = degrade and i == 0
         chains = chain_apps(name, spec.module_chains, module_groups(opt, stage_spec), spec.surge_percent)
-        handles.append(ModelStage.options(**options).bind(
+        bound = {pool: ModelStage.options(**options).bind(
             ArtifactSource(**spec.artifact), stage_spec, baseline=spec.baseline,
             device="cuda" if on_gpu else "cpu", runtime=spec.runtime,
             batching=spec.batching, max_batch_size=sp.max_batch_size,
@@ -193,7 +194,9 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
             module_chains=chains,
             # a module chain waits on its partition stages (a blocking call): never on the event loop
             inline=runs_inline(plan, stage_spec.name) and not on_gpu and chains is None,
-        ))
+        ) for pool, options in stage_deployments(spec, plan, stage_spec.name)}
+        # a stage on node pools: a deployment per pool, called as one (serving.runtime.pools)
+        handles.append(bound[None] if None in bound else bound)
     schema = row_schema(opt, record_config)
     deadline_s = _deadline_s(spec, plan)
     config = IngressConfig(
@@ -222,6 +225,7 @@ def build_app(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = No
         hedging=spec.hedging,
         lost_after_s=spec.lost_after_s,
         audit=audit_settings(spec, opt, record_config),
+        pools=ingress_pools(plan),
         unbuffered_logs=spec.access_log or spec.log_format == "json",
     )
     local_first = None
@@ -247,6 +251,32 @@ def ingress_user_config(spec: AppSpec, opt: OptimizedPipeline, plan: Plan) -> di
             "max_in_flight": int(spec.max_in_flight or plan.ingress_max_in_flight), "gear": "auto",
             "hedging": bool(spec.hedging), "lost_after_s": spec.lost_after_s,
             "audit_rate": float(spec.audit_rate) if audited else 0.0, "on_alarm": spec.on_alarm}
+
+
+def ingress_pools(plan: Plan) -> dict[str, dict[str, Any]] | None:
+    """What the ingress needs of the node pools: per pooled stage, one replica's rows/s and the
+    replicas on each pool (None: no stage on pools)."""
+    replicas = plan.pools.get("replicas") if plan.pools else None
+    if not replicas:
+        return None
+    return {stage: {"rates": {p: plan.pools["rates"][stage][p] for p in by_pool}, "replicas": dict(by_pool)}
+            for stage, by_pool in replicas.items()}
+
+
+def stage_deployments(spec: AppSpec, plan: Plan, stage: str) -> list[tuple[str | None, dict[str, Any]]]:
+    """A model stage's deployments and their Serve options: one (pool None), or one per node pool
+    the plan gives it replicas on, pinned there."""
+    by_pool = plan.pools.get("replicas", {}).get(stage) if plan.pools else None
+    if not by_pool:
+        return [(None, stage_options(spec, plan, stage))]
+    pools = {p.name: p for p in specs_of_entry(plan.pools)}
+    out = []
+    for pool, n in by_pool.items():
+        options = stage_options(spec, plan, stage)
+        options["name"], options["num_replicas"] = pool_deployment(spec.name, stage, pool), int(n)
+        options["ray_actor_options"] = {**options["ray_actor_options"], **pools[pool].actor_options()}
+        out.append((pool, options))
+    return out
 
 
 def stage_options(spec: AppSpec, plan: Plan, stage: str) -> dict[str, Any]:
@@ -309,7 +339,8 @@ def deployment_overrides(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline 
     plan = Plan.from_dict(spec.plan)
     specs = specs_of(opt, spec.baseline, plan)
     fused = plan.layout == "fused" and (len(specs) > 1 or specs[0].name == WHOLE_STAGE)
-    stages = [stage_options(spec, plan, s.name) for i, s in enumerate(specs) if not (fused and i == 0)]
+    stages = [options for i, s in enumerate(specs) if not (fused and i == 0)
+              for _, options in stage_deployments(spec, plan, s.name)]
     return [ingress_options(spec, plan, spec.max_in_flight or plan.ingress_max_in_flight,
                             ingress_user_config(spec, opt, plan)), *stages]
 

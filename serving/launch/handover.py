@@ -25,6 +25,7 @@ from typing import Any
 from serving.core.constants import HANDOVER_SURGE_PERCENT
 from serving.core.profiles import NodeSpec
 from serving.core.running_apps import Running, started_first
+from serving.core.specs import pool_deployment
 from serving.launch.graph import chain_role
 from serving.planning import costmodel
 
@@ -33,7 +34,10 @@ def new_deployments(name: str, plan: Any, chains: dict[str, Any] | None) -> dict
     """The app's deployments (less the monitor) as Serve names them: (replicas, CPUs, GPUs) each."""
     out = {f"{name}-ingress": (plan.ingress_replicas, plan.ingress_cpus, 0.0)}
     for s in plan.remote_stages():
-        out[f"{name}-{s.name}"] = (s.replicas, s.num_cpus, s.num_gpus if s.device == "gpu" else 0.0)
+        by_pool = plan.pools.get("replicas", {}).get(s.name) if plan.pools else None
+        for pool, n in (by_pool or {None: s.replicas}).items():
+            deployment = f"{name}-{s.name}" if pool is None else pool_deployment(name, s.name, pool)
+            out[deployment] = (n, s.num_cpus, s.num_gpus if s.device == "gpu" else 0.0)
     for group, chain in (chains or {}).items():
         for k, stage in enumerate(chain.stages):
             out[f"{name}-{chain_role(group, k)}"] = (stage.replicas, chain.num_cpus, chain.num_gpus)

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from serving.core.jsonsafe import clean
+
 _settled = 0
 
 
@@ -226,12 +228,13 @@ def in_process(opt: Any, frames: Sequence[Any], rows_each: int, *, duration: flo
 
 
 def payloads(X: Any, rows_each: int, limit: int = 400) -> tuple[list[bytes], list[Any]]:
-    """JSON bodies of ``rows_each`` consecutive rows of X, and the same rows as frames."""
+    """JSON bodies of ``rows_each`` consecutive rows of X, and the same rows as frames. A missing
+    value is sent as ``null``, as a client sends it (``NaN`` is not JSON: the app refuses it)."""
     out, frames = [], []
     for start in range(0, min(len(X), rows_each * limit), rows_each):
         frame = X.iloc[start:start + rows_each]
         if len(frame) < rows_each:
             break
-        out.append(json.dumps({"rows": frame.to_dict("records")}).encode())
+        out.append(json.dumps(clean({"rows": frame.to_dict("records")})).encode())
         frames.append(frame.reset_index(drop=True))
     return out, frames

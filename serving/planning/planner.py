@@ -135,6 +135,9 @@ class Plan:
     #: group, which the planner and the simulation apply), the probe's load and figures, and
     #: what the plan predicted before; empty when no probe ran
     in_situ: dict[str, Any] = field(default_factory=dict)
+    #: stages with a deployment per node pool (serving.planning.pools.pools_entry): the pools, their
+    #: nodes, the rows/s measured per (stage, pool), replicas and split per stage; empty: none
+    pools: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ingress_processes(self) -> int:
@@ -186,6 +189,9 @@ class Plan:
                 f"{s.name:<12} {s.replicas:>8}  {s.max_batch_size:>5}  {1e3 * s.batch_wait_timeout_s:>7.2f}"
                 f"  {s.num_cpus:>4.2f}  {s.num_gpus:>4.2f}  {s.device:<6}  {self.cpu_ms.get(s.name, 0.0):>6.2f}"
             )
+            for pool, n in self.pools.get("replicas", {}).get(s.name, {}).items():
+                rate = self.pools["rates"][s.name][pool]
+                lines.append(f"  on pool {pool}: {n} replica(s), {rate:.0f} rows/s each (measured there)")
         lines.append(f"front (HTTP) {self.cpu_ms.get('front', 0.0):.2f} ms, Ray's own processes "
                      f"{self.cpu_ms.get('other', 0.0):.2f} ms of CPU per request")
         target = "max throughput" if self.target_rps is None else f"{self.target_rps:g} req/s"

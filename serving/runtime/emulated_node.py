@@ -4,6 +4,10 @@ core). Never set on a real cluster: without the labels a replica computes as it 
 
 * ``willump.io/emulated-slowdown`` = F: every batch holds the replica F times its compute time,
   one batch at a time (a device F times slower, bound by its own time, not the shared cores).
+* ``willump.io/emulated-slowdown-<stage>`` = F and ``willump.io/emulated-ms-per-row-<stage>`` = M:
+  the same for one stage's replicas only (e.g. ``...-expensive``), in place of the node's own:
+  node types whose speeds differ from stage to stage, as a GPU speeds a deep model more than a
+  TF-IDF level.
 * ``willump.io/emulated-ms-per-row`` = M: every batch holds the replica at least M ms a row,
   one batch at a time (a device of a fixed speed, whatever load this machine's cores carry:
   with the slowdown alone, a busy machine stretches the compute time and the device with it).
@@ -72,8 +76,8 @@ class NodeEmulation:
                 "straggle_share": self.straggle_share}
 
 
-def node_emulation(seed: int = 0) -> NodeEmulation:
-    """This node's emulation (none outside Ray or without the labels)."""
+def node_emulation(seed: int = 0, stage: str | None = None) -> NodeEmulation:
+    """This node's emulation for a replica of ``stage`` (none outside Ray or without the labels)."""
     try:
         import ray
 
@@ -82,6 +86,9 @@ def node_emulation(seed: int = 0) -> NodeEmulation:
         labels = ray.get_runtime_context().get_node_labels()
     except Exception:  # outside Ray
         return NodeEmulation()
-    return NodeEmulation(_label(labels, SLOWDOWN_LABEL, 1.0), _label(labels, STRAGGLE_FACTOR_LABEL, 1.0),
-                         _label(labels, STRAGGLE_SHARE_LABEL, 0.0), seed=seed,
-                         ms_per_row=_label(labels, MS_PER_ROW_LABEL, 0.0))
+    slowdown, ms_per_row = _label(labels, SLOWDOWN_LABEL, 1.0), _label(labels, MS_PER_ROW_LABEL, 0.0)
+    if stage is not None:
+        slowdown = _label(labels, f"{SLOWDOWN_LABEL}-{stage}", slowdown)
+        ms_per_row = _label(labels, f"{MS_PER_ROW_LABEL}-{stage}", ms_per_row)
+    return NodeEmulation(slowdown, _label(labels, STRAGGLE_FACTOR_LABEL, 1.0),
+                         _label(labels, STRAGGLE_SHARE_LABEL, 0.0), seed=seed, ms_per_row=ms_per_row)

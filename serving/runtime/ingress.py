@@ -76,6 +76,7 @@ from serving.runtime.live_settings import current_settings, reconfigure
 from serving.runtime.metrics import ServingMetrics, exact_totals
 from serving.runtime.monitor_calls import MONITOR_QUERY_S, ingress_audit, monitor_query, post_labels
 from serving.runtime.oip import InferRequest, infer_answer
+from serving.runtime.pools import PooledStage, pooled_stage, stage_deployments
 from serving.runtime.records import RecordBuffer, record_columns
 from serving.runtime.replicas import LocalStage, replica_id
 from serving.runtime.routing import any_silent
@@ -116,7 +117,14 @@ class Ingress(HttpEdge):
         self.stage_names = list(config.stages)
         #: the traced request's span per stage (serving.runtime.spans), named once
         self.stage_spans = [f"willump.stage {s}" for s in self.stage_names]
+        # a stage with a deployment per node pool (deploy(pools=...)) is called as one handle
+        names = [*self.stage_names, None][:2]
+        first, second = (pooled_stage(target, (config.pools or {}).get(stage))
+                         for stage, target in zip(names, (first, second), strict=True))
         self.first, self.second = first, second
+        #: Serve deployment -> (stage, pool or None): what the replica watch reports on
+        self.deployments = stage_deployments(self.name, self.stage_names, config.pools,
+                                             skip_first=isinstance(first, LocalStage))
         self.local = isinstance(first, LocalStage)
         self.version = config.model_version
         if config.unbuffered_logs:
@@ -158,7 +166,7 @@ class Ingress(HttpEdge):
                               enabled=bool(config.hedging), lost_after_s=config.lost_after_s,
                               on_rescue=lambda won, stage=stage: self.metrics.count(
                                   "willump_stage_rescues", stage=stage, won=str(won).lower()),
-                              silent=lambda stage=stage: any_silent(self.name, f"{self.name}-{stage}"))
+                              silent=lambda stage=stage: self._any_silent(stage))
             for i, stage in enumerate(self.stage_names) if not (i == 0 and self.local)}
         monitor = config.monitor
         self.monitor = LazyHandle("monitor", monitor["app"]) if monitor else None
@@ -215,10 +223,16 @@ class Ingress(HttpEdge):
         if isinstance(out, dict) and "seconds" in out:
             self.metrics.observe("willump_stage_compute_seconds", out["seconds"], stage=stage)
 
+    def _any_silent(self, stage: str) -> bool | None:
+        """Whether a replica of ``stage`` (of any of its pools) went silent; None where no capacity
+        router of its deployments runs in this process (serving.runtime.routing.any_silent)."""
+        seen = [any_silent(self.name, d) for d, (st, _) in self.deployments.items() if st == stage]
+        known = [s for s in seen if s is not None]
+        return any(known) if known else None
+
     def _start_watch(self) -> None:
         if self._watch is None and not all(c is None for c in (self.first, self.second)):
-            remote = [s for i, s in enumerate(self.stage_names) if not (i == 0 and self.local)]
-            self._watch = ReplicaWatch(self.name, [f"{self.name}-{s}" for s in remote], self._follow_replicas)
+            self._watch = ReplicaWatch(self.name, list(self.deployments), self._follow_replicas)
             self._watch.start()
 
             dashboard_of(self).start()  # its sampler: the dashboard has history when first opened
@@ -232,8 +246,14 @@ class Ingress(HttpEdge):
 
     def _follow_replicas(self, running: dict[str, int]) -> None:
         """Keep CONCURRENT_BATCHES calls in flight per running replica of each remote stage."""
+        per_stage: dict[str, int] = {}
         for deployment, count in running.items():
-            self.coalescers[deployment[len(self.name) + 1:]].limit = max(1, count) * CONCURRENT_BATCHES
+            stage, pool = self.deployments[deployment]
+            per_stage[stage] = per_stage.get(stage, 0) + count
+            if pool is not None:
+                (self.first if stage == self.stage_names[0] else self.second).set_running(pool, count)
+        for stage, count in per_stage.items():
+            self.coalescers[stage].limit = max(1, count) * CONCURRENT_BATCHES
 
     async def _parse(self, request: Request, model: type) -> tuple[Any, Any]:
         body = getattr(request.state, "body", None)
@@ -556,6 +576,12 @@ class Ingress(HttpEdge):
                     canary = getattr(target.runner, "canary", None)
                     stages[name] = {"canary": "none"} if canary is None else await asyncio.wait_for(
                         asyncio.to_thread(canary), READY_TIMEOUT_S)
+                elif isinstance(target, PooledStage):  # every pool's deployment answers for itself
+                    answers = await asyncio.wait_for(target.each("health"), READY_TIMEOUT_S)
+                    stages[name] = {pool: ({"error": f"{type(a).__name__}: {a}"[:500]} if isinstance(a, Exception)
+                                           else a) for pool, a in answers.items()}
+                    if any(isinstance(a, Exception) for a in answers.values()):
+                        stages[name]["error"] = "a pool's replicas do not answer"
                 else:
                     stages[name] = await asyncio.wait_for(target.health.remote(), READY_TIMEOUT_S)
             except Exception as exc:  # a stage that cannot answer is reported, never raised

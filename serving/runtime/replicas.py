@@ -107,7 +107,8 @@ class ModelStage:
         #: rows per busy second, reported to the callers' routers (serving.runtime.routing)
         self.meter = BusyMeter()
         #: an emulated device where this node's labels ask for one (tests and benchmarks only)
-        self.emulation = node_emulation(seed=zlib.crc32(self.replica.encode()))
+        self.emulation = node_emulation(seed=zlib.crc32(self.replica.encode()),
+                                        stage=getattr(getattr(self.runner, "spec", None), "name", None))
         self._emulated = asyncio.Lock() if self.emulation.active else None
 
     def record_routing_stats(self) -> dict[str, Any]:

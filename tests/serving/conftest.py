@@ -238,15 +238,16 @@ def handed_over(url: str, body: dict, hand_over, old_version: str, timeout: floa
     return seen
 
 
-def two_raylets(worker_labels: dict[str, str] | None = None):
+def two_raylets(worker_labels: dict[str, str] | None = None, head_labels: dict[str, str] | None = None):
     """A head and one worker raylet (2 CPUs each) on this machine, the dashboard on (Ray's state
-    API reads it), the worker with ``worker_labels``: for module fixtures, yields (cluster,
-    worker); Serve and Ray are shut down with it."""
+    API reads it), the worker with ``worker_labels`` and the head with ``head_labels``: for
+    module fixtures, yields (cluster, worker); Serve and Ray are shut down with it."""
     import ray
     from ray import serve
 
     release_worker_ray()  # two raylets of its own
-    c, (worker,) = raylets({"num_cpus": 2, "include_dashboard": True, "dashboard_port": free_port()},
+    head = {"num_cpus": 2, "include_dashboard": True, "dashboard_port": free_port()}
+    c, (worker,) = raylets({**head, "labels": head_labels} if head_labels else head,
                            [{"num_cpus": 2, "labels": worker_labels or {}}])
     try:
         yield c, worker

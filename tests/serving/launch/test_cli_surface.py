@@ -3,6 +3,7 @@ and exit codes that tell a usage error (2) from an error the message names (1)."
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -191,3 +192,18 @@ def test_a_built_monitor_gets_a_state_token_that_an_edited_config_keeps(synth_op
             app["args"]["monitor_state"]
         tokens.append(app["args"]["monitor_state"])
     assert all(TOKEN.match(t) for t in tokens) and tokens[0] != tokens[1]
+
+
+def test_pools_are_read_as_json_or_from_a_file(tmp_path, capsys):
+    from serving.cli import build_parser
+
+    pools = {"fast": {"labels": {"pool": "fast"}}, "slow": {"resources": ["slow_pool"]}}
+    args = build_parser().parse_args(["serve", "artifact", "--pools", json.dumps(pools)])
+    assert args.pools == pools
+    path = tmp_path / "pools.json"
+    path.write_text(json.dumps(pools))
+    assert build_parser().parse_args(["serve", "artifact", "--pools", str(path)]).pools == pools
+    for bad in ("{not json", str(tmp_path / "missing.json"), "[1, 2]"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", "artifact", "--pools", bad])
+        assert "--pools" in capsys.readouterr().err

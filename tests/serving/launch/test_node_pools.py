@@ -33,9 +33,13 @@ ROWS_PER_REQUEST = 16
 SLOWDOWN = 3
 
 
+#: the node label that names each raylet's pool (deploy(pools=...))
+POOL_LABEL = "willump.io/pool"
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    yield from two_raylets({SLOWDOWN_LABEL: str(SLOWDOWN)})
+    yield from two_raylets({SLOWDOWN_LABEL: str(SLOWDOWN), POOL_LABEL: "worker"}, head_labels={POOL_LABEL: "head"})
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +114,55 @@ def test_the_slower_replica_gets_fewer_rows(cluster, app, synth_opt, request_row
     # Serve's default router gives replicas with short queues about equal shares; by capacity
     # the replica three times as fast takes most of them
     assert rows["fast"] > 1.5 * rows["slow"], rows
+
+
+def test_a_stage_on_two_node_pools(cluster, synth_opt, request_rows):
+    """deploy(pools=...): the expensive stage's replica is timed on each pool (the worker's is an
+    emulated device three times slower), the LP's replicas are one deployment per pool pinned to
+    its node, and the ingress sends most of the stage's rows to the faster pool; every answer
+    equals the pipeline's in process."""
+    c, worker = cluster
+    head = c.head_node.node_id
+    plan = plan_offline(synth_opt, cpus=4, rows_per_request=32, rps=None, p99_ms=None, layout="fused", monitor=None)
+    plan.ingress_replicas, plan.ingress_cpus = 1, 0.3
+    plan.stage("expensive").num_cpus = 0.3
+    pools = {"head": {"labels": {POOL_LABEL: "head"}, "max_replicas": 1},
+             "worker": {"labels": {POOL_LABEL: "worker"}, "max_replicas": 1}}
+    served = deploy(synth_opt, name="pooled", port=free_port(), address=c.address, plan=plan, pools=pools,
+                    artifact_share="object_store", ship_code="always", insitu="never")
+    try:
+        entry = served.plan.pools
+        rates = entry["rates"]["expensive"]
+        print(f"rows/s of one expensive replica measured per pool: {rates}; replicas {entry['replicas']}")
+        assert entry["replicas"] == {"expensive": {"head": 1, "worker": 1}}
+        assert rates["head"] > rates["worker"], rates  # the emulated device is 3x slower
+        assert replica_nodes("pooled") == {"pooled-ingress": replica_nodes("pooled")["pooled-ingress"],
+                                           "pooled-expensive-head": {head},
+                                           "pooled-expensive-worker": {worker.node_id}}
+
+        def answered(results, timeout, message):
+            wait_for(lambda: sum(r[1] == 200 for r in results) >= 60, timeout=timeout, message=message)
+
+        results = _under_load(served, synth_opt, request_rows, answered, 180, "60 answers")
+        assert all(r[1] == 200 and r[2] for r in results), sorted({r[1] for r in results})
+        from ray import serve
+
+        rows = {pool: serve.get_deployment_handle(f"pooled-expensive-{pool}", "pooled").info.remote().result()["rows"]
+                for pool in ("head", "worker")}
+        print(f"rows answered by each pool's replica under load: {rows}")
+        assert rows["head"] > rows["worker"], rows
+        health = requests.get(served.url + "/readyz", timeout=30).json()
+        assert health["status"] == "ready" and set(health["stages"]["expensive"]) >= {"head", "worker"}, health
+    finally:
+        served.shutdown(stop_ray=False)
+
+
+def test_bad_pools_are_refused_before_anything_starts(synth_opt):
+    with pytest.raises(ValueError, match="drop min_replicas"):
+        deploy(synth_opt, name="refused", pools={"a": {"labels": {"p": "a"}}, "b": {"labels": {"p": "b"}}},
+               min_replicas=1)
+    with pytest.raises(ValueError, match=r"pools\['b'\] names no labels and no resources"):
+        deploy(synth_opt, name="refused", pools={"a": {"labels": {"p": "a"}}, "b": {}})
 
 
 #: seconds the silent replica stays frozen: longer than a request may take while it is (below),

@@ -264,3 +264,24 @@ def test_node_emulation_holds_and_straggles(tmp_path, monkeypatch):
     fixed = NodeEmulation(ms_per_row=2.0)
     assert fixed.active and fixed.hold_s(0.01, rows=32) == pytest.approx(0.064 - 0.01)
     assert fixed.hold_s(0.1, rows=32) == 0.0  # a machine slower than the device: the compute bounds it
+
+
+def test_a_node_can_emulate_a_device_whose_speed_differs_per_stage(monkeypatch):
+    """``willump.io/emulated-slowdown-<stage>`` (and ``-ms-per-row-<stage>``) override the node's
+    own for that stage only."""
+    import ray
+
+    from serving.runtime.emulated_node import MS_PER_ROW_LABEL, SLOWDOWN_LABEL, node_emulation
+
+    labels = {SLOWDOWN_LABEL: "2", f"{SLOWDOWN_LABEL}-expensive": "8", f"{MS_PER_ROW_LABEL}-cheap": "1.5"}
+
+    class Context:
+        def get_node_labels(self):
+            return labels
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
+    assert node_emulation().slowdown == 2.0
+    assert node_emulation(stage="cheap").slowdown == 2.0
+    assert node_emulation(stage="expensive").slowdown == 8.0
+    assert node_emulation(stage="cheap").ms_per_row == 1.5 and node_emulation(stage="expensive").ms_per_row == 0.0

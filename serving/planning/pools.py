@@ -1,0 +1,161 @@
+"""Node pools as deployments of their own: where each model stage's replicas go when the
+cluster has node types of different speed (``deploy(..., pools=...)``).
+
+A pool is a set of Ray nodes named the way a cluster operator names node groups: by node
+labels (Ray's ``label_selector``, e.g. ``{"willump.io/pool": "a10g"}``) or by a custom resource
+its nodes carry (each replica asks a sliver of it). Each stage replica's rows per second is
+measured on each pool (:mod:`serving.measure.pools`); the heterogeneity LP
+(:mod:`serving.planning.hetero`, Gavel's throughput matrix) then chooses replicas per (stage,
+pool): the highest rate the slots hold, or with ``rps`` the cheapest replicas (a price per
+pool, default 1 per replica) that cover it at the planner's headroom. Each (stage, pool) with
+replicas becomes one Serve deployment pinned to its pool, so Serve's own replica management,
+routing within the pool and rolling updates stay; the ingress splits a stage's calls over its
+pools by expected wait (:mod:`serving.runtime.pools`).
+
+Plain Python, no Ray: the plan keeps what it was made from (``Plan.pools``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from serving.planning.hetero import HeteroPlan, ThroughputMatrix, plan_max_rate, plan_min_cost
+
+#: a pool's name: it becomes part of its deployments' names
+POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,31}$")
+#: of a pool's custom resource, what each replica asks (a marker, not a capacity: the pool's
+#: size is its nodes' CPUs)
+POOL_RESOURCE_SHARE = 0.001
+POOL_KEYS = ("labels", "resources", "max_replicas", "price")
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One node pool: the nodes carrying every one of ``labels`` and every custom resource named
+    in ``resources``; at most ``max_replicas`` of this app's stage replicas (None: as many as its
+    nodes' free CPUs hold), ``price`` per replica (for ``rps`` plans)."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    resources: tuple[str, ...] = ()
+    max_replicas: int | None = None
+    price: float = 1.0
+
+    def actor_options(self) -> dict[str, Any]:
+        """What a replica of this pool adds to its ``ray_actor_options``."""
+        out: dict[str, Any] = {}
+        if self.labels:
+            out["label_selector"] = dict(self.labels)
+        if self.resources:
+            out["resources"] = {r: POOL_RESOURCE_SHARE for r in self.resources}
+        return out
+
+    def holds(self, labels: Mapping[str, Any], resources: Mapping[str, float]) -> bool:
+        """Whether a node with these labels and resources is in the pool."""
+        return (all(str(labels.get(k)) == v for k, v in self.labels.items())
+                and all(resources.get(r, 0) >= POOL_RESOURCE_SHARE for r in self.resources))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"labels": dict(self.labels), "resources": list(self.resources), "max_replicas": self.max_replicas,
+                "price": self.price}
+
+
+def check_pools(pools: Any) -> list[PoolSpec]:
+    """``deploy(pools=...)``: a mapping of at least two pool names to ``{"labels": {...}}`` and/or
+    ``{"resources": [...]}``, optionally ``max_replicas`` and ``price``. ValueError naming
+    ``pools`` and the entry that is wrong."""
+    if not isinstance(pools, Mapping) or len(pools) < 2:
+        raise ValueError(f"pools must map two or more pool names to their nodes' labels or resources, got {pools!r}")
+    out = []
+    for name, entry in pools.items():
+        where = f"pools[{name!r}]"
+        if not isinstance(name, str) or not POOL_NAME.match(name):
+            raise ValueError(f"{where}: a pool name is 1-32 lower-case letters, digits or '_', starting with a "
+                             "letter or digit")
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"{where} must be a dict with 'labels' and/or 'resources', got {entry!r}")
+        unknown = sorted(set(entry) - set(POOL_KEYS))
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {unknown} (known: {list(POOL_KEYS)})")
+        labels = entry.get("labels") or {}
+        if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and k and v
+                                                      for k, v in labels.items()):
+            raise ValueError(f"{where}['labels'] must map label names to values (strings), got {labels!r}")
+        resources = entry.get("resources") or ()
+        if isinstance(resources, str) or not all(isinstance(r, str) and r for r in resources):
+            raise ValueError(f"{where}['resources'] must be a list of custom resource names, got {resources!r}")
+        if not labels and not resources:
+            raise ValueError(f"{where} names no labels and no resources: it would hold every node")
+        cap = entry.get("max_replicas")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+            raise ValueError(f"{where}['max_replicas'] must be a whole number >= 0, got {cap!r}")
+        price = entry.get("price", 1.0)
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price < 0:
+            raise ValueError(f"{where}['price'] must be a number >= 0, got {price!r}")
+        out.append(PoolSpec(name, dict(labels), tuple(resources), cap, float(price)))
+    return out
+
+
+def pool_slots(pools: list[PoolSpec], free_cpus: Mapping[str, float], slot_cpus: float) -> dict[str, int]:
+    """Stage replicas each pool can hold: its nodes' free CPUs over a replica's, at most its
+    ``max_replicas``."""
+    if slot_cpus <= 0:
+        raise ValueError(f"slot_cpus must be > 0, got {slot_cpus!r}")
+    out = {}
+    for p in pools:
+        n = math.floor(free_cpus.get(p.name, 0.0) / slot_cpus + 1e-9)
+        out[p.name] = n if p.max_replicas is None else min(n, p.max_replicas)
+    return out
+
+
+def plan_pools(rates: Mapping[str, Mapping[str, float]], visits: Mapping[str, float], slots: Mapping[str, int],
+               pools: list[PoolSpec], *, target_rows_s: float | None = None,
+               utilization: float = 0.75) -> HeteroPlan:
+    """Replicas per (stage, pool) from ``rates[stage][pool]`` (rows per second one replica
+    sustains there) and ``visits[stage]`` (rows reaching the stage per row the app answers):
+    the highest app rate the ``slots`` hold, or with ``target_rows_s`` the cheapest replicas whose
+    capacity at ``utilization`` covers it. Raises ValueError naming what does not fit."""
+    matrix = ThroughputMatrix.from_dict({s: dict(r) for s, r in rates.items()}, dict(visits))
+    prices = {p.name: p.price for p in pools}
+    if target_rows_s is None:
+        return plan_max_rate(matrix, dict(slots), prices)
+    return plan_min_cost(matrix, dict(slots), prices, target_rows_s, utilization=utilization)
+
+
+def pools_entry(specs: list[PoolSpec], rates: Mapping[str, Mapping[str, float]], hetero: HeteroPlan,
+                nodes: Mapping[str, list[str]], slots: Mapping[str, int]) -> dict[str, Any]:
+    """What ``Plan.pools`` keeps: the pools, their nodes and slots, the measured rates, the
+    replicas and traffic split per stage, and the LP's predicted rows per second."""
+    replicas: dict[str, dict[str, int]] = {}
+    for (stage, pool), n in sorted(hetero.replicas.items()):
+        replicas.setdefault(stage, {})[pool] = int(n)
+    return {"specs": {p.name: p.to_dict() for p in specs}, "nodes": {k: list(v) for k, v in nodes.items()},
+            "slots": dict(slots), "rates": {s: dict(r) for s, r in rates.items()}, "replicas": replicas,
+            "weights": hetero.weights, "predicted_rows_s": hetero.predicted_rate, "objective": hetero.objective}
+
+
+def specs_of_entry(entry: Mapping[str, Any]) -> list[PoolSpec]:
+    """The pools of a ``Plan.pools`` entry."""
+    return [PoolSpec(name, dict(d.get("labels") or {}), tuple(d.get("resources") or ()), d.get("max_replicas"),
+                     float(d.get("price", 1.0))) for name, d in entry.get("specs", {}).items()]
+
+
+def pool_placement_problem(entry: Mapping[str, Any], free_cpus: Mapping[str, float],
+                           stage_cpus: Mapping[str, float]) -> str | None:
+    """Why the pools' replicas do not fit their nodes' free CPUs (``free_cpus`` by node id, after
+    the ingress and the monitor), or None."""
+    left = dict(free_cpus)
+    for stage, by_pool in entry.get("replicas", {}).items():
+        for pool, n in by_pool.items():
+            nodes = [x for x in entry["nodes"].get(pool, []) if x in left]
+            for k in range(n):
+                node = max(nodes, key=lambda x: left[x], default=None)
+                if node is None or left[node] + 1e-9 < stage_cpus[stage]:
+                    return (f"replica {k + 1} of {n} of stage {stage!r} on pool {pool!r} needs "
+                            f"{stage_cpus[stage]:.2f} CPUs, which no node of the pool has free")
+                left[node] -= stage_cpus[stage]
+    return None

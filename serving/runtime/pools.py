@@ -1,0 +1,136 @@
+"""A stage served by one deployment per node pool, called as one handle (``deploy(pools=...)``).
+
+Serve routes a call among one deployment's replicas; a stage whose replicas sit on pools of
+different speed has a deployment per pool (:mod:`serving.planning.pools`), so the split over
+pools is the caller's. Each call goes to the pool where it would wait least: ``(calls this
+caller has in flight there + 1) / (running replicas x rows per second one replica sustains
+there)``, the rates measured on each pool when the app was planned. At light load every call
+goes to the fastest pool (the shortest wait); under load the split tends to capacity, as the
+LP's plan assumes. A pool whose deployment runs no replica (its nodes lost, or not started
+yet: the ingress's replica watch says) gets no call while another pool runs one. A call that
+fails on a lost replica is retried by the caller (:func:`serving.runtime.calls.call_stage`) and
+routed afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Generator, Mapping
+from typing import Any
+
+from serving.core.specs import pool_deployment
+
+
+class PooledStage:
+    """Duck-types a Serve deployment handle (``stage.method.remote(*args)``, ``options``)."""
+
+    def __init__(self, handles: Mapping[str, Any], rates: Mapping[str, float], replicas: Mapping[str, int]):
+        if not handles or set(handles) != set(rates) or set(handles) != set(replicas):
+            raise ValueError(f"PooledStage: handles, rates and replicas must name the same pools, got "
+                             f"{sorted(handles)}, {sorted(rates)}, {sorted(replicas)}")
+        self.handles = dict(handles)
+        self.rates = {p: max(float(r), 1e-9) for p, r in rates.items()}
+        #: running replicas per pool: the plan's until the ingress's watch reads Serve's
+        self.running = {p: int(n) for p, n in replicas.items()}
+        self.in_flight = dict.fromkeys(self.handles, 0)
+        #: calls routed per pool since the start (``/metrics`` counts them too)
+        self.routed = dict.fromkeys(self.handles, 0)
+
+    @property
+    def pools(self) -> list[str]:
+        return list(self.handles)
+
+    def set_running(self, pool: str, count: int) -> None:
+        self.running[pool] = int(count)
+
+    def pick(self) -> str:
+        """The pool where a new call would wait least (only pools running a replica, while any does)."""
+        live = [p for p in self.handles if self.running[p] > 0] or list(self.handles)
+        return min(live, key=lambda p: ((self.in_flight[p] + 1) / (max(self.running[p], 1) * self.rates[p]), p))
+
+    def options(self, **kwargs: Any) -> PooledStage:
+        other = PooledStage({p: h.options(**kwargs) for p, h in self.handles.items()}, self.rates, self.running)
+        other.running, other.in_flight, other.routed = self.running, self.in_flight, self.routed  # one ledger
+        return other
+
+    def __getattr__(self, method: str) -> _PooledMethod:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _PooledMethod(self, method)
+
+    async def each(self, method: str, *args: Any) -> dict[str, Any]:
+        """``method`` called on one replica of every pool (health checks): answers by pool, an
+        exception in place of a pool's answer where it failed."""
+        pools = list(self.handles)
+        answers = await asyncio.gather(*(getattr(self.handles[p], method).remote(*args) for p in pools),
+                                       return_exceptions=True)
+        return dict(zip(pools, answers, strict=True))
+
+
+class _PooledMethod:
+    def __init__(self, stage: PooledStage, method: str):
+        self.stage, self.method = stage, method
+
+    def remote(self, *args: Any, **kwargs: Any) -> _PooledResponse:
+        stage = self.stage
+        pool = stage.pick()
+        stage.in_flight[pool] += 1
+        stage.routed[pool] += 1
+        try:
+            response = getattr(stage.handles[pool], self.method).remote(*args, **kwargs)
+        except BaseException:
+            stage.in_flight[pool] -= 1
+            raise
+        return _PooledResponse(response, stage, pool)
+
+
+class _PooledResponse:
+    """A pool's response, awaited or cancelled as Serve's; its call leaves the pool's count once."""
+
+    def __init__(self, response: Any, stage: PooledStage, pool: str):
+        self.response, self.stage, self.pool = response, stage, pool
+        self._open = True
+
+    def _done(self) -> None:
+        if self._open:
+            self._open = False
+            self.stage.in_flight[self.pool] -= 1
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        try:
+            return (yield from self.response.__await__())
+        finally:
+            self._done()
+
+    def cancel(self) -> None:
+        try:
+            self.response.cancel()
+        finally:
+            self._done()
+
+
+def pooled_stage(target: Any, entry: Mapping[str, Any] | None) -> Any:
+    """A stage target as the app bound it: a dict of pool handles becomes a :class:`PooledStage`
+    with the plan's rates and replicas (``entry``: the stage's part of the ingress config's
+    ``pools``); any other target is returned as it is."""
+    if not isinstance(target, Mapping):
+        return target
+    if not entry:
+        raise ValueError(f"a stage bound to pools {sorted(target)} needs their rates and replicas in the config")
+    return PooledStage(target, entry["rates"], entry["replicas"])
+
+
+def stage_deployments(app: str, stages: list[str], pools: Mapping[str, Any] | None, *,
+                      skip_first: bool) -> dict[str, tuple[str, str | None]]:
+    """Serve deployment -> (stage, pool or None) for the app's remote stages (``skip_first``: the
+    first stage runs in the ingress)."""
+    out: dict[str, tuple[str, str | None]] = {}
+    for i, stage in enumerate(stages):
+        if i == 0 and skip_first:
+            continue
+        entry = (pools or {}).get(stage)
+        if entry:
+            out.update({pool_deployment(app, stage, pool): (stage, pool) for pool in entry["replicas"]})
+        else:
+            out[f"{app}-{stage}"] = (stage, None)
+    return out

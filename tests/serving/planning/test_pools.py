@@ -1,0 +1,155 @@
+"""Node pools in deploy's apps, the planning half (no Ray): the pools' spec, the LP over rates
+measured per (stage, pool), the plan's record of it, and what cannot be placed."""
+
+from __future__ import annotations
+
+import pytest
+
+from serving.core.profiles import NodeSpec, StageProfile
+from serving.core.specs import StageSpec
+from serving.launch.pools import place_on_pools
+from serving.planning.planner import Plan, StagePlan
+from serving.planning.pools import (
+    PoolSpec,
+    check_pools,
+    plan_pools,
+    pool_placement_problem,
+    pool_slots,
+    pools_entry,
+)
+
+POOLS = {"fast": {"labels": {"pool": "fast"}}, "slow": {"resources": ["slow_pool"], "price": 0.25, "max_replicas": 3}}
+
+
+def test_pools_are_read_and_named():
+    fast, slow = check_pools(POOLS)
+    assert fast == PoolSpec("fast", {"pool": "fast"}) and fast.actor_options() == {"label_selector": {"pool": "fast"}}
+    assert slow.max_replicas == 3 and slow.price == 0.25
+    assert slow.actor_options() == {"resources": {"slow_pool": 0.001}}
+    assert fast.holds({"pool": "fast"}, {}) and not fast.holds({"pool": "slow"}, {"slow_pool": 1})
+    assert slow.holds({}, {"slow_pool": 1.0}) and not slow.holds({"pool": "fast"}, {})
+
+
+@pytest.mark.parametrize(("pools", "named"), [
+    ({"fast": {"labels": {"pool": "fast"}}}, "two or more"),
+    ("fast", "two or more"),
+    ({"Fast": {"labels": {"a": "b"}}, "slow": {"labels": {"a": "c"}}}, "pools['Fast']"),
+    ({"fast": {}, "slow": {"labels": {"a": "c"}}}, "no labels and no resources"),
+    ({"fast": {"labels": {"a": 1}}, "slow": {"labels": {"a": "c"}}}, "pools['fast']['labels']"),
+    ({"fast": {"resources": "gpu_pool"}, "slow": {"labels": {"a": "c"}}}, "pools['fast']['resources']"),
+    ({"fast": {"labels": {"a": "b"}, "max_replicas": -1}, "slow": {"labels": {"a": "c"}}}, "max_replicas"),
+    ({"fast": {"labels": {"a": "b"}, "price": "cheap"}, "slow": {"labels": {"a": "c"}}}, "price"),
+    ({"fast": {"labels": {"a": "b"}, "nodes": 2}, "slow": {"labels": {"a": "c"}}}, "unknown keys ['nodes']"),
+])
+def test_bad_pools_are_refused_by_name(pools, named):
+    with pytest.raises(ValueError, match="pools") as err:
+        check_pools(pools)
+    assert named in str(err.value)
+
+
+def test_slots_are_free_cpus_over_a_replica_at_most_the_cap():
+    pools = check_pools(POOLS)
+    assert pool_slots(pools, {"fast": 2.0, "slow": 4.0}, 0.5) == {"fast": 4, "slow": 3}
+
+
+def test_the_lp_puts_the_expensive_stage_where_it_runs_fastest():
+    """Two stages, two pools: the cheap stage costs the same on both, the expensive one is four
+    times as fast on "fast"; the LP gives "fast" to the expensive stage."""
+    pools = check_pools({"fast": {"labels": {"p": "f"}}, "slow": {"labels": {"p": "s"}}})
+    rates = {"cheap": {"fast": 1000.0, "slow": 1000.0}, "expensive": {"fast": 400.0, "slow": 100.0}}
+    visits = {"cheap": 1.0, "expensive": 0.5}
+    plan = plan_pools(rates, visits, {"fast": 2, "slow": 2}, pools)
+    assert plan.replicas.get(("expensive", "fast"), 0) == 2 and plan.replicas.get(("cheap", "slow"), 0) >= 1
+    # the whole graph's rate: the expensive stage's 800 rows/s over its 0.5 visits
+    assert plan.predicted_rate == pytest.approx(1600.0)
+    entry = pools_entry(pools, rates, plan, {"fast": ["n1"], "slow": ["n2"]}, {"fast": 2, "slow": 2})
+    assert entry["replicas"]["expensive"] == {"fast": 2}
+    assert entry["specs"]["fast"]["labels"] == {"p": "f"}
+
+
+def test_a_target_rate_buys_the_cheapest_replicas():
+    pools = check_pools({"fast": {"labels": {"p": "f"}, "price": 1.0}, "slow": {"labels": {"p": "s"}, "price": 0.2}})
+    rates = {"expensive": {"fast": 400.0, "slow": 100.0}}
+    plan = plan_pools(rates, {"expensive": 1.0}, {"fast": 4, "slow": 4}, pools, target_rows_s=150, utilization=0.75)
+    # 150 rows/s at 75%: 200 rows/s of capacity; two slow replicas (0.4) beat one fast one (1.0)
+    assert plan.replicas == {("expensive", "slow"): 2}
+    with pytest.raises(ValueError, match="cannot be covered"):
+        plan_pools(rates, {"expensive": 1.0}, {"fast": 1, "slow": 1}, pools, target_rows_s=1000)
+
+
+def test_replicas_that_do_not_fit_the_pools_nodes_are_named():
+    entry = {"replicas": {"expensive": {"fast": 3}}, "nodes": {"fast": ["a", "b"]}}
+    assert pool_placement_problem(entry, {"a": 1.0, "b": 0.5, "c": 8.0}, {"expensive": 0.5}) is None
+    problem = pool_placement_problem(entry, {"a": 0.5, "b": 0.5, "c": 8.0}, {"expensive": 0.5})
+    assert "replica 3 of 3 of stage 'expensive' on pool 'fast'" in problem
+
+
+def _plan() -> Plan:
+    stages = [StagePlan("cheap", 1, 32, 0.002, 4, 0.5, 0.0, "cpu", 1000.0, None),
+              StagePlan("expensive", 1, 32, 0.002, 4, 0.5, 0.0, "cpu", 200.0, None)]
+    return Plan(stages, 32, None, None, 0.5, 0.0, 1000.0, layout="fused",
+                profiles=[StageProfile("cheap", {32: 0.01}), StageProfile("expensive", {32: 0.05}, scale=0.25)])
+
+
+def test_a_plan_placed_on_pools_keeps_what_it_was_made_from():
+    """place_on_pools with the nodes and rates given (what deploy measures on the cluster)."""
+    pools = check_pools({"fast": {"labels": {"p": "f"}}, "slow": {"labels": {"p": "s"}, "max_replicas": 1}})
+    nodes = [NodeSpec("head", "h", 2.0, head=True), NodeSpec("worker", "h", 2.0)]
+    plan = _plan()
+    specs = [StageSpec("cheap", 0, 0), StageSpec("expensive", 1, 1)]
+    note = place_on_pools(plan, None, specs, pools, nodes, target_rows_s=None,
+                          node_pools={"fast": ["head"], "slow": ["worker"]},
+                          rates={"expensive": {"fast": 300.0, "slow": 100.0}})
+    # the ingress (0.5 CPU) goes to the head first: 3 slots of 0.5 there, 1 (the cap) on the worker
+    assert plan.pools["slots"] == {"fast": 3, "slow": 1}
+    assert plan.pools["replicas"] == {"expensive": {"fast": 3, "slow": 1}}
+    assert plan.stage("expensive").replicas == 4 and plan.stage("expensive").capacity_rows_s == 1000.0
+    assert plan.pools["predicted_rows_s"] == pytest.approx(1000.0 / 0.25)
+    assert "3 on fast, 1 on slow" in note and note in plan.notes
+    again = Plan.from_dict(plan.to_dict())
+    assert again.pools == plan.pools
+    assert "on pool fast: 3 replica(s), 300 rows/s each" in str(again)
+
+
+def test_pools_without_nodes_or_sharing_one_are_refused():
+    pools = check_pools({"fast": {"labels": {"p": "f"}}, "slow": {"labels": {"p": "s"}}})
+    nodes = [NodeSpec("head", "h", 2.0, head=True), NodeSpec("worker", "h", 2.0)]
+    rates = {"expensive": {"fast": 300.0, "slow": 100.0}}
+    specs = [StageSpec("cheap", 0, 0), StageSpec("expensive", 1, 1)]
+    with pytest.raises(ValueError, match=r"pools\['slow'\]: no live node"):
+        place_on_pools(_plan(), None, specs, pools, nodes, target_rows_s=None,
+                       node_pools={"fast": ["head"], "slow": ["gone"]}, rates=rates)
+    with pytest.raises(ValueError, match="a node is in one pool"):
+        place_on_pools(_plan(), None, specs, pools, nodes, target_rows_s=None,
+                       node_pools={"fast": ["head"], "slow": ["head", "worker"]}, rates=rates)
+    whole = _plan()
+    whole.layout, whole.stages = "fused", whole.stages[:1]
+    with pytest.raises(ValueError, match="layout 'fused' runs every stage in the ingress"):
+        place_on_pools(whole, None, specs[:1], pools, nodes, target_rows_s=None,
+                       node_pools={"fast": ["head"], "slow": ["worker"]}, rates=rates)
+
+
+def test_a_serve_config_of_a_plan_on_pools_has_a_deployment_per_pool(synth_opt, tmp_path):
+    """serve_config (what `willump build` writes) carries the plan's pools: one deployment per
+    (stage, pool), pinned by the pool's label selector or resource, with the LP's replicas."""
+    from serving.launch.config import plan_offline, serve_config
+    from serving.launch.graph import deployment_overrides
+
+    plan = plan_offline(synth_opt, cpus=4, rows_per_request=32, rps=None, p99_ms=None, layout="fused", monitor=None)
+    pools = check_pools({"fast": {"labels": {"p": "f"}, "max_replicas": 2}, "slow": {"resources": ["slow_pool"]}})
+    place_on_pools(plan, None, [StageSpec("cheap", 0, 0), StageSpec("expensive", 1, len(synth_opt.levels) - 1)],
+                   pools, [NodeSpec("head", "h", 16.0, head=True), NodeSpec("worker", "h", 16.0)], target_rows_s=None,
+                   node_pools={"fast": ["head"], "slow": ["worker"]},
+                   rates={"expensive": {"fast": 3000.0, "slow": 1000.0}})
+    artifact = tmp_path / "a.willump"
+    synth_opt.save(artifact)
+    config = serve_config(artifact, plan, name="pooled")
+    app = next(a for a in config["applications"] if a["name"] == "pooled")
+    by_name = {d["name"]: d for d in app["deployments"]}
+    assert "pooled-expensive" not in by_name
+    assert set(by_name) == {"pooled-ingress", "pooled-expensive-fast", "pooled-expensive-slow"}, (by_name, plan.pools)
+    fast, slow = by_name["pooled-expensive-fast"], by_name["pooled-expensive-slow"]
+    assert fast["num_replicas"] == 2 and fast["ray_actor_options"]["label_selector"] == {"p": "f"}
+    assert slow["num_replicas"] == plan.pools["replicas"]["expensive"]["slow"] >= 1
+    assert slow["ray_actor_options"]["resources"] == {"slow_pool": 0.001}
+    assert deployment_overrides(app["args"], synth_opt) == app["deployments"]

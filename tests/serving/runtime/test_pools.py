@@ -1,0 +1,147 @@
+"""A stage on node pools called as one handle (serving.runtime.pools), with fake pool handles:
+where calls go at rest and under load, a pool without replicas, and a call's count kept once
+whether it is answered, fails or is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from serving.runtime.pools import PooledStage, pooled_stage, stage_deployments
+
+
+class FakeResponse:
+    def __init__(self, pool: str, fail: bool = False):
+        self.pool, self.fail = pool, fail
+        self.release = asyncio.Event()
+        self.cancelled = False
+
+    def __await__(self):
+        return self._wait().__await__()
+
+    async def _wait(self):
+        await self.release.wait()
+        if self.fail:
+            raise RuntimeError("replica lost")
+        return self.pool
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class FakeHandle:
+    def __init__(self, pool: str):
+        self.pool = pool
+        self.calls: list[FakeResponse] = []
+        self.kwargs: dict = {}
+
+    def options(self, **kwargs):
+        other = FakeHandle(self.pool)
+        other.calls, other.kwargs = self.calls, kwargs
+        return other
+
+    def __getattr__(self, method):
+        handle = self
+
+        class Method:
+            def remote(self, *args, fail=False):
+                response = FakeResponse(handle.pool, fail)
+                handle.calls.append(response)
+                return response
+
+        return Method()
+
+
+def _stage(rates=None, replicas=None) -> PooledStage:
+    rates = rates or {"fast": 300.0, "slow": 100.0}
+    return PooledStage({p: FakeHandle(p) for p in rates}, rates, replicas or dict.fromkeys(rates, 1))
+
+
+def test_at_rest_every_call_goes_to_the_fastest_pool():
+    stage = _stage()
+    for _ in range(5):
+        response = stage.run.remote("rows")
+        response.cancel()  # nothing left in flight: the next call sees the pools at rest
+    assert stage.routed == {"fast": 5, "slow": 0} and stage.in_flight == {"fast": 0, "slow": 0}
+
+
+def test_under_load_calls_split_by_capacity():
+    """With calls held in flight, each goes where (in flight + 1) / (replicas x rate) is least:
+    300 and 100 rows/s per replica, 1 and 2 replicas, split 3 : 2."""
+    stage = _stage(replicas={"fast": 1, "slow": 2})
+    for _ in range(50):
+        stage.run.remote("rows")
+    assert stage.routed == {"fast": 30, "slow": 20}, stage.routed
+
+
+def test_a_pool_without_running_replicas_gets_no_call_while_another_runs():
+    stage = _stage()
+    stage.set_running("fast", 0)
+    for _ in range(4):
+        stage.run.remote("rows")
+    assert stage.routed == {"fast": 0, "slow": 4}
+    stage.set_running("slow", 0)  # none runs anywhere: calls still go (Serve queues them until one starts)
+    stage.run.remote("rows")
+    assert sum(stage.routed.values()) == 5
+
+
+def test_a_call_leaves_the_count_once_answered_failed_or_cancelled():
+    async def main():
+        stage = _stage()
+        ok = stage.run.remote("rows")
+        bad = stage.run.remote("rows", fail=True)
+        gone = stage.run.remote("rows")
+        assert sum(stage.in_flight.values()) == 3
+        for handle in stage.handles.values():
+            for response in handle.calls:
+                response.release.set()
+        assert await ok in ("fast", "slow")
+        with pytest.raises(RuntimeError, match="replica lost"):
+            await bad
+        gone.cancel()
+        gone.cancel()
+        assert stage.in_flight == {"fast": 0, "slow": 0}
+        assert any(r.cancelled for h in stage.handles.values() for r in h.calls)
+
+    asyncio.run(main())
+
+
+def test_options_share_the_ledger_and_each_pool_answers_health():
+    async def main():
+        stage = _stage()
+        timed = stage.options(timeout_s=3)
+        assert all(h.kwargs == {"timeout_s": 3} for h in timed.handles.values())
+        timed.run.remote("rows")
+        assert sum(stage.in_flight.values()) == 1  # one ledger for both views
+
+        async def release_soon():
+            await asyncio.sleep(0.01)
+            for h in stage.handles.values():
+                for r in h.calls:
+                    r.release.set()
+            stage.handles["slow"].calls[-1].fail = True
+
+        release = asyncio.ensure_future(release_soon())
+        answers = await stage.each("health")
+        await release
+        assert answers["fast"] == "fast" and isinstance(answers["slow"], RuntimeError)
+
+    asyncio.run(main())
+
+
+def test_the_ingress_reads_pools_from_its_config():
+    handles = {"fast": FakeHandle("fast"), "slow": FakeHandle("slow")}
+    entry = {"rates": {"fast": 300.0, "slow": 100.0}, "replicas": {"fast": 2, "slow": 1}}
+    stage = pooled_stage(handles, entry)
+    assert isinstance(stage, PooledStage) and stage.running == {"fast": 2, "slow": 1}
+    plain = object()
+    assert pooled_stage(plain, None) is plain
+    with pytest.raises(ValueError, match="rates and replicas"):
+        pooled_stage(handles, None)
+    with pytest.raises(ValueError, match="name the same pools"):
+        PooledStage(handles, {"fast": 1.0}, {"fast": 1, "slow": 1})
+    assert stage_deployments("app", ["cheap", "expensive"], {"expensive": entry}, skip_first=True) == {
+        "app-expensive-fast": ("expensive", "fast"), "app-expensive-slow": ("expensive", "slow")}
+    assert stage_deployments("app", ["cheap", "expensive"], None, skip_first=False) == {
+        "app-cheap": ("cheap", None), "app-expensive": ("expensive", None)}
