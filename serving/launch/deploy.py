@@ -392,6 +392,9 @@ def deploy(
     if pool_specs and min_replicas is not None:
         raise ValueError("pools: replicas per node pool are the LP's, not an autoscaler's: drop min_replicas "
                          "(autoscaling per pool is not built)")
+    if pool_specs and layout == "whole":
+        raise ValueError("pools place the model stages' replicas, but layout='whole' runs every level in the "
+                         "ingress: use layout='fused', 'staged' or 'auto'")
     if autoscaler == "planner" and min_replicas is None:
         raise ValueError("autoscaler='planner' picks an autoscaled stage's replicas: give min_replicas "
                          "(autoscaling is off without it)")
@@ -469,7 +472,8 @@ def deploy(
                              monitor=monitor,
                              layout="fused" if chains and layout == "auto" else layout,
                              gpu_nodes=free_now)
-            if pool_specs:
+            if pool_specs:  # timed at the batch size the replicas will run
+                _override_batching(made, max_batch_size, batch_wait_timeout_s)
                 place_on_pools(made, source, specs_of(opt, baseline, made), pool_specs, where,
                                target_rows_s=rps * rows_per_request if rps else None)
             return made
@@ -478,21 +482,26 @@ def deploy(
             plan = plan_on(nodes)
             specs = specs_of(opt, baseline, plan)
         elif pool_specs:
+            plan = Plan.from_dict(plan.to_dict())  # the caller's plan stays as it was given
+            _override_batching(plan, max_batch_size, batch_wait_timeout_s)
+            rate = rps or plan.target_rps
             place_on_pools(plan, source, specs, pool_specs, nodes,
-                           target_rows_s=rps * rows_per_request if rps else None)
+                           target_rows_s=rate * plan.rows_per_request if rate else None)
         _settle_plan(plan, nodes, made_here, max_batch_size, batch_wait_timeout_s)
         surge_percent = HANDOVER_SURGE_PERCENT
         if old.apps:
             new_monitor_cpus = plan.monitor_cpus if monitor is not None and f"{name}-monitor" not in old.apps else 0.0
             surge_percent, why = handover.rollout_surge(handover.new_deployments(name, plan, chains), old,
-                                                        free_now, monitor_cpus=new_monitor_cpus)
+                                                        free_now, monitor_cpus=new_monitor_cpus,
+                                                        pinned=handover.pool_pins(name, plan))
             if surge_percent is None and made_here:  # as before: planned on what the running app leaves
                 nodes = free_after_chains(free_now, chains) if chains else free_now
                 plan = plan_on(nodes)
                 specs = specs_of(opt, baseline, plan)
                 _settle_plan(plan, nodes, made_here, max_batch_size, batch_wait_timeout_s)
                 surge_percent, why = handover.rollout_surge(handover.new_deployments(name, plan, chains), old,
-                                                            free_now, monitor_cpus=new_monitor_cpus)
+                                                            free_now, monitor_cpus=new_monitor_cpus,
+                                                            pinned=handover.pool_pins(name, plan))
             if surge_percent is None:
                 raise ValueError(f"the plan cannot replace the running app {name!r}: what Serve starts before it "
                                  f"stops old replicas does not fit beside them ({why}); shut the app down first, "

@@ -44,31 +44,40 @@ def new_deployments(name: str, plan: Any, chains: dict[str, Any] | None) -> dict
     return out
 
 
+def pool_pins(name: str, plan: Any) -> dict[str, set[str]]:
+    """The nodes each of the app's node-pool deployments may run on (``deploy(pools=...)``)."""
+    if not plan.pools:
+        return {}
+    return {pool_deployment(name, stage, pool): set(plan.pools["nodes"].get(pool, ()))
+            for stage, by_pool in plan.pools.get("replicas", {}).items() for pool in by_pool}
+
+
 def rollout_problem(deployments: dict[str, tuple[int, float, float]], old: dict[str, int], free: list[NodeSpec],
-                    *, surge: bool, monitor_cpus: float = 0.0) -> str | None:
+                    *, surge: bool, monitor_cpus: float = 0.0, pinned: dict[str, set[str]] | None = None) -> str | None:
     """Why what Serve starts first does not fit on ``free``, or None: per deployment the replicas
     the new plan adds over ``old`` (running replicas by deployment name), plus one replacement
     where replicas run and ``surge``; and ``monitor_cpus`` on the head for a monitor the running
-    app did not have."""
+    app did not have. ``pinned``: deployments that may run only on some nodes (:func:`pool_pins`)."""
     replicas = started_first({dep: d[0] for dep, d in deployments.items()}, old, surge=surge)
     cpus = {dep: deployments[dep][1] for dep in replicas}
     gpus = {dep: deployments[dep][2] for dep in replicas}
     fixed = {"monitor": (monitor_cpus, "head")} if monitor_cpus else {}
     if not replicas and not fixed:
         return None
-    placed = costmodel.place(free, replicas, cpus, gpus, fixed)
+    placed = costmodel.place(free, replicas, cpus, gpus, fixed, pinned)
     return placed if isinstance(placed, str) else None
 
 
 def rollout_surge(deployments: dict[str, tuple[int, float, float]], old: Running, free: list[NodeSpec], *,
-                  monitor_cpus: float = 0.0) -> tuple[int | None, str | None]:
+                  monitor_cpus: float = 0.0, pinned: dict[str, set[str]] | None = None) -> tuple[int | None, str | None]:
     """(surge percent, why not the surge): ``HANDOVER_SURGE_PERCENT`` where the surge's
     replacements fit beside the running app, 0 where only stop-first's do, None where neither
     does (Serve would wait forever)."""
-    why = rollout_problem(deployments, old.replicas, free, surge=True, monitor_cpus=monitor_cpus)
+    why = rollout_problem(deployments, old.replicas, free, surge=True, monitor_cpus=monitor_cpus, pinned=pinned)
     if why is None:
         return HANDOVER_SURGE_PERCENT, None
-    if rollout_problem(deployments, old.replicas, free, surge=False, monitor_cpus=monitor_cpus) is None:
+    if rollout_problem(deployments, old.replicas, free, surge=False, monitor_cpus=monitor_cpus,
+                       pinned=pinned) is None:
         return 0, why
     return None, why
 
@@ -92,5 +101,5 @@ def planned_surge(name: str, plan: Any) -> int:
                     gpus=max(n.gpus - used.get(n.node_id, [0.0, 0.0])[1], 0.0)) for n in plan.nodes]
     deployments = new_deployments(name, plan, None)
     same = Running(replicas={d: n for d, (n, _, _) in deployments.items()}, apps={name})
-    surge, _ = rollout_surge(deployments, same, free)
+    surge, _ = rollout_surge(deployments, same, free, pinned=pool_pins(name, plan))
     return surge or 0

@@ -20,8 +20,8 @@ from serving.planning import costmodel
 from serving.planning.planner import HEADROOM, Plan
 from serving.planning.pools import (
     PoolSpec,
+    place_pools,
     plan_pools,
-    pool_placement_problem,
     pool_slots,
     pools_entry,
 )
@@ -68,6 +68,8 @@ def place_on_pools(plan: Plan, source: Any, specs: list[StageSpec], pools: list[
             seen[x] = p.name
     left = _left_after_fixed(plan, nodes)
     slot_cpus = max(s.num_cpus for s in stages)
+    if not slot_cpus > 0:
+        raise ValueError("pools: the stages' replicas ask no CPU, so a pool's slots cannot be counted from its CPUs")
     per_pool = {p.name: sum(math.floor(left[x] / slot_cpus + 1e-9) * slot_cpus
                             for x in node_pools[p.name] if x in left) for p in pools}
     slots = pool_slots(pools, per_pool, slot_cpus)
@@ -82,13 +84,15 @@ def place_on_pools(plan: Plan, source: Any, specs: list[StageSpec], pools: list[
         by_pool = plan.pools["replicas"].get(s.name, {})
         s.replicas = sum(by_pool.values())
         s.capacity_rows_s = sum(n * rates[s.name][p] for p, n in by_pool.items())
-    problem = pool_placement_problem(plan.pools, left, {s.name: s.num_cpus for s in stages})
-    if problem is not None:
-        raise ValueError(f"pools: {problem}")
+    placed = place_pools(plan.pools, left, {s.name: s.num_cpus for s in stages})
+    if isinstance(placed, str):
+        raise ValueError(f"pools: {placed}")
+    if plan.placement:
+        plan.placement.update(placed)
     split = "; ".join(f"{s}: " + ", ".join(f"{n} on {p}" for p, n in by_pool.items())
                       for s, by_pool in plan.pools["replicas"].items())
     note = (f"node pools ({hetero.objective}): {split}; the LP predicts {hetero.predicted_rate:.0f} rows/s from "
-            "each replica's rows/s measured on each pool")
+            "each replica's rows/s measured on each pool (the simulated figures are the plan's before the pools)")
     plan.notes.append(note)
     return note
 

@@ -129,11 +129,14 @@ def replica_cpus(d: Demand, replicas: dict[str, int], rate: float) -> dict[str, 
 
 
 def place(nodes: list[NodeSpec], replicas: dict[str, int], cpus: dict[str, float],
-          gpus: dict[str, float], fixed: dict[str, tuple[float, str | None]]) -> dict[str, dict[str, int]] | str:
+          gpus: dict[str, float], fixed: dict[str, tuple[float, str | None]],
+          pinned: dict[str, set[str]] | None = None) -> dict[str, dict[str, int]] | str:
     """Serve's SPREAD placement, replayed: each replica on the node holding the fewest of its
     deployment's replicas that has room (ties: most free CPU). ``fixed`` holds replicas
-    pinned by name to a node ("head") or anywhere (None). Returns deployment -> node ->
-    count, or a message saying what does not fit."""
+    pinned by name to a node ("head") or anywhere (None); ``pinned`` restricts a deployment to
+    some nodes (a node pool's). Returns deployment -> node -> count, or a message saying what
+    does not fit."""
+    pinned = pinned or {}
     free_cpu = {n.node_id: n.cpus for n in nodes}
     free_gpu = {n.node_id: n.gpus for n in nodes}
     head = next((n.node_id for n in nodes if n.head), nodes[0].node_id)
@@ -149,7 +152,7 @@ def place(nodes: list[NodeSpec], replicas: dict[str, int], cpus: dict[str, float
         counts: dict[str, int] = {}
         for _ in range(replicas[name]):
             fits = [n for n in free_cpu if free_cpu[n] + 1e-9 >= cpus[name]
-                    and free_gpu[n] + 1e-9 >= gpus.get(name, 0.0)]
+                    and free_gpu[n] + 1e-9 >= gpus.get(name, 0.0) and (name not in pinned or n in pinned[name])]
             if not fits:
                 listing = ", ".join(f"{n[:8]}: {free_cpu[n]:.2f} CPUs/{free_gpu[n]:.2f} GPUs free"
                                     for n in free_cpu)

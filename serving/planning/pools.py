@@ -31,6 +31,8 @@ POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,31}$")
 #: size is its nodes' CPUs)
 POOL_RESOURCE_SHARE = 0.001
 POOL_KEYS = ("labels", "resources", "max_replicas", "price")
+#: rows a stage gets per row answered, at least (the LP gives a stage with none no replica)
+MIN_VISITS = 1e-3
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,10 @@ def check_pools(pools: Any) -> list[PoolSpec]:
         if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and k and v
                                                       for k, v in labels.items()):
             raise ValueError(f"{where}['labels'] must map label names to values (strings), got {labels!r}")
+        syntax = [v for v in labels.values() if v.startswith("!") or "(" in v]
+        if syntax:
+            raise ValueError(f"{where}['labels']: {syntax} read as Ray's selector syntax (not, in()); a pool names "
+                             "its nodes by plain label values")
         resources = entry.get("resources") or ()
         if isinstance(resources, str) or not all(isinstance(r, str) and r for r in resources):
             raise ValueError(f"{where}['resources'] must be a list of custom resource names, got {resources!r}")
@@ -119,11 +125,17 @@ def plan_pools(rates: Mapping[str, Mapping[str, float]], visits: Mapping[str, fl
     sustains there) and ``visits[stage]`` (rows reaching the stage per row the app answers):
     the highest app rate the ``slots`` hold, or with ``target_rows_s`` the cheapest replicas whose
     capacity at ``utilization`` covers it. Raises ValueError naming what does not fit."""
-    matrix = ThroughputMatrix.from_dict({s: dict(r) for s, r in rates.items()}, dict(visits))
+    # a stage no row reaches still gets a replica (a request may still need it)
+    visits = {s: max(float(v), MIN_VISITS) for s, v in visits.items()}
+    matrix = ThroughputMatrix.from_dict({s: dict(r) for s, r in rates.items()}, visits)
     prices = {p.name: p.price for p in pools}
-    if target_rows_s is None:
-        return plan_max_rate(matrix, dict(slots), prices)
-    return plan_min_cost(matrix, dict(slots), prices, target_rows_s, utilization=utilization)
+    try:
+        if target_rows_s is None:
+            return plan_max_rate(matrix, dict(slots), prices)
+        return plan_min_cost(matrix, dict(slots), prices, target_rows_s, utilization=utilization)
+    except ValueError as exc:
+        target = "" if target_rows_s is None else f" at rps x rows_per_request = {target_rows_s:g} rows/s"
+        raise ValueError(f"pools: no plan on slots {dict(slots)}{target}: {exc}") from None
 
 
 def pools_entry(specs: list[PoolSpec], rates: Mapping[str, Mapping[str, float]], hetero: HeteroPlan,
@@ -144,12 +156,14 @@ def specs_of_entry(entry: Mapping[str, Any]) -> list[PoolSpec]:
                      float(d.get("price", 1.0))) for name, d in entry.get("specs", {}).items()]
 
 
-def pool_placement_problem(entry: Mapping[str, Any], free_cpus: Mapping[str, float],
-                           stage_cpus: Mapping[str, float]) -> str | None:
-    """Why the pools' replicas do not fit their nodes' free CPUs (``free_cpus`` by node id, after
-    the ingress and the monitor), or None."""
+def place_pools(entry: Mapping[str, Any], free_cpus: Mapping[str, float],
+                stage_cpus: Mapping[str, float]) -> dict[str, dict[str, int]] | str:
+    """Each stage's replicas on its pools' nodes (``free_cpus`` by node id, after the ingress and
+    the monitor), most free room first: stage -> node id -> replicas, or why they do not fit."""
     left = dict(free_cpus)
+    placed: dict[str, dict[str, int]] = {}
     for stage, by_pool in entry.get("replicas", {}).items():
+        counts = placed.setdefault(stage, {})
         for pool, n in by_pool.items():
             nodes = [x for x in entry["nodes"].get(pool, []) if x in left]
             for k in range(n):
@@ -158,4 +172,5 @@ def pool_placement_problem(entry: Mapping[str, Any], free_cpus: Mapping[str, flo
                     return (f"replica {k + 1} of {n} of stage {stage!r} on pool {pool!r} needs "
                             f"{stage_cpus[stage]:.2f} CPUs, which no node of the pool has free")
                 left[node] -= stage_cpus[stage]
-    return None
+                counts[node] = counts.get(node, 0) + 1
+    return placed

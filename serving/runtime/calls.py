@@ -254,10 +254,11 @@ async def _copy_due(task: asyncio.Future, t0: float, delay: float | None, bound:
     return None
 
 
-async def hedged(call: Callable[[], Any], timeout_s: float, stage: str, budget_s: float,
+async def hedged(call: Callable[[Any], Any], timeout_s: float, stage: str, budget_s: float,
                  hedge: StageHedge) -> Any:
-    """``call()`` (it sends the stage call and returns its response) awaited for at most
-    ``timeout_s``, copied once: at ``hedge.delay()`` where a replica is spare, else at
+    """``call(None)`` (it sends the stage call and returns its response) awaited for at most
+    ``timeout_s``, copied once with ``call(first_response)`` (a stage on node pools sends the
+    copy to another pool): at ``hedge.delay()`` where a replica is spare, else at
     ``hedge.bound()``. A call answered by its copy is recorded at the time the first had taken
     then (a lower bound), so copies do not hide from the window the tail they cut."""
     hedge.calls += 1
@@ -265,7 +266,7 @@ async def hedged(call: Callable[[], Any], timeout_s: float, stage: str, budget_s
     delay = delay if delay is not None and delay < timeout_s else None
     bound = bound if bound is not None and bound < timeout_s else None
     t0 = time.monotonic()
-    first = call()
+    first = call(None)
     task1 = asyncio.ensure_future(_resolve(first))
     try:
         kind = await _copy_due(task1, t0, delay, bound, hedge, t0 + timeout_s)
@@ -281,7 +282,7 @@ async def hedged(call: Callable[[], Any], timeout_s: float, stage: str, budget_s
         hedge.rescues += 1
     else:
         hedge.hedges += 1
-    second = call()
+    second = call(first)
     task2 = asyncio.ensure_future(_resolve(second))
     pending, winner = {task1, task2}, None
     try:
@@ -309,6 +310,15 @@ async def hedged(call: Callable[[], Any], timeout_s: float, stage: str, budget_s
     if heard is not None:
         heard(winner is task2)
     return winner.result()
+
+
+def _send(handle: Any, method: str, args: tuple, first: Any = None) -> Any:
+    """``handle.method.remote(*args)``; a copy of ``first`` through ``handle.copy_of(first)`` where
+    the handle routes over node pools (serving.runtime.pools: the copy goes to another pool)."""
+    # looked up on the class: a Serve handle makes any attribute a method handle
+    pooled = first is not None and callable(getattr(type(handle), "copy_of", None))
+    target = handle.copy_of(first) if pooled else handle
+    return getattr(target, method).remote(*args)
 
 
 def retryable(exc: BaseException) -> bool:
@@ -346,7 +356,7 @@ async def call_stage(
             raise DeadlineExceeded(stage, deadline.budget_s)
         try:
             if hedge is not None:
-                return await hedged(lambda: getattr(handle, method).remote(*args), remaining, stage,
+                return await hedged(lambda first: _send(handle, method, args, first), remaining, stage,
                                     deadline.budget_s, hedge)
             return await wait_or_cancel(getattr(handle, method).remote(*args), remaining, stage,
                                         deadline.budget_s)

@@ -577,11 +577,7 @@ class Ingress(HttpEdge):
                     stages[name] = {"canary": "none"} if canary is None else await asyncio.wait_for(
                         asyncio.to_thread(canary), READY_TIMEOUT_S)
                 elif isinstance(target, PooledStage):  # every pool's deployment answers for itself
-                    answers = await asyncio.wait_for(target.each("health"), READY_TIMEOUT_S)
-                    stages[name] = {pool: ({"error": f"{type(a).__name__}: {a}"[:500]} if isinstance(a, Exception)
-                                           else a) for pool, a in answers.items()}
-                    if any(isinstance(a, Exception) for a in answers.values()):
-                        stages[name]["error"] = "a pool's replicas do not answer"
+                    stages[name] = await target.health(READY_TIMEOUT_S)
                 else:
                     stages[name] = await asyncio.wait_for(target.health.remote(), READY_TIMEOUT_S)
             except Exception as exc:  # a stage that cannot answer is reported, never raised

@@ -8,8 +8,10 @@ there)``, the rates measured on each pool when the app was planned. At light loa
 goes to the fastest pool (the shortest wait); under load the split tends to capacity, as the
 LP's plan assumes. A pool whose deployment runs no replica (its nodes lost, or not started
 yet: the ingress's replica watch says) gets no call while another pool runs one. A call that
-fails on a lost replica is retried by the caller (:func:`serving.runtime.calls.call_stage`) and
-routed afresh.
+fails on a lost replica counts that pool one replica short until the watch looks again, so the
+caller's retry (:func:`serving.runtime.calls.call_stage`) goes elsewhere when the pool had one;
+a copy of a slow call (hedging, or the bound on a silent replica) goes to another pool than the
+call it copies whenever another pool runs a replica.
 """
 
 from __future__ import annotations
@@ -43,10 +45,20 @@ class PooledStage:
     def set_running(self, pool: str, count: int) -> None:
         self.running[pool] = int(count)
 
-    def pick(self) -> str:
-        """The pool where a new call would wait least (only pools running a replica, while any does)."""
+    def pick(self, avoid: str | None = None) -> str:
+        """The pool where a new call would wait least: only pools running a replica while any does,
+        and not ``avoid`` (the pool of the call a copy is made of) while another one runs."""
         live = [p for p in self.handles if self.running[p] > 0] or list(self.handles)
+        live = [p for p in live if p != avoid] or live
         return min(live, key=lambda p: ((self.in_flight[p] + 1) / (max(self.running[p], 1) * self.rates[p]), p))
+
+    def lost_one(self, pool: str) -> None:
+        """A call on ``pool`` failed on a lost replica: one replica fewer there until the watch reads Serve's count."""
+        self.running[pool] = max(0, self.running[pool] - 1)
+
+    def copy_of(self, response: Any) -> _PooledCopy:
+        """Sends the copy of ``response``'s call: to another pool than its own where one runs."""
+        return _PooledCopy(self, getattr(response, "pool", None))
 
     def options(self, **kwargs: Any) -> PooledStage:
         other = PooledStage({p: h.options(**kwargs) for p, h in self.handles.items()}, self.rates, self.running)
@@ -58,22 +70,35 @@ class PooledStage:
             raise AttributeError(method)
         return _PooledMethod(self, method)
 
-    async def each(self, method: str, *args: Any) -> dict[str, Any]:
-        """``method`` called on one replica of every pool (health checks): answers by pool, an
-        exception in place of a pool's answer where it failed."""
+    async def health(self, timeout_s: float) -> dict[str, Any]:
+        """Every pool's health check, each within ``timeout_s``: ``{"pools": {pool: answer}}``, a
+        pool that does not answer as ``{"error": ...}``; ``"error"`` at the top only when no pool
+        answers (a stage whose other pools answer is served: calls avoid a pool without replicas)."""
+        async def one(pool: str) -> Any:
+            try:
+                return await asyncio.wait_for(_resolve(self.handles[pool].health.remote()), timeout_s)
+            except Exception as exc:
+                return {"error": f"{type(exc).__name__}: {exc}"[:500], "running": self.running[pool]}
+
         pools = list(self.handles)
-        answers = await asyncio.gather(*(getattr(self.handles[p], method).remote(*args) for p in pools),
-                                       return_exceptions=True)
-        return dict(zip(pools, answers, strict=True))
+        answers = dict(zip(pools, await asyncio.gather(*(one(p) for p in pools)), strict=True))
+        out: dict[str, Any] = {"pools": answers}
+        if all(isinstance(a, dict) and "error" in a for a in answers.values()):
+            out["error"] = "no pool's replicas answer"
+        return out
+
+
+async def _resolve(response: Any) -> Any:
+    return await response
 
 
 class _PooledMethod:
-    def __init__(self, stage: PooledStage, method: str):
-        self.stage, self.method = stage, method
+    def __init__(self, stage: PooledStage, method: str, avoid: str | None = None):
+        self.stage, self.method, self.avoid = stage, method, avoid
 
     def remote(self, *args: Any, **kwargs: Any) -> _PooledResponse:
         stage = self.stage
-        pool = stage.pick()
+        pool = stage.pick(self.avoid)
         stage.in_flight[pool] += 1
         stage.routed[pool] += 1
         try:
@@ -84,8 +109,21 @@ class _PooledMethod:
         return _PooledResponse(response, stage, pool)
 
 
+class _PooledCopy:
+    """``stage.copy_of(response).method.remote(*args)``: the copy's call, away from the first's pool."""
+
+    def __init__(self, stage: PooledStage, avoid: str | None):
+        self.stage, self.avoid = stage, avoid
+
+    def __getattr__(self, method: str) -> _PooledMethod:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _PooledMethod(self.stage, method, self.avoid)
+
+
 class _PooledResponse:
-    """A pool's response, awaited or cancelled as Serve's; its call leaves the pool's count once."""
+    """A pool's response, awaited or cancelled as Serve's; its call leaves the pool's count once,
+    and a call lost with its replica counts the pool one replica short."""
 
     def __init__(self, response: Any, stage: PooledStage, pool: str):
         self.response, self.stage, self.pool = response, stage, pool
@@ -99,6 +137,10 @@ class _PooledResponse:
     def __await__(self) -> Generator[Any, None, Any]:
         try:
             return (yield from self.response.__await__())
+        except Exception as exc:
+            if _replica_lost(exc):
+                self.stage.lost_one(self.pool)
+            raise
         finally:
             self._done()
 
@@ -107,6 +149,14 @@ class _PooledResponse:
             self.response.cancel()
         finally:
             self._done()
+
+
+def _replica_lost(exc: BaseException) -> bool:
+    try:
+        import ray.exceptions as rex
+    except ImportError:  # outside Ray nothing is lost this way
+        return False
+    return isinstance(exc, (rex.RayActorError, rex.ActorUnavailableError))
 
 
 def pooled_stage(target: Any, entry: Mapping[str, Any] | None) -> Any:

@@ -90,7 +90,7 @@ def test_payloads_send_a_missing_value_as_null():
 
     from serving.measure.loadgen import payloads
 
-    X = pd.DataFrame({"age": [30, 40, 50, 60], "occupation": pd.array(["a", None, "b", np.nan], dtype="string")})
+    X = pd.DataFrame({"age": [30, 40, 50, 60], "occupation": ["a", np.nan, "b", np.nan]})  # object, as read
     bodies, frames = payloads(X, 2)
     rows = [json.loads(b)["rows"] for b in bodies]  # json.loads would take NaN: the text must not hold it
     assert all(b"NaN" not in b for b in bodies)

@@ -12,8 +12,8 @@ from serving.planning.planner import Plan, StagePlan
 from serving.planning.pools import (
     PoolSpec,
     check_pools,
+    place_pools,
     plan_pools,
-    pool_placement_problem,
     pool_slots,
     pools_entry,
 )
@@ -40,6 +40,7 @@ def test_pools_are_read_and_named():
     ({"fast": {"labels": {"a": "b"}, "max_replicas": -1}, "slow": {"labels": {"a": "c"}}}, "max_replicas"),
     ({"fast": {"labels": {"a": "b"}, "price": "cheap"}, "slow": {"labels": {"a": "c"}}}, "price"),
     ({"fast": {"labels": {"a": "b"}, "nodes": 2}, "slow": {"labels": {"a": "c"}}}, "unknown keys ['nodes']"),
+    ({"fast": {"labels": {"a": "!b"}}, "slow": {"labels": {"a": "in(c,d)"}}}, "selector syntax"),
 ])
 def test_bad_pools_are_refused_by_name(pools, named):
     with pytest.raises(ValueError, match="pools") as err:
@@ -67,20 +68,29 @@ def test_the_lp_puts_the_expensive_stage_where_it_runs_fastest():
     assert entry["specs"]["fast"]["labels"] == {"p": "f"}
 
 
+def test_a_stage_no_row_reaches_still_gets_a_replica_and_no_plan_names_the_pools():
+    pools = check_pools({"fast": {"labels": {"p": "f"}}, "slow": {"labels": {"p": "s"}}})
+    rates = {"cheap": {"fast": 1000.0, "slow": 500.0}, "expensive": {"fast": 400.0, "slow": 100.0}}
+    plan = plan_pools(rates, {"cheap": 1.0, "expensive": 0.0}, {"fast": 2, "slow": 2}, pools)
+    assert sum(n for (s, _), n in plan.replicas.items() if s == "expensive") >= 1
+    with pytest.raises(ValueError, match=r"pools: no plan on slots \{'fast': 1, 'slow': 0\}"):
+        plan_pools(rates, {"cheap": 1.0, "expensive": 0.5}, {"fast": 1, "slow": 0}, pools)
+
+
 def test_a_target_rate_buys_the_cheapest_replicas():
     pools = check_pools({"fast": {"labels": {"p": "f"}, "price": 1.0}, "slow": {"labels": {"p": "s"}, "price": 0.2}})
     rates = {"expensive": {"fast": 400.0, "slow": 100.0}}
     plan = plan_pools(rates, {"expensive": 1.0}, {"fast": 4, "slow": 4}, pools, target_rows_s=150, utilization=0.75)
     # 150 rows/s at 75%: 200 rows/s of capacity; two slow replicas (0.4) beat one fast one (1.0)
     assert plan.replicas == {("expensive", "slow"): 2}
-    with pytest.raises(ValueError, match="cannot be covered"):
+    with pytest.raises(ValueError, match=r"pools: .*at rps x rows_per_request = 1000 rows/s.*cannot be covered"):
         plan_pools(rates, {"expensive": 1.0}, {"fast": 1, "slow": 1}, pools, target_rows_s=1000)
 
 
 def test_replicas_that_do_not_fit_the_pools_nodes_are_named():
     entry = {"replicas": {"expensive": {"fast": 3}}, "nodes": {"fast": ["a", "b"]}}
-    assert pool_placement_problem(entry, {"a": 1.0, "b": 0.5, "c": 8.0}, {"expensive": 0.5}) is None
-    problem = pool_placement_problem(entry, {"a": 0.5, "b": 0.5, "c": 8.0}, {"expensive": 0.5})
+    assert place_pools(entry, {"a": 1.0, "b": 0.5, "c": 8.0}, {"expensive": 0.5}) == {"expensive": {"a": 2, "b": 1}}
+    problem = place_pools(entry, {"a": 0.5, "b": 0.5, "c": 8.0}, {"expensive": 0.5})
     assert "replica 3 of 3 of stage 'expensive' on pool 'fast'" in problem
 
 

@@ -117,15 +117,67 @@ def test_options_share_the_ledger_and_each_pool_answers_health():
 
         async def release_soon():
             await asyncio.sleep(0.01)
-            for h in stage.handles.values():
-                for r in h.calls:
-                    r.release.set()
-            stage.handles["slow"].calls[-1].fail = True
+            stage.handles["fast"].calls[-1].release.set()  # the slow pool's check never answers
 
         release = asyncio.ensure_future(release_soon())
-        answers = await stage.each("health")
+        health = await stage.health(0.2)
         await release
-        assert answers["fast"] == "fast" and isinstance(answers["slow"], RuntimeError)
+        # one pool answers: the stage is served (calls avoid the other), the silent pool is named
+        assert health["pools"]["fast"] == "fast" and "TimeoutError" in health["pools"]["slow"]["error"]
+        assert "error" not in health
+        failing = asyncio.ensure_future(stage.health(1.0))
+        await asyncio.sleep(0.01)
+        for h in stage.handles.values():  # now every pool's check fails
+            h.calls[-1].fail = True
+            h.calls[-1].release.set()
+        assert (await failing)["error"] == "no pool's replicas answer"
+
+    asyncio.run(main())
+
+
+def test_a_copy_goes_to_another_pool_and_a_lost_replica_steers_the_retry():
+    """What serving.runtime.calls does with a pooled stage: a hedge's or a rescue's copy of a call
+    avoids the call's own pool (both would otherwise go to the faster pool, onto the replica the
+    copy is meant to get around), and a call lost with its replica counts its pool one short, so
+    the retry of a pool's only replica goes elsewhere."""
+    import ray.exceptions as rex
+
+    from serving.runtime.calls import Deadline, _send, call_stage
+
+    stage = _stage()
+    first = _send(stage, "run", ("rows",))
+    copy = _send(stage, "run", ("rows",), first)
+    assert (first.pool, copy.pool) == ("fast", "slow")
+    stage.set_running("slow", 0)  # no other pool runs a replica: the copy may go where the first went
+    assert _send(stage, "run", ("rows",), first).pool == "fast"
+
+    async def main():
+        stage = _stage()
+
+        class Lost(FakeResponse):
+            async def _wait(self):
+                raise rex.ActorUnavailableError("the replica's node went away", b"0" * 16)
+
+        fast = stage.handles["fast"]
+
+        class Once:
+            def remote(self, *args):
+                response = Lost("fast")
+                fast.calls.append(response)
+                return response
+
+        fast.__dict__["run"] = Once()  # the fast pool's replica is lost mid-call
+        slow = stage.handles["slow"]
+
+        async def answer_slow():
+            while not slow.calls:
+                await asyncio.sleep(0.005)
+            slow.calls[0].release.set()
+
+        helper = asyncio.ensure_future(answer_slow())
+        out = await call_stage(stage, "run", ("rows",), Deadline.after(5.0), "expensive")
+        await helper
+        assert out == "slow" and stage.running == {"fast": 0, "slow": 1} and stage.in_flight == {"fast": 0, "slow": 0}
 
     asyncio.run(main())
 
