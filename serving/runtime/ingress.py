@@ -148,6 +148,10 @@ class Ingress(HttpEdge):
         #: this replica's name to the stages it calls (their autoscaler sums what each ingress queues)
         self.replica = replica_id(f"ingress-{uuid.uuid4().hex[:12]}")
         self.metrics = ServingMetrics(self.name)
+        for stage, target in zip(self.stage_names, (self.first, self.second), strict=False):
+            if isinstance(target, PooledStage):
+                target.on_route = lambda pool, stage=stage: self.metrics.count("willump_stage_pool_calls", stage=stage,
+                                                                                pool=pool)
         batch_rows = INGRESS_BATCH_ROWS if config.batching else 1
         self.coalescers: dict[str, Coalescer] = {}
         for i, (stage, target) in enumerate(zip(self.stage_names, (first, second), strict=False)):

@@ -58,6 +58,8 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "willump_stage_rescues": ("counter", "stage calls copied to another replica after waiting past the bound "
                                          "on a silent replica, by whether the copy answered first",
                               ("app", "stage", "won")),
+    "willump_stage_pool_calls": ("counter", "stage calls by the node pool they were sent to (deploy(pools=...): "
+                                            "each where it would wait least)", ("app", "stage", "pool")),
     "willump_audit_cpu_seconds": ("counter", "CPU seconds the live audit took, in the threads that did the work, "
                                              "by part: request_path (counting and sampling a request's rows), "
                                              "worker (taking sampled rows out, counting answers), full_pipeline "

@@ -17,7 +17,7 @@ call it copies whenever another pool runs a replica.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from serving.core.specs import pool_deployment
@@ -35,8 +35,10 @@ class PooledStage:
         #: running replicas per pool: the plan's until the ingress's watch reads Serve's
         self.running = {p: int(n) for p, n in replicas.items()}
         self.in_flight = dict.fromkeys(self.handles, 0)
-        #: calls routed per pool since the start (``/metrics`` counts them too)
+        #: calls routed per pool since the start
         self.routed = dict.fromkeys(self.handles, 0)
+        #: hears the pool of every call routed (the ingress counts them in /metrics)
+        self.on_route: Callable[[str], None] | None = None
 
     @property
     def pools(self) -> list[str]:
@@ -63,6 +65,7 @@ class PooledStage:
     def options(self, **kwargs: Any) -> PooledStage:
         other = PooledStage({p: h.options(**kwargs) for p, h in self.handles.items()}, self.rates, self.running)
         other.running, other.in_flight, other.routed = self.running, self.in_flight, self.routed  # one ledger
+        other.on_route = self.on_route
         return other
 
     def __getattr__(self, method: str) -> _PooledMethod:
@@ -101,6 +104,8 @@ class _PooledMethod:
         pool = stage.pick(self.avoid)
         stage.in_flight[pool] += 1
         stage.routed[pool] += 1
+        if stage.on_route is not None:
+            stage.on_route(pool)
         try:
             response = getattr(stage.handles[pool], self.method).remote(*args, **kwargs)
         except BaseException:

@@ -154,6 +154,9 @@ def test_a_stage_on_two_node_pools(cluster, synth_opt, request_rows):
                 for pool in ("head", "worker")}
         print(f"rows answered by each pool's replica under load: {rows}")
         assert rows["head"] > rows["worker"], rows
+        wait_for(lambda: any(line.startswith("willump_stage_pool_calls") and 'pool="head"' in line
+                             for line in requests.get(served.url + "/metrics", timeout=30).text.splitlines()),
+                 timeout=60, interval=1.0, message="the calls per pool in /metrics")
         health = requests.get(served.url + "/readyz", timeout=30).json()
         assert health["status"] == "ready" and set(health["stages"]["expensive"]["pools"]) == {"head", "worker"}, health
     finally:

@@ -60,10 +60,13 @@ def _stage(rates=None, replicas=None) -> PooledStage:
 
 def test_at_rest_every_call_goes_to_the_fastest_pool():
     stage = _stage()
+    heard: list[str] = []
+    stage.on_route = heard.append  # what the ingress counts in /metrics
     for _ in range(5):
         response = stage.run.remote("rows")
         response.cancel()  # nothing left in flight: the next call sees the pools at rest
     assert stage.routed == {"fast": 5, "slow": 0} and stage.in_flight == {"fast": 0, "slow": 0}
+    assert heard == ["fast"] * 5
 
 
 def test_under_load_calls_split_by_capacity():
