@@ -72,7 +72,8 @@ class IngestReceipt:
     durable: bool
     durable_through: float | None
     quarantined: int = 0
-    #: the batch's id was ingested before (drift._batch_ids): nothing was added this time
+    #: the batch's id was ingested before (drift._batch_ids): nothing was added this time, and
+    #: ``durable`` says whether the first copy's rows are surely committed (durability='batch')
     duplicate: bool = False
 
 
@@ -160,7 +161,10 @@ class Engine:
         batch_id = check_batch_id(batch_id)
         if batch_id is not None and batch_id in self._batch_ids:
             self._counters["duplicate_batches"] += 1
-            return IngestReceipt(0, (), (), 0, True, self._durable_through(), duplicate=True)
+            # the first copy's rows are committed with it under durability='batch'; under 'pane' they
+            # may still sit in an open pane (durable_through says how far the saved state reaches)
+            durable = self._store is not None and self.durability == "batch"
+            return IngestReceipt(0, (), (), 0, durable, self._durable_through(), duplicate=True)
         parsed = self._prepare(batch, "batch")
         if batch_id is not None:  # before the commit below, which saves it with the rows
             self._batch_ids.add(batch_id)
