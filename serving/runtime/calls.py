@@ -321,6 +321,26 @@ def _send(handle: Any, method: str, args: tuple, first: Any = None) -> Any:
     return getattr(target, method).remote(*args)
 
 
+def older_signature(exc: BaseException) -> bool:
+    """A replica of the app's previous code refused an argument this code added: during a rolling
+    update across code versions Serve replaces deployments one by one, so a new ingress may call
+    an old stage or monitor replica for a while (the replica's TypeError comes back as one)."""
+    text = str(exc)
+    return isinstance(exc, TypeError) and ("positional argument" in text or "unexpected keyword argument" in text)
+
+
+async def call_stage_compatible(handle: Any, method: str, args: tuple, older_args: tuple, deadline: Deadline,
+                                stage: str, **kwargs: Any) -> Any:
+    """:func:`call_stage` with ``args``; once more with ``older_args`` (what the previous code's
+    replicas take) where the replica refused the newer call's arguments."""
+    try:
+        return await call_stage(handle, method, args, deadline, stage, **kwargs)
+    except TypeError as exc:
+        if not older_signature(exc):
+            raise
+        return await call_stage(handle, method, older_args, deadline, stage, **kwargs)
+
+
 def retryable(exc: BaseException) -> bool:
     """A replica died or vanished mid-call: the same call on another replica may succeed."""
     import ray.exceptions as rex

@@ -53,6 +53,7 @@ from serving.runtime.calls import (
     StageHedge,
     StageOverloaded,
     call_stage,
+    call_stage_compatible,
     wait_or_cancel,
 )
 from serving.runtime.coalesce import Coalescer, Item
@@ -206,10 +207,12 @@ class Ingress(HttpEdge):
         async def run(items: list[Item], deadline: Deadline) -> list[Any]:
             # the gear (0: the plan) and the rows still queued here, for the stage's autoscaler
             backlog = (self.replica, self.coalescers[stage].queued_rows)
-            merged = await call_stage(
-                handle, "run", (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items]),
-                                items[0].key or 0, backlog), deadline, stage, on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage),
-                hedge=self.hedges.get(stage))
+            args = (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items]),
+                    items[0].key or 0, backlog)
+            # a stage replica of the previous code (a rolling update across versions) takes no backlog
+            merged = await call_stage_compatible(
+                handle, "run", args, args[:3], deadline, stage,
+                on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage), hedge=self.hedges.get(stage))
             self._observe_stage(stage, merged)
             return split_outputs(merged, [it.size for it in items])
 

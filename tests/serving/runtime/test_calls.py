@@ -546,3 +546,45 @@ def test_a_trickling_body_holds_no_admission_slot_and_times_out():
     assert fast.status_code == 200 and json.loads(fast.body) == {"bytes": 12}
     assert slow.status_code == 408 and "did not arrive" in json.loads(slow.body)["error"]
     assert ingress.in_flight == 0
+
+
+def test_a_stage_replica_of_the_previous_code_is_called_as_it_takes():
+    """A rolling update across code versions: the old replica refuses the argument this code added
+    (Ray returns the replica's TypeError); the call goes again with what it takes. Any other
+    TypeError is the caller's."""
+    import asyncio
+
+    from serving.runtime.calls import Deadline, call_stage_compatible
+
+    calls: list[tuple] = []
+
+    class Old:
+        class run:
+            @staticmethod
+            def remote(*args):
+                calls.append(args)
+
+                async def answer():
+                    if len(args) > 3:
+                        raise TypeError("run() takes from 2 to 4 positional arguments but 5 were given")
+                    return "answered"
+
+                return answer()
+
+    async def main():
+        out = await call_stage_compatible(Old(), "run", (1, 2, 3, 4), (1, 2, 3), Deadline.after(5), "expensive")
+        assert out == "answered" and calls == [(1, 2, 3, 4), (1, 2, 3)]
+
+        class Broken:
+            class run:
+                @staticmethod
+                def remote(*args):
+                    async def answer():
+                        raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+                    return answer()
+
+        with pytest.raises(TypeError, match="unsupported operand"):
+            await call_stage_compatible(Broken(), "run", (1,), (), Deadline.after(5), "expensive")
+
+    asyncio.run(main())

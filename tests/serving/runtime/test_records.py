@@ -376,3 +376,26 @@ def test_a_row_the_monitor_refuses_is_rejected_alone_and_counted():
     assert drops == {"rejected": 1} and buffer.sent == 99 and stage.ingested == 99
     kept, rejected, why, duplicate = ingest_row_by_row_on_error(stage.monitor, frame.iloc[30:40])
     assert (kept, rejected, duplicate) == (9, 1, False) and "latency_ms" in why
+
+
+def test_a_monitor_replica_of_the_previous_code_gets_every_record():
+    """During a rolling update across code versions a new ingress may send to a monitor replica
+    whose ingest takes no batch id: the batch goes again without it, not retried until dropped."""
+    batches: list[pd.DataFrame] = []
+
+    class _Ingest:
+        async def remote(_, batch):  # the previous code's signature
+            batches.append(batch)
+            return {"ingested": len(batch)}
+
+    class _Old:
+        ingest = _Ingest()
+
+    async def run() -> RecordBuffer:
+        buffer = RecordBuffer(_Old(), CONFIG, flush_rows=10, flush_delay_s=0.01)
+        buffer.add(_columns(_frame(10)))
+        await buffer.close()
+        return buffer
+
+    buffer = asyncio.run(run())
+    assert buffer.sent == 10 and buffer.dropped == 0 and [len(b) for b in batches] == [10]
