@@ -1,7 +1,8 @@
 """The shared-cluster mechanisms in the apps ``serving.deploy`` builds, against stock Ray Serve,
 on three raylets of this machine.
 
-    python -m benchmarks.deploy_cluster [--sections routing,hedging,autoscaling,pools] [--workload toxic] [--repeats 3]
+    python -m benchmarks.deploy_cluster [--sections routing,hedging,autoscaling,pools,gears] [--workload toxic]
+                                        [--repeats 3]
                                         [--json PATH]
 
 **routing**: the cluster (``ray.cluster_utils.Cluster``): the head (3 logical CPUs; every app's
@@ -39,6 +40,10 @@ and the extra work hedging costs (rows computed per request answered, over the u
 differ 2-4x per stage, placed by ``deploy(pools=...)`` (the LP's replicas per (stage, pool), a
 deployment per pool) against stock Serve given the same replicas per stage: rows/s, and the LP's
 prediction beside the measured rate.
+
+**gears** (:mod:`benchmarks._deploy_gears`): a 3x burst served by a ``gears="adaptive"`` app
+and by the same app with one gear, each stage an emulated device of a fixed speed: p99 against
+the SLO, accuracy against the worst certified bound.
 
 **autoscaling** (:mod:`benchmarks._deploy_autoscale`): the planner as Serve's autoscaler against
 Serve's default policy on a bursty trace (x1 -> x4 -> x1), one emulated device of a fixed speed:
@@ -78,7 +83,7 @@ ROWS_PER_REQUEST = 32
 SETTLE_S = 35.0
 #: seconds into the silent phase when the replica is frozen
 FREEZE_AFTER_S = 2.0
-SECTIONS = ("routing", "hedging", "autoscaling", "pools")
+SECTIONS = ("routing", "hedging", "autoscaling", "pools", "gears")
 #: logical CPUs of the head (the workers have 1): every app's ingress asks INGRESS_CPUS, more
 #: than a worker has, so each app's ingress runs on the head, not wherever Serve puts it first
 HEAD_CPUS = 3
@@ -289,6 +294,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         SLOW_DEVICES,
         pools,
     )
+    from benchmarks._gears import GEAR_SLO_MS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {SECTIONS}")
@@ -324,6 +330,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--pool-clients", type=int, default=POOL_CLIENTS, help="closed-loop clients, pools section")
     parser.add_argument("--fast-devices", type=int, default=FAST_DEVICES, help="replica slots of the fast pool")
     parser.add_argument("--slow-devices", type=int, default=SLOW_DEVICES, help="replica slots of the slow pool")
+    parser.add_argument("--gear-slo-ms", type=float, default=GEAR_SLO_MS, help="the p99 target the gears hold")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -332,7 +339,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if min(args.rows_per_request, args.clients, args.seconds, args.freeze_s, args.replicas, args.repeats,
            args.hedge_rate, args.hedge_requests, args.autoscale_rate, args.autoscale_phase_s, args.autoscale_max,
            args.autoscale_rounds, args.slo_ms, args.autoscale_ms_per_row, args.fast_devices,
-           args.slow_devices, args.pool_clients) <= 0 \
+           args.slow_devices, args.pool_clients, args.gear_slo_ms) <= 0 \
             or min(args.fast_slowdown, args.pool_ratio, args.straggle_factor, args.hedge_slowdown,
                    *args.pool_ratios) < 1 \
             or not 0 < args.straggle_share <= 1:
@@ -360,6 +367,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["autoscaling"] = autoscaling(opt, payloads, args)
     if "pools" in sections:
         result["pools"] = pools(opt, payloads, args)
+    if "gears" in sections:
+        from benchmarks._deploy_gears import gears
+        from benchmarks._gears import geared_workload
+
+        geared, X, y = geared_workload(args)
+        rpr = args.rows_per_request
+        count = min(len(X) // rpr, 200)
+        requests = [X.iloc[i * rpr:(i + 1) * rpr].reset_index(drop=True) for i in range(count)]
+        result["gears"] = gears(geared, requests, [y[i * rpr:(i + 1) * rpr] for i in range(count)], args)
     result["load_after"] = os.getloadavg()[0]
     r = result.get("routing", {})
     if "capacity" in r:
@@ -387,6 +403,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(autoscale_summary(a))
     elif a:
         print(f"autoscaling failed: {a.get('error')}")
+    g = result.get("gears", {})
+    if "targets" in g:
+        from benchmarks._deploy_gears import summary as gears_summary
+
+        print(gears_summary(g))
+    elif g:
+        print(f"gears failed: {g.get('error')}")
     p = result.get("pools", {})
     if "rows_per_s_over_stock" in p:
         from benchmarks._deploy_pools import summary as pools_summary
