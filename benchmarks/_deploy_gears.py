@@ -107,7 +107,7 @@ def gears(opt: Any, requests: list, labels: list, args) -> dict[str, Any]:
 
 def _measured(opt: Any, requests: list, labels: list, args, cluster: Any, apps: dict[str, Any],
               capacity: list[dict[str, Any]], planned: float) -> dict[str, Any]:
-    from benchmarks._gears import BURST, BURST_S, POST_S, PRE_S, arrivals
+    from benchmarks._gears import BURST, BURST_S, POST_S, PRE_S, arrivals, score
     from benchmarks.deploy_cluster import median
     from serving import deploy
     from serving.core.jsonsafe import clean
@@ -144,14 +144,8 @@ def _measured(opt: Any, requests: list, labels: list, args, cluster: Any, apps: 
                    "gear_requests": {str(g): sum(x["gear"] == g for x in ok) for g in range(len(opt.gears_))},
                    "gear_by_second": [round(float(np.mean([x["gear"] for x in ok if s <= x["at"] < s + 1] or [np.nan])), 2)
                                       for s in range(seconds)]}
-            for x in ok:
-                if not np.allclose(x["proba"], expected[x["gear"]][x["i"]], atol=1e-6):
-                    served["wrong"] += 1
-                if name == "with_gears":
-                    y = labels[x["i"]]
-                    served["rows"] += len(y)
-                    served["correct"] += int((opt.classes_[x["proba"].argmax(axis=1)] == y).sum())
-                    served["full_correct"] += int((full[x["i"]] == y).sum())
+            # the answer's probabilities went through JSON (rounded to 12 digits)
+            score(opt, ok, expected, labels, full, served, accuracy=name == "with_gears", atol=1e-6)
             runs[name].append(row)
             print(f"gears round {r + 1} {name:12s} p50 {row['p50_ms']:7.0f} ms p99 {row['p99_ms']:7.0f} ms (burst "
                   f"{row['p99_ms_burst']:.0f} ms), {row['failed']} failed, requests per gear {row['gear_requests']}, "

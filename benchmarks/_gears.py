@@ -111,6 +111,20 @@ async def _drive(app, requests, times: np.ndarray) -> list[dict[str, Any]]:
     return log
 
 
+def score(opt: Any, log: list[dict[str, Any]], expected: dict[int, list], labels: list, full: list,
+          served: dict[str, int], *, accuracy: bool, atol: float) -> None:
+    """Count, into ``served``, the answers that differ from their gear's in-process prediction
+    (``wrong``) and, with ``accuracy``, the rows answered right next to the full pipeline's."""
+    for x in log:
+        if not np.allclose(x["proba"], expected[x["gear"]][x["i"]], atol=atol):
+            served["wrong"] += 1
+        if accuracy:
+            y = labels[x["i"]]
+            served["rows"] += len(y)
+            served["correct"] += int((opt.classes_[x["proba"].argmax(axis=1)] == y).sum())
+            served["full_correct"] += int((full[x["i"]] == y).sum())
+
+
 def _gear_by_second(log: list[dict[str, Any]]) -> list[float]:
     """The mean gear of the requests sent in each second of the run (when it switched, and back)."""
     seconds = int(PRE_S + BURST_S + POST_S)
@@ -157,15 +171,7 @@ def gears(opt, source, requests, labels, args) -> dict[str, Any]:
                        "gear_rows": {str(k): v for k, v in stats["gear_rows"].items()},
                        "switches": stats["gear_switches"], "gear_by_second": _gear_by_second(log),
                        "p90_ms_before_burst": float(np.percentile([x["ms"] for x in log if x["at"] < PRE_S], 90))}
-                for x in log:
-                    if not np.allclose(x["proba"], expected[x["gear"]][x["i"]], atol=1e-9):
-                        served["wrong"] += 1
-                if mode == "with_gears":
-                    for x in log:
-                        y = labels[x["i"]]
-                        served["rows"] += len(y)
-                        served["correct"] += int((opt.classes_[x["proba"].argmax(axis=1)] == y).sum())
-                        served["full_correct"] += int((full[x["i"]] == y).sum())
+                score(opt, log, expected, labels, full, served, accuracy=mode == "with_gears", atol=1e-9)
                 runs[mode].append(row)
                 print(f"  {mode}: p50 {row['p50_ms']:.0f} ms, p99 {row['p99_ms']:.0f} ms (burst {row['p99_ms_burst']:.0f}"
                       f" ms), rows per gear {row['gear_rows']}, switches {row['switches']}, p90 before the burst "
