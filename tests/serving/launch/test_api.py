@@ -394,7 +394,9 @@ def _hold_and_release(served, opt) -> None:
     assert held["full_pipeline"] and held["level"] == [full_level] * len(batch)
     np.testing.assert_allclose(np.array(held["probabilities"]), opt.baseline.predict_proba(batch), atol=1e-9)
     report = guarantee()["gears"][0]
-    assert report["held"] and report["holds"] == 1 and report["alarm"], report
+    # the rows just answered in full are audited too: where their counts reached the monitor (every
+    # 2 s) before this query, the release test may already have let the hold go (a loaded suite run)
+    assert report["holds"] == 1 and report["held"] == report["alarm"], report
     wait_for(lambda: not answer(agree.iloc[151:161])["full_pipeline"], timeout=60, message="the hold released")
     report = guarantee()
     assert report["held"] == [] and report["gears"][0]["holds"] == 1 and not report["gears"][0]["alarm"], report
