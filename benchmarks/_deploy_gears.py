@@ -70,16 +70,11 @@ async def _drive(url: str, bodies: list[bytes], times: np.ndarray) -> list[dict[
             entry["gear"], entry["proba"] = int(answer["gear"]), np.asarray(answer["probabilities"])
         log.append(entry)
 
+    from benchmarks._gears import at_times
+
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
-        start = time.perf_counter()
-        tasks = []
-        for i, at in enumerate(times):
-            delay = start + at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one(session, i, float(at))))
-        await asyncio.gather(*tasks)
+        await at_times(times, lambda i, at: one(session, i, at))
     return log
 
 

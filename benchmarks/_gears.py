@@ -100,15 +100,21 @@ async def _drive(app, requests, times: np.ndarray) -> list[dict[str, Any]]:
         log.append({"i": j, "at": at, "ms": (time.perf_counter() - t0) * 1000.0, "gear": int(out["gear"]),
                     "proba": np.asarray(out["proba"])})
 
+    await at_times(times, one)
+    return log
+
+
+async def at_times(times: np.ndarray, send: Any) -> None:
+    """``send(i, at)`` started at ``times[i]`` seconds from now (open loop: whatever the earlier
+    ones take), all awaited."""
     start = time.perf_counter()
     tasks = []
     for i, at in enumerate(times):
         delay = start + at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.ensure_future(one(i, float(at))))
+        tasks.append(asyncio.ensure_future(send(i, float(at))))
     await asyncio.gather(*tasks)
-    return log
 
 
 def score(opt: Any, log: list[dict[str, Any]], expected: dict[int, list], labels: list, full: list,

@@ -389,34 +389,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{args.fast_slowdown * args.pool_ratio:g}x compute time)")
     elif r:
         print(f"routing failed: {r.get('error')}")
-    h = result.get("hedging", {})
-    if "p99_ms_jitter_hedged" in h:
-        from benchmarks._deploy_hedging import summary
+    import importlib
 
-        print(summary(h))
-    elif h:
-        print(f"hedging failed: {h.get('error')}")
-    a = result.get("autoscaling", {})
-    if "replica_seconds" in a:
-        from benchmarks._deploy_autoscale import summary as autoscale_summary
-
-        print(autoscale_summary(a))
-    elif a:
-        print(f"autoscaling failed: {a.get('error')}")
-    g = result.get("gears", {})
-    if "targets" in g:
-        from benchmarks._deploy_gears import summary as gears_summary
-
-        print(gears_summary(g))
-    elif g:
-        print(f"gears failed: {g.get('error')}")
-    p = result.get("pools", {})
-    if "rows_per_s_over_stock" in p:
-        from benchmarks._deploy_pools import summary as pools_summary
-
-        print(pools_summary(p))
-    elif p:
-        print(f"pools failed: {p.get('error')}")
+    # section -> (its module, a field only a finished run has)
+    for section, (module, done) in {"hedging": ("_deploy_hedging", "p99_ms_jitter_hedged"),
+                                    "autoscaling": ("_deploy_autoscale", "replica_seconds"),
+                                    "gears": ("_deploy_gears", "targets"),
+                                    "pools": ("_deploy_pools", "rows_per_s_over_stock")}.items():
+        out = result.get(section, {})
+        if done in out:
+            print(importlib.import_module(f"benchmarks.{module}").summary(out))
+        elif out:
+            print(f"{section} failed: {out.get('error')}")
     print(f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after")
     if args.json:
         with open(args.json, "w") as f:
