@@ -20,11 +20,13 @@ model stages' replica-seconds over the trace (replicas starting or running, samp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import math
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 #: the apps: the planner's policy and Serve's default one (deploy's own target and delays)
@@ -67,10 +69,9 @@ def _replicas(app: str) -> int:
                for name, d in status.deployments.items() if not name.endswith("-ingress"))
 
 
-def _trace(url: str, app: str, payloads: list[bytes], args, seed: int) -> dict[str, Any]:
-    """The bursty trace on one app, its replicas sampled meanwhile."""
-    from serving.measure.loadgen import open_loop
-
+@contextlib.contextmanager
+def replicas_sampled(app: str) -> Iterator[list[tuple[float, int]]]:
+    """(time, model-stage replicas of ``app``) every SAMPLE_S while the block runs."""
     samples: list[tuple[float, int]] = []
     stop = threading.Event()
 
@@ -81,19 +82,31 @@ def _trace(url: str, app: str, payloads: list[bytes], args, seed: int) -> dict[s
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    phases = []
     try:
-        for i, factor in enumerate((1.0, BURST, 1.0)):
-            phases.append(asyncio.run(open_loop(url, payloads, rate=args.autoscale_rate * factor,
-                                                duration=args.autoscale_phase_s, seed=seed + i, slo_ms=args.slo_ms)))
+        yield samples
     finally:
         stop.set()
         sampler.join()
-    replica_seconds = sum((t1 - t0) * n0 for (t0, n0), (t1, _) in itertools.pairwise(samples))
+
+
+def replica_seconds(samples: list[tuple[float, int]]) -> float:
+    """Replica-seconds of the samples (each count held until the next sample)."""
+    return sum((t1 - t0) * n0 for (t0, n0), (t1, _) in itertools.pairwise(samples))
+
+
+def _trace(url: str, app: str, payloads: list[bytes], args, seed: int) -> dict[str, Any]:
+    """The bursty trace on one app, its replicas sampled meanwhile."""
+    from serving.measure.loadgen import open_loop
+
+    phases = []
+    with replicas_sampled(app) as samples:
+        for i, factor in enumerate((1.0, BURST, 1.0)):
+            phases.append(asyncio.run(open_loop(url, payloads, rate=args.autoscale_rate * factor,
+                                                duration=args.autoscale_phase_s, seed=seed + i, slo_ms=args.slo_ms)))
     answered = sum(p["requests"] for p in phases)
     failed = sum(p["errors"] for p in phases)
     slow = sum(p["over_slo"] for p in phases)
-    return {"slo_violation_share": (slow + failed) / max(answered + failed, 1), "replica_seconds": replica_seconds,
+    return {"slo_violation_share": (slow + failed) / max(answered + failed, 1), "replica_seconds": replica_seconds(samples),
             "requests": answered + failed, "failed": failed, "over_slo": slow,
             "max_replicas_seen": max((n for _, n in samples), default=0),
             "p99_ms": [p["p99_ms"] for p in phases], "replicas": [n for _, n in samples]}

@@ -76,11 +76,13 @@ def predicted_capacity(opt, specs, requests) -> list[dict[str, float]]:
     return out
 
 
-def arrivals(rate: float, seed: int) -> np.ndarray:
-    """Poisson arrival times: PRE_S at ``rate``, BURST_S at BURST x rate, POST_S at ``rate``."""
+def arrivals(rate: float, seed: int, phases: tuple[tuple[float, float], ...] | None = None) -> np.ndarray:
+    """Poisson arrival times over ``phases`` ((seconds, times ``rate``), ...; default PRE_S at
+    ``rate``, BURST_S at BURST x rate, POST_S at ``rate``)."""
     rng = np.random.default_rng(seed)
-    times, t = [], 0.0
-    for until, r in ((PRE_S, rate), (PRE_S + BURST_S, BURST * rate), (PRE_S + BURST_S + POST_S, rate)):
+    times, t, until = [], 0.0, 0.0
+    for seconds, factor in phases or ((PRE_S, 1.0), (BURST_S, BURST), (POST_S, 1.0)):
+        until, r = until + seconds, factor * rate
         while True:
             t += float(rng.exponential(1.0 / r))
             if t >= until:

@@ -1,7 +1,8 @@
 """The shared-cluster mechanisms in the apps ``serving.deploy`` builds, against stock Ray Serve,
 on three raylets of this machine.
 
-    python -m benchmarks.deploy_cluster [--sections routing,hedging,autoscaling,pools,gears] [--workload toxic]
+    python -m benchmarks.deploy_cluster [--sections routing,hedging,autoscaling,pools,gears,autoscaling_gears]
+                                        [--workload toxic]
                                         [--repeats 3]
                                         [--json PATH]
 
@@ -49,6 +50,12 @@ the SLO, accuracy against the worst certified bound.
 Serve's default policy on a bursty trace (x1 -> x4 -> x1), one emulated device of a fixed speed:
 SLO violations and replica-seconds.
 
+**autoscaling_gears** (:mod:`benchmarks._deploy_autoscale_gears`): a gear step as the first
+answer to a burst and the replicas for the deployed gear as the lasting one (the planner with
+``gears="adaptive"``), against the planner with one gear and Serve's default policy, on the same
+bursty trace, the expensive stage the bottleneck: SLO violations, replica-seconds, requests per
+gear and the accuracy given up.
+
 Rates here are this machine's, all processes sharing its cores.
 """
 
@@ -83,7 +90,7 @@ ROWS_PER_REQUEST = 32
 SETTLE_S = 35.0
 #: seconds into the silent phase when the replica is frozen
 FREEZE_AFTER_S = 2.0
-SECTIONS = ("routing", "hedging", "autoscaling", "pools", "gears")
+SECTIONS = ("routing", "hedging", "autoscaling", "pools", "gears", "autoscaling_gears")
 #: logical CPUs of the head (the workers have 1): every app's ingress asks INGRESS_CPUS, more
 #: than a worker has, so each app's ingress runs on the head, not wherever Serve puts it first
 HEAD_CPUS = 3
@@ -323,6 +330,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--autoscale-max", type=int, default=AUTOSCALE_MAX, help="most replicas per model stage")
     parser.add_argument("--autoscale-rounds", type=int, default=2, help="traces per app (order alternating)")
     parser.add_argument("--slo-ms", type=float, default=SLO_MS, help="the autoscaling section's latency SLO")
+    parser.add_argument("--autoscale-gears-apps", default="planner_gears,planner,default",
+                        help="the autoscaling_gears section's apps, comma-separated (default %(default)s)")
     parser.add_argument("--pool-ratios", type=_pair, default=POOL_RATIOS, metavar="CHEAP,EXPENSIVE",
                         help="the pools section's slow pool: device time over the fast pool's, per stage")
     parser.add_argument("--pool-ms-per-row", type=_pair, default=POOL_MS_PER_ROW, metavar="CHEAP,EXPENSIVE",
@@ -336,6 +345,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if not sections or set(sections) - set(SECTIONS):
         parser.error(f"--sections: a comma-separated list of {SECTIONS}, got {args.sections!r}")
+    from benchmarks._deploy_autoscale_gears import APPS as GEARED_APPS
+
+    geared_apps = [a.strip() for a in args.autoscale_gears_apps.split(",") if a.strip()]
+    if not geared_apps or set(geared_apps) - set(GEARED_APPS):
+        parser.error(f"--autoscale-gears-apps: a comma-separated list of {list(GEARED_APPS)}, got "
+                     f"{args.autoscale_gears_apps!r}")
     if min(args.rows_per_request, args.clients, args.seconds, args.freeze_s, args.replicas, args.repeats,
            args.hedge_rate, args.hedge_requests, args.autoscale_rate, args.autoscale_phase_s, args.autoscale_max,
            args.autoscale_rounds, args.slo_ms, args.autoscale_ms_per_row, args.fast_devices,
@@ -367,7 +382,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["autoscaling"] = autoscaling(opt, payloads, args)
     if "pools" in sections:
         result["pools"] = pools(opt, payloads, args)
-    if "gears" in sections:
+    if "gears" in sections or "autoscaling_gears" in sections:
+        from benchmarks._deploy_autoscale_gears import autoscaling_gears
         from benchmarks._deploy_gears import gears
         from benchmarks._gears import geared_workload
 
@@ -375,7 +391,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rpr = args.rows_per_request
         count = min(len(X) // rpr, 200)
         requests = [X.iloc[i * rpr:(i + 1) * rpr].reset_index(drop=True) for i in range(count)]
-        result["gears"] = gears(geared, requests, [y[i * rpr:(i + 1) * rpr] for i in range(count)], args)
+        labels = [y[i * rpr:(i + 1) * rpr] for i in range(count)]
+        if "gears" in sections:
+            result["gears"] = gears(geared, requests, labels, args)
+        if "autoscaling_gears" in sections:
+            result["autoscaling_gears"] = autoscaling_gears(geared, requests, labels, args)
     result["load_after"] = os.getloadavg()[0]
     r = result.get("routing", {})
     if "capacity" in r:
@@ -395,6 +415,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for section, (module, done) in {"hedging": ("_deploy_hedging", "p99_ms_jitter_hedged"),
                                     "autoscaling": ("_deploy_autoscale", "replica_seconds"),
                                     "gears": ("_deploy_gears", "targets"),
+                                    "autoscaling_gears": ("_deploy_autoscale_gears", "rounds"),
                                     "pools": ("_deploy_pools", "rows_per_s_over_stock")}.items():
         out = result.get(section, {})
         if done in out:

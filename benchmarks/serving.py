@@ -326,7 +326,18 @@ def _single_row_phases(result: dict[str, Any], app: Any, url: str, singles: list
                                  seed=args.seed))
     result["single_row"] = half
     print(f"  single row: peak {peak['requests_per_s']:.0f} req/s; at half load p50 {half['p50_ms']:.1f} ms, "
-          f"p99 {half['p99_ms']:.1f} ms; by level {_by_level(half)}", flush=True)
+          f"p99 {half['p99_ms']:.1f} ms; by level {_by_level(half)}; {_tail(half)}", flush=True)
+
+
+def _tail(phase: dict[str, Any]) -> str:
+    """Where the slowest requests waited: inside the ingress's route (its Server-Timing) or
+    outside it (client, HTTP front, the replica's HTTP server, the kernel)."""
+    t = phase.get("tail")
+    if not t:
+        return "no Server-Timing in the answers"
+    s = t["slowest"]
+    return (f"the route's own time p50 {t['server_p50_ms']:.1f} ms, p99 {t['server_p99_ms']:.1f} ms; the slowest "
+            f"{s['requests']} requests (median {s['client_ms']:.1f} ms) spent {s['server_ms']:.1f} ms in the route")
 
 
 def _ratios(result: dict[str, Any]) -> None:
@@ -440,7 +451,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"- HTTP floor (a route that touches no stage): {result['http_floor']['requests_per_s']:.0f} req/s",
         f"- single row at half of peak ({half['offered_rps']:.0f} req/s offered): p50 {half['p50_ms']:.1f} ms, "
         f"p99 {half['p99_ms']:.1f} ms, p99/p50 = {r['p99_over_p50']:.2f} (target <= {TARGETS['p99_over_p50']:g}); "
-        f"by the level that answered: {_by_level(half)}",
+        f"by the level that answered: {_by_level(half)}; {_tail(half)}",
     ]
     for key, label in [*((k, lb) for k, lb, *_ in PHASES), ("in_process", "(c)")]:
         p = result[key]

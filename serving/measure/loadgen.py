@@ -78,6 +78,37 @@ def _summary(latencies: Sequence[float], rows: int, seconds: float, errors: Coun
     }
 
 
+def server_timing(header: str | None, metric: str = "app") -> float:
+    """The ``dur`` (ms) of ``metric`` in a W3C ``Server-Timing`` header; NaN where absent."""
+    for entry in (header or "").split(","):
+        name, _, params = entry.strip().partition(";")
+        if name == metric:
+            for param in params.split(";"):
+                key, _, value = param.strip().partition("=")
+                if key == "dur":
+                    try:
+                        return float(value)
+                    except ValueError:
+                        break
+    return float("nan")
+
+
+def tail_split(latencies_ms: np.ndarray, server_ms: np.ndarray, quantile: float = 99.0) -> dict[str, Any] | None:
+    """Where the slowest requests spent their time: the route's own time (``Server-Timing``)
+    against the rest (client, HTTP front, the replica's HTTP server, the kernel), for the
+    requests at or above the client-side ``quantile``; None where no answer carried the header."""
+    known = ~np.isnan(server_ms)
+    if not known.any():
+        return None
+    lat, srv = latencies_ms[known], server_ms[known]
+    slow = lat >= np.percentile(lat, quantile)
+    return {"server_p50_ms": float(np.percentile(srv, 50)), "server_p99_ms": float(np.percentile(srv, 99)),
+            "outside_p50_ms": float(np.percentile(lat - srv, 50)),
+            "outside_p99_ms": float(np.percentile(lat - srv, 99)),
+            "slowest": {"requests": int(slow.sum()), "client_ms": float(np.median(lat[slow])),
+                        "server_ms": float(np.median(srv[slow]))}}
+
+
 @timed_on_a_settled_heap
 async def closed_loop(url: str, payloads: Sequence[bytes], rows_each: int, *, clients: int,
                       duration: float, max_requests: int,
@@ -147,6 +178,7 @@ async def open_loop(url: str, payloads: Sequence[bytes], *, rate: float, duratio
 
     latencies: list[float] = []
     levels: list[int] = []
+    server_ms: list[float] = []
     errors: Counter[str] = Counter()
     headers = {"Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=0)
@@ -161,6 +193,7 @@ async def open_loop(url: str, payloads: Sequence[bytes], *, rate: float, duratio
                     if r.status == 200:
                         latencies.append(time.perf_counter() - start)
                         levels.append(max(json.loads(body)["level"]))
+                        server_ms.append(server_timing(r.headers.get("Server-Timing")))
                     else:
                         errors[f"HTTP {r.status}"] += 1
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -180,6 +213,7 @@ async def open_loop(url: str, payloads: Sequence[bytes], *, rate: float, duratio
                  "p99_ms": float(np.percentile(lat[lev == k], 99))}
         for k in np.unique(lev)
     }
+    out["tail"] = tail_split(lat, np.asarray(server_ms, dtype=float))
     return out
 
 

@@ -25,6 +25,12 @@ stage replica how many rows it still queues for the stage (serving.runtime.routi
 reports the sum over ingresses), and the policy adds the replicas that clear those rows, at what
 a row costs the replicas, within ``drain_s`` beside the arriving load (without it a burst got one
 replica more per replica start time while its queue grew). Serve's
+A cheaper gear (serving.runtime.gears) is the first answer to a burst and the replicas
+the lasting one: the policy reads each replica's busy share scaled to the rows the gear the
+app is deployed to serve would have sent it (``deployed_gear_busy_share``; a cheaper gear
+sends fewer rows on, and replicas sized for its load would keep the app in it), so the
+replicas for that gear start while the cheaper gear holds the latency, and the gear policy
+steps back once they answer. Serve's
 wrapper around a custom policy still applies ``min_replicas``/``max_replicas``, the up- and
 downscale delays and the scale-from-zero fast path.
 
@@ -42,6 +48,8 @@ from serving.planning.planner import HEADROOM
 
 #: the stage replicas' reports Serve aggregates (serving.runtime.routing.BusyMeter.autoscaling_stats)
 BUSY_METRIC = "busy_share"
+#: the busy share scaled to the deployed gear's rows (read instead of BUSY_METRIC where reported)
+DEPLOYED_GEAR_BUSY_METRIC = "deployed_gear_busy_share"
 ROWS_METRIC = "rows_per_s"
 BACKLOG_METRIC = "backlog_rows"
 COST_METRIC = "busy_s_per_row"
@@ -97,12 +105,15 @@ class PlannerAutoscaler:
         (a fraction Serve rounds up) and what the decision read (kept as the policy's state)."""
         current = int(ctx.current_num_replicas)
         metrics = ctx.aggregated_metrics or {}
-        busy = metrics.get(BUSY_METRIC) or {}
+        # a replica of the previous code reports no deployed-gear share: its plain busy share
+        busy_key = DEPLOYED_GEAR_BUSY_METRIC if metrics.get(DEPLOYED_GEAR_BUSY_METRIC) else BUSY_METRIC
+        busy = metrics.get(busy_key) or {}
+        measured = metrics.get(BUSY_METRIC) or {}
         rows = metrics.get(ROWS_METRIC) or {}
         ongoing = float(ctx.total_num_requests or 0.0)
         saturated = current > 0 and ongoing >= SATURATED_SHARE * self.saturated_ongoing * current
         raw = ctx.raw_metrics or {}
-        recent = _recent_sum(raw.get(BUSY_METRIC) or {}, self.react_s)
+        recent = _recent_sum(raw.get(busy_key) or {}, self.react_s)
         queued_rows, row_cost = _queued(raw.get(BACKLOG_METRIC) or {}, raw.get(COST_METRIC) or {}, self.react_s)
         queued = queued_rows * row_cost / self.drain_s
         if busy:
@@ -111,7 +122,8 @@ class PlannerAutoscaler:
             wanted = float(ctx.target_num_replicas)
         if saturated:
             wanted = max(wanted, current + 1)
-        state = {"busy_replicas": float(sum(busy.values())), "busy_replicas_recent": recent,
+        state = {"busy_replicas": float(sum(measured.values())),
+                 "deployed_gear_busy_replicas": float(sum(busy.values())), "busy_replicas_recent": recent,
                  "rows_per_s": float(sum(rows.values())), "ongoing": ongoing, "saturated": saturated,
                  "queued_rows": queued_rows, "queued_replicas": queued, "wanted": wanted}
         return wanted, state

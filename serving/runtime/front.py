@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -73,6 +74,7 @@ async def answer(route: Callable[[Request], Awaitable[Any]], scope: dict[str, An
                  send: Callable) -> None:
     """Run one hot route on the raw ASGI request and send its response; a route that raises
     (its own guard answers every known failure) gets a plain 500, logged."""
+    start = time.perf_counter()
     try:
         response = await route(Request(scope, receive))
     except Exception:
@@ -82,4 +84,5 @@ async def answer(route: Callable[[Request], Awaitable[Any]], scope: dict[str, An
                                 (b"content-length", str(len(_SERVER_ERROR)).encode())]})
         await send({"type": "http.response.body", "body": _SERVER_ERROR})
         return
+    response.headers["server-timing"] = f"app;dur={(time.perf_counter() - start) * 1000.0:.3f}"
     await response(scope, receive, send)

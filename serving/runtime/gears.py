@@ -21,6 +21,14 @@ Three parts, each testable without Ray:
 * :class:`GearSwitch`: the ingress's side: requests in flight, the policy, or a pinned gear.
 * :class:`GearRunners`: a stage replica's side: one :class:`serving.runtime.stage_runner.StageRunner`
   per gear, over the same stage boundaries (cheap level; every later level).
+* :class:`GearDemand`: what a later stage would carry in the gear the app is deployed to serve.
+  A gear step is the first answer to a burst; the replicas are the lasting one
+  (serving.planning.autoscale). But a cheaper gear sends fewer rows on, so a later stage's
+  replicas measure less work there, and an autoscaler reading them would keep the app in the
+  cheaper gear for good: the replicas bought for the cheaper gear's load are never enough for
+  the deployed one, and its accuracy is spent for as long as the load lasts. Each call to a
+  later stage therefore says how many times its rows the deployed gear would have sent
+  (the gears' shares of rows sent on, measured here), and the stage's autoscaler sizes for that.
 """
 
 from __future__ import annotations
@@ -57,6 +65,14 @@ WINDOW_S = 1.0
 SIGNAL_QUANTILE = 0.9
 #: the values ``deploy(gears=...)`` takes besides a gear index
 GEAR_MODES = ("off", "adaptive")
+#: rows over which a gear's measured share of rows sent on halves its weight (about a second or
+#: two of a loaded app's rows: recent enough to follow the traffic, enough rows to measure a share
+#: of a few percent)
+DEMAND_HALF_LIFE_ROWS = 4096
+#: rows a gear must have served before its share counts (until then a call's scale is 1)
+DEMAND_MIN_ROWS = 256
+#: the most a call's scale may be: a gear that sends on almost nothing cannot claim unbounded work
+MAX_DEMAND_SCALE = 50.0
 
 
 @dataclass
@@ -189,6 +205,53 @@ def gear_info(gears: Any, gear_policy: dict[str, Any] | None, opt: Any, slo_ms: 
     return {"mode": gears, "ladder": ladder(opt), "policy": policy}
 
 
+class GearDemand:
+    """Per gear, the share of rows it sends past the first stage (decayed sums over its own rows,
+    :data:`DEMAND_HALF_LIFE_ROWS`), and :meth:`scale`: how many times the rows a call in a gear
+    carries the target gear would have sent (module docstring)."""
+
+    def __init__(self, gears: int, half_life_rows: float = DEMAND_HALF_LIFE_ROWS,
+                 min_rows: float = DEMAND_MIN_ROWS, max_scale: float = MAX_DEMAND_SCALE):
+        if isinstance(gears, bool) or not isinstance(gears, int) or gears < 1:
+            raise ValueError(f"gears must be an integer >= 1, got {gears!r}")
+        if not half_life_rows > 0:
+            raise ValueError(f"half_life_rows must be > 0, got {half_life_rows!r}")
+        if not max_scale >= 1:
+            raise ValueError(f"max_scale must be >= 1, got {max_scale!r}")
+        self.half_life_rows, self.min_rows, self.max_scale = float(half_life_rows), float(min_rows), float(max_scale)
+        self.rows = [0.0] * gears
+        self.sent = [0.0] * gears
+
+    def observe(self, gear: int, rows: int, sent_on: int) -> None:
+        """A request of ``rows`` rows in ``gear`` sent ``sent_on`` of them past the first stage."""
+        if rows <= 0 or not 0 <= gear < len(self.rows):
+            return
+        keep = 0.5 ** (rows / self.half_life_rows)
+        self.rows[gear] = self.rows[gear] * keep + rows
+        self.sent[gear] = self.sent[gear] * keep + sent_on
+
+    def share(self, gear: int) -> float | None:
+        """The share of rows ``gear`` sends on (None until it served :data:`DEMAND_MIN_ROWS`)."""
+        if not 0 <= gear < len(self.rows) or self.rows[gear] < self.min_rows:
+            return None
+        return self.sent[gear] / self.rows[gear]
+
+    def scale(self, gear: int, target: int = 0) -> float:
+        """Rows ``target`` would send on per row ``gear`` sends, in [1, ``max_scale``]; 1 where
+        either share is not known yet, or ``gear`` is the target."""
+        if gear == target:
+            return 1.0
+        now, wanted = self.share(gear), self.share(target)
+        if now is None or wanted is None:
+            return 1.0
+        if now <= 0.0:
+            return self.max_scale if wanted > 0.0 else 1.0
+        return min(max(wanted / now, 1.0), self.max_scale)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"share_sent_on": [self.share(g) for g in range(len(self.rows))]}
+
+
 class GearSwitch:
     """The ingress's gear state: requests in flight (their start times), the policy when
     adaptive, the pinned gear otherwise."""
@@ -207,6 +270,8 @@ class GearSwitch:
         self.held: frozenset[int] = frozenset()
         self._started: dict[int, float] = {}
         self._ids = itertools.count()
+        #: the gears' shares of rows sent on, for the later stages' autoscaler
+        self.demand = GearDemand(len(self.ladder))
 
     @property
     def adaptive(self) -> bool:
@@ -240,6 +305,12 @@ class GearSwitch:
         if not 0 <= gear < len(self.ladder):
             raise ValueError(f"gear must be from 0 to {len(self.ladder) - 1}, got {gear!r}")
         self.mode, self.policy, self.pinned = gear, None, gear
+
+    def demand_scale(self, gear: int) -> float:
+        """How many times a later-stage call's rows in ``gear`` the deployed gear would send:
+        gear 0 for an adaptive app (its cheaper gears answer bursts for a while), the served gear
+        itself otherwise (1)."""
+        return self.demand.scale(gear, 0) if self.policy is not None else 1.0
 
     def hold(self, gears: Any) -> None:
         """The gears the monitor's ledger holds now (the answer to the audit's last counts)."""

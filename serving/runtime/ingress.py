@@ -205,10 +205,12 @@ class Ingress(HttpEdge):
     # --- plumbing ------------------------------------------------------------------------
     def _remote_batch(self, handle: Any, stage: str):
         async def run(items: list[Item], deadline: Deadline) -> list[Any]:
-            # the gear (0: the plan) and the rows still queued here, for the stage's autoscaler
-            backlog = (self.replica, self.coalescers[stage].queued_rows)
-            args = (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items]),
-                    items[0].key or 0, backlog)
+            # the gear (0: the plan), the rows still queued here and how many times these rows the
+            # deployed gear would send (serving.runtime.gears.GearDemand), for the stage's autoscaler
+            gear = items[0].key or 0
+            scale = self.gears.demand_scale(gear) if gear and stage != self.stage_names[0] else 1.0
+            backlog = (self.replica, self.coalescers[stage].queued_rows, scale)
+            args = (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items]), gear, backlog)
             # a stage replica of the previous code (a rolling update across versions) takes no backlog
             merged = await call_stage_compatible(
                 handle, "run", args, args[:3], deadline, stage,
@@ -377,6 +379,8 @@ class Ingress(HttpEdge):
         replica = np.full(n, out["replica"], dtype=object)
         degraded = np.zeros(n, dtype=bool)
         unsure = out["unsure"]
+        if self.gears.adaptive and not full:  # the gears' shares of rows sent on (the autoscaler's)
+            self.gears.demand.observe(gear, n, int(unsure.size))
         if unsure.size:
             if self.second is None:
                 raise RuntimeError("the first stage left rows unanswered but there is no second stage")

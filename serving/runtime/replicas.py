@@ -121,11 +121,13 @@ class ModelStage:
         return self.meter.autoscaling_stats()
 
     async def run(self, rows: pd.DataFrame, blocks: dict | None = None, gear: int = 0,
-                  backlog: tuple[str, int] | None = None) -> dict[str, Any]:
+                  backlog: tuple | None = None) -> dict[str, Any]:
         """The stage on ``rows`` at ``gear``; ``backlog``: (the calling ingress replica, rows it
-        still queues for this stage), for the autoscaler (serving.planning.autoscale)."""
+        still queues for this stage[, how many times these rows the gear the app is deployed to
+        serve would have sent]), for the autoscaler (serving.planning.autoscale)."""
         if backlog is not None:
-            self.meter.note_backlog(*backlog)
+            self.meter.note_backlog(backlog[0], backlog[1])
+            self.meter.note_demand(_count(rows), backlog[2] if len(backlog) > 2 else 1.0)
         if gear:  # a cheaper certified gear (serving.runtime.gears); the ingress merged the rows of its calls
             if getattr(self, "gears", None) is None:
 

@@ -86,10 +86,19 @@ class BusyMeter:
         self.window_since: float | None = None
         #: ingress replica -> (rows it still queued for this stage, when it said so)
         self.backlogs: dict[str, tuple[float, float]] = {}
+        #: the window's rows, and the same rows as the deployed gear would have sent them
+        #: (:meth:`note_demand`)
+        self.window_called_rows, self.window_demand_rows = 0.0, 0.0
 
     def note_backlog(self, source: str, rows: float) -> None:
         """``source`` (an ingress replica), making a call, still queues ``rows`` for this stage."""
         self.backlogs[str(source)] = (max(float(rows), 0.0), self.clock())
+
+    def note_demand(self, rows: int, scale: float) -> None:
+        """A call of ``rows`` rows that the gear the app is deployed to serve would have sent
+        ``scale`` times as many of (serving.runtime.gears.GearDemand; 1 in that gear)."""
+        self.window_called_rows += rows
+        self.window_demand_rows += rows * max(float(scale), 1.0)
 
     def backlog_rows(self) -> float:
         """Rows the ingresses queue for this stage: the sum of their current reports."""
@@ -119,17 +128,22 @@ class BusyMeter:
         anything (the replicas' worth of work it did: serving.planning.autoscale),
         ``rows_per_s``, rows answered per second of it, ``busy_s_per_row``, the busy seconds a
         row took (0 without rows), and ``backlog_rows``, the rows the ingresses still queue for
-        the stage (:meth:`note_backlog`)."""
+        the stage (:meth:`note_backlog`); ``deployed_gear_busy_share``, the busy share scaled to
+        what the gear the app is deployed to serve would have sent here (:meth:`note_demand`: a
+        cheaper gear answering a burst sends fewer rows on)."""
         now = self.clock()
         busy = self.window_busy_s
         if self.active and self.window_since is not None:  # a call running now counts up to now
             busy += now - self.window_since
             self.window_since = now
         wall = max(now - self.window_start, 1e-9)
-        out = {"busy_share": min(busy / wall, 1.0), "rows_per_s": self.window_rows / wall,
+        share = min(busy / wall, 1.0)
+        scale = self.window_demand_rows / self.window_called_rows if self.window_called_rows else 1.0
+        out = {"busy_share": share, "rows_per_s": self.window_rows / wall,
                "busy_s_per_row": busy / self.window_rows if self.window_rows else 0.0,
-               "backlog_rows": self.backlog_rows()}
+               "backlog_rows": self.backlog_rows(), "deployed_gear_busy_share": share * scale}
         self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, now
+        self.window_called_rows, self.window_demand_rows = 0.0, 0.0
         return out
 
     def report(self) -> dict[str, Any]:

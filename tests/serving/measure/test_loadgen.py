@@ -4,11 +4,13 @@ are counted by kind (a benchmark's "13 errors" on the GPU machine could not be e
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 
+import numpy as np
 from aiohttp import web
 
-from serving.measure.loadgen import closed_loop
+from serving.measure.loadgen import closed_loop, server_timing, tail_split
 
 
 def test_closed_loop_counts_errors_by_kind():
@@ -97,3 +99,22 @@ def test_payloads_send_a_missing_value_as_null():
     assert rows == [[{"age": 30, "occupation": "a"}, {"age": 40, "occupation": None}],
                     [{"age": 50, "occupation": "b"}, {"age": 60, "occupation": None}]]
     assert [len(f) for f in frames] == [2, 2]
+
+
+def test_server_timing_reads_the_routes_duration():
+    assert server_timing("app;dur=2.5") == 2.5
+    assert server_timing("db;dur=1, app;desc=\"route\";dur=0.75") == 0.75
+    for header in (None, "", "db;dur=3", "app", "app;dur=x"):
+        assert math.isnan(server_timing(header)), header
+
+
+def test_tail_split_says_whether_the_slowest_requests_waited_inside_the_route():
+    """100 requests: 98 of 3 ms (2 in the route), 2 of 30 ms (25 in the route): the slowest
+    requests' median is 30 ms of which 25 inside; answers without the header are left out, and
+    none with it gives None."""
+    latencies = np.array([3.0] * 98 + [30.0, 30.0, 40.0])
+    server = np.array([2.0] * 98 + [25.0, 25.0, np.nan])
+    split = tail_split(latencies, server)
+    assert split["slowest"] == {"requests": 2, "client_ms": 30.0, "server_ms": 25.0}
+    assert split["server_p50_ms"] == 2.0 and split["outside_p50_ms"] == 1.0
+    assert tail_split(latencies, np.full(latencies.size, np.nan)) is None

@@ -15,6 +15,7 @@ from serving.planning.autoscale import (
     BACKLOG_METRIC,
     BUSY_METRIC,
     COST_METRIC,
+    DEPLOYED_GEAR_BUSY_METRIC,
     POLICY_PATH,
     ROWS_METRIC,
     PlannerAutoscaler,
@@ -90,6 +91,22 @@ def test_work_queued_at_the_ingresses_is_asked_for_in_one_step():
     assert policy(_ctx(2, {"r1": 0.5, "r2": 0.5}, backlog=no_cost))[0] == pytest.approx(1.0)  # nothing to price it
     with pytest.raises(ValueError, match="drain_s"):
         PlannerAutoscaler(drain_s=0)
+
+
+def test_a_cheaper_gear_answering_a_burst_still_gets_the_deployed_gears_replicas():
+    """The app serves a burst in a cheaper gear, whose rows keep the stage's one replica 40% busy;
+    the deployed gear would send 4 times the rows: the policy asks for the replicas of that load
+    (sized on the busy share alone it would keep one replica and the app in the cheaper gear).
+    A replica of the previous code, reporting no deployed-gear share, is read as before."""
+    policy = PlannerAutoscaler(headroom=0.8, react_s=2.0)
+    ctx = _ctx(1, {"r1": 0.4})
+    ctx.aggregated_metrics[DEPLOYED_GEAR_BUSY_METRIC] = {"r1": 1.6}
+    ctx.raw_metrics[DEPLOYED_GEAR_BUSY_METRIC] = {"r1": [SimpleNamespace(timestamp=t, value=1.6) for t in range(3)]}
+    wanted, state = policy(ctx)
+    assert wanted == pytest.approx(1.6 / 0.8)
+    assert state["busy_replicas"] == pytest.approx(0.4) and state["deployed_gear_busy_replicas"] == pytest.approx(1.6)
+    wanted, state = policy(_ctx(1, {"r1": 0.4}))
+    assert wanted == pytest.approx(0.4 / 0.8) and state["deployed_gear_busy_replicas"] == pytest.approx(0.4)
 
 
 def test_nothing_reported_keeps_what_there_is():

@@ -12,6 +12,8 @@ from serving.core.specs import stage_specs
 from serving.runtime.calls import Deadline
 from serving.runtime.coalesce import Coalescer
 from serving.runtime.gears import (
+    DEMAND_MIN_ROWS,
+    GearDemand,
     GearPolicy,
     GearRunners,
     GearSwitch,
@@ -110,6 +112,61 @@ def test_switch_uses_the_oldest_request_in_flight_and_its_latency():
     pinned = GearSwitch({**info, "mode": 1, "policy": {}})
     assert pinned.begin()[1] == 1 and not pinned.adaptive
     assert GearSwitch(None).begin()[1] == 0
+
+
+def test_demand_scale_is_what_the_deployed_gear_would_send_per_row_a_cheaper_one_sends():
+    """Gear 0 sends 4% of rows on, gear 2 1%: a call in gear 2 carries a quarter of what gear 0
+    would send (scale 4); unknown shares, the target gear itself, and a more expensive gear
+    than the target scale 1; a gear that sends nothing on is capped at max_scale."""
+    demand = GearDemand(3, half_life_rows=10_000, max_scale=20.0)
+    assert demand.scale(2) == 1.0  # nothing measured yet
+    for _ in range(40):
+        demand.observe(0, 100, 4)
+    assert demand.share(0) == pytest.approx(0.04) and demand.scale(2) == 1.0  # gear 2 not measured
+    demand.observe(2, DEMAND_MIN_ROWS // 2, 1)
+    assert demand.share(2) is None and demand.scale(2) == 1.0  # too few rows to count
+    for _ in range(40):
+        demand.observe(2, 100, 1)
+    assert demand.scale(2) == pytest.approx(4.0, rel=0.05) and demand.scale(0) == 1.0
+    assert demand.scale(0, target=2) == 1.0  # never below what the served gear sends
+    for _ in range(200):
+        demand.observe(1, 100, 0)
+    assert demand.scale(1) == 20.0
+    assert demand.to_dict()["share_sent_on"][0] == pytest.approx(0.04)
+    with pytest.raises(ValueError, match="gears"):
+        GearDemand(0)
+    with pytest.raises(ValueError, match="max_scale"):
+        GearDemand(2, max_scale=0.5)
+
+
+def test_demand_follows_a_gears_recent_rows():
+    """A gear's share decays with its own rows (half-life in rows): a shift in what it sends on
+    shows within a few half-lives; another gear's rows do not age it."""
+    demand = GearDemand(2, half_life_rows=1000)
+    for _ in range(50):
+        demand.observe(0, 100, 2)
+    for _ in range(500):
+        demand.observe(1, 100, 1)  # gear 0's share stays as last measured
+    assert demand.share(0) == pytest.approx(0.02)
+    for _ in range(60):
+        demand.observe(0, 100, 6)
+    assert demand.share(0) == pytest.approx(0.06, rel=0.02)
+
+
+def test_switch_asks_for_the_deployed_gear_only_when_adaptive():
+    info = {"mode": "adaptive", "ladder": [{"gear": i, "max_loss": m, "loss_bound": b, "method": "x"}
+                                           for i, (m, b) in enumerate([(0.01, 0.008), (0.02, 0.015)])],
+            "policy": {"slo_ms": 100.0}}
+    switch = GearSwitch(info)
+    for _ in range(30):
+        switch.demand.observe(0, 100, 6)
+        switch.demand.observe(1, 100, 2)
+    assert switch.demand_scale(1) == pytest.approx(3.0) and switch.demand_scale(0) == 1.0
+    switch.pin(1)  # an operator's pinned gear is the one to size for
+    assert switch.demand_scale(1) == 1.0
+    switch.pin(None)
+    assert switch.demand_scale(1) == pytest.approx(3.0)
+    assert GearSwitch({**info, "mode": 1, "policy": {}}).demand_scale(1) == 1.0
 
 
 def test_each_gear_runs_as_opt_gear_does_across_the_two_stages(geared):

@@ -100,6 +100,28 @@ def test_the_backlog_the_ingresses_report_and_what_a_row_costs():
     assert stats["backlog_rows"] == 40 and stats["busy_s_per_row"] == 0.0  # no rows in this window
 
 
+def test_the_busy_share_scaled_to_the_deployed_gear():
+    """Calls in a cheaper gear say how many times their rows the deployed gear would have sent:
+    the replica reports its busy share scaled by the window's row-weighted factor (1 for calls
+    that say nothing, never below 1), reset with the window."""
+    clock = Clock()
+    meter = BusyMeter(clock)
+    meter.start()
+    clock.t = 0.5
+    meter.stop(40)
+    meter.note_demand(30, 4.0)  # 30 rows in a cheaper gear: the deployed one would send 120
+    meter.note_demand(10, 1.0)  # 10 rows in the deployed gear
+    meter.note_demand(0, 3.0)
+    clock.t = 1.0
+    stats = meter.autoscaling_stats()
+    assert stats["busy_share"] == pytest.approx(0.5)
+    assert stats["deployed_gear_busy_share"] == pytest.approx(0.5 * 130 / 40)
+    meter.note_demand(10, 0.2)  # a more expensive gear than the deployed one counts as it is
+    clock.t = 2.0
+    stats = meter.autoscaling_stats()
+    assert stats["busy_share"] == 0.0 and stats["deployed_gear_busy_share"] == 0.0
+
+
 def test_shares_follow_capacity():
     """Calls held open (none answered) spread in proportion to reported capacity: a replica
     three times as fast as its peer takes three calls of every four."""
