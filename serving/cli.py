@@ -197,10 +197,17 @@ def _add_gear_arguments(parser: argparse.ArgumentParser) -> None:
                         help="'off' (the plan), 'adaptive' (a cheaper certified gear while the queue puts the SLO, "
                              "--p99-ms, at risk; see serving.runtime.gears), or a gear index to pin")
     parser.add_argument("--gear-slo-ms", type=float, help="the SLO the adaptive gears hold (default: --p99-ms)")
+    parser.add_argument("--gear-replicas-for", choices=("deployed", "served"), default="deployed",
+                        help="with --autoscaler planner: size the later stages for the deployed gear's load while a "
+                             "cheaper gear answers a burst (default), or for the served gear's (fewer replicas, "
+                             "the burst served in the cheaper gear)")
 
 
 def _gear_policy(args: argparse.Namespace) -> dict[str, Any] | None:
-    return {"slo_ms": args.gear_slo_ms} if args.gear_slo_ms is not None else None
+    policy: dict[str, Any] = {} if args.gear_slo_ms is None else {"slo_ms": args.gear_slo_ms}
+    if args.gear_replicas_for != "deployed":
+        policy["replicas_for"] = args.gear_replicas_for
+    return policy or None
 
 
 def _pools(value: str) -> dict[str, Any]:

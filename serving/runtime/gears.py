@@ -65,6 +65,11 @@ WINDOW_S = 1.0
 SIGNAL_QUANTILE = 0.9
 #: the values ``deploy(gears=...)`` takes besides a gear index
 GEAR_MODES = ("off", "adaptive")
+#: what an autoscaled later stage is sized for while a cheaper gear serves (``gear_policy=
+#: {"replicas_for": ...}``): the deployed gear's load (the gear steps back once those replicas
+#: answer), or the served gear's (fewer replicas, and a burst served in the cheaper gear, within
+#: its certificate, for as long as it lasts)
+REPLICAS_FOR = ("deployed", "served")
 #: rows over which a gear's measured share of rows sent on halves its weight (about a second or
 #: two of a loaded app's rows: recent enough to follow the traffic, enough rows to measure a share
 #: of a few percent)
@@ -90,6 +95,7 @@ class GearPolicy:
     down_after_s: float = DOWN_AFTER_S
     window_s: float = WINDOW_S
     quantile: float = SIGNAL_QUANTILE
+    replicas_for: str = "deployed"
     gear: int = 0
     switches: int = 0
     _changed_at: float = field(default=-math.inf, repr=False)
@@ -109,6 +115,8 @@ class GearPolicy:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if not 0 < self.quantile <= 1:
             raise ValueError(f"quantile must be in (0, 1], got {self.quantile!r}")
+        if self.replicas_for not in REPLICAS_FOR:
+            raise ValueError(f"replicas_for must be one of {REPLICAS_FOR}, got {self.replicas_for!r}")
 
     def record(self, now: float, latency_ms: float) -> None:
         """A request finished after ``latency_ms``."""
@@ -149,10 +157,11 @@ class GearPolicy:
     def to_dict(self) -> dict[str, Any]:
         return {"slo_ms": self.slo_ms, "up_at": self.up_at, "down_at": self.down_at,
                 "up_interval_s": self.up_interval_s, "down_after_s": self.down_after_s,
-                "window_s": self.window_s, "quantile": self.quantile}
+                "window_s": self.window_s, "quantile": self.quantile, "replicas_for": self.replicas_for}
 
 
-POLICY_FIELDS = ("slo_ms", "up_at", "down_at", "up_interval_s", "down_after_s", "window_s", "quantile")
+POLICY_FIELDS = ("slo_ms", "up_at", "down_at", "up_interval_s", "down_after_s", "window_s", "quantile",
+                 "replicas_for")
 
 
 def ladder(opt: Any) -> list[dict[str, Any]]:
@@ -308,9 +317,11 @@ class GearSwitch:
 
     def demand_scale(self, gear: int) -> float:
         """How many times a later-stage call's rows in ``gear`` the deployed gear would send:
-        gear 0 for an adaptive app (its cheaper gears answer bursts for a while), the served gear
-        itself otherwise (1)."""
-        return self.demand.scale(gear, 0) if self.policy is not None else 1.0
+        gear 0 for an adaptive app (its cheaper gears answer bursts for a while) unless its policy
+        sizes for the served gear (``replicas_for="served"``), the served gear itself otherwise (1)."""
+        if self.policy is None or self.policy.replicas_for == "served":
+            return 1.0
+        return self.demand.scale(gear, 0)
 
     def hold(self, gears: Any) -> None:
         """The gears the monitor's ledger holds now (the answer to the audit's last counts)."""

@@ -89,7 +89,7 @@ def test_policy_signal_remembers_recent_latencies_for_its_window():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(slo_ms=0), "slo_ms"), (dict(down_at=0.6), "down_at < up_at"), (dict(window_s=-1), "window_s"),
-    (dict(quantile=0), "quantile")])
+    (dict(quantile=0), "quantile"), (dict(replicas_for="both"), "replicas_for")])
 def test_policy_rejects_bad_parameters(kw, match):
     with pytest.raises(ValueError, match=match):
         GearPolicy(2, **{"slo_ms": 100.0, **kw})
@@ -167,6 +167,11 @@ def test_switch_asks_for_the_deployed_gear_only_when_adaptive():
     switch.pin(None)
     assert switch.demand_scale(1) == pytest.approx(3.0)
     assert GearSwitch({**info, "mode": 1, "policy": {}}).demand_scale(1) == 1.0
+    served = GearSwitch({**info, "policy": {"slo_ms": 100.0, "replicas_for": "served"}})
+    for _ in range(30):
+        served.demand.observe(0, 100, 6)
+        served.demand.observe(1, 100, 2)
+    assert served.demand_scale(1) == 1.0  # sized for the gear it serves
 
 
 def test_each_gear_runs_as_opt_gear_does_across_the_two_stages(geared):
@@ -257,6 +262,11 @@ def test_willump_serve_takes_the_gear_options():
 
     args = build_parser().parse_args(["serve", "art", "--gears", "adaptive", "--gear-slo-ms", "200"])
     assert (args.gears, args.gear_slo_ms) == ("adaptive", 200.0)
+    from serving.cli import _gear_policy
+
+    assert _gear_policy(args) == {"slo_ms": 200.0}
+    served = build_parser().parse_args(["serve", "art", "--gears", "adaptive", "--gear-replicas-for", "served"])
+    assert _gear_policy(served) == {"replicas_for": "served"}
     assert build_parser().parse_args(["serve", "art", "--gears", "2"]).gears == 2
     assert build_parser().parse_args(["serve", "art"]).gears == "off"
 
