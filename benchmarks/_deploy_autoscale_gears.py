@@ -20,11 +20,12 @@ the same artifact and plan, layout "staged", every model stage autoscaled from 1
 
 The base rate keeps gear 0's expensive stage at ``BASE_UTILIZATION`` of one replica (predicted
 from the devices and gear 0's unsure rows on the bench's requests, printed); open-loop Poisson
-arrivals, x1 -> x4 -> x1, ``--autoscale-phase-s`` each, the same for every app; apps in rotating
-order per round, each alone. Measured per app: SLO violations (slower than ``--slo-ms`` or
+arrivals, x1 -> x4 -> x1, ``--autoscale-phase-s`` each, the same for every app; apps in turn, each
+alone, the order reversed every other round. Measured per app: SLO violations (slower than ``--slo-ms`` or
 failed), model-stage replica-seconds (sampled every second), requests per gear and the accuracy
-given up (answers against the labels, beside the full pipeline's on the same rows); every answer
-is checked against its gear's in-process prediction (``wrong``).
+given up (answers against the labels, beside the full pipeline's on the same rows: in all, per
+gear beside that gear's certified bound, and over the one-gear planner app's on the same trace);
+every answer is checked against its gear's in-process prediction (``wrong``).
 """
 
 from __future__ import annotations
@@ -104,16 +105,23 @@ def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list,
     full = [opt.baseline.predict(r) for r in requests]
     phases = ((args.autoscale_phase_s, 1.0), (args.autoscale_phase_s, 4.0), (args.autoscale_phase_s, 1.0))
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in apps}
-    served = {name: {"rows": 0, "correct": 0, "full_correct": 0, "wrong": 0, "failed": 0} for name in apps}
+    served = {name: {"wrong": 0} for name in apps}
+    #: per app and gear: rows answered, rows right, rows the full pipeline gets right
+    by_gear: dict[str, dict[int, list[int]]] = {name: {} for name in apps}
     names = list(apps)
     for r in range(args.autoscale_rounds):
         times = arrivals(rate, args.seed + r, phases)
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in (names if r % 2 == 0 else names[::-1]):
             url = apps[name].url + "/predict"
             asyncio.run(_drive(url, bodies, arrivals(rate, 99, ((WARMUP_S, 1.0),))))
             out = _trace(url, name, bodies, times, args)
             ok = [x for x in out.pop("log") if x.get("status") == 200]
-            score(opt, ok, expected, labels, full, served[name], accuracy=True, atol=1e-6)
+            score(opt, ok, expected, labels, full, served[name], accuracy=False, atol=1e-6)
+            for x in ok:
+                y, counts = labels[x["i"]], by_gear[name].setdefault(x["gear"], [0, 0, 0])
+                counts[0] += len(y)
+                counts[1] += int((opt.classes_[x["proba"].argmax(axis=1)] == y).sum())
+                counts[2] += int((full[x["i"]] == y).sum())
             rounds[name].append(out)
             print(f"  autoscaling_gears round {r + 1} {name}: {out['slo_violation_share']:.2%} over {args.slo_ms:g} ms "
                   f"or failed ({out['failed']} failed of {out['requests']}), {out['replica_seconds']:.0f} "
@@ -123,12 +131,19 @@ def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list,
             time.sleep(REST_S)
     result: dict[str, Any] = {"apps": names, "rounds": rounds}
     for name, runs in rounds.items():
-        s = served[name]
+        counts = np.array(list(by_gear[name].values()) or [[0, 0, 0]]).sum(axis=0)
         result[name] = {"slo_violation_share": statistics.median(x["slo_violation_share"] for x in runs),
                         "replica_seconds": statistics.median(x["replica_seconds"] for x in runs),
                         "share_in_cheaper_gears": statistics.median(x["share_in_cheaper_gears"] for x in runs),
-                        "accuracy_loss": (s["full_correct"] - s["correct"]) / max(s["rows"], 1),
-                        "wrong": s["wrong"], "failed": sum(x["failed"] for x in runs)}
+                        # against the full pipeline on the same rows, over every round
+                        "accuracy_loss": float(counts[2] - counts[1]) / max(int(counts[0]), 1),
+                        "accuracy_loss_by_gear": {str(g): {"rows": c[0], "loss": (c[2] - c[1]) / max(c[0], 1),
+                                                           "certified_bound": opt.gears_[g].loss_bound}
+                                                  for g, c in sorted(by_gear[name].items())},
+                        "wrong": served[name]["wrong"], "failed": sum(x["failed"] for x in runs)}
+    if "planner" in rounds:  # what the gears gave up beyond the one-gear app's loss on the same trace
+        for name in rounds:
+            result[name]["accuracy_loss_over_one_gear"] = result[name]["accuracy_loss"] - result["planner"]["accuracy_loss"]
     if "default" in rounds:
         for name in rounds:
             if name != "default":
@@ -179,7 +194,9 @@ def _trace(url: str, app: str, bodies: list[bytes], times: np.ndarray, args) -> 
 def summary(a: dict[str, Any]) -> str:
     parts = [f"{name}: {a[name]['slo_violation_share']:.2%} over {a['slo_ms']:g} ms or failed, "
              f"{a[name]['replica_seconds']:.0f} replica-seconds, {a[name]['share_in_cheaper_gears']:.1%} of requests "
-             f"in cheaper gears, accuracy loss {a[name]['accuracy_loss']:.4f}, {a[name]['wrong']} wrong"
+             f"in cheaper gears, accuracy loss {a[name]['accuracy_loss']:.4f}"
+             + (f" ({a[name]['accuracy_loss_over_one_gear']:+.4f} over one gear)"
+                if "accuracy_loss_over_one_gear" in a[name] else "") + f", {a[name]['wrong']} wrong"
              for name in a["apps"]]
     return (f"autoscaling_gears (emulated devices {a['ms_per_row']}, x1 -> x4 -> x1 at {a['rate']:.1f} req/s, "
             f"{a['phase_s']:g} s each; worst certified bound {a['worst_certified_bound']:.4f}): " + "; ".join(parts)

@@ -398,6 +398,9 @@ def deploy(
     if autoscaler == "planner" and min_replicas is None:
         raise ValueError("autoscaler='planner' picks an autoscaled stage's replicas: give min_replicas "
                          "(autoscaling is off without it)")
+    if isinstance(gear_policy, dict) and "replicas_for" in gear_policy and autoscaler != "planner":
+        raise ValueError("gear_policy['replicas_for'] says what the planner autoscaler sizes the stages for: "
+                         "use it with autoscaler='planner' and min_replicas")
     hedge_spec = hedging_options(hedging)
     logging_config(access_log, log_format)  # checks log_format before anything starts
     traced = tracing_config(tracing)

@@ -24,15 +24,17 @@ work queued at the ingresses is asked for in one step: every call an ingress mak
 stage replica how many rows it still queues for the stage (serving.runtime.routing.BusyMeter
 reports the sum over ingresses), and the policy adds the replicas that clear those rows, at what
 a row costs the replicas, within ``drain_s`` beside the arriving load (without it a burst got one
-replica more per replica start time while its queue grew). Serve's
+replica more per replica start time while its queue grew).
+
 A cheaper gear (serving.runtime.gears) is the first answer to a burst and the replicas
 the lasting one: the policy reads each replica's busy share scaled to the rows the gear the
 app is deployed to serve would have sent it (``deployed_gear_busy_share``; a cheaper gear
 sends fewer rows on, and replicas sized for its load would keep the app in it), so the
 replicas for that gear start while the cheaper gear holds the latency, and the gear policy
-steps back once they answer. Serve's
-wrapper around a custom policy still applies ``min_replicas``/``max_replicas``, the up- and
-downscale delays and the scale-from-zero fast path.
+steps back once they answer. Only the busy share is scaled: the rows queued at the ingresses
+and the saturation rule count what the served gear sends, and a row of a later stage is taken
+to cost the same in every gear. Serve's wrapper around a custom policy still applies
+``min_replicas``/``max_replicas``, the up- and downscale delays and the scale-from-zero fast path.
 
 ``PlannerAutoscaler`` is a class so that Serve builds it once with its parameters
 (``policy_kwargs``); it holds no Ray import and is tested on plain objects.
@@ -105,15 +107,15 @@ class PlannerAutoscaler:
         (a fraction Serve rounds up) and what the decision read (kept as the policy's state)."""
         current = int(ctx.current_num_replicas)
         metrics = ctx.aggregated_metrics or {}
-        # a replica of the previous code reports no deployed-gear share: its plain busy share
-        busy_key = DEPLOYED_GEAR_BUSY_METRIC if metrics.get(DEPLOYED_GEAR_BUSY_METRIC) else BUSY_METRIC
-        busy = metrics.get(busy_key) or {}
+        # per replica, its deployed-gear share; a replica of earlier code reports none: its busy share
         measured = metrics.get(BUSY_METRIC) or {}
+        busy = _per_replica(metrics.get(DEPLOYED_GEAR_BUSY_METRIC) or {}, measured)
         rows = metrics.get(ROWS_METRIC) or {}
         ongoing = float(ctx.total_num_requests or 0.0)
         saturated = current > 0 and ongoing >= SATURATED_SHARE * self.saturated_ongoing * current
         raw = ctx.raw_metrics or {}
-        recent = _recent_sum(raw.get(busy_key) or {}, self.react_s)
+        recent = _recent_sum(_per_replica(raw.get(DEPLOYED_GEAR_BUSY_METRIC) or {}, raw.get(BUSY_METRIC) or {}),
+                             self.react_s)
         queued_rows, row_cost = _queued(raw.get(BACKLOG_METRIC) or {}, raw.get(COST_METRIC) or {}, self.react_s)
         queued = queued_rows * row_cost / self.drain_s
         if busy:
@@ -131,6 +133,11 @@ class PlannerAutoscaler:
     def __repr__(self) -> str:
         return (f"PlannerAutoscaler(headroom={self.headroom}, saturated_ongoing={self.saturated_ongoing}, "
                 f"drain_s={self.drain_s})")
+
+
+def _per_replica(preferred: dict[Any, Any], fallback: dict[Any, Any]) -> dict[Any, Any]:
+    """Per replica, its ``preferred`` figure where it reports one, else its ``fallback``."""
+    return {**fallback, **preferred}
 
 
 def _recent_sum(series: dict[Any, Any], span_s: float) -> float:

@@ -19,7 +19,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -329,16 +329,18 @@ def older_signature(exc: BaseException) -> bool:
     return isinstance(exc, TypeError) and ("positional argument" in text or "unexpected keyword argument" in text)
 
 
-async def call_stage_compatible(handle: Any, method: str, args: tuple, older_args: tuple, deadline: Deadline,
+async def call_stage_compatible(handle: Any, method: str, args: tuple, older: Sequence[tuple], deadline: Deadline,
                                 stage: str, **kwargs: Any) -> Any:
-    """:func:`call_stage` with ``args``; once more with ``older_args`` (what the previous code's
-    replicas take) where the replica refused the newer call's arguments."""
-    try:
-        return await call_stage(handle, method, args, deadline, stage, **kwargs)
-    except TypeError as exc:
-        if not older_signature(exc):
-            raise
-        return await call_stage(handle, method, older_args, deadline, stage, **kwargs)
+    """:func:`call_stage` with ``args``; where the replica refused the call's arguments, again
+    with each of ``older`` in turn (what earlier code versions' replicas take, newest first)."""
+    attempts = (args, *older)
+    for i, attempt in enumerate(attempts):
+        try:
+            return await call_stage(handle, method, attempt, deadline, stage, **kwargs)
+        except TypeError as exc:
+            if i == len(attempts) - 1 or not older_signature(exc):
+                raise
+    raise AssertionError("no attempt made")  # attempts is never empty
 
 
 def retryable(exc: BaseException) -> bool:

@@ -211,9 +211,10 @@ class Ingress(HttpEdge):
             scale = self.gears.demand_scale(gear) if gear and stage != self.stage_names[0] else 1.0
             backlog = (self.replica, self.coalescers[stage].queued_rows, scale)
             args = (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items]), gear, backlog)
-            # a stage replica of the previous code (a rolling update across versions) takes no backlog
+            # a stage replica of earlier code (a rolling update across versions) takes the backlog
+            # without the scale, or no backlog at all
             merged = await call_stage_compatible(
-                handle, "run", args, args[:3], deadline, stage,
+                handle, "run", args, ((*args[:3], backlog[:2]), args[:3]), deadline, stage,
                 on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage), hedge=self.hedges.get(stage))
             self._observe_stage(stage, merged)
             return split_outputs(merged, [it.size for it in items])
@@ -515,7 +516,10 @@ class Ingress(HttpEdge):
 
     def _live(self) -> dict[str, Any]:
         """/plan's in-place settings: those served now, and the last ones refused, if any."""
-        return {"live_settings": current_settings(self), "live_settings_rejected": self.settings_rejected}
+        out = {"live_settings": current_settings(self), "live_settings_rejected": self.settings_rejected}
+        if self.gears.adaptive:  # what the autoscaler is told a cheaper gear's rows stand for
+            out["gear_demand"] = self.gears.demand.to_dict()
+        return out
 
     def _static(self, key: str):
         async def work() -> Any:

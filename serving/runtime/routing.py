@@ -87,8 +87,10 @@ class BusyMeter:
         #: ingress replica -> (rows it still queued for this stage, when it said so)
         self.backlogs: dict[str, tuple[float, float]] = {}
         #: the window's rows, and the same rows as the deployed gear would have sent them
-        #: (:meth:`note_demand`)
+        #: (:meth:`note_demand`); the last window's ratio of the two, kept through a window in
+        #: which no call arrived (the calls it computed arrived before it)
         self.window_called_rows, self.window_demand_rows = 0.0, 0.0
+        self.demand_scale = 1.0
 
     def note_backlog(self, source: str, rows: float) -> None:
         """``source`` (an ingress replica), making a call, still queues ``rows`` for this stage."""
@@ -138,10 +140,11 @@ class BusyMeter:
             self.window_since = now
         wall = max(now - self.window_start, 1e-9)
         share = min(busy / wall, 1.0)
-        scale = self.window_demand_rows / self.window_called_rows if self.window_called_rows else 1.0
+        if self.window_called_rows:
+            self.demand_scale = self.window_demand_rows / self.window_called_rows
         out = {"busy_share": share, "rows_per_s": self.window_rows / wall,
                "busy_s_per_row": busy / self.window_rows if self.window_rows else 0.0,
-               "backlog_rows": self.backlog_rows(), "deployed_gear_busy_share": share * scale}
+               "backlog_rows": self.backlog_rows(), "deployed_gear_busy_share": share * self.demand_scale}
         self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, now
         self.window_called_rows, self.window_demand_rows = 0.0, 0.0
         return out

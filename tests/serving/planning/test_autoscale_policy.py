@@ -107,6 +107,11 @@ def test_a_cheaper_gear_answering_a_burst_still_gets_the_deployed_gears_replicas
     assert state["busy_replicas"] == pytest.approx(0.4) and state["deployed_gear_busy_replicas"] == pytest.approx(1.6)
     wanted, state = policy(_ctx(1, {"r1": 0.4}))
     assert wanted == pytest.approx(0.4 / 0.8) and state["deployed_gear_busy_replicas"] == pytest.approx(0.4)
+    # a rolling update: r1 runs this code, r2 the previous one (no deployed-gear share): each counts
+    ctx = _ctx(2, {"r1": 0.4, "r2": 0.5})
+    ctx.aggregated_metrics[DEPLOYED_GEAR_BUSY_METRIC] = {"r1": 1.6}
+    wanted, state = policy(ctx)
+    assert state["deployed_gear_busy_replicas"] == pytest.approx(2.1) and wanted == pytest.approx(2.1 / 0.8)
 
 
 def test_nothing_reported_keeps_what_there_is():

@@ -571,9 +571,29 @@ def test_a_stage_replica_of_the_previous_code_is_called_as_it_takes():
 
                 return answer()
 
+    class Middle:  # takes the backlog, but as (replica, rows): note_backlog(*backlog) refuses a third
+        class run:
+            @staticmethod
+            def remote(*args):
+                calls.append(args)
+
+                async def answer():
+                    if len(args) > 3 and len(args[3]) > 2:
+                        raise TypeError("note_backlog() takes 3 positional arguments but 4 were given")
+                    return "answered"
+
+                return answer()
+
     async def main():
-        out = await call_stage_compatible(Old(), "run", (1, 2, 3, 4), (1, 2, 3), Deadline.after(5), "expensive")
+        out = await call_stage_compatible(Old(), "run", (1, 2, 3, 4), [(1, 2, 3)], Deadline.after(5), "expensive")
         assert out == "answered" and calls == [(1, 2, 3, 4), (1, 2, 3)]
+        calls.clear()
+        newest, older = (1, 2, 3, ("r", 5, 2.0)), [(1, 2, 3, ("r", 5)), (1, 2, 3)]
+        assert await call_stage_compatible(Middle(), "run", newest, older, Deadline.after(5), "expensive") == "answered"
+        assert calls == [newest, older[0]]  # the newest form the replica takes, not the oldest
+        calls.clear()
+        assert await call_stage_compatible(Old(), "run", newest, older, Deadline.after(5), "expensive") == "answered"
+        assert calls == [newest, *older]
 
         class Broken:
             class run:

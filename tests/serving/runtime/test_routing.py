@@ -103,7 +103,7 @@ def test_the_backlog_the_ingresses_report_and_what_a_row_costs():
 def test_the_busy_share_scaled_to_the_deployed_gear():
     """Calls in a cheaper gear say how many times their rows the deployed gear would have sent:
     the replica reports its busy share scaled by the window's row-weighted factor (1 for calls
-    that say nothing, never below 1), reset with the window."""
+    that say nothing, never below 1), or by the last window's where none arrived."""
     clock = Clock()
     meter = BusyMeter(clock)
     meter.start()
@@ -116,8 +116,14 @@ def test_the_busy_share_scaled_to_the_deployed_gear():
     stats = meter.autoscaling_stats()
     assert stats["busy_share"] == pytest.approx(0.5)
     assert stats["deployed_gear_busy_share"] == pytest.approx(0.5 * 130 / 40)
-    meter.note_demand(10, 0.2)  # a more expensive gear than the deployed one counts as it is
+    meter.start()  # a window in which a call computes but none arrives keeps the last scale
+    clock.t = 1.5
+    meter.stop(40)
     clock.t = 2.0
+    stats = meter.autoscaling_stats()
+    assert stats["deployed_gear_busy_share"] == pytest.approx(0.5 * 130 / 40)
+    meter.note_demand(10, 0.2)  # a more expensive gear than the deployed one counts as it is
+    clock.t = 3.0
     stats = meter.autoscaling_stats()
     assert stats["busy_share"] == 0.0 and stats["deployed_gear_busy_share"] == 0.0
 
