@@ -131,3 +131,10 @@ def test_scale_to_zero_and_cold_start(ray_cluster, synth_opt, request_rows):
         print(f"cold start {cold_start:.2f}s")
     finally:
         app.shutdown(stop_ray=False)
+
+
+def test_replicas_for_is_refused_without_the_planner_autoscaler(geared_opt):
+    """gear_policy's replicas_for says what the planner autoscaler sizes the later stages for:
+    refused by name, before anything starts, with Serve's policy."""
+    with pytest.raises(ValueError, match=r"replicas_for.*autoscaler='planner'"):
+        deploy(geared_opt, name="refused", gears="adaptive", gear_policy={"slo_ms": 100.0, "replicas_for": "served"})

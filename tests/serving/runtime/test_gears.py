@@ -174,13 +174,6 @@ def test_switch_asks_for_the_deployed_gear_only_when_adaptive():
     assert served.demand_scale(1) == 1.0  # sized for the gear it serves
 
 
-def test_replicas_for_is_refused_without_the_planner_autoscaler(geared):
-    from serving import deploy
-
-    with pytest.raises(ValueError, match=r"replicas_for.*autoscaler='planner'"):
-        deploy(geared, name="refused", gears="adaptive", gear_policy={"slo_ms": 100.0, "replicas_for": "served"})
-
-
 def test_each_gear_runs_as_opt_gear_does_across_the_two_stages(geared):
     rows = make_rows(300, seed=5)[0]
     for g in range(len(geared.gears_)):
