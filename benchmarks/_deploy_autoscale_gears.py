@@ -31,7 +31,6 @@ every answer is checked against its gear's in-process prediction (``wrong``).
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import statistics
 import time
@@ -52,7 +51,7 @@ GEAR_BIN_S = 5.0
 def autoscaling_gears(opt: Any, requests: list, labels: list, args) -> dict[str, Any]:
     """The section (module docstring); a failure is recorded, not raised."""
     from benchmarks._deploy_autoscale import DOWNSCALE_S, STAGE_CPUS
-    from benchmarks._deploy_gears import GEAR_MS_PER_ROW, _predicted
+    from benchmarks._deploy_gears import GEAR_MS_PER_ROW, _predicted, request_bodies
     from benchmarks._gears import GEAR_LADDER
     from benchmarks.deploy_cluster import INGRESS_CPUS, with_cluster
     from serving.runtime.emulated_node import MS_PER_ROW_LABEL
@@ -76,7 +75,7 @@ def autoscaling_gears(opt: Any, requests: list, labels: list, args) -> dict[str,
         apps[name] = {**options, "min_replicas": 1, "max_replicas": args.autoscale_max,
                       "downscale_to_zero_s": DOWNSCALE_S}
     head_cpus = math.ceil(len(apps) * (INGRESS_CPUS + 2 * args.autoscale_max * STAGE_CPUS) + 1.0)
-    bodies = [json.dumps(_clean({"rows": r.to_dict("records")})).encode() for r in requests]
+    bodies = request_bodies(requests)
 
     def run(deployed: dict[str, Any]) -> dict[str, Any]:
         return _rounds(opt, deployed, bodies, requests, labels, rate, args)
@@ -87,12 +86,6 @@ def autoscaling_gears(opt: Any, requests: list, labels: list, args) -> dict[str,
                 "ms_per_row": GEAR_MS_PER_ROW, "predicted_capacity": capacity, "ladder": ladder(opt),
                 "emulated": True, "through": "serving.deploy"})
     return out
-
-
-def _clean(body: dict) -> dict:
-    from serving.core.jsonsafe import clean
-
-    return clean(body)
 
 
 def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list, labels: list, rate: float,

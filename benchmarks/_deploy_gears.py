@@ -47,6 +47,13 @@ def _predicted(opt: Any, requests: list) -> list[dict[str, Any]]:
     return out
 
 
+def request_bodies(requests: list) -> list[bytes]:
+    """Each request's frame as a ``/predict`` body (missing values as null)."""
+    from serving.core.jsonsafe import clean
+
+    return [json.dumps(clean({"rows": r.to_dict("records")})).encode() for r in requests]
+
+
 async def _drive(url: str, bodies: list[bytes], times: np.ndarray) -> list[dict[str, Any]]:
     """Open loop: request i at ``times[i]`` seconds (body i modulo the bodies); per answer its
     latency, gear and probabilities (a failed request: its status)."""
@@ -105,12 +112,11 @@ def _measured(opt: Any, requests: list, labels: list, args, cluster: Any, apps: 
     from benchmarks._gears import BURST, BURST_S, POST_S, PRE_S, arrivals, score
     from benchmarks.deploy_cluster import median
     from serving import deploy
-    from serving.core.jsonsafe import clean
     from serving.launch.config import plan_offline
     from serving.runtime.gears import ladder
     from tests.conftest import free_port
 
-    bodies = [json.dumps(clean({"rows": r.to_dict("records")})).encode() for r in requests]
+    bodies = request_bodies(requests)
     for name, gear in (("single_gear", 0), ("with_gears", "adaptive")):
         plan = plan_offline(opt, cpus=4, rows_per_request=args.rows_per_request, rps=None, p99_ms=None,
                             layout="staged", monitor=None)

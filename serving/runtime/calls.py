@@ -19,7 +19,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -329,18 +329,25 @@ def older_signature(exc: BaseException) -> bool:
     return isinstance(exc, TypeError) and ("positional argument" in text or "unexpected keyword argument" in text)
 
 
+async def first_accepted(call: Callable[[tuple], Awaitable[Any]], attempts: Sequence[tuple]) -> Any:
+    """``call(args)`` with the first of ``attempts`` (newest code's arguments first) that the
+    replica takes: a replica of earlier code refuses newer arguments with a TypeError
+    (:func:`older_signature`), and the next, older form goes instead; any other error is raised."""
+    for i, args in enumerate(attempts):
+        try:
+            return await call(args)
+        except TypeError as exc:
+            if i == len(attempts) - 1 or not older_signature(exc):
+                raise
+    raise ValueError("first_accepted needs at least one set of arguments")
+
+
 async def call_stage_compatible(handle: Any, method: str, args: tuple, older: Sequence[tuple], deadline: Deadline,
                                 stage: str, **kwargs: Any) -> Any:
     """:func:`call_stage` with ``args``; where the replica refused the call's arguments, again
     with each of ``older`` in turn (what earlier code versions' replicas take, newest first)."""
-    attempts = (args, *older)
-    for i, attempt in enumerate(attempts):
-        try:
-            return await call_stage(handle, method, attempt, deadline, stage, **kwargs)
-        except TypeError as exc:
-            if i == len(attempts) - 1 or not older_signature(exc):
-                raise
-    raise AssertionError("no attempt made")  # attempts is never empty
+    return await first_accepted(lambda attempt: call_stage(handle, method, attempt, deadline, stage, **kwargs),
+                                (args, *older))
 
 
 def retryable(exc: BaseException) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from serving.runtime.calls import DeadlineExceeded, older_signature, wait_or_cancel
+from serving.runtime.calls import DeadlineExceeded, first_accepted, wait_or_cancel
 
 #: the record column holding the request id (drift.Monitor's request_column)
 REQUEST_COLUMN = "request_id"
@@ -263,15 +263,10 @@ class RecordBuffer:
 
     async def _send(self, batch: pd.DataFrame, batch_id: str) -> bool:
         """One send of a batch; True when the monitor answered (delivered, or already had it)."""
-        try:
-            try:
-                answer = await wait_or_cancel(self.monitor.ingest.remote(batch, batch_id), self.send_timeout_s,
-                                              "monitor", self.send_timeout_s)
-            except TypeError as exc:  # a monitor replica of the previous code (a rolling update) takes no id
-                if not older_signature(exc):
-                    raise
-                answer = await wait_or_cancel(self.monitor.ingest.remote(batch), self.send_timeout_s,
-                                              "monitor", self.send_timeout_s)
+        try:  # a monitor replica of earlier code (a rolling update) takes no batch id
+            answer = await first_accepted(
+                lambda args: wait_or_cancel(self.monitor.ingest.remote(*args), self.send_timeout_s, "monitor",
+                                            self.send_timeout_s), ((batch, batch_id), (batch,)))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -608,3 +608,71 @@ def test_a_stage_replica_of_the_previous_code_is_called_as_it_takes():
             await call_stage_compatible(Broken(), "run", (1,), (), Deadline.after(5), "expensive")
 
     asyncio.run(main())
+
+
+def test_a_later_stage_call_carries_the_deployed_gears_scale_and_falls_back_for_older_replicas():
+    """The ingress's stage call (Ingress._remote_batch, on a stand-in instance): a call in gear 1
+    of an adaptive app carries, in its backlog, how many times its rows gear 0 would send (the
+    gears' measured shares: 6% against 2%, so 3); the first stage's calls and gear 0's carry 1; a
+    replica of the code before the scale gets (replica, rows), one older still no backlog."""
+    import numpy as np
+    import pandas as pd
+
+    import serving.runtime.ingress as app_module
+    from serving.runtime.coalesce import Item
+    from serving.runtime.gears import GearSwitch
+
+    ladder = [{"gear": g, "max_loss": 0.01 * (g + 1), "loss_bound": 0.005 * (g + 1), "method": "x"} for g in range(2)]
+    gears = GearSwitch({"mode": "adaptive", "ladder": ladder, "policy": {"slo_ms": 100.0}})
+    for _ in range(30):
+        gears.demand.observe(0, 100, 6)
+        gears.demand.observe(1, 100, 2)
+    sent: list[tuple] = []
+
+    def handle(refuse_after: int | None = None, refuse_scale: bool = False):
+        class Run:
+            @staticmethod
+            def remote(*args):
+                sent.append(args)
+
+                async def answer():
+                    if refuse_after is not None and len(args) > refuse_after:
+                        raise TypeError("run() takes from 2 to 4 positional arguments but 5 were given")
+                    if refuse_scale and len(args) > 3 and len(args[3]) > 2:
+                        raise TypeError("note_backlog() takes 3 positional arguments but 4 were given")
+                    n = len(args[0])
+                    return {"proba": np.zeros((n, 2)), "level": np.ones(n, dtype=int), "unsure": np.array([], int),
+                            "blocks": None, "seconds": 0.0, "replica": "r"}
+
+                return answer()
+
+        return types.SimpleNamespace(run=Run)
+
+    cls = app_module.Ingress.func_or_class
+    ingress = types.SimpleNamespace(
+        replica="ingress-1", gears=gears, stage_names=["cheap", "expensive"], hedges={},
+        coalescers={"cheap": types.SimpleNamespace(queued_rows=7), "expensive": types.SimpleNamespace(queued_rows=5)},
+        metrics=types.SimpleNamespace(count=lambda *a, **k: None), _observe_stage=lambda stage, out: None)
+
+    async def call(stage: str, gear: int, h) -> None:
+        loop = asyncio.get_running_loop()
+        rows = pd.DataFrame({"x": [1.0, 2.0]})
+        item = Item(rows, None, Deadline.after(5), loop.create_future(), key=gear, size=2)
+        await cls._remote_batch(ingress, h, stage)([item], Deadline.after(5))
+
+    async def main() -> None:
+        await call("expensive", 1, handle())
+        assert sent[-1][2] == 1 and sent[-1][3][:2] == ("ingress-1", 5)
+        assert sent[-1][3][2] == pytest.approx(3.0)
+        await call("expensive", 0, handle())
+        assert sent[-1][3] == ("ingress-1", 5, 1.0)
+        await call("cheap", 1, handle())
+        assert sent[-1][3] == ("ingress-1", 7, 1.0)
+        sent.clear()
+        await call("expensive", 1, handle(refuse_scale=True))
+        assert [a[3] if len(a) > 3 else None for a in sent] == [sent[0][3], ("ingress-1", 5)]
+        sent.clear()
+        await call("expensive", 1, handle(refuse_after=3))
+        assert [len(a) for a in sent] == [4, 4, 3]
+
+    asyncio.run(main())
