@@ -12,6 +12,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._report import BOUND_AT_THRESHOLD
+
 if TYPE_CHECKING:
     from ._report import Report
 
@@ -142,9 +144,10 @@ def render(report: Report) -> str:
     plots = [p for p in (_groups_plot(report), _bound_plot(report), _levels_plot(report),
                          _topk_plot(report)) if p]
     bound = ("" if report.loss_bound is None else
-             f"<p>Loss {report.loss:+.4f}; {report.confidence:.0%} upper bound {report.loss_bound:.4f} "
-             f"&le; max_loss {report.max_loss} &mdash; {html.escape(report.bound_method)}: "
-             f"{html.escape(report.bound_detail)}</p>")
+             f"<p>Loss {report.loss:+.4f}; certified: loss &le; max_loss {report.max_loss} at "
+             f"{report.confidence:.0%} &mdash; {html.escape(report.bound_method)}: "
+             f"{html.escape(report.bound_detail)}. Bound at this threshold alone {report.loss_bound:.4f} "
+             f"({html.escape(BOUND_AT_THRESHOLD)}).</p>")
     facts = [
         ["metric", f"{report.metric}: baseline {report.baseline_score:.4f}, optimized "
                    f"{report.optimized_score:.4f} (certification rows)"],

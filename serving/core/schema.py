@@ -68,8 +68,9 @@ class PredictResponse(BaseModel):
     gear: int = Field(0, description="the certified gear that answered (0: the plan; higher: a cheaper plan "
                                      "certified at a looser max_loss, served under load; see serving.runtime.gears)")
     gear_max_loss: float | None = Field(None, description="the max_loss that gear was certified for")
-    gear_loss_bound: float | None = Field(None, description="that gear's certified upper bound on the loss "
-                                                            "(None: the full pipeline, no approximation)")
+    gear_loss_bound: float | None = Field(None, description="that gear's loss bound at its threshold alone, "
+                                                            "what its certification test saw (the guarantee is "
+                                                            "gear_max_loss; None: the full pipeline)")
     full_pipeline: bool = Field(False, description="the full pipeline answered every row: the live audit's alarm "
                                                    "holds gear 0 (deploy(on_alarm='step'); serving.runtime.hold)")
 

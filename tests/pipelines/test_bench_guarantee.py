@@ -19,6 +19,11 @@ def test_a_cell_reports_certified_runs_and_their_fresh_loss():
     for run in out["runs"]:
         if run["certified"]:
             assert run["bound"] <= 0.02 and run["exceeded"] == (run["fresh_loss"] > 0.02)
+            # each gear's fresh loss against the bound it reports, counted
+            assert run["gears_over_bound"] == sum(loss > b for loss, b in zip(run["fresh_losses"], run["bounds"],
+                                                                             strict=True))
+    assert out["gears_certified"] == sum(len(r["bounds"]) for r in out["runs"])
+    assert out["gears_over_bound"] == sum(r["gears_over_bound"] for r in out["runs"])
 
 
 def test_rules_differ_only_in_what_they_say():

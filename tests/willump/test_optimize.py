@@ -83,6 +83,10 @@ def test_level_fractions_and_report_shape(opt):
     for words in ("cost/row us", "importance", "threshold", "smallest loss an exact bound can certify",
                   "top-K (certified per query"):
         assert words in text
+    if report.loss_bound is not None:
+        # the certificate is max_loss; the bound at the searched threshold is not called a 95% bound
+        assert f"certified: loss <= max_loss {report.max_loss} at 95%" in text
+        assert "bound at this threshold alone" in text and "upper bound" not in text, text
     assert willump.Report.from_dict(data).to_dict() == data
 
 
