@@ -27,6 +27,7 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 #: the apps: the planner's policy and Serve's default one (deploy's own target and delays)
@@ -58,26 +59,29 @@ WARMUP_S = 10.0
 REST_S = 30.0
 
 
-def _replicas(app: str) -> int:
-    """Model-stage replicas of ``app`` starting or running (what holds resources)."""
+def _replicas(app: str, states: tuple[str, ...] = ("RUNNING", "STARTING")) -> int:
+    """Model-stage replicas of ``app`` in these states (starting or running: what holds resources)."""
     from ray import serve
 
     status = serve.status().applications.get(app)
     if status is None:
         return 0
-    return sum(d.replica_states.get("RUNNING", 0) + d.replica_states.get("STARTING", 0)
-               for name, d in status.deployments.items() if not name.endswith("-ingress"))
+    return sum(d.replica_states.get(state, 0) for name, d in status.deployments.items()
+               if not name.endswith("-ingress") for state in states)
 
 
 @contextlib.contextmanager
-def replicas_sampled(app: str) -> Iterator[list[tuple[float, int]]]:
-    """(time, model-stage replicas of ``app``) every SAMPLE_S while the block runs."""
+def replicas_sampled(app: str, starting: list[tuple[float, int]] | None = None) -> Iterator[list[tuple[float, int]]]:
+    """(time, model-stage replicas of ``app``) every SAMPLE_S while the block runs; (time, those
+    still starting) into ``starting`` where given."""
     samples: list[tuple[float, int]] = []
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
             samples.append((time.monotonic(), _replicas(app)))
+            if starting is not None:
+                starting.append((time.monotonic(), _replicas(app, ("STARTING",))))
             stop.wait(SAMPLE_S)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -92,6 +96,33 @@ def replicas_sampled(app: str) -> Iterator[list[tuple[float, int]]]:
 def replica_seconds(samples: list[tuple[float, int]]) -> float:
     """Replica-seconds of the samples (each count held until the next sample)."""
     return sum((t1 - t0) * n0 for (t0, n0), (t1, _) in itertools.pairwise(samples))
+
+
+def mean_start_s(samples: list[tuple[float, int]], starting: list[tuple[float, int]]) -> float | None:
+    """Seconds a replica spent starting, from Serve's status sampled once a second (Little's
+    law: replica-seconds in STARTING over the replicas added); None without an added replica."""
+    added = sum(max(n1 - n0, 0) for (_, n0), (_, n1) in itertools.pairwise(samples))
+    return replica_seconds(starting) / added if added else None
+
+
+def policy_starts(app: str) -> list[float]:
+    """The replica starts the planner's policy measured for ``app``'s stages, as it logged them
+    in Serve's controller log (serving.planning.autoscale.START_LOG) on this Ray's session."""
+    import re
+
+    import ray
+
+    from serving.planning.autoscale import START_LOG
+
+    session = Path(ray._private.worker._global_node.get_session_dir_path())
+    pattern = re.compile(re.escape(f"{START_LOG} {app}/") + r"[^:]+: replica start ([0-9., ]+) s;")
+    out: list[float] = []
+    for log in sorted((session / "logs" / "serve").glob("controller_*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            found = pattern.search(line)
+            if found:
+                out += [float(x) for x in found.group(1).split(",")]
+    return out
 
 
 def _trace(url: str, app: str, payloads: list[bytes], args, seed: int) -> dict[str, Any]:

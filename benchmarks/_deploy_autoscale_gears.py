@@ -90,7 +90,7 @@ def autoscaling_gears(opt: Any, requests: list, labels: list, args) -> dict[str,
 
 def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list, labels: list, rate: float,
             args) -> dict[str, Any]:
-    from benchmarks._deploy_autoscale import REST_S, WARMUP_S
+    from benchmarks._deploy_autoscale import REST_S, WARMUP_S, policy_starts
     from benchmarks._deploy_gears import _drive
     from benchmarks._gears import arrivals, score
 
@@ -133,7 +133,11 @@ def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list,
                         "accuracy_loss_by_gear": {str(g): {"rows": c[0], "loss": (c[2] - c[1]) / max(c[0], 1),
                                                            "certified_bound": opt.gears_[g].loss_bound}
                                                   for g, c in sorted(by_gear[name].items())},
-                        "wrong": served[name]["wrong"], "failed": sum(x["failed"] for x in runs)}
+                        "wrong": served[name]["wrong"], "failed": sum(x["failed"] for x in runs),
+                        # a replica's start: the planner's own measurement (what it drains the
+                        # ingresses' queues within) beside Serve's status sampled once a second
+                        "policy_replica_starts_s": policy_starts(name),
+                        "start_s_status": _median([x["start_s_status"] for x in runs])}
     if "planner" in rounds:  # what the gears gave up beyond the one-gear app's loss on the same trace
         for name in rounds:
             result[name]["accuracy_loss_over_one_gear"] = result[name]["accuracy_loss"] - result["planner"]["accuracy_loss"]
@@ -158,10 +162,11 @@ def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list,
 
 def _trace(url: str, app: str, bodies: list[bytes], times: np.ndarray, args) -> dict[str, Any]:
     """The trace on one app, its replicas sampled meanwhile; the answers' log kept for scoring."""
-    from benchmarks._deploy_autoscale import replica_seconds, replicas_sampled
+    from benchmarks._deploy_autoscale import mean_start_s, replica_seconds, replicas_sampled
     from benchmarks._deploy_gears import _drive
 
-    with replicas_sampled(app) as samples:
+    starting: list[tuple[float, int]] = []
+    with replicas_sampled(app, starting) as samples:
         log = asyncio.run(_drive(url, bodies, times))
     ok = [x for x in log if x.get("status") == 200]
     failed = len(log) - len(ok)
@@ -179,9 +184,24 @@ def _trace(url: str, app: str, bodies: list[bytes], times: np.ndarray, args) -> 
             "replica_seconds": replica_seconds(samples),
             "requests": len(log), "failed": failed, "over_slo": int(slow),
             "max_replicas_seen": max((n for _, n in samples), default=0), "p99_ms": p99,
+            "start_s_status": mean_start_s(samples, starting),
             "gear_requests": {str(g): sum(x["gear"] == g for x in ok) for g in gears},
             "share_in_cheaper_gears": sum(x["gear"] > 0 for x in ok) / max(len(ok), 1),
             "gear_timeline": timeline, "replicas": [n for _, n in samples], "log": log}
+
+
+def _median(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _starts(entry: dict[str, Any]) -> str:
+    logged, status = entry.get("policy_replica_starts_s") or [], entry.get("start_s_status")
+    if not logged and status is None:
+        return ""
+    return (f", replica start: the policy measured {statistics.median(logged):.1f} s (median of {len(logged)})"
+            if logged else ", replica start: none measured by the policy") + (
+        f", Serve's status {status:.1f} s" if status is not None else "")
 
 
 def summary(a: dict[str, Any]) -> str:
@@ -189,7 +209,7 @@ def summary(a: dict[str, Any]) -> str:
              f"{a[name]['replica_seconds']:.0f} replica-seconds, {a[name]['share_in_cheaper_gears']:.1%} of requests "
              f"in cheaper gears, accuracy loss {a[name]['accuracy_loss']:.4f}"
              + (f" ({a[name]['accuracy_loss_over_one_gear']:+.4f} over one gear)"
-                if "accuracy_loss_over_one_gear" in a[name] else "") + f", {a[name]['wrong']} wrong"
+                if "accuracy_loss_over_one_gear" in a[name] else "") + f", {a[name]['wrong']} wrong" + _starts(a[name])
              for name in a["apps"]]
     return (f"autoscaling_gears (emulated devices {a['ms_per_row']}, x1 -> x4 -> x1 at {a['rate']:.1f} req/s, "
             f"{a['phase_s']:g} s each; worst certified bound {a['worst_certified_bound']:.4f}): " + "; ".join(parts)

@@ -23,8 +23,10 @@ the replicas there are, so the policy asks for at least one replica more than it
 work queued at the ingresses is asked for in one step: every call an ingress makes tells the
 stage replica how many rows it still queues for the stage (serving.runtime.routing.BusyMeter
 reports the sum over ingresses), and the policy adds the replicas that clear those rows, at what
-a row costs the replicas, within ``drain_s`` beside the arriving load (without it a burst got one
-replica more per replica start time while its queue grew).
+a row costs the replicas, within a replica's start time beside the arriving load (without it a
+burst got one replica more per replica start time while its queue grew). That start time is
+measured by the policy from Serve's counts of replicas asked for and running (a start from zero
+included), not typed in; ``drain_s`` stands in until the first start is seen.
 
 A cheaper gear (serving.runtime.gears) is the first answer to a burst and the replicas
 the lasting one: the policy reads each replica's busy share scaled to the rows the gear the
@@ -42,6 +44,7 @@ to cost the same in every gear. Serve's wrapper around a custom policy still app
 
 from __future__ import annotations
 
+import logging
 import statistics
 from typing import Any
 
@@ -63,9 +66,16 @@ SATURATED_SHARE = 0.9
 #: serving.launch.proxy.AUTOSCALING_PUSH_S, 0.5 s)
 REACT_S = 2.0
 #: seconds within which the replicas asked for should clear the rows the ingresses queue, beside
-#: the load arriving (about a replica's start time: a shorter span asks for replicas that start
-#: after the queue would have drained)
+#: the load arriving, until a replica start is measured: then the measured start time (a shorter
+#: span asks for replicas that start after the queue would have drained, a longer one leaves the
+#: queue growing while they start)
 DRAIN_S = 5.0
+#: replica starts the measured start time is the median of (the latest ones)
+START_SAMPLES = 8
+#: what starts each line the policy logs when it measures a start (Serve's controller log)
+START_LOG = "willump autoscaler"
+#: Serve's logger: lines reach the controller's log file
+logger = logging.getLogger("ray.serve")
 #: the policy's import path, as a Serve config names it
 POLICY_PATH = "serving.planning.autoscale:PlannerAutoscaler"
 
@@ -85,10 +95,18 @@ class PlannerAutoscaler:
     calls per stage replica at which every slot the ingresses keep for the stage is taken
     (CONCURRENT_BATCHES per ingress replica; :data:`SATURATED_SHARE` of it reads as saturated); ``react_s``:
     the recent span of reports a rise is read from; ``drain_s``: seconds within which the replicas
-    asked for should clear the rows the ingresses queue."""
+    asked for should clear the rows the ingresses queue until a replica start is measured, after
+    which the measured start time is that span (``measure_start=False`` keeps ``drain_s``).
+
+    The start time is measured here, from Serve's own counts: a replica asked for (the target
+    rose, or a running replica was lost and Serve replaces it) is matched, first asked first
+    served, with the next rise of the running replicas; the time between is one start (Serve's
+    scheduling, the worker's boot, the artifact's load), the median of the latest
+    ``START_SAMPLES`` the start time. It lives in the policy's state (``replica_start_s``), so a
+    stage scaled to zero keeps it for its next start."""
 
     def __init__(self, headroom: float = HEADROOM, saturated_ongoing: float = CONCURRENT_BATCHES,
-                 react_s: float = REACT_S, drain_s: float = DRAIN_S):
+                 react_s: float = REACT_S, drain_s: float = DRAIN_S, measure_start: bool = True):
         if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 < headroom <= 1:
             raise ValueError(f"headroom must be in (0, 1], got {headroom!r}")
         if not saturated_ongoing > 0:
@@ -101,6 +119,7 @@ class PlannerAutoscaler:
         self.saturated_ongoing = float(saturated_ongoing)
         self.react_s = float(react_s)
         self.drain_s = float(drain_s)
+        self.measure_start = bool(measure_start)
 
     def __call__(self, ctx: Any) -> tuple[float, dict[str, Any]]:
         """Serve's policy call: ``ctx`` is its AutoscalingContext. Returns the replicas wanted
@@ -116,8 +135,10 @@ class PlannerAutoscaler:
         raw = ctx.raw_metrics or {}
         recent = _recent_sum(_per_replica(raw.get(DEPLOYED_GEAR_BUSY_METRIC) or {}, raw.get(BUSY_METRIC) or {}),
                              self.react_s)
+        starts = _starts(ctx) if self.measure_start else {}
+        drain_s = starts.get("replica_start_s") or self.drain_s
         queued_rows, row_cost = _queued(raw.get(BACKLOG_METRIC) or {}, raw.get(COST_METRIC) or {}, self.react_s)
-        queued = queued_rows * row_cost / self.drain_s
+        queued = queued_rows * row_cost / drain_s
         if busy:
             wanted = planned_replicas(max(float(sum(busy.values())), recent) + queued, headroom=self.headroom)
         else:  # nothing reported yet (a replica just started): keep what there is
@@ -127,12 +148,46 @@ class PlannerAutoscaler:
         state = {"busy_replicas": float(sum(measured.values())),
                  "deployed_gear_busy_replicas": float(sum(busy.values())), "busy_replicas_recent": recent,
                  "rows_per_s": float(sum(rows.values())), "ongoing": ongoing, "saturated": saturated,
-                 "queued_rows": queued_rows, "queued_replicas": queued, "wanted": wanted}
+                 "queued_rows": queued_rows, "queued_replicas": queued, "drain_s": drain_s, "wanted": wanted,
+                 **starts}
         return wanted, state
 
     def __repr__(self) -> str:
         return (f"PlannerAutoscaler(headroom={self.headroom}, saturated_ongoing={self.saturated_ongoing}, "
-                f"drain_s={self.drain_s})")
+                f"drain_s={self.drain_s}, measure_start={self.measure_start})")
+
+
+def _starts(ctx: Any) -> dict[str, Any]:
+    """The replica starts measured so far, carried in the policy's state (class docstring):
+    ``start_asked_at`` (when each replica not yet running was asked for), ``start_samples_s``
+    (the latest starts, seconds), ``replica_start_s`` (their median, None before one), and what
+    this call saw (``target_seen``, ``running_seen``, ``time_seen``). Empty without Serve's
+    clock (``current_time``)."""
+    now = getattr(ctx, "current_time", None)
+    if now is None:
+        return {}
+    before = getattr(ctx, "policy_state", None) or {}
+    target, running = int(ctx.target_num_replicas), int(ctx.current_num_replicas)
+    asked = [float(t) for t in before.get("start_asked_at", [])]
+    samples = [float(x) for x in before.get("start_samples_s", [])]
+    if "target_seen" in before:
+        seen_target, seen_running = int(before["target_seen"]), int(before["running_seen"])
+        # replicas asked for since the last call: a higher target (the last call's decision set
+        # it) and replacements of lost ones (Serve starts them as it sees the loss, as this call does)
+        asked += [float(before["time_seen"])] * max(target - seen_target, 0)
+        asked += [float(now)] * (max(seen_running - running, 0) if target >= seen_target else 0)
+        new = [now - asked.pop(0) for _ in range(max(running - seen_running, 0)) if asked]  # oldest ask first
+        samples += new
+        if new:  # in Serve's controller log, where an operator looks for autoscaling decisions
+            logger.info("%s %s/%s: replica start %s s; start time %.2f s (median of the latest %d)", START_LOG,
+                        getattr(ctx, "app_name", "?"), getattr(ctx, "deployment_name", "?"),
+                        ", ".join(f"{x:.2f}" for x in new),
+                        statistics.median(samples[-START_SAMPLES:]), len(samples[-START_SAMPLES:]))
+    asked = asked[:max(target - running, 0)]  # a lower target: the latest asks were withdrawn
+    samples = samples[-START_SAMPLES:]
+    return {"start_asked_at": asked, "start_samples_s": samples,
+            "replica_start_s": float(statistics.median(samples)) if samples else None,
+            "target_seen": target, "running_seen": running, "time_seen": float(now)}
 
 
 def _per_replica(preferred: dict[Any, Any], fallback: dict[Any, Any]) -> dict[Any, Any]:

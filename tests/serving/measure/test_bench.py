@@ -249,3 +249,13 @@ def test_the_rounds_collect_the_measuring_heap_before_any_cpu_reading(monkeypatc
     rounds_module.measure_rounds({"a": "u", "b": "v"}, [b"{}"], rows_each=1, clients=1, duration=0.0,
                                  max_requests=1, rounds=2, session=None)
     assert events[0] == "collect" and events.count("collect") == 1 and events.count("cpu") == 8
+
+
+def test_a_replicas_start_is_read_from_serves_status_by_littles_law():
+    """Replicas sampled once a second: two added at t=2 that sat in STARTING for 2 s each."""
+    from benchmarks._deploy_autoscale import mean_start_s
+
+    samples = [(0.0, 1), (1.0, 1), (2.0, 3), (3.0, 3), (4.0, 3), (5.0, 2)]
+    starting = [(0.0, 0), (1.0, 0), (2.0, 2), (3.0, 2), (4.0, 0), (5.0, 0)]
+    assert mean_start_s(samples, starting) == 2.0
+    assert mean_start_s(samples[:2], starting[:2]) is None  # none added

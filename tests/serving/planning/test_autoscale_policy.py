@@ -6,6 +6,7 @@ Serve's own config."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +19,7 @@ from serving.planning.autoscale import (
     DEPLOYED_GEAR_BUSY_METRIC,
     POLICY_PATH,
     ROWS_METRIC,
+    START_LOG,
     PlannerAutoscaler,
     planned_replicas,
     policy_config,
@@ -141,3 +143,62 @@ def test_the_policy_entry_is_one_serve_accepts_and_builds():
     assert config.policy.policy_function == POLICY_PATH
     built = config.policy.get_policy()(**config.policy.policy_kwargs)
     assert built.headroom == HEADROOM
+
+
+def _walk(policy: PlannerAutoscaler, steps: list[tuple[float, int, int]], busy: dict[str, float] | None = None,
+          backlog: dict | None = None) -> dict:
+    """Call the policy as Serve's controller does, at each (time, target, running), carrying the
+    state it returns into the next call's ``policy_state``; the last state."""
+    state: dict = {}
+    for now, target, running in steps:
+        ctx = _ctx(running, busy, target=target, backlog=backlog)
+        ctx.current_time, ctx.policy_state = now, dict(state)
+        _, state = policy(ctx)
+    return state
+
+
+def test_a_replica_start_is_measured_from_serves_own_counts(caplog):
+    """Two replicas asked for at t=10 come up at 14 and 16: starts of 4 and 6 s, median 5, each
+    logged where Serve's controller logs."""
+    policy = PlannerAutoscaler(headroom=1.0)
+    with caplog.at_level(logging.INFO, logger="ray.serve"):
+        state = _walk(policy, [(9.0, 1, 1), (10.0, 1, 1), (10.2, 3, 1), (14.0, 3, 2), (15.0, 3, 2), (16.0, 3, 3)],
+                      busy={"r1": 0.5})
+    assert state["start_samples_s"] == pytest.approx([4.0, 6.0]) and state["replica_start_s"] == pytest.approx(5.0)
+    assert state["start_asked_at"] == [] and state["drain_s"] == pytest.approx(5.0)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(START_LOG)]
+    assert lines[-1].endswith("replica start 6.00 s; start time 5.00 s (median of the latest 2)"), lines
+
+
+def test_a_start_from_zero_counts_from_the_last_call_before_serves_fast_path():
+    """At zero with no request Serve calls the policy; once requests wait it scales to one without
+    calling it (its cold-start path). The start counts from the last call before: 7 s here; the
+    state keeps it for the next start from zero."""
+    policy = PlannerAutoscaler()
+    state = _walk(policy, [(t, 0, 0) for t in range(6)] + [(12.0, 1, 1)])
+    assert state["replica_start_s"] == pytest.approx(7.0)
+    ctx = _ctx(0, None, target=0)
+    ctx.current_time, ctx.policy_state = 100.0, dict(state)
+    assert policy(ctx)[1]["replica_start_s"] == pytest.approx(7.0)
+
+
+def test_a_lost_replica_replaced_is_a_start_and_a_withdrawn_ask_is_none():
+    policy = PlannerAutoscaler()
+    # r2 lost at 20 (running 2 -> 1, target kept): Serve replaces it, up at 23
+    assert _walk(policy, [(19.0, 2, 2), (20.0, 2, 1), (23.0, 2, 2)])["start_samples_s"] == pytest.approx([3.0])
+    # two asked at the call of 30 (the target rose after it), one withdrawn at 31: one start of 6 s
+    state = _walk(policy, [(30.0, 2, 2), (30.5, 4, 2), (31.0, 3, 2), (36.0, 3, 3)])
+    assert state["start_samples_s"] == pytest.approx([6.0]) and state["start_asked_at"] == []
+
+
+def test_the_queue_drains_within_the_measured_start_time():
+    """The rows queued at the ingresses are asked for over the measured start time (2 s here),
+    not the DRAIN_S typed in before any start was seen; measure_start=False keeps drain_s."""
+    queued = {BACKLOG_METRIC: {"r1": [(10.0, 4000.0)]}, COST_METRIC: {"r1": [(10.0, 0.002)]}}
+    steps = [(0.0, 1, 1), (1.0, 1, 1), (1.1, 2, 1), (3.0, 2, 2), (3.5, 2, 2)]
+    state = _walk(PlannerAutoscaler(headroom=1.0, drain_s=4.0), steps, busy={"r1": 1.0, "r2": 1.0}, backlog=queued)
+    assert state["replica_start_s"] == pytest.approx(2.0)
+    assert state["queued_replicas"] == pytest.approx(4000 * 0.002 / 2.0) and state["wanted"] == pytest.approx(6.0)
+    fixed = _walk(PlannerAutoscaler(headroom=1.0, drain_s=4.0, measure_start=False), steps,
+                  busy={"r1": 1.0, "r2": 1.0}, backlog=queued)
+    assert "replica_start_s" not in fixed and fixed["queued_replicas"] == pytest.approx(2.0)
