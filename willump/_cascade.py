@@ -10,7 +10,7 @@ import numpy as np
 
 from ._blocks import Block, hstack, take_rows
 from ._capture import Pipeline
-from ._models import predict_proba
+from ._models import fitted_calls, predict_proba
 from ._routing import is_confident
 from ._rows import n_rows, take
 from ._topk import Certificate, TopKFilter
@@ -180,7 +180,8 @@ class BaselinePipeline(_Scoring):
     def predict_proba(self, rows: Any) -> np.ndarray:
         if self._check_rows(rows) == 0:
             return np.zeros((0, len(self.classes_)))
-        return predict_proba(self.model, self.features(rows))
+        with fitted_calls():
+            return predict_proba(self.model, self.features(rows))
 
     def top_k(self, rows: Any, k: int, label: Any = None) -> TopKResult:
         """Exact top-K: every row scored by the full model."""
@@ -269,6 +270,10 @@ class OptimizedPipeline(_Scoring):
         one stage and hands the unsure rows and their blocks to the next stage.
         """
         self._check_state()
+        with fitted_calls():
+            return self._run_levels(rows, first, last, blocks)
+
+    def _run_levels(self, rows: Any, first: int, last: int | None, blocks: dict[str, Block] | None) -> StageResult:
         last = len(self.levels) - 1 if last is None else last
         n = n_rows(rows)
         proba = np.full((n, len(self.classes_)), np.nan)

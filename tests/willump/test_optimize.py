@@ -687,3 +687,37 @@ def test_an_optimized_pipeline_refuses_to_serve_feature_state_refitted_after_it(
     saved = willump.load(tmp_path / "first")  # the artifact kept its own state
     assert saved.predict_proba(X.iloc[:10]).shape == (10, 2)
     assert seen  # the hook ran
+
+
+def test_a_fitted_plan_skips_scikit_learns_argument_checks_where_it_predicts(opt, task):
+    """The cascade and the baseline predict with scikit-learn's checks of its own arguments off
+    (optimize ran the same calls with them on); the caller's configuration is left as it was."""
+    import sklearn
+
+    seen = []
+
+    class Spy(LogisticRegression):
+        def predict_proba(self, X):
+            seen.append(sklearn.get_config()["skip_parameter_validation"])
+            return super().predict_proba(X)
+
+    X, _ = task
+    level = opt.levels[0]
+    spy = Spy().set_params(**level.model.get_params())
+    spy.__dict__.update({k: v for k, v in vars(level.model).items() if k.endswith("_")})
+    original = level.model
+    try:
+        level.model = spy
+        opt.predict(X.iloc[:5])
+    finally:
+        level.model = original
+    assert seen == [True] and sklearn.get_config()["skip_parameter_validation"] is False
+    baseline = opt.baseline.model
+    try:
+        spy = Spy().set_params(**baseline.get_params())
+        spy.__dict__.update({k: v for k, v in vars(baseline).items() if k.endswith("_")})
+        opt.baseline.model = spy
+        opt.baseline.predict(X.iloc[:5])
+    finally:
+        opt.baseline.model = baseline
+    assert seen == [True, True]
