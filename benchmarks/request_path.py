@@ -2,9 +2,9 @@
 change to the lean path saves per request, free of the served benchmark's noise (on the
 2-core machine a served phase moves by 10-20% from round to round, more than these savings).
 
-    python -m benchmarks.request_path [--workload toxic] [--rows-per-request 32] [--repeats 7] [--json PATH]
+    python -m benchmarks.request_path [--workload toxic] [--rows-per-request 32] [--repeats 7] [--n-rows N] [--json PATH]
 
-Three steps of ``POST /predict``, each timed as CPU per request (``time.process_time`` over a
+Four steps of ``POST /predict``, each timed as CPU per request (``time.process_time`` over a
 block of requests), old and new alternating block by block, medians over ``--repeats`` blocks:
 
 - **dispatch**: the ASGI app from the first byte of the request to the last of the answer, for a
@@ -15,6 +15,10 @@ block of requests), old and new alternating block by block, medians over ``--rep
   checks; new: :func:`serving.core.schema.parse_request` (msgspec, column-at-a-time checks).
 - **encode**: the answer to bytes. Old: ``json.dumps``; new:
   :func:`serving.core.schema.predict_answer` (msgspec).
+- **predict**: the optimized cascade on the request's rows (the workload optimized here, on
+  ``--n-rows`` of it). Old: with scikit-learn checking its estimators' and functions' own
+  arguments on every call; new: as a fitted plan runs now, with those checks off
+  (``willump._models.fitted_calls``).
 
 The served figures (everything around these steps too: uvicorn, Serve's replica, Ray's
 processes, HAProxy) are ``python -m benchmarks.serving``'s.
@@ -126,7 +130,8 @@ def paired(old: Callable[[int], None], new: Callable[[int], None], *, block: int
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import pipelines
 
-    X = pipelines.build(args.workload, seed=args.seed).X_test
+    workload = pipelines.build(args.workload, seed=args.seed, n_rows=args.n_rows)
+    X = workload.X_test
     schema = RowSchema.from_sample(X, list(X.columns))
     checked = _Checked(schema.columns, schema.optional)
     bodies, _ = payloads(X, args.rows_per_request, limit=50)
@@ -153,6 +158,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          cycle(lambda b: predict_answer(classes, proba, level, degraded, "v1", {"gear": 0})),
                          block=args.block, repeats=args.repeats),
     }
+    opt = workload.optimize(verbose=False)
+    frames = [X.iloc[i:i + args.rows_per_request] for i in range(0, len(X) - args.rows_per_request + 1,
+                                                                 args.rows_per_request)][:50]
+
+    def predict(run: Callable[[Any], Any]) -> Callable[[int], None]:
+        def block(n: int) -> None:
+            for i in range(n):
+                run(frames[i % len(frames)])
+        return block
+
+    steps["predict"] = paired(predict(lambda rows: opt._run_levels(rows, 0, None, None)), predict(opt.run_levels),
+                              block=args.block, repeats=args.repeats)
     total = {k: sum(s[k] for s in steps.values()) for k in ("old_ms", "new_ms", "saved_ms")}
     return {"workload": args.workload, "rows_per_request": args.rows_per_request, "block": args.block,
             "repeats": args.repeats, "date": time.strftime("%Y-%m-%d"), "steps": steps, "total": total}
@@ -175,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=BLOCK, help="requests per timed block")
     parser.add_argument("--repeats", type=int, default=REPEATS, help="blocks per side")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n-rows", type=int, default=None, help="rows of the workload (default: all)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     for name in ("rows_per_request", "block", "repeats"):

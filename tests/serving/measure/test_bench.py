@@ -199,9 +199,10 @@ def test_the_request_path_benchmark_pairs_old_and_new_and_prints_every_step(tmp_
     from benchmarks import request_path
 
     path = tmp_path / "out.json"
-    assert request_path.main(["--rows-per-request", "4", "--block", "8", "--repeats", "1", "--json", str(path)]) == 0
+    assert request_path.main(["--rows-per-request", "4", "--block", "8", "--repeats", "1", "--n-rows", "2000",
+                              "--json", str(path)]) == 0
     out = json.loads(path.read_text())
-    assert set(out["steps"]) == {"dispatch", "parse", "encode"}
+    assert set(out["steps"]) == {"dispatch", "parse", "encode", "predict"}
     assert all(s["old_ms"] > 0 and s["new_ms"] > 0 for s in out["steps"].values())
     assert "dispatch" in capsys.readouterr().out
     with pytest.raises(SystemExit):
