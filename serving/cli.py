@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--pools", type=_pools, default=None, metavar="JSON",
                        help="node pools for the model stages' replicas, as JSON or a JSON file: e.g. "
                             "'{\"fast\": {\"labels\": {\"pool\": \"fast\"}}, \"slow\": {\"resources\": "
-                            "[\"slow_pool\"]}}' (each stage is timed on each pool and placed by the LP)")
+                            "[\"slow_pool\"], \"preemptible\": true}}' (each stage is timed on each pool and placed by the "
+                            "LP; a preemptible pool's loss is planned for)")
     _add_gear_arguments(serve)
     _add_request_arguments(serve)
     _add_plan_arguments(serve)

@@ -364,7 +364,9 @@ def deploy(
     headroom (``price`` per replica, default 1; ``max_replicas`` caps a pool). Each (stage, pool)
     is a deployment of its own pinned to the pool; the ingress sends each call to the pool where it
     would wait least, and none to a pool whose replicas are all gone
-    (:mod:`serving.launch.pools`, :mod:`serving.runtime.pools`). Not with ``min_replicas``.
+    (:mod:`serving.launch.pools`, :mod:`serving.runtime.pools`). Not with ``min_replicas``. A pool
+    with ``"preemptible": True`` makes a tier plan: the rate is held with any one preemptible pool
+    lost (:mod:`serving.planning.pools`).
 
     In situ (``insitu``, :mod:`serving.measure.insitu`): once the app runs, a probe of
     ``DEPLOY_PROBE_CLIENTS`` closed-loop clients sends it the sample rows for a few seconds

@@ -79,7 +79,7 @@ def place_on_pools(plan: Plan, source: Any, specs: list[StageSpec], pools: list[
     scale = {p.name: p.scale for p in plan.profiles}
     visits = {s.name: scale.get(s.name, 1.0) for s in stages}
     hetero = plan_pools(rates, visits, slots, pools, target_rows_s=target_rows_s, utilization=HEADROOM)
-    plan.pools = pools_entry(pools, rates, hetero, {p.name: node_pools[p.name] for p in pools}, slots)
+    plan.pools = pools_entry(pools, rates, hetero, {p.name: node_pools[p.name] for p in pools}, slots, visits)
     for s in stages:
         by_pool = plan.pools["replicas"].get(s.name, {})
         s.replicas = sum(by_pool.values())
@@ -91,8 +91,11 @@ def place_on_pools(plan: Plan, source: Any, specs: list[StageSpec], pools: list[
         plan.placement.update(placed)
     split = "; ".join(f"{s}: " + ", ".join(f"{n} on {p}" for p, n in by_pool.items())
                       for s, by_pool in plan.pools["replicas"].items())
+    after = plan.pools.get("after_loss_rows_s") or {}
+    tiers = ("; a tier plan, " + ", ".join(f"{after[p]:.0f} rows/s with {p} lost" for p in after)) if after else ""
     note = (f"node pools ({hetero.objective}): {split}; the LP predicts {hetero.predicted_rate:.0f} rows/s from "
-            "each replica's rows/s measured on each pool (the simulated figures are the plan's before the pools)")
+            f"each replica's rows/s measured on each pool{tiers} (the simulated figures are the plan's before the "
+            "pools)")
     plan.notes.append(note)
     return note
 

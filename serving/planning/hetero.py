@@ -18,6 +18,12 @@ Two objectives, both solved exactly as a mixed-integer LP by scipy's HiGHS:
 * :func:`plan_min_cost`: the cheapest replica set (a price per device type) whose capacity at
   ``utilization`` covers a target rate.
 
+Both take ``survive_loss_of``: device types that can vanish together (preemptible pools, a spot
+market: Proteus, EuroSys'17; Tributary, ATC'18). With any one of them lost, the replicas left
+must still hold the rate (:func:`plan_max_rate`: the rate it maximizes is the one held through
+any such loss) or cover the target at ``surge_utilization`` (:func:`plan_min_cost`), as
+:func:`serving.planning.tiers.plan_tiers` plans reliable and transient replicas of one speed.
+
 Traffic to a stage is split over its device types in proportion to capacity
 (``x[s,d] * rates[s,d]``), so every replica of the stage runs at the same utilization and
 the stage saturates only when all of them do; :func:`sustained_rate` gives the rate a
@@ -36,6 +42,9 @@ import numpy as np
 DEFAULT_UTILIZATION = 0.8
 #: plan_max_rate's second pass keeps the rate within this share of the optimum
 RATE_TOLERANCE = 1e-6
+#: plan_min_cost with ``survive_loss_of`` (and serving.planning.tiers): the share of the capacity
+#: left a plan may use while a lost pool comes back
+DEFAULT_SURGE_UTILIZATION = 0.95
 
 
 @dataclass(frozen=True)
@@ -183,6 +192,37 @@ def _capacity_rows(matrix: ThroughputMatrix, n_x: int, extra_cols: int) -> np.nd
     return rows
 
 
+def _lost_types(matrix: ThroughputMatrix, survive_loss_of: Sequence[str]) -> list[int]:
+    """Columns of the device types that may be lost (ValueError naming unknown ones)."""
+    lost = list(dict.fromkeys(survive_loss_of))
+    unknown = [d for d in lost if d not in matrix.device_types]
+    if unknown:
+        raise ValueError(f"survive_loss_of: device types {unknown} are not in the throughput matrix "
+                         f"({list(matrix.device_types)})")
+    return [matrix.device_types.index(d) for d in lost]
+
+
+def _loss_rows(matrix: ThroughputMatrix, lost: list[int], n_cols: int, scale: float) -> np.ndarray:
+    """Per lost device type q and stage s: ``-scale * sum_{d != q} rates[s, d] x[s, d]`` (the
+    capacity left with q gone), one row each."""
+    S, D = matrix.rates.shape
+    rows = np.zeros((len(lost) * S, n_cols))
+    for k, q in enumerate(lost):
+        for i in range(S):
+            for j in range(D):
+                if j != q:
+                    rows[k * S + i, i * D + j] = -matrix.rates[i, j] * scale
+    return rows
+
+
+def rate_after_loss(matrix: ThroughputMatrix, replicas: Mapping[tuple[str, str], int],
+                    lost: str) -> float:
+    """App requests/s the replicas sustain with device type ``lost`` gone (every replica there),
+    the traffic split again by capacity over what is left."""
+    left = {k: n for k, n in replicas.items() if k[1] != lost}
+    return sustained_rate(matrix, left, capacity_weights(matrix, left))
+
+
 def _x_bounds(matrix: ThroughputMatrix, counts: np.ndarray) -> list[tuple[float, float]]:
     S, D = matrix.rates.shape
     return [(0.0, counts[j] if matrix.rates[i, j] > 0 else 0.0) for i in range(S) for j in range(D)]
@@ -200,28 +240,44 @@ def _to_replicas(matrix: ThroughputMatrix, x: np.ndarray) -> Replicas:
 
 
 def plan_max_rate(matrix: ThroughputMatrix, devices: Mapping[str, int],
-                  prices: Mapping[str, float] | None = None) -> HeteroPlan:
+                  prices: Mapping[str, float] | None = None, *,
+                  survive_loss_of: Sequence[str] = ()) -> HeteroPlan:
     """Replicas per (stage, device type) maximizing the app rate the whole graph sustains.
 
-    Among plans within ``RATE_TOLERANCE`` of the best rate, the cheapest (``prices`` per
-    device type; without prices, the fewest replicas), so spare devices stay free.
+    With ``survive_loss_of``, first the rate held with any one of those device types lost, then,
+    keeping that, the rate with all of them. Among plans within ``RATE_TOLERANCE`` of the best
+    rate, the cheapest (``prices`` per device type; without prices, the fewest replicas), so
+    spare devices stay free.
     """
     counts = _check_devices(matrix, devices)
     price = _prices(matrix, prices)
+    lost = _lost_types(matrix, survive_loss_of)
     S, D = matrix.rates.shape
     n_x = S * D
+    visits = np.asarray(matrix.visits, dtype=float)
     # variables: x (S*D integers), R (continuous); maximize R
     cap_rows = _capacity_rows(matrix, n_x, 1)
-    need = np.zeros((S, n_x + 1))
-    for i in range(S):
-        need[i, i * D:(i + 1) * D] = -matrix.rates[i]
-        need[i, n_x] = matrix.visits[i]
-    a_ub = np.vstack([cap_rows, need])
-    b_ub = np.concatenate([counts, np.zeros(S)])
     bounds = [*_x_bounds(matrix, counts), (0.0, None)]
     integrality = np.concatenate([np.ones(n_x), [0]])
     c = np.zeros(n_x + 1)
     c[n_x] = -1.0
+    after = _loss_rows(matrix, lost, n_x + 1, 1.0)
+    after_b = np.zeros(len(lost) * S)
+    if lost:  # the rate held through a loss: R against the capacity left, then kept as a floor
+        held_rows = after.copy()
+        held_rows[:, n_x] = np.tile(visits, len(lost))
+        res = _solve(c, np.vstack([cap_rows, held_rows]), np.concatenate([counts, after_b]), bounds, integrality)
+        held = float(res.x[n_x]) if res.status == 0 else 0.0
+        if held <= 0:
+            raise ValueError(f"plan_max_rate: the devices cannot hold one replica of every stage with any one of "
+                             f"{list(survive_loss_of)} lost (devices={dict(devices)}, stages={list(matrix.stages)})")
+        after_b = np.tile(-held * (1 - RATE_TOLERANCE) * visits, len(lost))
+    need = np.zeros((S, n_x + 1))
+    for i in range(S):
+        need[i, i * D:(i + 1) * D] = -matrix.rates[i]
+        need[i, n_x] = matrix.visits[i]
+    a_ub = np.vstack([cap_rows, need, after])
+    b_ub = np.concatenate([counts, np.zeros(S), after_b])
     res = _solve(c, a_ub, b_ub, bounds, integrality)
     if res.status != 0:
         raise ValueError(f"plan_max_rate: the LP failed ({res.message})")
@@ -240,7 +296,12 @@ def plan_max_rate(matrix: ThroughputMatrix, devices: Mapping[str, int],
     replicas = _to_replicas(matrix, x)
     weights = capacity_weights(matrix, replicas)
     return HeteroPlan(replicas, weights, sustained_rate(matrix, replicas, weights),
-                      cost=_cost(matrix, replicas, price), objective="max_rate")
+                      cost=_cost(matrix, replicas, price), objective="max_rate",
+                      notes=_loss_notes(matrix, replicas, survive_loss_of))
+
+
+def _loss_notes(matrix: ThroughputMatrix, replicas: Replicas, survive_loss_of: Sequence[str]) -> list[str]:
+    return [f"with {d} lost: {rate_after_loss(matrix, replicas, d):g}/s" for d in dict.fromkeys(survive_loss_of)]
 
 
 def _cost(matrix: ThroughputMatrix, replicas: Replicas, price: np.ndarray) -> float:
@@ -249,35 +310,52 @@ def _cost(matrix: ThroughputMatrix, replicas: Replicas, price: np.ndarray) -> fl
 
 
 def plan_min_cost(matrix: ThroughputMatrix, devices: Mapping[str, int], prices: Mapping[str, float],
-                  target_rate: float, *, utilization: float = DEFAULT_UTILIZATION) -> HeteroPlan:
+                  target_rate: float, *, utilization: float = DEFAULT_UTILIZATION,
+                  survive_loss_of: Sequence[str] = (),
+                  surge_utilization: float = DEFAULT_SURGE_UTILIZATION) -> HeteroPlan:
     """The cheapest replicas whose capacity, used at ``utilization``, covers ``target_rate``
-    app requests/s. Raises ValueError naming the largest coverable rate when none does."""
+    app requests/s, and with ``survive_loss_of`` whose capacity left with any one of those
+    device types lost covers it at ``surge_utilization``. Raises ValueError naming the largest
+    coverable rate when none does."""
     if not np.isfinite(target_rate) or target_rate <= 0:
         raise ValueError(f"target_rate must be > 0 requests/s, got {target_rate!r}")
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization must be in (0, 1], got {utilization!r}")
+    if not 0 < surge_utilization <= 1:
+        raise ValueError(f"surge_utilization must be in (0, 1], got {surge_utilization!r}")
     counts = _check_devices(matrix, devices)
     price = _prices(matrix, prices)
+    lost = _lost_types(matrix, survive_loss_of)
     S, D = matrix.rates.shape
     n_x = S * D
     cap_rows = _capacity_rows(matrix, n_x, 0)
     need = np.zeros((S, n_x))
     for i in range(S):
         need[i, i * D:(i + 1) * D] = -matrix.rates[i] * utilization
-    a_ub = np.vstack([cap_rows, need])
-    b_ub = np.concatenate([counts, -target_rate * np.asarray(matrix.visits)])
+    visits = np.asarray(matrix.visits, dtype=float)
+    a_ub = np.vstack([cap_rows, need, _loss_rows(matrix, lost, n_x, surge_utilization)])
+    b_ub = np.concatenate([counts, -target_rate * visits, np.tile(-target_rate * visits, len(lost))])
     c = np.repeat(price[None, :], S, axis=0).ravel() + 1e-9  # ties: fewer replicas
     res = _solve(c, a_ub, b_ub, _x_bounds(matrix, counts), np.ones(n_x))
     if res.status != 0:
         top = plan_max_rate(matrix, devices, prices).predicted_rate
+        if lost:
+            held = plan_max_rate(matrix, devices, prices, survive_loss_of=survive_loss_of)
+            kept = min(rate_after_loss(matrix, held.replicas, d) for d in survive_loss_of)
+            raise ValueError(f"plan_min_cost: target_rate {target_rate:g}/s cannot be covered at utilization "
+                             f"{utilization:g} and, with any one of {list(survive_loss_of)} lost, at "
+                             f"{surge_utilization:g}; these devices hold at most {kept:g}/s at saturation "
+                             f"through such a loss ({top:g}/s with every one)")
         raise ValueError(f"plan_min_cost: target_rate {target_rate:g}/s cannot be covered at utilization "
                          f"{utilization:g}; these devices sustain at most {top * utilization:g}/s there "
                          f"({top:g}/s at saturation)")
     replicas = _to_replicas(matrix, res.x)
     weights = capacity_weights(matrix, replicas)
+    survive = ([f"any one of {list(survive_loss_of)} lost: the rest at {surge_utilization:g}"] if lost else [])
     return HeteroPlan(replicas, weights, sustained_rate(matrix, replicas, weights),
                       cost=_cost(matrix, replicas, price), objective="min_cost",
-                      notes=[f"target {target_rate:g}/s at utilization {utilization:g}"])
+                      notes=[f"target {target_rate:g}/s at utilization {utilization:g}", *survive,
+                             *_loss_notes(matrix, replicas, survive_loss_of)])
 
 
 class WeightedRouter:

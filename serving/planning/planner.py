@@ -191,7 +191,10 @@ class Plan:
             )
             for pool, n in self.pools.get("replicas", {}).get(s.name, {}).items():
                 rate = self.pools["rates"][s.name][pool]
-                lines.append(f"  on pool {pool}: {n} replica(s), {rate:.0f} rows/s each (measured there)")
+                spot = " (preemptible)" if self.pools.get("specs", {}).get(pool, {}).get("preemptible") else ""
+                lines.append(f"  on pool {pool}{spot}: {n} replica(s), {rate:.0f} rows/s each (measured there)")
+        for pool, rows_s in (self.pools.get("after_loss_rows_s") or {}).items():
+            lines.append(f"with pool {pool} lost: {rows_s:.0f} rows/s held by the rest (a tier plan)")
         lines.append(f"front (HTTP) {self.cpu_ms.get('front', 0.0):.2f} ms, Ray's own processes "
                      f"{self.cpu_ms.get('other', 0.0):.2f} ms of CPU per request")
         target = "max throughput" if self.target_rps is None else f"{self.target_rps:g} req/s"

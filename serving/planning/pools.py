@@ -12,6 +12,12 @@ replicas becomes one Serve deployment pinned to its pool, so Serve's own replica
 routing within the pool and rolling updates stay; the ingress splits a stage's calls over its
 pools by expected wait (:mod:`serving.runtime.pools`).
 
+A pool marked ``preemptible`` (spot or preemptible nodes, which vanish together) makes the plan
+a tier plan (Proteus, EuroSys'17; Tributary, ATC'18): with any one preemptible pool lost, the
+replicas left must still hold the rate (the rate the plan maximizes is the one held through such
+a loss) or, with ``rps``, cover it at the surge utilization; the others are the reliable tier,
+and the plan records the rate left after each loss.
+
 Plain Python, no Ray: the plan keeps what it was made from (``Plan.pools``).
 """
 
@@ -23,14 +29,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.planning.hetero import HeteroPlan, ThroughputMatrix, plan_max_rate, plan_min_cost
+from serving.planning.hetero import (
+    HeteroPlan,
+    ThroughputMatrix,
+    plan_max_rate,
+    plan_min_cost,
+    rate_after_loss,
+)
 
 #: a pool's name: it becomes part of its deployments' names
 POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,31}$")
 #: of a pool's custom resource, what each replica asks (a marker, not a capacity: the pool's
 #: size is its nodes' CPUs)
 POOL_RESOURCE_SHARE = 0.001
-POOL_KEYS = ("labels", "resources", "max_replicas", "price")
+POOL_KEYS = ("labels", "resources", "max_replicas", "price", "preemptible")
 #: rows a stage gets per row answered, at least (the LP gives a stage with none no replica)
 MIN_VISITS = 1e-3
 
@@ -39,13 +51,15 @@ MIN_VISITS = 1e-3
 class PoolSpec:
     """One node pool: the nodes carrying every one of ``labels`` and every custom resource named
     in ``resources``; at most ``max_replicas`` of this app's stage replicas (None: as many as its
-    nodes' free CPUs hold), ``price`` per replica (for ``rps`` plans)."""
+    nodes' free CPUs hold), ``price`` per replica (for ``rps`` plans); ``preemptible``: its nodes
+    can vanish together (the plan holds the rate without it: module docstring)."""
 
     name: str
     labels: dict[str, str] = field(default_factory=dict)
     resources: tuple[str, ...] = ()
     max_replicas: int | None = None
     price: float = 1.0
+    preemptible: bool = False
 
     def actor_options(self) -> dict[str, Any]:
         """What a replica of this pool adds to its ``ray_actor_options``."""
@@ -63,7 +77,7 @@ class PoolSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {"labels": dict(self.labels), "resources": list(self.resources), "max_replicas": self.max_replicas,
-                "price": self.price}
+                "price": self.price, "preemptible": self.preemptible}
 
 
 def check_pools(pools: Any) -> list[PoolSpec]:
@@ -102,7 +116,10 @@ def check_pools(pools: Any) -> list[PoolSpec]:
         price = entry.get("price", 1.0)
         if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price < 0:
             raise ValueError(f"{where}['price'] must be a number >= 0, got {price!r}")
-        out.append(PoolSpec(name, dict(labels), tuple(resources), cap, float(price)))
+        preemptible = entry.get("preemptible", False)
+        if not isinstance(preemptible, bool):
+            raise ValueError(f"{where}['preemptible'] must be true or false, got {preemptible!r}")
+        out.append(PoolSpec(name, dict(labels), tuple(resources), cap, float(price), preemptible))
     return out
 
 
@@ -124,36 +141,50 @@ def plan_pools(rates: Mapping[str, Mapping[str, float]], visits: Mapping[str, fl
     """Replicas per (stage, pool) from ``rates[stage][pool]`` (rows per second one replica
     sustains there) and ``visits[stage]`` (rows reaching the stage per row the app answers):
     the highest app rate the ``slots`` hold, or with ``target_rows_s`` the cheapest replicas whose
-    capacity at ``utilization`` covers it. Raises ValueError naming what does not fit."""
+    capacity at ``utilization`` covers it; either with any one preemptible pool lost too (module
+    docstring). Raises ValueError naming what does not fit."""
     # a stage no row reaches still gets a replica (a request may still need it)
     visits = {s: max(float(v), MIN_VISITS) for s, v in visits.items()}
     matrix = ThroughputMatrix.from_dict({s: dict(r) for s, r in rates.items()}, visits)
     prices = {p.name: p.price for p in pools}
+    preemptible = [p.name for p in pools if p.preemptible]
     try:
         if target_rows_s is None:
-            return plan_max_rate(matrix, dict(slots), prices)
-        return plan_min_cost(matrix, dict(slots), prices, target_rows_s, utilization=utilization)
+            return plan_max_rate(matrix, dict(slots), prices, survive_loss_of=preemptible)
+        return plan_min_cost(matrix, dict(slots), prices, target_rows_s, utilization=utilization,
+                             survive_loss_of=preemptible)
     except ValueError as exc:
         target = "" if target_rows_s is None else f" at rps x rows_per_request = {target_rows_s:g} rows/s"
         raise ValueError(f"pools: no plan on slots {dict(slots)}{target}: {exc}") from None
 
 
 def pools_entry(specs: list[PoolSpec], rates: Mapping[str, Mapping[str, float]], hetero: HeteroPlan,
-                nodes: Mapping[str, list[str]], slots: Mapping[str, int]) -> dict[str, Any]:
+                nodes: Mapping[str, list[str]], slots: Mapping[str, int],
+                visits: Mapping[str, float] | None = None) -> dict[str, Any]:
     """What ``Plan.pools`` keeps: the pools, their nodes and slots, the measured rates, the
-    replicas and traffic split per stage, and the LP's predicted rows per second."""
+    replicas and traffic split per stage, the LP's predicted rows per second, and with
+    preemptible pools the rows per second left after losing each (``after_loss_rows_s``, from
+    ``visits``: rows reaching each stage per row answered, 1 where not given)."""
     replicas: dict[str, dict[str, int]] = {}
     for (stage, pool), n in sorted(hetero.replicas.items()):
         replicas.setdefault(stage, {})[pool] = int(n)
-    return {"specs": {p.name: p.to_dict() for p in specs}, "nodes": {k: list(v) for k, v in nodes.items()},
-            "slots": dict(slots), "rates": {s: dict(r) for s, r in rates.items()}, "replicas": replicas,
-            "weights": hetero.weights, "predicted_rows_s": hetero.predicted_rate, "objective": hetero.objective}
+    out = {"specs": {p.name: p.to_dict() for p in specs}, "nodes": {k: list(v) for k, v in nodes.items()},
+           "slots": dict(slots), "rates": {s: dict(r) for s, r in rates.items()}, "replicas": replicas,
+           "weights": hetero.weights, "predicted_rows_s": hetero.predicted_rate, "objective": hetero.objective}
+    preemptible = [p.name for p in specs if p.preemptible]
+    if preemptible:
+        given = visits or {}
+        matrix = ThroughputMatrix.from_dict({s: dict(r) for s, r in rates.items()},
+                                            {s: max(float(given.get(s, 1.0)), MIN_VISITS) for s in rates})
+        out["after_loss_rows_s"] = {p: rate_after_loss(matrix, hetero.replicas, p) for p in preemptible}
+    return out
 
 
 def specs_of_entry(entry: Mapping[str, Any]) -> list[PoolSpec]:
     """The pools of a ``Plan.pools`` entry."""
     return [PoolSpec(name, dict(d.get("labels") or {}), tuple(d.get("resources") or ()), d.get("max_replicas"),
-                     float(d.get("price", 1.0))) for name, d in entry.get("specs", {}).items()]
+                     float(d.get("price", 1.0)), bool(d.get("preemptible", False)))
+            for name, d in entry.get("specs", {}).items()]
 
 
 def place_pools(entry: Mapping[str, Any], free_cpus: Mapping[str, float],

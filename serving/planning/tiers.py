@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from serving.planning.hetero import DEFAULT_SURGE_UTILIZATION
+
 #: share of capacity a plan may use in normal operation
 DEFAULT_UTILIZATION = 0.8
-#: share of the remaining capacity it may use while a lost transient pool comes back
-DEFAULT_SURGE_UTILIZATION = 0.95
 
 
 @dataclass

@@ -129,8 +129,9 @@ def test_a_stage_on_two_node_pools(cluster, synth_opt, request_rows):
     plan = plan_offline(synth_opt, cpus=4, rows_per_request=32, rps=None, p99_ms=None, layout="fused", monitor=None)
     plan.ingress_replicas, plan.ingress_cpus = 1, 0.3
     plan.stage("expensive").num_cpus = 0.3
+    # the worker's pool preemptible: a tier plan, whose head replica must hold the rate alone
     pools = {"head": {"labels": {POOL_LABEL: "head"}, "max_replicas": 1},
-             "worker": {"labels": {POOL_LABEL: "worker"}, "max_replicas": 1}}
+             "worker": {"labels": {POOL_LABEL: "worker"}, "max_replicas": 1, "preemptible": True}}
     served = deploy(synth_opt, name="pooled", port=free_port(), address=c.address, plan=plan, pools=pools,
                     artifact_share="object_store", ship_code="always", insitu="never")
     try:
@@ -138,6 +139,9 @@ def test_a_stage_on_two_node_pools(cluster, synth_opt, request_rows):
         rates = entry["rates"]["expensive"]
         print(f"rows/s of one expensive replica measured per pool: {rates}; replicas {entry['replicas']}")
         assert entry["replicas"] == {"expensive": {"head": 1, "worker": 1}}
+        # what the plan holds with the worker's pool lost: the head's replica alone
+        assert 0 < entry["after_loss_rows_s"]["worker"] < entry["predicted_rows_s"]
+        assert entry["specs"]["worker"]["preemptible"] and any("a tier plan" in n for n in served.plan.notes)
         assert rates["head"] > rates["worker"], rates  # the worker's device: at most 1,000 rows/s
         assert replica_nodes("pooled") == {"pooled-ingress": replica_nodes("pooled")["pooled-ingress"],
                                            "pooled-expensive-head": {head},

@@ -170,3 +170,20 @@ def test_a_replica_key_names_its_deployment():
     from serving.emulation.hetero_app import deployment_name, key_deployment
 
     assert key_deployment("tiers", "cheap@spot_0/1") == deployment_name("tiers", "cheap", "spot_0", 1)
+
+
+def test_a_plan_that_survives_a_lost_device_type_matches_brute_force():
+    """plan_max_rate with ``survive_loss_of``: the best rate held with any one of those device
+    types gone, checked against every allocation; an unknown device type is refused by name."""
+    from serving.planning.hetero import rate_after_loss
+
+    matrix = ThroughputMatrix.from_dict({"a": {"fast": 40.0, "slow": 10.0}, "b": {"fast": 20.0, "slow": 20.0}},
+                                        {"a": 1.0, "b": 1.0})
+    devices = {"fast": 3, "slow": 3}
+    plan = plan_max_rate(matrix, devices, survive_loss_of=["slow"])
+    best = max(rate_after_loss(matrix, x, "slow") for x in _allocations(matrix, devices))
+    assert rate_after_loss(matrix, plan.replicas, "slow") == pytest.approx(best)
+    with pytest.raises(ValueError, match=r"survive_loss_of: device types \['gpu'\]"):
+        plan_max_rate(matrix, devices, survive_loss_of=["gpu"])
+    with pytest.raises(ValueError, match="surge_utilization"):
+        plan_min_cost(matrix, devices, {"fast": 1.0, "slow": 1.0}, 10.0, survive_loss_of=["slow"], surge_utilization=0)

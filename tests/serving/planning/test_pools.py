@@ -16,6 +16,7 @@ from serving.planning.pools import (
     plan_pools,
     pool_slots,
     pools_entry,
+    specs_of_entry,
 )
 
 POOLS = {"fast": {"labels": {"pool": "fast"}}, "slow": {"resources": ["slow_pool"], "price": 0.25, "max_replicas": 3}}
@@ -41,6 +42,7 @@ def test_pools_are_read_and_named():
     ({"fast": {"labels": {"a": "b"}, "price": "cheap"}, "slow": {"labels": {"a": "c"}}}, "price"),
     ({"fast": {"labels": {"a": "b"}, "nodes": 2}, "slow": {"labels": {"a": "c"}}}, "unknown keys ['nodes']"),
     ({"fast": {"labels": {"a": "!b"}}, "slow": {"labels": {"a": "in(c,d)"}}}, "selector syntax"),
+    ({"fast": {"labels": {"a": "b"}, "preemptible": "yes"}, "slow": {"labels": {"a": "c"}}}, "['preemptible']"),
 ])
 def test_bad_pools_are_refused_by_name(pools, named):
     with pytest.raises(ValueError, match="pools") as err:
@@ -163,3 +165,49 @@ def test_a_serve_config_of_a_plan_on_pools_has_a_deployment_per_pool(synth_opt, 
     assert slow["num_replicas"] == plan.pools["replicas"]["expensive"]["slow"] >= 1
     assert slow["ray_actor_options"]["resources"] == {"slow_pool": 0.001}
     assert deployment_overrides(app["args"], synth_opt) == app["deployments"]
+
+
+def test_a_preemptible_pool_makes_a_tier_plan_that_holds_the_rate_without_it():
+    """Proteus/Tributary through the pools: a reliable pool and a cheaper preemptible one that
+    vanishes as a whole. The cheapest plan for 150 rows/s buys only spot replicas; marked
+    preemptible, the reliable pool must cover the target alone at the surge utilization, and
+    the spot replicas carry the rest at the planner's headroom."""
+    pools = {"ondemand": {"labels": {"p": "od"}, "price": 1.0}, "spot": {"labels": {"p": "sp"}, "price": 0.3}}
+    rates = {"expensive": {"ondemand": 100.0, "spot": 100.0}}
+    slots = {"ondemand": 4, "spot": 4}
+    plain = plan_pools(rates, {"expensive": 1.0}, slots, check_pools(pools), target_rows_s=150, utilization=0.75)
+    assert plain.replicas == {("expensive", "spot"): 2}  # 200 rows/s of the cheaper replicas
+    pools["spot"]["preemptible"] = True
+    specs = check_pools(pools)
+    tiered = plan_pools(rates, {"expensive": 1.0}, slots, specs, target_rows_s=150, utilization=0.75)
+    # without spot: ondemand alone covers 150 at 0.95 -> 2 replicas; both pools at 0.75 -> 200 rows/s
+    assert tiered.replicas == {("expensive", "ondemand"): 2}
+    assert any("spot lost" in n for n in tiered.notes)
+    entry = pools_entry(specs, rates, tiered, {"ondemand": ["a"], "spot": ["b"]}, slots, {"expensive": 1.0})
+    assert entry["after_loss_rows_s"] == {"spot": pytest.approx(200.0)}
+    assert entry["specs"]["spot"]["preemptible"] is True
+    # a target the reliable pool cannot hold through a loss is refused, naming what it holds
+    with pytest.raises(ValueError, match=r"with any one of \['spot'\] lost.*hold at most 400/s"):
+        plan_pools(rates, {"expensive": 1.0}, slots, specs, target_rows_s=600, utilization=0.75)
+
+
+def test_without_a_target_the_rate_held_through_a_loss_is_maximized():
+    """Two preemptible pools and no reliable one: each must hold the rate alone. Without tiers
+    the LP fills both pools; with them it keeps the rate each alone holds and frees the rest."""
+    pools = check_pools({"a": {"labels": {"p": "a"}, "preemptible": True},
+                         "b": {"labels": {"p": "b"}, "preemptible": True}})
+    rates = {"cheap": {"a": 1000.0, "b": 1000.0}, "expensive": {"a": 300.0, "b": 100.0}}
+    visits = {"cheap": 1.0, "expensive": 1.0}
+    plan = plan_pools(rates, visits, {"a": 3, "b": 3}, pools)
+    held = min(pools_entry(pools, rates, plan, {"a": ["x"], "b": ["y"]}, {"a": 3, "b": 3}, visits)
+               ["after_loss_rows_s"].values())
+    # pool b alone: one cheap replica and two expensive ones at 100 -> 200 rows/s, the most b holds
+    assert held == pytest.approx(200.0)
+    # keeping that, the rate with both pools is as high as the slots allow: every slot used
+    assert plan.predicted_rate == pytest.approx(800.0) and sum(plan.replicas.values()) == 6
+
+
+def test_a_tier_plan_keeps_its_pools_through_the_plans_record():
+    entry = {"specs": {"od": {"labels": {"p": "od"}}, "spot": {"labels": {"p": "sp"}, "preemptible": True}}}
+    od, spot = specs_of_entry(entry)
+    assert not od.preemptible and spot.preemptible
