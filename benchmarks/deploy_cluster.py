@@ -1,7 +1,7 @@
 """The shared-cluster mechanisms in the apps ``serving.deploy`` builds, against stock Ray Serve,
 on three raylets of this machine.
 
-    python -m benchmarks.deploy_cluster [--sections routing,hedging,autoscaling,pools,gears,autoscaling_gears]
+    python -m benchmarks.deploy_cluster [--sections routing,hedging,autoscaling,pools,gears,autoscaling_gears,tiers]
                                         [--workload toxic]
                                         [--repeats 3]
                                         [--json PATH]
@@ -56,6 +56,11 @@ answer to a burst and the replicas for the deployed gear as the lasting one (the
 bursty trace, the expensive stage the bottleneck: SLO violations, replica-seconds, requests per
 gear and the accuracy given up.
 
+**tiers** (:mod:`benchmarks._deploy_tiers`): a tier plan made and served by ``deploy(pools=...)``
+on a reliable pool and two preemptible ones (emulated devices of one speed, simulated prices),
+each spot pool's node preempted under load with notice and without: its cost against the
+reliable pool alone, wrong and failed requests, the windowed p99's recovery.
+
 Rates here are this machine's, all processes sharing its cores.
 """
 
@@ -90,7 +95,7 @@ ROWS_PER_REQUEST = 32
 SETTLE_S = 35.0
 #: seconds into the silent phase when the replica is frozen
 FREEZE_AFTER_S = 2.0
-SECTIONS = ("routing", "hedging", "autoscaling", "pools", "gears", "autoscaling_gears")
+SECTIONS = ("routing", "hedging", "autoscaling", "pools", "gears", "autoscaling_gears", "tiers")
 #: logical CPUs of the head (the workers have 1): every app's ingress asks INGRESS_CPUS, more
 #: than a worker has, so each app's ingress runs on the head, not wherever Serve puts it first
 HEAD_CPUS = 3
@@ -301,6 +306,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         SLOW_DEVICES,
         pools,
     )
+    from benchmarks._deploy_tiers import TIER_ROUNDS, TIER_RPS
     from benchmarks._gears import GEAR_SLO_MS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -340,6 +346,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--fast-devices", type=int, default=FAST_DEVICES, help="replica slots of the fast pool")
     parser.add_argument("--slow-devices", type=int, default=SLOW_DEVICES, help="replica slots of the slow pool")
     parser.add_argument("--gear-slo-ms", type=float, default=GEAR_SLO_MS, help="the p99 target the gears hold")
+    parser.add_argument("--tier-rps", type=float, default=TIER_RPS,
+                        help="the tiers section's rate: what the tier plan is made for and loaded with (requests/s)")
+    parser.add_argument("--tier-rounds", type=int, default=TIER_ROUNDS,
+                        help="the tiers section's rounds (each: a preemption with notice and one without)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -354,7 +364,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if min(args.rows_per_request, args.clients, args.seconds, args.freeze_s, args.replicas, args.repeats,
            args.hedge_rate, args.hedge_requests, args.autoscale_rate, args.autoscale_phase_s, args.autoscale_max,
            args.autoscale_rounds, args.slo_ms, args.autoscale_ms_per_row, args.fast_devices,
-           args.slow_devices, args.pool_clients, args.gear_slo_ms) <= 0 \
+           args.slow_devices, args.pool_clients, args.gear_slo_ms, args.tier_rps, args.tier_rounds) <= 0 \
             or min(args.fast_slowdown, args.pool_ratio, args.straggle_factor, args.hedge_slowdown,
                    *args.pool_ratios) < 1 \
             or not 0 < args.straggle_share <= 1:
@@ -396,6 +406,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result["gears"] = gears(geared, requests, labels, args)
         if "autoscaling_gears" in sections:
             result["autoscaling_gears"] = autoscaling_gears(geared, requests, labels, args)
+    if "tiers" in sections:
+        from benchmarks._deploy_tiers import tiers
+
+        rpr = args.rows_per_request
+        frames = [workload.X_test.iloc[i * rpr:(i + 1) * rpr].reset_index(drop=True)
+                  for i in range(min(len(workload.X_test) // rpr, 200))]
+        result["tiers"] = tiers(opt, frames, args)
     result["load_after"] = os.getloadavg()[0]
     r = result.get("routing", {})
     if "capacity" in r:
@@ -416,7 +433,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                     "autoscaling": ("_deploy_autoscale", "replica_seconds"),
                                     "gears": ("_deploy_gears", "targets"),
                                     "autoscaling_gears": ("_deploy_autoscale_gears", "rounds"),
-                                    "pools": ("_deploy_pools", "rows_per_s_over_stock")}.items():
+                                    "pools": ("_deploy_pools", "rows_per_s_over_stock"),
+                                    "tiers": ("_deploy_tiers", "targets")}.items():
         out = result.get(section, {})
         if done in out:
             print(importlib.import_module(f"benchmarks.{module}").summary(out))

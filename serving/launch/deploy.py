@@ -445,9 +445,17 @@ def deploy(
             warnings.warn(f"serving on {host} (beyond loopback) without an API key: whoever reaches the port can "
                           f"call every route, /plan and the monitor's answers included; pass api_key= (or "
                           f"`willump serve --api-key-env {API_KEY_ENV}`)", stacklevel=2)
-        serve_start(host, port, traced)
+        # a tier plan's HTTP fronts stay off the preemptible pools: a front on a node that vanishes
+        # takes its clients' connections with it (Serve's proxies run on every node by default)
+        spot = [p.name for p in pool_specs or () if p.preemptible]
+        serve_start(host, port, traced, proxy_location="HeadOnly" if spot else None)
         if traced is not None:
             notes.append(_tracing_note(traced, serve_was_running))
+        if spot and serve_was_running:
+            notes.append(f"Serve was already running, with its HTTP proxies where it started them: on the "
+                         f"preemptible pools {spot} too where it runs one on every node, and a client connected to "
+                         "one of those loses its connection with the node (start Serve with "
+                         "proxy_location='HeadOnly' before deploying to keep them on the head)")
         base = root_url(host, port)
         front = running_proxy()
         if proxy is not None and front != proxy:
@@ -579,17 +587,19 @@ def hedging_options(hedging: bool | dict[str, float] | None) -> dict[str, float]
     return options
 
 
-def serve_start(host: str, port: int, tracing: dict[str, Any] | None = None) -> None:
-    """Serve started (or joined) with HTTP on ``host:port``; ``tracing``: its TracingConfig, which
-    Serve applies only when this call starts it."""
+def serve_start(host: str, port: int, tracing: dict[str, Any] | None = None,
+                proxy_location: str | None = None) -> None:
+    """Serve started (or joined) with HTTP on ``host:port``; ``tracing``: its TracingConfig and
+    ``proxy_location`` (Serve's: None, "EveryNode", "HeadOnly"), which Serve applies only when this
+    call starts it."""
     from ray import serve
 
-    if tracing is None:
-        serve.start(http_options={"host": host, "port": port})
-        return
-    from ray.serve.schema import TracingConfig
+    kwargs: dict[str, Any] = {} if proxy_location is None else {"proxy_location": proxy_location}
+    if tracing is not None:
+        from ray.serve.schema import TracingConfig
 
-    serve.start(http_options={"host": host, "port": port}, tracing_config=TracingConfig(**tracing))
+        kwargs["tracing_config"] = TracingConfig(**tracing)
+    serve.start(http_options={"host": host, "port": port}, **kwargs)
 
 
 def _serve_running() -> bool:

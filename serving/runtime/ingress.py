@@ -45,7 +45,7 @@ from serving.core.schema import (
     parse_request,
     predict_answer,
 )
-from serving.core.specs import IngressConfig, StageSpec
+from serving.core.specs import IngressConfig, StageSpec, pool_deployment
 from serving.runtime import oip, spans
 from serving.runtime.calls import (
     Deadline,
@@ -80,7 +80,7 @@ from serving.runtime.oip import InferRequest, infer_answer
 from serving.runtime.pools import PooledStage, pooled_stage, stage_deployments
 from serving.runtime.records import RecordBuffer, record_columns
 from serving.runtime.replicas import LocalStage, replica_id
-from serving.runtime.routing import any_silent
+from serving.runtime.routing import any_silent, usable_replicas
 from serving.runtime.stage_runner import StageRunner, concat_blocks, concat_rows, split_outputs
 from serving.runtime.watch import ReplicaWatch
 
@@ -153,6 +153,8 @@ class Ingress(HttpEdge):
             if isinstance(target, PooledStage):
                 target.on_route = lambda pool, stage=stage: self.metrics.count("willump_stage_pool_calls", stage=stage,
                                                                                 pool=pool)
+                target.usable = lambda pool, stage=stage: usable_replicas(self.name, pool_deployment(self.name, stage,
+                                                                                                      pool))
         batch_rows = INGRESS_BATCH_ROWS if config.batching else 1
         self.coalescers: dict[str, Coalescer] = {}
         for i, (stage, target) in enumerate(zip(self.stage_names, (first, second), strict=False)):

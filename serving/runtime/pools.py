@@ -7,7 +7,10 @@ caller has in flight there + 1) / (running replicas x rows per second one replic
 there)``, the rates measured on each pool when the app was planned. At light load every call
 goes to the fastest pool (the shortest wait); under load the split tends to capacity, as the
 LP's plan assumes. A pool whose deployment runs no replica (its nodes lost, or not started
-yet: the ingress's replica watch says) gets no call while another pool runs one. A call that
+yet: the ingress's replica watch says) gets no call while another pool runs one, nor a pool
+whose replicas its capacity router has seen all on draining nodes (a preemption notice) or all
+silent (a node lost without notice: Serve still lists its replicas as running for a while, and
+each call there would wait out the bound before its copy goes elsewhere). A call that
 fails on a lost replica counts that pool one replica short until the watch looks again, so the
 caller's retry (:func:`serving.runtime.calls.call_stage`) goes elsewhere when the pool had one;
 a copy of a slow call (hedging, or the bound on a silent replica) goes to another pool than the
@@ -39,6 +42,9 @@ class PooledStage:
         self.routed = dict.fromkeys(self.handles, 0)
         #: hears the pool of every call routed (the ingress counts them in /metrics)
         self.on_route: Callable[[str], None] | None = None
+        #: a pool's replicas its router can count on (serving.runtime.routing.usable_replicas;
+        #: None: unknown, e.g. Serve's own router): a pool with 0 gets no call while another has some
+        self.usable: Callable[[str], int | None] | None = None
 
     @property
     def pools(self) -> list[str]:
@@ -51,6 +57,8 @@ class PooledStage:
         """The pool where a new call would wait least: only pools running a replica while any does,
         and not ``avoid`` (the pool of the call a copy is made of) while another one runs."""
         live = [p for p in self.handles if self.running[p] > 0] or list(self.handles)
+        if self.usable is not None:
+            live = [p for p in live if self.usable(p) != 0] or live
         live = [p for p in live if p != avoid] or live
         return min(live, key=lambda p: ((self.in_flight[p] + 1) / (max(self.running[p], 1) * self.rates[p]), p))
 
@@ -65,7 +73,7 @@ class PooledStage:
     def options(self, **kwargs: Any) -> PooledStage:
         other = PooledStage({p: h.options(**kwargs) for p, h in self.handles.items()}, self.rates, self.running)
         other.running, other.in_flight, other.routed = self.running, self.in_flight, self.routed  # one ledger
-        other.on_route = self.on_route
+        other.on_route, other.usable = self.on_route, self.usable
         return other
 
     def __getattr__(self, method: str) -> _PooledMethod:

@@ -35,7 +35,7 @@ import random
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,6 +200,8 @@ class CapacityPolicy:
         #: longer than probe_silent_s between offers starts over: an idle caller asked nothing)
         self.offered_at: dict[str, tuple[float, float]] = {}
         self.tried_at: dict[str, float] = {}  # replica -> its last trial while suspect
+        #: the replicas Serve offered at the last routing step -> on a draining node (:meth:`usable`)
+        self.seen: dict[str, bool] = {}
 
     @property
     def outstanding(self) -> dict[str, int]:
@@ -242,7 +244,7 @@ class CapacityPolicy:
     def forget(self, replica: str) -> None:
         """A replica Serve removed: its calls will not be answered."""
         for table in (self.sent, self.latency, self.gap, self.answered_at, self.offered_at,
-                      self.tried_at):
+                      self.tried_at, self.seen):
             table.pop(replica, None)
 
     def bound_s(self, replica: str) -> float:
@@ -272,6 +274,18 @@ class CapacityPolicy:
     def any_silent(self) -> bool:
         """Some replica is silent (:meth:`silent`): a call past the bound is worth a copy."""
         return any(self.silent(r) for r in list(self.sent))
+
+    def replicas_now(self, replicas: Mapping[str, bool]) -> None:
+        """Serve's replica set changed: ``replicas`` (id -> on a draining node) are those it routes
+        to now; the others are gone, the new ones count as usable until seen otherwise."""
+        self.seen = {r: bool(replicas[r]) for r in replicas}
+
+    def usable(self) -> int | None:
+        """Replicas of the last routing step neither on a draining node nor suspect: what a caller
+        choosing among deployments (serving.runtime.pools) can count on here. None before a step."""
+        if not self.seen:
+            return None
+        return sum(not draining and not self.suspect(r) for r, draining in list(self.seen.items()))
 
     def wait_s(self, view: ReplicaView, fallback_rows_per_s: float) -> float:
         """Expected wait of a new call at this replica, in units of one call's rows (relative:
@@ -303,6 +317,7 @@ class CapacityPolicy:
         known = [c for c in caps.values() if c]
         fallback = statistics.median(known) if known else 1.0
         scored = [ReplicaView(v.id, v.queued, caps[v.id], v.draining) for v in views]
+        self.seen = {v.id: bool(v.draining) for v in views}
         now = self.clock()
         healthy, demoted, trial = [], [], None
         for v in scored:
@@ -336,6 +351,13 @@ def any_silent(app: str, deployment: str) -> bool | None:
     (None: no such router here, e.g. ``router="serve"``)."""
     policy = POLICIES.get((app, deployment))
     return None if policy is None else policy.any_silent()
+
+
+def usable_replicas(app: str, deployment: str) -> int | None:
+    """:meth:`CapacityPolicy.usable` of this process's capacity router for ``deployment`` (None: no
+    such router here, or it has routed nothing yet)."""
+    policy = POLICIES.get((app, deployment))
+    return None if policy is None else policy.usable()
 
 
 def draining_nodes() -> set[str]:
@@ -406,6 +428,11 @@ class CapacityRouter(FIFOMixin, RequestRouter):
     def on_replica_actor_died(self, replica_id: Any) -> None:
         self._policy().forget(str(replica_id.unique_id))
         super().on_replica_actor_died(replica_id)
+
+    def update_replicas(self, replicas: list) -> None:
+        super().update_replicas(replicas)
+        self._policy().replicas_now({str(r.replica_id.unique_id): getattr(r, "node_id", None) in self.draining
+                                     for r in replicas})
 
 
 def router_config(**kwargs: Any) -> dict[str, Any]:

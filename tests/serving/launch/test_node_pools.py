@@ -142,6 +142,12 @@ def test_a_stage_on_two_node_pools(cluster, synth_opt, request_rows):
         # what the plan holds with the worker's pool lost: the head's replica alone
         assert 0 < entry["after_loss_rows_s"]["worker"] < entry["predicted_rows_s"]
         assert entry["specs"]["worker"]["preemptible"] and any("a tier plan" in n for n in served.plan.notes)
+        # the HTTP fronts stay off the preemptible pool: Serve started here runs them on the head
+        # only; one already running (this module's first app started it) is named in a note
+        from ray import serve
+
+        assert (set(serve.status().proxies) == {head}
+                or any("proxy_location='HeadOnly'" in n for n in served.notes)), (serve.status().proxies, served.notes)
         assert rates["head"] > rates["worker"], rates  # the worker's device: at most 1,000 rows/s
         assert replica_nodes("pooled") == {"pooled-ingress": replica_nodes("pooled")["pooled-ingress"],
                                            "pooled-expensive-head": {head},

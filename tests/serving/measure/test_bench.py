@@ -260,3 +260,22 @@ def test_a_replicas_start_is_read_from_serves_status_by_littles_law():
     starting = [(0.0, 0), (1.0, 0), (2.0, 2), (3.0, 2), (4.0, 0), (5.0, 0)]
     assert mean_start_s(samples, starting) == 2.0
     assert mean_start_s(samples[:2], starting[:2]) is None  # none added
+
+
+def test_a_preemption_phase_counts_failures_and_the_windowed_recovery():
+    """benchmarks._deploy_tiers: requests around a loss at t=4 s; the windows after it whose p99
+    is over the SLO (a failed request counts as far over) end 2 s after the loss."""
+    import numpy as np
+
+    from benchmarks._deploy_tiers import SLO_MS, phase_outcome
+
+    expected = [np.array([[0.2, 0.8]])]
+    ok = {"status": 200, "i": 0, "proba": np.array([[0.2, 0.8]])}
+    log = [{**ok, "at": t, "ms": 20.0} for t in np.arange(0.0, 4.0, 0.1)]
+    log += [{**ok, "at": 4.2, "ms": SLO_MS * 3}, {"i": 0, "at": 5.5, "error": "ClientOSError"}]
+    log += [{**ok, "at": t, "ms": 25.0} for t in np.arange(6.0, 9.0, 0.1)]
+    log += [{**ok, "at": 7.05, "ms": 30.0, "proba": np.array([[0.7, 0.3]])}]
+    out = phase_outcome(log, 4.0, expected)
+    assert out["failed"] == 1 and out["wrong"] == 1 and out["failures"] == ["ClientOSError"]
+    assert out["recovery_s"] == 2.0 and out["p99_ms_before"] == 20.0
+    assert phase_outcome([x for x in log if x["at"] < 4.0], 4.0, expected)["recovery_s"] == 0.0

@@ -200,3 +200,18 @@ def test_the_ingress_reads_pools_from_its_config():
         "app-expensive-fast": ("expensive", "fast"), "app-expensive-slow": ("expensive", "slow")}
     assert stage_deployments("app", ["cheap", "expensive"], None, skip_first=False) == {
         "app-cheap": ("cheap", None), "app-expensive": ("expensive", None)}
+
+
+def test_a_pool_its_router_cannot_count_on_gets_no_call_while_another_can():
+    """Replicas all draining or silent (their router says 0 usable): the pool is passed over while
+    another pool has some, even though Serve still lists them as running; None (unknown) counts
+    as usable, and with every pool at 0 the calls go on as before."""
+    stage = _stage()
+    usable = {"fast": 0, "slow": None}
+    stage.usable = usable.get
+    assert stage.pick() == "slow"
+    assert stage.options(timeout_s=1).pick() == "slow"  # one ledger, the same view
+    usable["slow"] = 0
+    assert stage.pick() == "fast"  # nothing usable anywhere: the fastest, as without the view
+    usable["fast"] = 2
+    assert stage.pick() == "fast"

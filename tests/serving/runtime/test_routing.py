@@ -313,3 +313,23 @@ def test_a_node_can_emulate_a_device_whose_speed_differs_per_stage(monkeypatch):
     assert node_emulation(stage="cheap").slowdown == 2.0
     assert node_emulation(stage="expensive").slowdown == 8.0
     assert node_emulation(stage="cheap").ms_per_row == 1.5 and node_emulation(stage="expensive").ms_per_row == 0.0
+
+
+def test_usable_replicas_leave_out_draining_and_silent_ones_and_follow_serves_set():
+    """What a caller choosing among deployments counts on (serving.runtime.pools): nothing known
+    before a routing step; then the replicas of the last step neither draining nor silent; Serve's
+    new replica set replaces the old one (the new replicas count until seen otherwise)."""
+    clock = Clock()
+    policy = CapacityPolicy(lost_after_s=2.0, clock=clock)
+    assert policy.usable() is None
+    views = [ReplicaView("a", 0, 100.0), ReplicaView("b", 0, 100.0), ReplicaView("c", 0, 100.0, draining=True)]
+    policy.rank(views)
+    assert policy.usable() == 2
+    policy.routed("a")
+    policy.routed("b")
+    clock.t = 3.0  # both hold a call unanswered past the bound: a node lost without notice
+    assert policy.usable() == 0
+    policy.replicas_now({"d": False, "e": False})  # Serve's set after the node's replicas are gone
+    assert policy.usable() == 2
+    policy.forget("d")
+    assert policy.usable() == 1
