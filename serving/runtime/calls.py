@@ -303,6 +303,8 @@ async def hedged(call: Callable[[Any], Any], timeout_s: float, stage: str, budge
     if winner is task2:
         if not rescue:
             hedge.wins += 1
+        elif callable(getattr(type(first), "rescued", None)):  # a stage on node pools: its pool waits a while
+            first.rescued()
         _cancel(first, task1)
     else:
         _cancel(second, task2)

@@ -10,7 +10,11 @@ LP's plan assumes. A pool whose deployment runs no replica (its nodes lost, or n
 yet: the ingress's replica watch says) gets no call while another pool runs one, nor a pool
 whose replicas its capacity router has seen all on draining nodes (a preemption notice) or all
 silent (a node lost without notice: Serve still lists its replicas as running for a while, and
-each call there would wait out the bound before its copy goes elsewhere). A call that
+each call there would wait out the bound before its copy goes elsewhere). Nor, for
+``UNRESPONSIVE_S``, a pool one of whose calls had to be rescued (copied past the silence bound,
+the copy answering first), unless one of its calls answers or Serve's count of its replicas
+changes first: Serve lists replicas started on a node that then vanished as running for several
+seconds, and each call sent there would cost a bound. A call that
 fails on a lost replica counts that pool one replica short until the watch looks again, so the
 caller's retry (:func:`serving.runtime.calls.call_stage`) goes elsewhere when the pool had one;
 a copy of a slow call (hedging, or the bound on a silent replica) goes to another pool than the
@@ -20,10 +24,15 @@ call it copies whenever another pool runs a replica.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from serving.core.specs import pool_deployment
+
+#: seconds a pool whose call was rescued gets no call while another pool can take it (module
+#: docstring): about the time Serve takes to see a lost node's replicas gone
+UNRESPONSIVE_S = 10.0
 
 
 class PooledStage:
@@ -45,6 +54,9 @@ class PooledStage:
         #: a pool's replicas its router can count on (serving.runtime.routing.usable_replicas;
         #: None: unknown, e.g. Serve's own router): a pool with 0 gets no call while another has some
         self.usable: Callable[[str], int | None] | None = None
+        #: pool -> (until when it gets no call, Serve's count of its replicas then)
+        self.unresponsive: dict[str, tuple[float, int]] = {}
+        self.clock: Callable[[], float] = time.monotonic
 
     @property
     def pools(self) -> list[str]:
@@ -52,6 +64,20 @@ class PooledStage:
 
     def set_running(self, pool: str, count: int) -> None:
         self.running[pool] = int(count)
+        mark = self.unresponsive.get(pool)
+        if mark is not None and mark[1] != self.running[pool]:  # Serve's view of the pool changed
+            self.unresponsive.pop(pool, None)
+
+    def rescued(self, pool: str) -> None:
+        """A call on ``pool`` was rescued: the pool gets no call for ``UNRESPONSIVE_S`` (module docstring)."""
+        self.unresponsive[pool] = (self.clock() + UNRESPONSIVE_S, self.running[pool])
+
+    def answered(self, pool: str) -> None:
+        self.unresponsive.pop(pool, None)
+
+    def _responsive(self, pool: str) -> bool:
+        mark = self.unresponsive.get(pool)
+        return mark is None or self.clock() >= mark[0]
 
     def pick(self, avoid: str | None = None) -> str:
         """The pool where a new call would wait least: only pools running a replica while any does,
@@ -59,6 +85,7 @@ class PooledStage:
         live = [p for p in self.handles if self.running[p] > 0] or list(self.handles)
         if self.usable is not None:
             live = [p for p in live if self.usable(p) != 0] or live
+        live = [p for p in live if self._responsive(p)] or live
         live = [p for p in live if p != avoid] or live
         return min(live, key=lambda p: ((self.in_flight[p] + 1) / (max(self.running[p], 1) * self.rates[p]), p))
 
@@ -73,7 +100,8 @@ class PooledStage:
     def options(self, **kwargs: Any) -> PooledStage:
         other = PooledStage({p: h.options(**kwargs) for p, h in self.handles.items()}, self.rates, self.running)
         other.running, other.in_flight, other.routed = self.running, self.in_flight, self.routed  # one ledger
-        other.on_route, other.usable = self.on_route, self.usable
+        other.on_route, other.usable, other.unresponsive, other.clock = (self.on_route, self.usable, self.unresponsive,
+                                                                         self.clock)
         return other
 
     def __getattr__(self, method: str) -> _PooledMethod:
@@ -149,7 +177,9 @@ class _PooledResponse:
 
     def __await__(self) -> Generator[Any, None, Any]:
         try:
-            return (yield from self.response.__await__())
+            out = yield from self.response.__await__()
+            self.stage.answered(self.pool)
+            return out
         except Exception as exc:
             if _replica_lost(exc):
                 self.stage.lost_one(self.pool)
@@ -162,6 +192,10 @@ class _PooledResponse:
             self.response.cancel()
         finally:
             self._done()
+
+    def rescued(self) -> None:
+        """This call was copied past the silence bound and the copy answered first."""
+        self.stage.rescued(self.pool)
 
 
 def _replica_lost(exc: BaseException) -> bool:

@@ -13,7 +13,10 @@ each caller ranks the stage's replicas by the time a new call would wait there:
   down, gets a share of calls proportional to what it sustains.
 * **draining on notice**: a replica on a node Ray is draining (a preemption notice,
   ``DrainNode``; Serve then starts its replacement elsewhere) is ranked last: it finishes
-  what it holds and gets new calls only while no other replica has room.
+  what it holds and gets new calls only while no other replica has room. So is a replica on a
+  node the GCS holds dead (lost without notice), before Serve takes it out of the set it routes
+  to; a caller choosing among deployments (node pools) passes over one whose replicas are all
+  such or suspect (:meth:`CapacityPolicy.usable`).
 * **a bound on a silent replica**: a replica is suspect when it holds calls and has answered
   none for ``max(lost_after_s, lost_over_service * its usual gap between answers)`` (a busy
   replica with a long queue still answers every gap; a hung one stops), or when it has been ranked first for ``probe_silent_s`` while Serve sent
@@ -52,6 +55,8 @@ PROBE_SILENT_S = 0.5
 LATENCY_EWMA_ALPHA = 0.2
 #: seconds between a caller's reads of the nodes Ray is draining
 DRAINING_REFRESH_S = 1.0
+#: a node's state in the GCS's node table (gcs.proto's GcsNodeInfo.GcsNodeState) while it lives
+ALIVE_STATE = 0
 #: seconds between a stage replica's reports of its capacity (Serve's routing stats period)
 ROUTING_STATS_PERIOD_S = 1.0
 #: replicas a caller ranks per routing step (Serve probes a rank's replicas for queue room)
@@ -360,6 +365,24 @@ def usable_replicas(app: str, deployment: str) -> int | None:
     return None if policy is None else policy.usable()
 
 
+def dead_nodes() -> set[str]:
+    """Node ids (hex) the GCS holds dead (an empty set where it cannot be asked). A node lost
+    without notice is known dead here before Serve has taken its replicas out of the set it
+    routes to; until then a call there waits out the silence bound."""
+    try:
+        import ray
+
+        client = ray._private.worker.global_worker.gcs_client
+        return {k.hex() for k, info in client.get_all_node_info(timeout=1).items() if info.state != ALIVE_STATE}
+    except Exception:
+        return set()
+
+
+def nodes_to_avoid() -> set[str]:
+    """Nodes a stage call should not go to: draining (a preemption notice) or dead."""
+    return draining_nodes() | dead_nodes()
+
+
 def draining_nodes() -> set[str]:
     """Node ids (hex) Ray is draining now (an empty set where the GCS cannot be asked)."""
     try:
@@ -396,7 +419,7 @@ class CapacityRouter(FIFOMixin, RequestRouter):
         self.draining_read_at = now
 
         async def read() -> None:
-            self.draining = await asyncio.to_thread(draining_nodes)
+            self.draining = await asyncio.to_thread(nodes_to_avoid)
 
         self._reading = asyncio.ensure_future(read())
 

@@ -215,3 +215,55 @@ def test_a_pool_its_router_cannot_count_on_gets_no_call_while_another_can():
     assert stage.pick() == "fast"  # nothing usable anywhere: the fastest, as without the view
     usable["fast"] = 2
     assert stage.pick() == "fast"
+
+
+def test_a_pool_whose_call_was_rescued_waits_until_it_answers_or_serve_sees_it_change():
+    """A call on "fast" copied past the silence bound, the copy answering first: "fast" gets no
+    call for UNRESPONSIVE_S while "slow" can take it (Serve may list replicas on a vanished node as
+    running for seconds); an answer from it, Serve's count of its replicas changing, or the time
+    running out ends that."""
+    from serving.runtime import pools
+
+    stage = _stage()
+    now = [0.0]
+    stage.clock = lambda: now[0]
+    assert stage.pick() == "fast"
+    stage.rescued("fast")
+    assert stage.pick() == "slow" and stage.options(timeout_s=1).pick() == "slow"
+    now[0] = pools.UNRESPONSIVE_S + 0.1
+    assert stage.pick() == "fast"  # time ran out: a call may go there again
+    stage.rescued("fast")
+    stage.answered("fast")  # one of its calls came back
+    assert stage.pick() == "fast"
+    stage.rescued("fast")
+    stage.set_running("fast", 1)  # the same count: still waiting
+    assert stage.pick() == "slow"
+    stage.set_running("fast", 0)
+    stage.set_running("fast", 1)  # Serve's view changed (replicas gone, then started again)
+    assert stage.pick() == "fast"
+    stage.rescued("slow")
+    stage.rescued("fast")
+    assert stage.pick() == "fast"  # every pool waiting: the calls go on as before
+
+
+def test_a_rescued_pooled_call_tells_its_pool():
+    """serving.runtime.calls.hedged: the first call rescued and its copy answering first marks
+    the first call's pool (a _PooledResponse's rescued())."""
+    from serving.runtime.calls import StageHedge, hedged
+
+    stage = _stage()
+
+    async def run():
+        hedge = StageHedge(lambda: 2, enabled=False, lost_after_s=0.05)
+        hedge.silent_now = lambda: True
+
+        def call(first):
+            response = (stage.copy_of(first) if first is not None else stage).run.remote()
+            if first is not None:
+                stage.handles[response.pool].calls[-1].release.set()
+            return response
+
+        return await hedged(call, 5.0, "expensive", 5.0, hedge)
+
+    assert asyncio.run(run()) == "slow"
+    assert "fast" in stage.unresponsive and stage.pick() == "slow"

@@ -333,3 +333,39 @@ def test_usable_replicas_leave_out_draining_and_silent_ones_and_follow_serves_se
     assert policy.usable() == 2
     policy.forget("d")
     assert policy.usable() == 1
+
+
+def test_nodes_to_avoid_are_the_draining_and_the_dead(monkeypatch):
+    """The GCS's answers read through a stand-in client: a node draining on notice and one the GCS
+    holds dead (lost without notice) are both avoided; an unreachable GCS avoids nothing."""
+    import ray._private.worker as worker
+
+    from serving.runtime import routing
+
+    class NodeId:
+        def __init__(self, h: str):
+            self.h = h
+
+        def hex(self) -> str:
+            return self.h
+
+    class Info:
+        def __init__(self, state: int):
+            self.state = state
+
+    class Client:
+        def get_draining_nodes(self, timeout=None):
+            return [b"aa".hex()]
+
+        def get_all_node_info(self, timeout=None):
+            return {NodeId("bb"): Info(routing.ALIVE_STATE), NodeId("cc"): Info(routing.ALIVE_STATE + 1)}
+
+    monkeypatch.setattr(worker.global_worker, "gcs_client", Client(), raising=False)
+    assert routing.dead_nodes() == {"cc"} and routing.nodes_to_avoid() == {b"aa".hex(), "cc"}
+
+    class Down:
+        def __getattr__(self, name):
+            raise ConnectionError("no GCS")
+
+    monkeypatch.setattr(worker.global_worker, "gcs_client", Down(), raising=False)
+    assert routing.nodes_to_avoid() == set()
