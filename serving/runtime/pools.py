@@ -12,8 +12,8 @@ whose replicas its capacity router has seen all on draining nodes (a preemption 
 silent (a node lost without notice: Serve still lists its replicas as running for a while, and
 each call there would wait out the bound before its copy goes elsewhere). Nor, for
 ``UNRESPONSIVE_S``, a pool one of whose calls had to be rescued (copied past the silence bound,
-the copy answering first), unless one of its calls answers or Serve's count of its replicas
-changes first: Serve lists replicas started on a node that then vanished as running for several
+the copy answering first), unless one of its calls answers or Serve's count of its running
+replicas rises first (replicas started again; a fall says nothing good): Serve lists replicas started on a node that then vanished as running for several
 seconds, and each call sent there would cost a bound. A call that
 fails on a lost replica counts that pool one replica short until the watch looks again, so the
 caller's retry (:func:`serving.runtime.calls.call_stage`) goes elsewhere when the pool had one;
@@ -65,8 +65,10 @@ class PooledStage:
     def set_running(self, pool: str, count: int) -> None:
         self.running[pool] = int(count)
         mark = self.unresponsive.get(pool)
-        if mark is not None and mark[1] != self.running[pool]:  # Serve's view of the pool changed
+        if mark is not None and self.running[pool] > mark[1]:  # replicas started there again
             self.unresponsive.pop(pool, None)
+        elif mark is not None and self.running[pool] < mark[1]:  # fewer: count a rise from here
+            self.unresponsive[pool] = (mark[0], self.running[pool])
 
     def rescued(self, pool: str) -> None:
         """A call on ``pool`` was rescued: the pool gets no call for ``UNRESPONSIVE_S`` (module docstring)."""

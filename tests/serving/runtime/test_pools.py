@@ -220,7 +220,7 @@ def test_a_pool_its_router_cannot_count_on_gets_no_call_while_another_can():
 def test_a_pool_whose_call_was_rescued_waits_until_it_answers_or_serve_sees_it_change():
     """A call on "fast" copied past the silence bound, the copy answering first: "fast" gets no
     call for UNRESPONSIVE_S while "slow" can take it (Serve may list replicas on a vanished node as
-    running for seconds); an answer from it, Serve's count of its replicas changing, or the time
+    running for seconds); an answer from it, Serve's count of its replicas rising, or the time
     running out ends that."""
     from serving.runtime import pools
 
@@ -238,8 +238,9 @@ def test_a_pool_whose_call_was_rescued_waits_until_it_answers_or_serve_sees_it_c
     stage.rescued("fast")
     stage.set_running("fast", 1)  # the same count: still waiting
     assert stage.pick() == "slow"
-    stage.set_running("fast", 0)
-    stage.set_running("fast", 1)  # Serve's view changed (replicas gone, then started again)
+    stage.set_running("fast", 0)  # fewer replicas: still waiting
+    assert stage.pick() == "slow"
+    stage.set_running("fast", 1)  # one started again
     assert stage.pick() == "fast"
     stage.rescued("slow")
     stage.rescued("fast")
