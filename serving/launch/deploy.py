@@ -447,7 +447,9 @@ def deploy(
                           f"`willump serve --api-key-env {API_KEY_ENV}`)", stacklevel=2)
         # a tier plan's HTTP fronts stay off the preemptible pools: a front on a node that vanishes
         # takes its clients' connections with it (Serve's proxies run on every node by default)
-        spot = [p.name for p in pool_specs or () if p.preemptible]
+        spot = [p.name for p in pool_specs or () if p.preemptible] or [   # or a given plan's tier pools
+            name for name, d in ((plan.pools or {}).get("specs", {}) if plan is not None else {}).items()
+            if d.get("preemptible")]
         serve_start(host, port, traced, proxy_location="HeadOnly" if spot else None)
         if traced is not None:
             notes.append(_tracing_note(traced, serve_was_running))

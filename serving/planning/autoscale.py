@@ -72,6 +72,8 @@ REACT_S = 2.0
 DRAIN_S = 5.0
 #: replica starts the measured start time is the median of (the latest ones)
 START_SAMPLES = 8
+#: a measured start shorter than this is not one (a process boots and loads for longer)
+MIN_START_S = 0.5
 #: what starts each line the policy logs when it measures a start (Serve's controller log)
 START_LOG = "willump autoscaler"
 #: Serve's logger: lines reach the controller's log file
@@ -100,10 +102,13 @@ class PlannerAutoscaler:
 
     The start time is measured here, from Serve's own counts: a replica asked for (the target
     rose, or a running replica was lost and Serve replaces it) is matched, first asked first
-    served, with the next rise of the running replicas; the time between is one start (Serve's
-    scheduling, the worker's boot, the artifact's load), the median of the latest
-    ``START_SAMPLES`` the start time. It lives in the policy's state (``replica_start_s``), so a
-    stage scaled to zero keeps it for its next start."""
+    served, with the next replica that runs (by replica id where Serve gives them); the time
+    between is one start (Serve's scheduling, the worker's boot, the artifact's load), the median
+    of the latest ``START_SAMPLES`` the start time. It lives in the policy's state
+    (``replica_start_s``), so a stage scaled to zero keeps it for its next start. A start from
+    zero is measured from the policy's last call before Serve's cold-start path took over; the
+    replacement of a stage's last replica lost under traffic is not measured (that path skips the
+    policy while it runs none)."""
 
     def __init__(self, headroom: float = HEADROOM, saturated_ongoing: float = CONCURRENT_BATCHES,
                  react_s: float = REACT_S, drain_s: float = DRAIN_S, measure_start: bool = True):
@@ -170,13 +175,23 @@ def _starts(ctx: Any) -> dict[str, Any]:
     target, running = int(ctx.target_num_replicas), int(ctx.current_num_replicas)
     asked = [float(t) for t in before.get("start_asked_at", [])]
     samples = [float(x) for x in before.get("start_samples_s", [])]
+    ids = getattr(ctx, "running_replicas", None)
+    current = None if ids is None else sorted(str(getattr(r, "unique_id", r)) for r in ids)
     if "target_seen" in before:
         seen_target, seen_running = int(before["target_seen"]), int(before["running_seen"])
+        if current is not None and before.get("running_ids") is not None:  # by replica: a swap counts
+            gone = len(set(before["running_ids"]) - set(current))
+            came = len(set(current) - set(before["running_ids"]))
+        else:
+            gone, came = max(seen_running - running, 0), max(running - seen_running, 0)
         # replicas asked for since the last call: a higher target (the last call's decision set
         # it) and replacements of lost ones (Serve starts them as it sees the loss, as this call does)
         asked += [float(before["time_seen"])] * max(target - seen_target, 0)
-        asked += [float(now)] * (max(seen_running - running, 0) if target >= seen_target else 0)
-        new = [now - asked.pop(0) for _ in range(max(running - seen_running, 0)) if asked]  # oldest ask first
+        asked += [float(now)] * (gone if target >= seen_target else 0)
+        new = [now - asked.pop(0) for _ in range(came) if asked]  # oldest ask first
+        # a replica Serve counts without a start of its own (a swap within one call, a migration's
+        # replacement matched to an ask) reads as a start of about nothing: not one
+        new = [x for x in new if x >= MIN_START_S]
         samples += new
         if new:  # in Serve's controller log, where an operator looks for autoscaling decisions
             logger.info("%s %s/%s: replica start %s s; start time %.2f s (median of the latest %d)", START_LOG,
@@ -187,7 +202,7 @@ def _starts(ctx: Any) -> dict[str, Any]:
     samples = samples[-START_SAMPLES:]
     return {"start_asked_at": asked, "start_samples_s": samples,
             "replica_start_s": float(statistics.median(samples)) if samples else None,
-            "target_seen": target, "running_seen": running, "time_seen": float(now)}
+            "target_seen": target, "running_seen": running, "time_seen": float(now), "running_ids": current}
 
 
 def _per_replica(preferred: dict[Any, Any], fallback: dict[Any, Any]) -> dict[Any, Any]:

@@ -54,8 +54,10 @@ class PooledStage:
         #: a pool's replicas its router can count on (serving.runtime.routing.usable_replicas;
         #: None: unknown, e.g. Serve's own router): a pool with 0 gets no call while another has some
         self.usable: Callable[[str], int | None] | None = None
-        #: pool -> (until when it gets no call, Serve's count of its replicas then)
+        #: pool -> (until when it gets no call, the watch's count of its replicas then)
         self.unresponsive: dict[str, tuple[float, int]] = {}
+        #: running replicas per pool as the watch last read them (``running`` also drops with a lost call)
+        self.listed = dict(self.running)
         self.clock: Callable[[], float] = time.monotonic
 
     @property
@@ -63,16 +65,16 @@ class PooledStage:
         return list(self.handles)
 
     def set_running(self, pool: str, count: int) -> None:
-        self.running[pool] = int(count)
+        self.running[pool] = self.listed[pool] = int(count)
         mark = self.unresponsive.get(pool)
-        if mark is not None and self.running[pool] > mark[1]:  # replicas started there again
+        if mark is not None and count > mark[1]:  # replicas started there again
             self.unresponsive.pop(pool, None)
-        elif mark is not None and self.running[pool] < mark[1]:  # fewer: count a rise from here
-            self.unresponsive[pool] = (mark[0], self.running[pool])
+        elif mark is not None and count < mark[1]:  # fewer: count a rise from here
+            self.unresponsive[pool] = (mark[0], int(count))
 
     def rescued(self, pool: str) -> None:
         """A call on ``pool`` was rescued: the pool gets no call for ``UNRESPONSIVE_S`` (module docstring)."""
-        self.unresponsive[pool] = (self.clock() + UNRESPONSIVE_S, self.running[pool])
+        self.unresponsive[pool] = (self.clock() + UNRESPONSIVE_S, self.listed[pool])
 
     def answered(self, pool: str) -> None:
         self.unresponsive.pop(pool, None)
@@ -102,6 +104,7 @@ class PooledStage:
     def options(self, **kwargs: Any) -> PooledStage:
         other = PooledStage({p: h.options(**kwargs) for p, h in self.handles.items()}, self.rates, self.running)
         other.running, other.in_flight, other.routed = self.running, self.in_flight, self.routed  # one ledger
+        other.listed = self.listed
         other.on_route, other.usable, other.unresponsive, other.clock = (self.on_route, self.usable, self.unresponsive,
                                                                          self.clock)
         return other

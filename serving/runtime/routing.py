@@ -57,6 +57,8 @@ LATENCY_EWMA_ALPHA = 0.2
 DRAINING_REFRESH_S = 1.0
 #: a node's state in the GCS's node table (gcs.proto's GcsNodeInfo.GcsNodeState) while it lives
 ALIVE_STATE = 0
+#: seconds a caller's view of which replicas it can count on stays current (CapacityPolicy.usable)
+VIEW_FRESH_S = 2.0
 #: seconds between a stage replica's reports of its capacity (Serve's routing stats period)
 ROUTING_STATS_PERIOD_S = 1.0
 #: replicas a caller ranks per routing step (Serve probes a rank's replicas for queue room)
@@ -205,8 +207,10 @@ class CapacityPolicy:
         #: longer than probe_silent_s between offers starts over: an idle caller asked nothing)
         self.offered_at: dict[str, tuple[float, float]] = {}
         self.tried_at: dict[str, float] = {}  # replica -> its last trial while suspect
-        #: the replicas Serve offered at the last routing step -> on a draining node (:meth:`usable`)
-        self.seen: dict[str, bool] = {}
+        #: the replicas Serve offered at the last routing step (or its last replica set) -> on a
+        #: node to avoid (:meth:`usable`); None before either, and when it was seen
+        self.seen: dict[str, bool] | None = None
+        self.seen_at = -math.inf
 
     @property
     def outstanding(self) -> dict[str, int]:
@@ -249,7 +253,7 @@ class CapacityPolicy:
     def forget(self, replica: str) -> None:
         """A replica Serve removed: its calls will not be answered."""
         for table in (self.sent, self.latency, self.gap, self.answered_at, self.offered_at,
-                      self.tried_at, self.seen):
+                      self.tried_at, self.seen or {}):
             table.pop(replica, None)
 
     def bound_s(self, replica: str) -> float:
@@ -283,14 +287,18 @@ class CapacityPolicy:
     def replicas_now(self, replicas: Mapping[str, bool]) -> None:
         """Serve's replica set changed: ``replicas`` (id -> on a draining node) are those it routes
         to now; the others are gone, the new ones count as usable until seen otherwise."""
-        self.seen = {r: bool(replicas[r]) for r in replicas}
+        self.seen, self.seen_at = {r: bool(replicas[r]) for r in replicas}, self.clock()
 
     def usable(self) -> int | None:
-        """Replicas of the last routing step neither on a draining node nor suspect: what a caller
-        choosing among deployments (serving.runtime.pools) can count on here. None before a step."""
-        if not self.seen:
+        """Replicas of the last routing step (or Serve's last replica set) neither on a node to
+        avoid nor suspect: what a caller choosing among deployments (serving.runtime.pools) can
+        count on here; 0 when Serve routes to none. None before either, or when that view is older
+        than ``VIEW_FRESH_S``: a deployment a caller stopped choosing is not routed to, so its view
+        would never change; unknown, it gets a call, whose routing step looks again."""
+        seen = self.seen
+        if seen is None or self.clock() - self.seen_at > VIEW_FRESH_S:
             return None
-        return sum(not draining and not self.suspect(r) for r, draining in list(self.seen.items()))
+        return sum(not avoid and not self.suspect(r) for r, avoid in list(seen.items()))
 
     def wait_s(self, view: ReplicaView, fallback_rows_per_s: float) -> float:
         """Expected wait of a new call at this replica, in units of one call's rows (relative:
@@ -322,7 +330,7 @@ class CapacityPolicy:
         known = [c for c in caps.values() if c]
         fallback = statistics.median(known) if known else 1.0
         scored = [ReplicaView(v.id, v.queued, caps[v.id], v.draining) for v in views]
-        self.seen = {v.id: bool(v.draining) for v in views}
+        self.seen, self.seen_at = {v.id: bool(v.draining) for v in views}, self.clock()
         now = self.clock()
         healthy, demoted, trial = [], [], None
         for v in scored:

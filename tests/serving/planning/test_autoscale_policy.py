@@ -202,3 +202,16 @@ def test_the_queue_drains_within_the_measured_start_time():
     fixed = _walk(PlannerAutoscaler(headroom=1.0, drain_s=4.0, measure_start=False), steps,
                   busy={"r1": 1.0, "r2": 1.0}, backlog=queued)
     assert "replica_start_s" not in fixed and fixed["queued_replicas"] == pytest.approx(2.0)
+
+
+def test_replicas_are_matched_by_id_where_serve_gives_them():
+    """Serve's running replica ids: a replica swapped for another within one call (lost and
+    replaced between two looks) is no start of about nothing; a new one after an ask is."""
+    policy = PlannerAutoscaler()
+    state: dict = {}
+    for now, target, ids in [(0.0, 2, ["a", "b"]), (1.0, 2, ["a", "c"]),  # b swapped for c unseen
+                             (2.0, 2, ["a", "c"]), (2.5, 3, ["a", "c"]), (6.5, 3, ["a", "c", "d"])]:
+        ctx = _ctx(len(ids), None, target=target)
+        ctx.current_time, ctx.policy_state, ctx.running_replicas = now, dict(state), ids
+        _, state = policy(ctx)
+    assert state["start_samples_s"] == pytest.approx([4.5]) and state["running_ids"] == ["a", "c", "d"]

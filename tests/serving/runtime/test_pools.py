@@ -245,6 +245,14 @@ def test_a_pool_whose_call_was_rescued_waits_until_it_answers_or_serve_sees_it_c
     stage.rescued("slow")
     stage.rescued("fast")
     assert stage.pick() == "fast"  # every pool waiting: the calls go on as before
+    # a call lost there lowers the pool's running count, not the watch's: the next look at Serve's
+    # unchanged count is no rise
+    stage.unresponsive.clear()
+    stage.set_running("fast", 2)
+    stage.lost_one("fast")
+    stage.rescued("fast")
+    stage.set_running("fast", 2)
+    assert stage.pick() == "slow"
 
 
 def test_a_rescued_pooled_call_tells_its_pool():

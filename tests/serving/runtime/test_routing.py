@@ -319,20 +319,26 @@ def test_usable_replicas_leave_out_draining_and_silent_ones_and_follow_serves_se
     """What a caller choosing among deployments counts on (serving.runtime.pools): nothing known
     before a routing step; then the replicas of the last step neither draining nor silent; Serve's
     new replica set replaces the old one (the new replicas count until seen otherwise)."""
+    from serving.runtime.routing import VIEW_FRESH_S
+
     clock = Clock()
-    policy = CapacityPolicy(lost_after_s=2.0, clock=clock)
+    policy = CapacityPolicy(lost_after_s=1.0, clock=clock)
     assert policy.usable() is None
     views = [ReplicaView("a", 0, 100.0), ReplicaView("b", 0, 100.0), ReplicaView("c", 0, 100.0, draining=True)]
     policy.rank(views)
     assert policy.usable() == 2
     policy.routed("a")
     policy.routed("b")
-    clock.t = 3.0  # both hold a call unanswered past the bound: a node lost without notice
+    clock.t = 1.5  # both hold a call unanswered past the bound: a node lost without notice
     assert policy.usable() == 0
     policy.replicas_now({"d": False, "e": False})  # Serve's set after the node's replicas are gone
     assert policy.usable() == 2
     policy.forget("d")
     assert policy.usable() == 1
+    policy.replicas_now({})  # Serve routes to none of this deployment's replicas
+    assert policy.usable() == 0
+    clock.t += VIEW_FRESH_S + 0.1  # nothing routed here since: the view is stale, unknown again
+    assert policy.usable() is None
 
 
 def test_nodes_to_avoid_are_the_draining_and_the_dead(monkeypatch):
