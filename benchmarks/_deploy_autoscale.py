@@ -117,7 +117,7 @@ def policy_starts(app: str) -> list[float]:
     session = Path(ray._private.worker._global_node.get_session_dir_path())
     pattern = re.compile(re.escape(f"{START_LOG} {app}/") + r"[^:]+: replica start ([0-9., ]+) s;")
     out: list[float] = []
-    for log in sorted((session / "logs" / "serve").glob("controller_*.log")):
+    for log in sorted((session / "logs" / "serve").glob("controller_*.log*")):  # rotated ones too
         for line in log.read_text(errors="replace").splitlines():
             found = pattern.search(line)
             if found:
