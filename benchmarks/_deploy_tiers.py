@@ -195,10 +195,9 @@ def _load(url: str, bodies: list[bytes], expected: list, rps: float, seconds: fl
           event: dict[str, Any] | None) -> dict[str, Any]:
     """Open-loop Poisson load for ``seconds``; ``event['act']`` runs BEFORE_S in (in a thread)."""
     from benchmarks._deploy_gears import _drive
+    from benchmarks._gears import arrivals
 
-    rng = np.random.default_rng(seed)
-    times = np.cumsum(rng.exponential(1.0 / rps, size=int(rps * seconds * 2) + 10))
-    times = times[times < seconds]
+    times = arrivals(rps, seed, ((seconds, 1.0),))
     start = time.perf_counter()
     actor = None
     if event is not None:

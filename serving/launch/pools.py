@@ -79,7 +79,7 @@ def place_on_pools(plan: Plan, source: Any, specs: list[StageSpec], pools: list[
     scale = {p.name: p.scale for p in plan.profiles}
     visits = {s.name: scale.get(s.name, 1.0) for s in stages}
     hetero = plan_pools(rates, visits, slots, pools, target_rows_s=target_rows_s, utilization=HEADROOM)
-    plan.pools = pools_entry(pools, rates, hetero, {p.name: node_pools[p.name] for p in pools}, slots, visits)
+    plan.pools = pools_entry(pools, rates, hetero, {p.name: node_pools[p.name] for p in pools}, slots)
     for s in stages:
         by_pool = plan.pools["replicas"].get(s.name, {})
         s.replicas = sum(by_pool.values())

@@ -105,11 +105,13 @@ class HeteroPlan:
     cost: float = 0.0  # sum of price x replicas, per hour if prices are per hour
     objective: str = "max_rate"
     notes: list[str] = field(default_factory=list)
+    #: with ``survive_loss_of``: app requests/s the replicas sustain with each of those device types lost
+    after_loss: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"replicas": {f"{s}@{d}": n for (s, d), n in sorted(self.replicas.items())},
                 "weights": self.weights, "predicted_rate": self.predicted_rate, "cost": self.cost,
-                "objective": self.objective, "notes": list(self.notes)}
+                "objective": self.objective, "notes": list(self.notes), "after_loss": dict(self.after_loss)}
 
 
 def _check_devices(matrix: ThroughputMatrix, devices: Mapping[str, int]) -> np.ndarray:
@@ -295,13 +297,14 @@ def plan_max_rate(matrix: ThroughputMatrix, devices: Mapping[str, int],
     x = res2.x if res2.status == 0 else res.x
     replicas = _to_replicas(matrix, x)
     weights = capacity_weights(matrix, replicas)
+    after = {d: rate_after_loss(matrix, replicas, d) for d in dict.fromkeys(survive_loss_of)}
     return HeteroPlan(replicas, weights, sustained_rate(matrix, replicas, weights),
-                      cost=_cost(matrix, replicas, price), objective="max_rate",
-                      notes=_loss_notes(matrix, replicas, survive_loss_of))
+                      cost=_cost(matrix, replicas, price), objective="max_rate", notes=_loss_notes(after),
+                      after_loss=after)
 
 
-def _loss_notes(matrix: ThroughputMatrix, replicas: Replicas, survive_loss_of: Sequence[str]) -> list[str]:
-    return [f"with {d} lost: {rate_after_loss(matrix, replicas, d):g}/s" for d in dict.fromkeys(survive_loss_of)]
+def _loss_notes(after: Mapping[str, float]) -> list[str]:
+    return [f"with {d} lost: {rate:g}/s" for d, rate in after.items()]
 
 
 def _cost(matrix: ThroughputMatrix, replicas: Replicas, price: np.ndarray) -> float:
@@ -352,10 +355,11 @@ def plan_min_cost(matrix: ThroughputMatrix, devices: Mapping[str, int], prices: 
     replicas = _to_replicas(matrix, res.x)
     weights = capacity_weights(matrix, replicas)
     survive = ([f"any one of {list(survive_loss_of)} lost: the rest at {surge_utilization:g}"] if lost else [])
+    after = {d: rate_after_loss(matrix, replicas, d) for d in dict.fromkeys(survive_loss_of)}
     return HeteroPlan(replicas, weights, sustained_rate(matrix, replicas, weights),
                       cost=_cost(matrix, replicas, price), objective="min_cost",
-                      notes=[f"target {target_rate:g}/s at utilization {utilization:g}", *survive,
-                             *_loss_notes(matrix, replicas, survive_loss_of)])
+                      notes=[f"target {target_rate:g}/s at utilization {utilization:g}", *survive, *_loss_notes(after)],
+                      after_loss=after)
 
 
 class WeightedRouter:

@@ -34,7 +34,6 @@ from serving.planning.hetero import (
     ThroughputMatrix,
     plan_max_rate,
     plan_min_cost,
-    rate_after_loss,
 )
 
 #: a pool's name: it becomes part of its deployments' names
@@ -159,24 +158,19 @@ def plan_pools(rates: Mapping[str, Mapping[str, float]], visits: Mapping[str, fl
 
 
 def pools_entry(specs: list[PoolSpec], rates: Mapping[str, Mapping[str, float]], hetero: HeteroPlan,
-                nodes: Mapping[str, list[str]], slots: Mapping[str, int],
-                visits: Mapping[str, float] | None = None) -> dict[str, Any]:
+                nodes: Mapping[str, list[str]], slots: Mapping[str, int]) -> dict[str, Any]:
     """What ``Plan.pools`` keeps: the pools, their nodes and slots, the measured rates, the
     replicas and traffic split per stage, the LP's predicted rows per second, and with
-    preemptible pools the rows per second left after losing each (``after_loss_rows_s``, from
-    ``visits``: rows reaching each stage per row answered, 1 where not given)."""
+    preemptible pools the rows per second left after losing each (``after_loss_rows_s``, the
+    LP's :attr:`HeteroPlan.after_loss`)."""
     replicas: dict[str, dict[str, int]] = {}
     for (stage, pool), n in sorted(hetero.replicas.items()):
         replicas.setdefault(stage, {})[pool] = int(n)
     out = {"specs": {p.name: p.to_dict() for p in specs}, "nodes": {k: list(v) for k, v in nodes.items()},
            "slots": dict(slots), "rates": {s: dict(r) for s, r in rates.items()}, "replicas": replicas,
            "weights": hetero.weights, "predicted_rows_s": hetero.predicted_rate, "objective": hetero.objective}
-    preemptible = [p.name for p in specs if p.preemptible]
-    if preemptible:
-        given = visits or {}
-        matrix = ThroughputMatrix.from_dict({s: dict(r) for s, r in rates.items()},
-                                            {s: max(float(given.get(s, 1.0)), MIN_VISITS) for s in rates})
-        out["after_loss_rows_s"] = {p: rate_after_loss(matrix, hetero.replicas, p) for p in preemptible}
+    if hetero.after_loss:
+        out["after_loss_rows_s"] = dict(hetero.after_loss)
     return out
 
 

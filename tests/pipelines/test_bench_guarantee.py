@@ -19,7 +19,9 @@ def test_a_cell_reports_certified_runs_and_their_fresh_loss():
     for run in out["runs"]:
         if run["certified"]:
             assert run["bound"] <= 0.02 and run["exceeded"] == (run["fresh_loss"] > 0.02)
-            # each gear's fresh loss against the bound it reports, counted
+            # each gear's fresh loss against the bound it reports, one per certified gear, counted
+            assert len(run["bounds"]) == len(run["fresh_losses"]) == run["gears"] + 1
+            assert all(b <= 0.02 for b in run["bounds"]) and 0 <= run["gears_over_bound"] <= len(run["bounds"])
             assert run["gears_over_bound"] == sum(loss > b for loss, b in zip(run["fresh_losses"], run["bounds"],
                                                                              strict=True))
     assert out["gears_certified"] == sum(len(r["bounds"]) for r in out["runs"])

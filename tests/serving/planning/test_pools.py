@@ -183,7 +183,7 @@ def test_a_preemptible_pool_makes_a_tier_plan_that_holds_the_rate_without_it():
     # without spot: ondemand alone covers 150 at 0.95 -> 2 replicas; both pools at 0.75 -> 200 rows/s
     assert tiered.replicas == {("expensive", "ondemand"): 2}
     assert any("spot lost" in n for n in tiered.notes)
-    entry = pools_entry(specs, rates, tiered, {"ondemand": ["a"], "spot": ["b"]}, slots, {"expensive": 1.0})
+    entry = pools_entry(specs, rates, tiered, {"ondemand": ["a"], "spot": ["b"]}, slots)
     assert entry["after_loss_rows_s"] == {"spot": pytest.approx(200.0)}
     assert entry["specs"]["spot"]["preemptible"] is True
     # a target the reliable pool cannot hold through a loss is refused, naming what it holds
@@ -199,7 +199,7 @@ def test_without_a_target_the_rate_held_through_a_loss_is_maximized():
     rates = {"cheap": {"a": 1000.0, "b": 1000.0}, "expensive": {"a": 300.0, "b": 100.0}}
     visits = {"cheap": 1.0, "expensive": 1.0}
     plan = plan_pools(rates, visits, {"a": 3, "b": 3}, pools)
-    held = min(pools_entry(pools, rates, plan, {"a": ["x"], "b": ["y"]}, {"a": 3, "b": 3}, visits)
+    held = min(pools_entry(pools, rates, plan, {"a": ["x"], "b": ["y"]}, {"a": 3, "b": 3})
                ["after_loss_rows_s"].values())
     # pool b alone: one cheap replica and two expensive ones at 100 -> 200 rows/s, the most b holds
     assert held == pytest.approx(200.0)
