@@ -153,8 +153,8 @@ class Ingress(HttpEdge):
             if isinstance(target, PooledStage):
                 target.on_route = lambda pool, stage=stage: self.metrics.count("willump_stage_pool_calls", stage=stage,
                                                                                 pool=pool)
-                target.usable = lambda pool, stage=stage: usable_replicas(self.name, pool_deployment(self.name, stage,
-                                                                                                      pool))
+                names = {pool: pool_deployment(self.name, stage, pool) for pool in target.pools}  # once, not per call
+                target.usable = lambda pool, names=names: usable_replicas(self.name, names[pool])
         batch_rows = INGRESS_BATCH_ROWS if config.batching else 1
         self.coalescers: dict[str, Coalescer] = {}
         for i, (stage, target) in enumerate(zip(self.stage_names, (first, second), strict=False)):
