@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     """The lanes' modules first, largest first, then the apps in subprocesses, then the tests
     marked slow, then the rest: the long work starts early, so short tests fill the workers at
     the end instead of one long test holding the run's tail."""
-    if config.getvalue("dist") != "loadgroup":
+    if config.getoption("dist", None) != "loadgroup":
         return
     sizes: dict[str, int] = {}
     for item in items:
@@ -109,7 +109,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """A worker whose lane is done (it starts a test outside the lanes: a worker gets its lane
     first, whole) stops its shared Ray, and lowers its priority once."""
     global _niced
-    if not os.environ.get("PYTEST_XDIST_WORKER") or item.config.getvalue("dist") != "loadgroup":
+    if not os.environ.get("PYTEST_XDIST_WORKER") or item.config.getoption("dist", None) != "loadgroup":
         return
     if lane(item.nodeid) is None:
         WORKER_RAY.release()
@@ -124,7 +124,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     module after module, while the other tests are spread one by one. (xdist's own loadgroup
     suffixes node ids with the group of an ``xdist_group`` mark, which pytest 9.2's node ids no
     longer take: its groups silently split.)"""
-    if config.getvalue("dist") != "loadgroup":
+    if config.getoption("dist", None) != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 

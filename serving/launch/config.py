@@ -32,6 +32,7 @@ from serving.launch.graph import deployment_overrides, monitor_settings, row_sch
 from serving.launch.handover import planned_surge
 from serving.measure.stages import profile_baseline, profile_ingress, profile_stages
 from serving.planning.planner import Plan, Resources, plan_layouts
+from serving.planning.pools import preemptible_pools
 from serving.runtime.hold import check_on_alarm
 from serving.runtime.keys import key_digest, key_secret
 
@@ -125,7 +126,9 @@ def serve_config(
     if runtime_env:
         for entry in applications:
             entry["runtime_env"] = runtime_env
-    config = {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port},
+    # a tier plan's HTTP fronts stay off its preemptible pools, as deploy() keeps them
+    proxies = "HeadOnly" if preemptible_pools(plan.pools) else "EveryNode"
+    config = {"proxy_location": proxies, "http_options": {"host": host, "port": port},
               "logging_config": logging_config(log_format=log_format),
               "applications": applications}
     traced = tracing_config(tracing)

@@ -72,7 +72,7 @@ from serving.planning.planner import (
     placement_problem,
     plan_layouts,
 )
-from serving.planning.pools import check_pools
+from serving.planning.pools import check_pools, preemptible_pools
 from serving.runtime.audit import resolve_audit_rate
 from serving.runtime.gears import check_gears, gear_info
 from serving.runtime.hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_QUANTILE
@@ -447,9 +447,8 @@ def deploy(
                           f"`willump serve --api-key-env {API_KEY_ENV}`)", stacklevel=2)
         # a tier plan's HTTP fronts stay off the preemptible pools: a front on a node that vanishes
         # takes its clients' connections with it (Serve's proxies run on every node by default)
-        spot = [p.name for p in pool_specs or () if p.preemptible] or [   # or a given plan's tier pools
-            name for name, d in ((plan.pools or {}).get("specs", {}) if plan is not None else {}).items()
-            if d.get("preemptible")]
+        spot = [p.name for p in pool_specs or () if p.preemptible] or (   # or a given plan's tier pools
+            preemptible_pools(plan.pools) if plan is not None else [])
         serve_start(host, port, traced, proxy_location="HeadOnly" if spot else None)
         if traced is not None:
             notes.append(_tracing_note(traced, serve_was_running))
@@ -508,7 +507,8 @@ def deploy(
             new_monitor_cpus = plan.monitor_cpus if monitor is not None and f"{name}-monitor" not in old.apps else 0.0
             surge_percent, why = handover.rollout_surge(handover.new_deployments(name, plan, chains), old,
                                                         free_now, monitor_cpus=new_monitor_cpus,
-                                                        pinned=handover.pool_pins(name, plan))
+                                                        pinned=handover.pool_pins(name, plan,
+                                                                                  [n.node_id for n in free_now]))
             if surge_percent is None and made_here:  # as before: planned on what the running app leaves
                 nodes = free_after_chains(free_now, chains) if chains else free_now
                 plan = plan_on(nodes)
@@ -516,7 +516,8 @@ def deploy(
                 _settle_plan(plan, nodes, made_here, max_batch_size, batch_wait_timeout_s)
                 surge_percent, why = handover.rollout_surge(handover.new_deployments(name, plan, chains), old,
                                                             free_now, monitor_cpus=new_monitor_cpus,
-                                                            pinned=handover.pool_pins(name, plan))
+                                                            pinned=handover.pool_pins(
+                                                                name, plan, [n.node_id for n in free_now]))
             if surge_percent is None:
                 raise ValueError(f"the plan cannot replace the running app {name!r}: what Serve starts before it "
                                  f"stops old replicas does not fit beside them ({why}); shut the app down first, "

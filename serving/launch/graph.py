@@ -127,6 +127,15 @@ def _actor_options(num_cpus: float, num_gpus: float = 0.0) -> dict[str, Any]:
     return {"num_cpus": num_cpus, "num_gpus": num_gpus}
 
 
+def off_spot(plan: Plan) -> dict[str, Any]:
+    """What the request path's replicas (the ingress, the monitor) add to their
+    ``ray_actor_options`` to stay off a tier plan's preemptible pools, as the plan decided
+    (serving.launch.pools.place_on_pools): a replica there would go with its node, and every
+    request in flight through it (``{}`` where the plan keeps none off)."""
+    selector = (plan.pools or {}).get("request_path", {}).get("label_selector")
+    return {"label_selector": dict(selector)} if selector else {}
+
+
 def _opt(spec: AppSpec, opt: OptimizedPipeline | None) -> OptimizedPipeline:
     return opt if opt is not None else ArtifactSource(**spec.artifact).load()
 
@@ -325,7 +334,7 @@ def ingress_options(spec: AppSpec, plan: Plan, max_in_flight: int,
         # no DRAIN_POLL_S here: behind HAProxy a stopping ingress replica first stays reachable for
         # INGRESS_DRAIN_S, and Ray's slower poll once it is closed leaves stale pooled connections
         # time to move on
-        "ray_actor_options": _actor_options(plan.ingress_cpus),
+        "ray_actor_options": {**_actor_options(plan.ingress_cpus), **off_spot(plan)},
     }
 
 
@@ -405,7 +414,7 @@ def build_monitor(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None 
         name="monitor", max_ongoing_requests=64, graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_S,
         graceful_shutdown_wait_loop_s=DRAIN_POLL_S,
         # on the head node, as planned: a replica that replaces it finds the state folder there
-        ray_actor_options={**_actor_options(plan.monitor_cpus or 0.1),
+        ray_actor_options={**_actor_options(plan.monitor_cpus or 0.1), **off_spot(plan),
                            **({"resources": {HEAD_NODE_RESOURCE: 0.001}} if default_state(spec) else {})},
     ).bind(monitor_config, reference, guarantee_terms(spec, opt, record_config), label_terms(opt, record_config),
            {"app": spec.name, "token": spec.monitor_state} if default_state(spec) else None)

@@ -20,6 +20,8 @@ from serving.planning import costmodel
 from serving.planning.planner import HEADROOM, Plan
 from serving.planning.pools import (
     PoolSpec,
+    off_preemptible,
+    outside_pools,
     place_pools,
     plan_pools,
     pool_slots,
@@ -27,10 +29,13 @@ from serving.planning.pools import (
 )
 
 
-def _left_after_fixed(plan: Plan, nodes: list[NodeSpec]) -> dict[str, float]:
-    """Free CPUs per node once the ingress replicas and the monitor are placed as Serve would."""
+def _left_after_fixed(plan: Plan, nodes: list[NodeSpec], ingress_nodes: set[str] | None = None) -> dict[str, float]:
+    """Free CPUs per node once the ingress replicas (on ``ingress_nodes`` where given) and the
+    monitor are placed as Serve would."""
     fixed = {"monitor": (plan.monitor_cpus, "head")} if plan.monitor_cpus else {}
-    placed = costmodel.place(nodes, {"ingress": plan.ingress_replicas}, {"ingress": plan.ingress_cpus}, {}, fixed)
+    pinned = None if ingress_nodes is None else {"ingress": ingress_nodes}
+    placed = costmodel.place(nodes, {"ingress": plan.ingress_replicas}, {"ingress": plan.ingress_cpus}, {}, fixed,
+                             pinned)
     if isinstance(placed, str):
         raise ValueError(f"the plan cannot be placed on this Ray cluster: {placed}")
     left = {n.node_id: n.cpus for n in nodes}
@@ -66,7 +71,17 @@ def place_on_pools(plan: Plan, source: Any, specs: list[StageSpec], pools: list[
                 raise ValueError(f"pools[{seen[x]!r}] and pools[{p.name!r}] both hold node {x[:8]}: a node is in "
                                  "one pool")
             seen[x] = p.name
-    left = _left_after_fixed(plan, nodes)
+    # a tier plan keeps the ingress off its preemptible pools where another node holds it
+    off, off_note = off_preemptible(pools), None
+    left = None
+    if off.excluded_pools:
+        try:
+            left = _left_after_fixed(plan, nodes, outside_pools(alive, off.excluded_pools, node_pools))
+        except ValueError as exc:
+            off_note = (f"the ingress may run on the preemptible pools {list(off.excluded_pools)}: no other node "
+                        f"holds it ({exc})")
+    if left is None:
+        left = _left_after_fixed(plan, nodes)
     slot_cpus = max(s.num_cpus for s in stages)
     if not slot_cpus > 0:
         raise ValueError("pools: the stages' replicas ask no CPU, so a pool's slots cannot be counted from its CPUs")
@@ -80,6 +95,8 @@ def place_on_pools(plan: Plan, source: Any, specs: list[StageSpec], pools: list[
     visits = {s.name: scale.get(s.name, 1.0) for s in stages}
     hetero = plan_pools(rates, visits, slots, pools, target_rows_s=target_rows_s, utilization=HEADROOM)
     plan.pools = pools_entry(pools, rates, hetero, {p.name: node_pools[p.name] for p in pools}, slots)
+    if off.excluded_pools and off_note is None:
+        plan.pools["request_path"] = {"label_selector": off.selector, "off_pools": list(off.excluded_pools)}
     for s in stages:
         by_pool = plan.pools["replicas"].get(s.name, {})
         s.replicas = sum(by_pool.values())
@@ -97,5 +114,6 @@ def place_on_pools(plan: Plan, source: Any, specs: list[StageSpec], pools: list[
             f"each replica's rows/s measured on each pool{tiers} (the simulated figures are the plan's before the "
             "pools)")
     plan.notes.append(note)
+    plan.notes.extend(n for n in (off_note, off.note()) if n)
     return note
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,11 +174,63 @@ def pools_entry(specs: list[PoolSpec], rates: Mapping[str, Mapping[str, float]],
     return out
 
 
+def preemptible_pools(entry: Mapping[str, Any] | None) -> list[str]:
+    """The preemptible pools of a ``Plan.pools`` entry (none where the plan has no pools)."""
+    return [name for name, d in (entry or {}).get("specs", {}).items() if d.get("preemptible")]
+
+
 def specs_of_entry(entry: Mapping[str, Any]) -> list[PoolSpec]:
     """The pools of a ``Plan.pools`` entry."""
     return [PoolSpec(name, dict(d.get("labels") or {}), tuple(d.get("resources") or ()), d.get("max_replicas"),
                      float(d.get("price", 1.0)), bool(d.get("preemptible", False)))
             for name, d in entry.get("specs", {}).items()]
+
+
+@dataclass(frozen=True)
+class OffPreemptible:
+    """How the ingress and the monitor are kept off a tier plan's preemptible pools: a Ray
+    ``label_selector`` excluding every preemptible pool named by one label (``"!v"``, or
+    ``"!in(a,b)"`` where several share the label key), which excludes exactly that pool's nodes;
+    and the preemptible pools it cannot exclude: those named by custom resources (Ray has no
+    "not this resource") or by several labels (a selector's terms all hold, so "not all of
+    these" cannot be written)."""
+
+    selector: dict[str, str]
+    excluded_pools: tuple[str, ...]
+    unexcludable: tuple[str, ...]
+
+    def note(self) -> str | None:
+        """What a deploy should say about the pools the selector leaves open (None: none)."""
+        if not self.unexcludable:
+            return None
+        return (f"the ingress and the monitor may run on the preemptible pools {list(self.unexcludable)}: Ray "
+                "can keep a replica off a pool named by one node label, not off one named by custom resources or "
+                "by several labels; name each preemptible pool by one label to keep the request path off it")
+
+
+def outside_pools(nodes: Iterable[str], pools: Iterable[str], pool_nodes: Mapping[str, Iterable[str]]) -> set[str]:
+    """Of ``nodes`` (node ids), those in none of ``pools`` (each pool's node ids in ``pool_nodes``)."""
+    banned = {x for p in pools for x in pool_nodes.get(p, ())}
+    return {x for x in nodes if x not in banned}
+
+
+def off_preemptible(pools: list[PoolSpec]) -> OffPreemptible:
+    """The placement that keeps the request path's replicas off ``pools``' preemptible ones
+    (:class:`OffPreemptible`; an empty selector where none is preemptible)."""
+    values: dict[str, list[str]] = {}
+    excluded, unexcludable = [], []
+    for p in pools:
+        if not p.preemptible:
+            continue
+        if len(p.labels) == 1 and not p.resources:
+            (key, value), = p.labels.items()
+            values.setdefault(key, []).append(value)
+            excluded.append(p.name)
+        else:
+            unexcludable.append(p.name)
+    selector = {key: f"!{vs[0]}" if len(vs) == 1 else f"!in({','.join(sorted(set(vs)))})"
+                for key, vs in values.items()}
+    return OffPreemptible(selector, tuple(excluded), tuple(unexcludable))
 
 
 def place_pools(entry: Mapping[str, Any], free_cpus: Mapping[str, float],

@@ -154,7 +154,9 @@ def test_a_stage_on_two_node_pools(cluster, synth_opt, request_rows):
         else:
             assert set(serve.status().proxies) == {head}, serve.status().proxies
         assert rates["head"] > rates["worker"], rates  # the worker's device: at most 1,000 rows/s
-        assert replica_nodes("pooled") == {"pooled-ingress": replica_nodes("pooled")["pooled-ingress"],
+        # and so does the ingress: its replicas run off the preemptible pool (a label selector)
+        assert entry["request_path"] == {"label_selector": {POOL_LABEL: "!worker"}, "off_pools": ["worker"]}
+        assert replica_nodes("pooled") == {"pooled-ingress": {head},
                                            "pooled-expensive-head": {head},
                                            "pooled-expensive-worker": {worker.node_id}}
 

@@ -12,6 +12,8 @@ from serving.planning.planner import Plan, StagePlan
 from serving.planning.pools import (
     PoolSpec,
     check_pools,
+    off_preemptible,
+    outside_pools,
     place_pools,
     plan_pools,
     pool_slots,
@@ -211,3 +213,73 @@ def test_a_tier_plan_keeps_its_pools_through_the_plans_record():
     entry = {"specs": {"od": {"labels": {"p": "od"}}, "spot": {"labels": {"p": "sp"}, "preemptible": True}}}
     od, spot = specs_of_entry(entry)
     assert not od.preemptible and spot.preemptible
+
+
+def test_the_request_path_is_kept_off_preemptible_pools_named_by_one_label():
+    """A replica on a preemptible node goes with it, with every request in flight through it:
+    the ingress and the monitor get a label selector excluding each preemptible pool named by
+    one label (exactly that pool's nodes); pools Ray cannot exclude are named instead."""
+    pools = check_pools({"od": {"labels": {"p": "od"}}, "sp1": {"labels": {"p": "s1"}, "preemptible": True},
+                         "sp2": {"labels": {"p": "s2"}, "preemptible": True}})
+    off = off_preemptible(pools)
+    assert off.selector == {"p": "!in(s1,s2)"} and off.excluded_pools == ("sp1", "sp2") and off.note() is None
+    one = off_preemptible(pools[:2])
+    assert one.selector == {"p": "!s1"} and one.excluded_pools == ("sp1",)
+    assert off_preemptible(pools[:1]).selector == {}
+    loose = off_preemptible(check_pools({"od": {"labels": {"p": "od"}},
+                                         "byres": {"resources": ["spot"], "preemptible": True},
+                                         "two": {"labels": {"p": "t", "zone": "b"}, "preemptible": True}}))
+    assert loose.selector == {} and loose.unexcludable == ("byres", "two")
+    assert "['byres', 'two']" in loose.note() and "one label" in loose.note()
+    assert outside_pools(["a", "b", "c"], ["sp1"], {"sp1": ["b"], "od": ["a"]}) == {"a", "c"}
+
+
+def test_a_tier_plan_places_its_ingress_off_the_preemptible_pool():
+    """place_on_pools counts the reliable pool's slots after the ingress pinned there, records
+    the selector in the plan (which the ingress's and the monitor's Serve options carry), and
+    falls back, with a note, where no node outside the preemptible pools holds the ingress."""
+    from serving.launch.graph import off_spot
+    from serving.launch.handover import pool_pins
+
+    pools = check_pools({"od": {"labels": {"p": "od"}}, "spot": {"labels": {"p": "sp"}, "preemptible": True}})
+    nodes = [NodeSpec("worker", "h", 2.0), NodeSpec("head", "h", 2.0, head=True)]
+    rates = {"expensive": {"od": 100.0, "spot": 100.0}}
+    plan = _plan()
+    place_on_pools(plan, None, [StageSpec("cheap", 0, 0), StageSpec("expensive", 1, 1)], pools, nodes,
+                   target_rows_s=None, node_pools={"od": ["head"], "spot": ["worker"]}, rates=rates)
+    # the ingress (0.5 CPU) on the head, the reliable pool: 3 slots of 0.5 left there, 4 on spot
+    assert plan.pools["slots"] == {"od": 3, "spot": 4}
+    assert plan.pools["request_path"] == {"label_selector": {"p": "!sp"}, "off_pools": ["spot"]}
+    assert off_spot(Plan.from_dict(plan.to_dict())) == {"label_selector": {"p": "!sp"}}
+    assert pool_pins("app", plan, ["head", "worker"])["app-ingress"] == {"head"}
+    # every node preemptible: the ingress goes where Serve puts it, and the plan says so
+    both = check_pools({"a": {"labels": {"p": "a"}, "preemptible": True},
+                        "b": {"labels": {"p": "b"}, "preemptible": True}})
+    plan = _plan()
+    place_on_pools(plan, None, [StageSpec("cheap", 0, 0), StageSpec("expensive", 1, 1)], both, nodes,
+                   target_rows_s=None, node_pools={"a": ["head"], "b": ["worker"]},
+                   rates={"expensive": {"a": 100.0, "b": 100.0}})
+    assert "request_path" not in plan.pools and off_spot(plan) == {}
+    assert any("the ingress may run on the preemptible pools ['a', 'b']" in n for n in plan.notes), plan.notes
+
+
+def test_a_serve_config_of_a_tier_plan_runs_its_fronts_on_the_head_and_the_ingress_off_spot(synth_opt, tmp_path):
+    """What `willump build`'s serve_config writes for a tier plan: Serve's HTTP proxies on the
+    head only (a front on a preempted node takes its clients' connections), and the ingress's
+    actor options excluding the preemptible pool; a plan without one keeps EveryNode."""
+    from serving.launch.config import plan_offline, serve_config
+
+    plan = plan_offline(synth_opt, cpus=4, rows_per_request=32, rps=None, p99_ms=None, layout="fused", monitor=None)
+    artifact = tmp_path / "a.willump"
+    synth_opt.save(artifact)
+    assert serve_config(artifact, plan, name="plain")["proxy_location"] == "EveryNode"
+    pools = check_pools({"od": {"labels": {"p": "od"}}, "spot": {"labels": {"p": "sp"}, "preemptible": True}})
+    place_on_pools(plan, None, [StageSpec("cheap", 0, 0), StageSpec("expensive", 1, len(synth_opt.levels) - 1)],
+                   pools, [NodeSpec("head", "h", 16.0, head=True), NodeSpec("worker", "h", 16.0)], target_rows_s=None,
+                   node_pools={"od": ["head"], "spot": ["worker"]},
+                   rates={"expensive": {"od": 1000.0, "spot": 1000.0}})
+    config = serve_config(artifact, plan, name="tiered")
+    assert config["proxy_location"] == "HeadOnly"
+    app = next(a for a in config["applications"] if a["name"] == "tiered")
+    ingress = next(d for d in app["deployments"] if d["name"] == "tiered-ingress")
+    assert ingress["ray_actor_options"]["label_selector"] == {"p": "!sp"}
