@@ -3,10 +3,11 @@
 
 The cluster: the head is the reliable pool (``ondemand``, price 1 a replica; every ingress runs
 there), two 1-CPU workers are two preemptible pools (``spot_0`` and ``spot_1``, price 0.3, each
-``"preemptible": True``). Every node emulates the same device (``--pool-ms-per-row``: a replica
-holds each batch that many ms a row, whatever this machine's cores carry): the tiers differ in
-price and in whether they can vanish, not in speed. **Emulated**, and said so in the JSON. Prices
-are simulated.
+``"preemptible": True``). Every node emulates a device (``--pool-ms-per-row``: a replica
+holds each batch that many ms a row, whatever this machine's cores carry); by default the tiers
+differ in price and in whether they can vanish, not in speed, and ``--tier-spot-ratios`` makes
+the spot pools' devices that many times slower per stage (the LP then weighs a spot replica by
+its measured rate). **Emulated**, and said so in the JSON. Prices are simulated.
 
 ``deploy(..., pools=..., rps=--tier-rps)`` times each stage's replica on each pool and the LP
 buys the cheapest replicas that cover the rate at the planner's headroom and, with any one spot
@@ -70,9 +71,11 @@ def tiers(opt: Any, requests: list, args) -> dict[str, Any]:
     from benchmarks.deploy_cluster import fresh_cluster
 
     ms = tuple(args.pool_ms_per_row)
+    spot_ms = tuple(m * r for m, r in zip(ms, args.tier_spot_ratios, strict=True))
     try:
-        with fresh_cluster(_labels(RELIABLE, ms), [_labels(SPOT[0], ms), _labels(SPOT[1], ms)]) as (cluster, apps):
-            return _measured(opt, requests, args, cluster, apps, ms)
+        with fresh_cluster(_labels(RELIABLE, ms), [_labels(SPOT[0], spot_ms), _labels(SPOT[1], spot_ms)]) \
+                as (cluster, apps):
+            return _measured(opt, requests, args, cluster, apps, ms, spot_ms)
     except Exception as exc:  # one section failing leaves the others to run
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -98,7 +101,8 @@ def reliable_cost(entry: dict[str, Any], target_rows_s: float, scale: dict[str, 
     return plan.cost
 
 
-def _measured(opt: Any, requests: list, args, cluster: Any, apps: dict[str, Any], ms: tuple) -> dict[str, Any]:
+def _measured(opt: Any, requests: list, args, cluster: Any, apps: dict[str, Any], ms: tuple,
+              spot_ms: tuple) -> dict[str, Any]:
     from benchmarks._deploy_gears import request_bodies
     from benchmarks._deploy_pools import _plan
     from serving import deploy
@@ -130,7 +134,7 @@ def _measured(opt: Any, requests: list, args, cluster: Any, apps: dict[str, Any]
             event = _preempt(cluster, pool, notice)
             phase = _load(url, bodies, expected, args.tier_rps, BEFORE_S + AFTER_S, args.seed + 10 * r, event)
             phase.update({"round": r + 1, "pool": pool, "notice": notice, "removed_after_s": event.get("removed_after_s")})
-            phase["restored_s"] = _restore(cluster, app.name, pool, ms)
+            phase["restored_s"] = _restore(cluster, app.name, pool, spot_ms)
             preemptions.append(phase)
             print(f"tiers round {r + 1}: {pool} {'with' if notice else 'without'} notice: {phase['requests']} requests, "
                   f"{phase['failed']} failed, {phase['wrong']} wrong, p99 before {phase['p99_ms_before']:.0f} ms, "
@@ -141,6 +145,7 @@ def _measured(opt: Any, requests: list, args, cluster: Any, apps: dict[str, Any]
     without = [p for p in preemptions if not p["notice"]]
     out: dict[str, Any] = {
         "emulated": True, "through": "serving.deploy", "ms_per_row": {"cheap": ms[0], "expensive": ms[1]},
+        "spot_ms_per_row": {"cheap": spot_ms[0], "expensive": spot_ms[1]},
         "rps": args.tier_rps, "slo_ms": SLO_MS, "prices_per_replica_hour": {"reliable": PRICE_RELIABLE,
                                                                             "spot": PRICE_SPOT, "simulated": True},
         "rates": entry["rates"], "replicas": entry["replicas"], "predicted_rows_s": entry["predicted_rows_s"],

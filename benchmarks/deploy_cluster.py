@@ -57,7 +57,8 @@ bursty trace, the expensive stage the bottleneck: SLO violations, replica-second
 gear and the accuracy given up.
 
 **tiers** (:mod:`benchmarks._deploy_tiers`): a tier plan made and served by ``deploy(pools=...)``
-on a reliable pool and two preemptible ones (emulated devices of one speed, simulated prices),
+on a reliable pool and two preemptible ones (emulated devices, of one speed unless
+``--tier-spot-ratios`` slows the spot pools' down; simulated prices),
 each spot pool's node preempted under load with notice and without: its cost against the
 reliable pool alone, wrong and failed requests, the windowed p99's recovery.
 
@@ -350,6 +351,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="the tiers section's rate: what the tier plan is made for and loaded with (requests/s)")
     parser.add_argument("--tier-rounds", type=int, default=TIER_ROUNDS,
                         help="the tiers section's rounds (each: a preemption with notice and one without)")
+    parser.add_argument("--tier-spot-ratios", type=_pair, default=(1.0, 1.0), metavar="CHEAP,EXPENSIVE",
+                        help="the tiers section's spot pools: device time over the reliable pool's, per stage "
+                             "(default: the same devices)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -366,10 +370,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
            args.autoscale_rounds, args.slo_ms, args.autoscale_ms_per_row, args.fast_devices,
            args.slow_devices, args.pool_clients, args.gear_slo_ms, args.tier_rps, args.tier_rounds) <= 0 \
             or min(args.fast_slowdown, args.pool_ratio, args.straggle_factor, args.hedge_slowdown,
-                   *args.pool_ratios) < 1 \
+                   *args.pool_ratios, *args.tier_spot_ratios) < 1 \
             or not 0 < args.straggle_share <= 1:
-        parser.error("counts, rates and durations must be positive; --fast-slowdown, --pool-ratio(s) and "
-                     "--straggle-factor >= 1; --straggle-share in (0, 1]")
+        parser.error("counts, rates and durations must be positive; --fast-slowdown, --pool-ratio(s), "
+                     "--tier-spot-ratios and --straggle-factor >= 1; --straggle-share in (0, 1]")
     sys.stdout.reconfigure(line_buffering=True)
 
     import pipelines

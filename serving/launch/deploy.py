@@ -366,7 +366,8 @@ def deploy(
     would wait least, and none to a pool whose replicas are all gone
     (:mod:`serving.launch.pools`, :mod:`serving.runtime.pools`). Not with ``min_replicas``. A pool
     with ``"preemptible": True`` makes a tier plan: the rate is held with any one preemptible pool
-    lost (:mod:`serving.planning.pools`).
+    lost, with ``rps`` at the planner's headroom (:mod:`serving.planning.pools`), and the ingress
+    and the monitor run off the preemptible pools (:func:`serving.launch.graph.off_spot`).
 
     In situ (``insitu``, :mod:`serving.measure.insitu`): once the app runs, a probe of
     ``DEPLOY_PROBE_CLIENTS`` closed-loop clients sends it the sample rows for a few seconds

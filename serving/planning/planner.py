@@ -195,6 +195,9 @@ class Plan:
                 lines.append(f"  on pool {pool}{spot}: {n} replica(s), {rate:.0f} rows/s each (measured there)")
         for pool, rows_s in (self.pools.get("after_loss_rows_s") or {}).items():
             lines.append(f"with pool {pool} lost: {rows_s:.0f} rows/s held by the rest (a tier plan)")
+        off = (self.pools or {}).get("request_path", {}).get("off_pools")
+        if off:
+            lines.append(f"ingress and monitor kept off the preemptible pools {', '.join(off)}")
         lines.append(f"front (HTTP) {self.cpu_ms.get('front', 0.0):.2f} ms, Ray's own processes "
                      f"{self.cpu_ms.get('other', 0.0):.2f} ms of CPU per request")
         target = "max throughput" if self.target_rps is None else f"{self.target_rps:g} req/s"

@@ -251,6 +251,7 @@ def test_a_tier_plan_places_its_ingress_off_the_preemptible_pool():
     assert plan.pools["slots"] == {"od": 3, "spot": 4}
     assert plan.pools["request_path"] == {"label_selector": {"p": "!sp"}, "off_pools": ["spot"]}
     assert off_spot(Plan.from_dict(plan.to_dict())) == {"label_selector": {"p": "!sp"}}
+    assert "ingress and monitor kept off the preemptible pools spot" in str(plan)
     assert pool_pins("app", plan, ["head", "worker"])["app-ingress"] == {"head"}
     # every node preemptible: the ingress goes where Serve puts it, and the plan says so
     both = check_pools({"a": {"labels": {"p": "a"}, "preemptible": True},
@@ -283,3 +284,18 @@ def test_a_serve_config_of_a_tier_plan_runs_its_fronts_on_the_head_and_the_ingre
     app = next(a for a in config["applications"] if a["name"] == "tiered")
     ingress = next(d for d in app["deployments"] if d["name"] == "tiered-ingress")
     assert ingress["ray_actor_options"]["label_selector"] == {"p": "!sp"}
+
+
+def test_a_tier_plan_keeps_its_headroom_through_a_loss_unless_told_otherwise():
+    """With a pool lost, the replicas left cover the rate at the plan's own utilization, so the
+    latency it was planned for holds while the pool is away; 0.95 (the former rule) held only
+    the rate: 180 rows/s at 0.75 needs 240 of capacity left, three on-demand replicas, where
+    0.95 took two and a spot one."""
+    pools = check_pools({"ondemand": {"labels": {"p": "od"}, "price": 1.0},
+                         "spot": {"labels": {"p": "sp"}, "price": 0.3, "preemptible": True}})
+    rates, slots = {"expensive": {"ondemand": 100.0, "spot": 100.0}}, {"ondemand": 4, "spot": 4}
+    kept = plan_pools(rates, {"expensive": 1.0}, slots, pools, target_rows_s=180, utilization=0.75)
+    assert kept.replicas == {("expensive", "ondemand"): 3}
+    loose = plan_pools(rates, {"expensive": 1.0}, slots, pools, target_rows_s=180, utilization=0.75,
+                       surge_utilization=0.95)
+    assert loose.replicas == {("expensive", "ondemand"): 2, ("expensive", "spot"): 1}
