@@ -109,5 +109,5 @@ def planned_surge(name: str, plan: Any) -> int:
                     gpus=max(n.gpus - used.get(n.node_id, [0.0, 0.0])[1], 0.0)) for n in plan.nodes]
     deployments = new_deployments(name, plan, None)
     same = Running(replicas={d: n for d, (n, _, _) in deployments.items()}, apps={name})
-    surge, _ = rollout_surge(deployments, same, free, pinned=pool_pins(name, plan))
+    surge, _ = rollout_surge(deployments, same, free, pinned=pool_pins(name, plan, [n.node_id for n in plan.nodes]))
     return surge or 0

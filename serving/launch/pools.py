@@ -29,9 +29,10 @@ from serving.planning.pools import (
 )
 
 
-def _left_after_fixed(plan: Plan, nodes: list[NodeSpec], ingress_nodes: set[str] | None = None) -> dict[str, float]:
+def _left_after_fixed(plan: Plan, nodes: list[NodeSpec],
+                      ingress_nodes: set[str] | None = None) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
     """Free CPUs per node once the ingress replicas (on ``ingress_nodes`` where given) and the
-    monitor are placed as Serve would."""
+    monitor are placed as Serve would, and where they are placed."""
     fixed = {"monitor": (plan.monitor_cpus, "head")} if plan.monitor_cpus else {}
     pinned = None if ingress_nodes is None else {"ingress": ingress_nodes}
     placed = costmodel.place(nodes, {"ingress": plan.ingress_replicas}, {"ingress": plan.ingress_cpus}, {}, fixed,
@@ -43,7 +44,7 @@ def _left_after_fixed(plan: Plan, nodes: list[NodeSpec], ingress_nodes: set[str]
         need = plan.monitor_cpus if name == "monitor" else plan.ingress_cpus
         for node, count in where.items():
             left[node] -= need * count
-    return left
+    return left, placed
 
 
 def place_on_pools(plan: Plan, source: Any, specs: list[StageSpec], pools: list[PoolSpec], nodes: list[NodeSpec], *,
@@ -71,17 +72,23 @@ def place_on_pools(plan: Plan, source: Any, specs: list[StageSpec], pools: list[
                 raise ValueError(f"pools[{seen[x]!r}] and pools[{p.name!r}] both hold node {x[:8]}: a node is in "
                                  "one pool")
             seen[x] = p.name
-    # a tier plan keeps the ingress off its preemptible pools where another node holds it
-    off, off_note = off_preemptible(pools), None
-    left = None
+    # a tier plan keeps the ingress and the monitor off its preemptible pools where it can: not
+    # where the head is in one (the monitor keeps its state there), nor where no other node holds
+    # the ingress
+    off, off_note, fixed = off_preemptible(pools), None, None
+    head = next((n.node_id for n in nodes if n.head), None)
     if off.excluded_pools:
-        try:
-            left = _left_after_fixed(plan, nodes, outside_pools(alive, off.excluded_pools, node_pools))
-        except ValueError as exc:
-            off_note = (f"the ingress may run on the preemptible pools {list(off.excluded_pools)}: no other node "
-                        f"holds it ({exc})")
-    if left is None:
-        left = _left_after_fixed(plan, nodes)
+        allowed = outside_pools(alive, off.excluded_pools, node_pools)
+        if head is not None and head not in allowed:
+            off_note = (f"the ingress and the monitor may run on the preemptible pools {list(off.excluded_pools)}: "
+                        "the head node is in one of them, and the monitor keeps its state on the head")
+        else:
+            try:
+                fixed = _left_after_fixed(plan, nodes, allowed)
+            except ValueError as exc:
+                off_note = (f"the ingress may run on the preemptible pools {list(off.excluded_pools)}: no other "
+                            f"node holds it ({exc})")
+    left, fixed_placed = fixed or _left_after_fixed(plan, nodes)
     slot_cpus = max(s.num_cpus for s in stages)
     if not slot_cpus > 0:
         raise ValueError("pools: the stages' replicas ask no CPU, so a pool's slots cannot be counted from its CPUs")
@@ -105,7 +112,7 @@ def place_on_pools(plan: Plan, source: Any, specs: list[StageSpec], pools: list[
     if isinstance(placed, str):
         raise ValueError(f"pools: {placed}")
     if plan.placement:
-        plan.placement.update(placed)
+        plan.placement.update({**fixed_placed, **placed})
     split = "; ".join(f"{s}: " + ", ".join(f"{n} on {p}" for p, n in by_pool.items())
                       for s, by_pool in plan.pools["replicas"].items())
     after = plan.pools.get("after_loss_rows_s") or {}

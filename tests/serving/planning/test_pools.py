@@ -253,15 +253,18 @@ def test_a_tier_plan_places_its_ingress_off_the_preemptible_pool():
     assert off_spot(Plan.from_dict(plan.to_dict())) == {"label_selector": {"p": "!sp"}}
     assert "ingress and monitor kept off the preemptible pools spot" in str(plan)
     assert pool_pins("app", plan, ["head", "worker"])["app-ingress"] == {"head"}
-    # every node preemptible: the ingress goes where Serve puts it, and the plan says so
+    # no node outside the preemptible pools holds the ingress (a small head in no pool): it goes
+    # where Serve puts it, and the plan says so
     both = check_pools({"a": {"labels": {"p": "a"}, "preemptible": True},
                         "b": {"labels": {"p": "b"}, "preemptible": True}})
     plan = _plan()
-    place_on_pools(plan, None, [StageSpec("cheap", 0, 0), StageSpec("expensive", 1, 1)], both, nodes,
-                   target_rows_s=None, node_pools={"a": ["head"], "b": ["worker"]},
+    place_on_pools(plan, None, [StageSpec("cheap", 0, 0), StageSpec("expensive", 1, 1)], both,
+                   [NodeSpec("head", "h", 0.2, head=True), NodeSpec("w1", "h", 2.0), NodeSpec("w2", "h", 2.0)],
+                   target_rows_s=None, node_pools={"a": ["w1"], "b": ["w2"]},
                    rates={"expensive": {"a": 100.0, "b": 100.0}})
     assert "request_path" not in plan.pools and off_spot(plan) == {}
-    assert any("the ingress may run on the preemptible pools ['a', 'b']" in n for n in plan.notes), plan.notes
+    assert any("the ingress may run on the preemptible pools ['a', 'b']: no other node holds it" in n
+               for n in plan.notes), plan.notes
 
 
 def test_a_serve_config_of_a_tier_plan_runs_its_fronts_on_the_head_and_the_ingress_off_spot(synth_opt, tmp_path):
@@ -279,11 +282,17 @@ def test_a_serve_config_of_a_tier_plan_runs_its_fronts_on_the_head_and_the_ingre
                    pools, [NodeSpec("head", "h", 16.0, head=True), NodeSpec("worker", "h", 16.0)], target_rows_s=None,
                    node_pools={"od": ["head"], "spot": ["worker"]},
                    rates={"expensive": {"od": 1000.0, "spot": 1000.0}})
-    config = serve_config(artifact, plan, name="tiered")
+    config = serve_config(artifact, plan, name="tiered", monitor={"attributes": []})
     assert config["proxy_location"] == "HeadOnly"
     app = next(a for a in config["applications"] if a["name"] == "tiered")
     ingress = next(d for d in app["deployments"] if d["name"] == "tiered-ingress")
     assert ingress["ray_actor_options"]["label_selector"] == {"p": "!sp"}
+    # the monitor app the config names is built with the same selector, beside its pin to the head
+    from serving.launch.graph import build_monitor
+
+    monitor = next(a for a in config["applications"] if a["name"] == "tiered-monitor")
+    options = vars(build_monitor(monitor["args"], synth_opt))["_bound_deployment"].ray_actor_options
+    assert options["label_selector"] == {"p": "!sp"} and "resources" in options, options
 
 
 def test_a_tier_plan_keeps_its_headroom_through_a_loss_unless_told_otherwise():
@@ -299,3 +308,34 @@ def test_a_tier_plan_keeps_its_headroom_through_a_loss_unless_told_otherwise():
     loose = plan_pools(rates, {"expensive": 1.0}, slots, pools, target_rows_s=180, utilization=0.75,
                        surge_utilization=0.95)
     assert loose.replicas == {("expensive", "ondemand"): 2, ("expensive", "spot"): 1}
+
+
+def test_a_head_in_a_preemptible_pool_keeps_the_request_path_where_it_is():
+    """The monitor keeps its state on the head: with the head in a preemptible pool no selector
+    is recorded (it would leave the monitor nowhere to run), and the plan says why."""
+    pools = check_pools({"od": {"labels": {"p": "od"}}, "spot": {"labels": {"p": "sp"}, "preemptible": True}})
+    plan = _plan()
+    place_on_pools(plan, None, [StageSpec("cheap", 0, 0), StageSpec("expensive", 1, 1)], pools,
+                   [NodeSpec("head", "h", 2.0, head=True), NodeSpec("worker", "h", 2.0)], target_rows_s=None,
+                   node_pools={"od": ["worker"], "spot": ["head"]}, rates={"expensive": {"od": 100.0, "spot": 100.0}})
+    assert "request_path" not in plan.pools
+    assert any("the head node is in one of them" in n for n in plan.notes), plan.notes
+
+
+def test_the_pinned_ingress_is_where_the_plan_and_its_surge_check_see_it():
+    """The plan's placement moves the ingress to where the pin puts it, and the surge a Serve
+    config asks for (planned_surge) counts a replacement ingress on the reliable nodes only: the
+    1.5-CPU reliable head holds the ingress, the reliable pool's replica and one replacement, not
+    two, so no surge (unpinned, the ingress's replacement went to the spot worker: surge)."""
+    from serving.launch.handover import planned_surge
+
+    pools = check_pools({"od": {"labels": {"p": "od"}}, "spot": {"labels": {"p": "sp"}, "preemptible": True}})
+    nodes = [NodeSpec("head", "h", 1.5, head=True), NodeSpec("worker", "h", 4.0)]
+    plan = _plan()
+    plan.nodes, plan.placement = nodes, {"ingress": {"worker": 1}}  # where the planner put it, unpinned
+    place_on_pools(plan, None, [StageSpec("cheap", 0, 0), StageSpec("expensive", 1, 1)], pools, nodes,
+                   target_rows_s=30, node_pools={"od": ["head"], "spot": ["worker"]},
+                   rates={"expensive": {"od": 100.0, "spot": 100.0}})
+    assert plan.pools["request_path"]["off_pools"] == ["spot"] and plan.pools["replicas"] == {"expensive": {"od": 1}}
+    assert plan.placement["ingress"] == {"head": 1}
+    assert planned_surge("app", plan) == 0
