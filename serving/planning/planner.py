@@ -37,6 +37,7 @@ from serving.core.nodes import floor_units
 from serving.core.profiles import IngressProfile, NodeSpec, StageProfile
 from serving.planning import costmodel
 from serving.planning.costmodel import MONITOR_CPUS, Demand
+from serving.planning.pools import outside_pools
 from serving.planning.simulate import simulate
 
 __all__ = ["CASCADE_LAYOUTS", "LAYOUTS", "Plan", "Resources", "StagePlan", "StageProfile", "plan_again", "plan_layouts", "plan_stages"]
@@ -567,14 +568,26 @@ def simulated_at(plan: Plan, rate: float, seed: int = 0) -> dict[str, float]:
 
 def placement_problem(plan: Plan, nodes: list[NodeSpec]) -> str | None:
     """Why ``plan``'s replicas do not fit on ``nodes`` (their free logical CPUs and GPUs), or
-    None when they fit: for a plan made elsewhere or earlier, before Serve waits forever."""
+    None when they fit: for a plan made elsewhere or earlier, before Serve waits forever. A plan
+    on node pools places each (stage, pool)'s replicas on that pool's nodes, and the ingress off
+    the pools its tier plan keeps it off (``Plan.pools``)."""
+    entry = plan.pools or {}
+    pool_nodes = entry.get("nodes", {})
     replicas = {"ingress": plan.ingress_replicas}
     cpus = {"ingress": plan.ingress_cpus}
     gpus: dict[str, float] = {}
+    pinned: dict[str, set[str]] = {}
     for s in plan.remote_stages():
-        replicas[s.name], cpus[s.name] = s.replicas, s.num_cpus
-        if s.device == "gpu":
-            gpus[s.name] = s.num_gpus
+        for pool, n in (entry.get("replicas", {}).get(s.name) or {None: s.replicas}).items():
+            name = s.name if pool is None else f"{s.name} on pool {pool}"
+            replicas[name], cpus[name] = n, s.num_cpus
+            if s.device == "gpu":
+                gpus[name] = s.num_gpus
+            if pool is not None:
+                pinned[name] = set(pool_nodes.get(pool, ()))
+    off = entry.get("request_path", {}).get("off_pools")
+    if off:
+        pinned["ingress"] = outside_pools((n.node_id for n in nodes), off, pool_nodes)
     fixed = {"monitor": (plan.monitor_cpus, "head")} if plan.monitor_cpus else {}
-    placed = costmodel.place(nodes, replicas, cpus, gpus, fixed)
+    placed = costmodel.place(nodes, replicas, cpus, gpus, fixed, pinned)
     return placed if isinstance(placed, str) else None

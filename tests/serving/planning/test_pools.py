@@ -339,3 +339,24 @@ def test_the_pinned_ingress_is_where_the_plan_and_its_surge_check_see_it():
     assert plan.pools["request_path"]["off_pools"] == ["spot"] and plan.pools["replicas"] == {"expensive": {"od": 1}}
     assert plan.placement["ingress"] == {"head": 1}
     assert planned_surge("app", plan) == 0
+
+
+def test_a_plan_on_pools_given_again_is_checked_where_its_replicas_are_pinned():
+    """placement_problem (deploy's check of a plan made elsewhere) places each (stage, pool)'s
+    replicas on that pool's nodes and the ingress off the preemptible ones: room on the spot
+    worker does not make the reliable pool's replicas fit."""
+    from serving.planning.planner import placement_problem
+
+    pools = check_pools({"od": {"labels": {"p": "od"}}, "spot": {"labels": {"p": "sp"}, "preemptible": True}})
+    nodes = [NodeSpec("head", "h", 2.0, head=True), NodeSpec("worker", "h", 2.0)]
+    plan = _plan()
+    place_on_pools(plan, None, [StageSpec("cheap", 0, 0), StageSpec("expensive", 1, 1)], pools, nodes,
+                   target_rows_s=30, node_pools={"od": ["head"], "spot": ["worker"]},
+                   rates={"expensive": {"od": 100.0, "spot": 100.0}})
+    assert plan.pools["replicas"] == {"expensive": {"od": 1}}
+    assert placement_problem(plan, nodes) is None
+    crowded = [NodeSpec("head", "h", 0.6, head=True), NodeSpec("worker", "h", 8.0)]
+    problem = placement_problem(plan, crowded)
+    assert problem is not None and "'expensive on pool od'" in problem, problem
+    gone = [NodeSpec("other", "h", 8.0, head=True)]  # a cluster without the plan's pool nodes
+    assert "on pool od" in (placement_problem(plan, gone) or "")
