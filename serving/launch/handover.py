@@ -19,7 +19,7 @@ nodes alone (or refuses a given plan), as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,7 +29,7 @@ from serving.core.running_apps import Running, started_first
 from serving.core.specs import pool_deployment
 from serving.launch.graph import chain_role
 from serving.planning import costmodel
-from serving.planning.pools import outside_pools
+from serving.planning.pools import ingress_nodes
 
 
 def new_deployments(name: str, plan: Any, chains: dict[str, Any] | None) -> dict[str, tuple[int, float, float]]:
@@ -46,7 +46,7 @@ def new_deployments(name: str, plan: Any, chains: dict[str, Any] | None) -> dict
     return out
 
 
-def pool_pins(name: str, plan: Any, nodes: Iterable[str] = ()) -> dict[str, set[str]]:
+def pool_pins(name: str, plan: Any, nodes: Sequence[str] = ()) -> dict[str, set[str]]:
     """The nodes each of the app's node-pool deployments may run on (``deploy(pools=...)``), and
     of ``nodes`` (node ids) those its ingress may run on where a tier plan keeps it off the
     preemptible pools (serving.launch.graph.off_spot)."""
@@ -54,9 +54,9 @@ def pool_pins(name: str, plan: Any, nodes: Iterable[str] = ()) -> dict[str, set[
         return {}
     pins = {pool_deployment(name, stage, pool): set(plan.pools["nodes"].get(pool, ()))
             for stage, by_pool in plan.pools.get("replicas", {}).items() for pool in by_pool}
-    off = plan.pools.get("request_path", {}).get("off_pools")
-    if off and nodes:
-        pins[f"{name}-ingress"] = outside_pools(nodes, off, plan.pools["nodes"])
+    allowed = ingress_nodes(plan.pools, nodes)
+    if allowed is not None and nodes:
+        pins[f"{name}-ingress"] = allowed
     return pins
 
 

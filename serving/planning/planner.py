@@ -37,7 +37,7 @@ from serving.core.nodes import floor_units
 from serving.core.profiles import IngressProfile, NodeSpec, StageProfile
 from serving.planning import costmodel
 from serving.planning.costmodel import MONITOR_CPUS, Demand
-from serving.planning.pools import outside_pools
+from serving.planning.pools import ingress_nodes
 from serving.planning.simulate import simulate
 
 __all__ = ["CASCADE_LAYOUTS", "LAYOUTS", "Plan", "Resources", "StagePlan", "StageProfile", "plan_again", "plan_layouts", "plan_stages"]
@@ -585,9 +585,9 @@ def placement_problem(plan: Plan, nodes: list[NodeSpec]) -> str | None:
                 gpus[name] = s.num_gpus
             if pool is not None:
                 pinned[name] = set(pool_nodes.get(pool, ()))
-    off = entry.get("request_path", {}).get("off_pools")
-    if off:
-        pinned["ingress"] = outside_pools((n.node_id for n in nodes), off, pool_nodes)
+    allowed = ingress_nodes(entry, [n.node_id for n in nodes])
+    if allowed is not None:
+        pinned["ingress"] = allowed
     fixed = {"monitor": (plan.monitor_cpus, "head")} if plan.monitor_cpus else {}
     placed = costmodel.place(nodes, replicas, cpus, gpus, fixed, pinned)
     return placed if isinstance(placed, str) else None

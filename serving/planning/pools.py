@@ -220,6 +220,14 @@ def outside_pools(nodes: Iterable[str], pools: Iterable[str], pool_nodes: Mappin
     return {x for x in nodes if x not in banned}
 
 
+def ingress_nodes(entry: Mapping[str, Any] | None, nodes: Iterable[str]) -> set[str] | None:
+    """Of ``nodes`` (node ids), those a plan's ingress may run on where its tier plan keeps the
+    request path off preemptible pools (``Plan.pools["request_path"]``); None where it may run
+    anywhere."""
+    off = (entry or {}).get("request_path", {}).get("off_pools")
+    return outside_pools(nodes, off, entry.get("nodes", {})) if off else None
+
+
 def off_preemptible(pools: list[PoolSpec]) -> OffPreemptible:
     """The placement that keeps the request path's replicas off ``pools``' preemptible ones
     (:class:`OffPreemptible`; an empty selector where none is preemptible)."""
