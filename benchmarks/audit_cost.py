@@ -37,6 +37,7 @@ import requests
 
 from benchmarks._rounds import ROUNDS, measure_rounds, median_phase, overhead, serving_main
 from serving.core.procstat import session_dir
+from serving.launch.proxy import METRICS_REPORT_INTERVAL_MS
 from serving.measure.loadgen import closed_loop, in_process, payloads
 
 #: seconds of closed-loop load per phase and round
@@ -48,7 +49,8 @@ WARMUP_S = 3.0
 #: most requests one phase sends
 MAX_REQUESTS = 20_000
 #: seconds for the replicas' metrics and the audit's counts to reach /metrics and the monitor
-METRICS_SETTLE_S = 3.0
+#: (one export period of the replicas' metrics, and a second more)
+METRICS_SETTLE_S = METRICS_REPORT_INTERVAL_MS / 1000 + 1.0
 #: the audit shares measured besides 0 (the default, and ten times it: a cost large enough to read)
 RATES = (0.01, 0.1)
 

@@ -33,13 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.handover import Clients
+from serving.launch.proxy import METRICS_REPORT_INTERVAL_MS
 
 #: rows in each request the clients send
 ROWS_PER_REQUEST = 8
 #: seconds of load before the monitor goes, and after its first delivered record once back
 BEFORE_S, AFTER_S = 5.0, 10.0
-#: seconds the records must stay unchanged to count as settled
-SETTLED_S = 3.0
+#: seconds the records' counts in /metrics must stay unchanged to count as settled (longer than
+#: one export period of the replicas' metrics)
+SETTLED_S = METRICS_REPORT_INTERVAL_MS / 1000 + 1.0
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

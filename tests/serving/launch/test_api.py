@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 import requests
 
 from serving import deploy
+from serving.launch.proxy import METRICS_INTERVAL_ENV, METRICS_REPORT_INTERVAL_MS
 from tests.serving.conftest import free_port, wait_for
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
@@ -400,8 +402,9 @@ def _hold_and_release(served, opt) -> None:
     wait_for(lambda: not answer(agree.iloc[151:161])["full_pipeline"], timeout=60, message="the hold released")
     report = guarantee()
     assert report["held"] == [] and report["gears"][0]["holds"] == 1 and not report["gears"][0]["alarm"], report
-    text = requests.get(served.url + "/metrics", timeout=30).text
-    assert 'willump_gear_rows_total{app="staged",gear="full"}' in text
+    wait_for(lambda: 'willump_gear_rows_total{app="staged",gear="full"}' in requests.get(served.url + "/metrics",
+                                                                                       timeout=30).text,
+             timeout=60, message="the rows served in full counted in /metrics")
 
 
 def test_whole_layout_serves_every_level_in_the_ingress(ray_cluster, synth_opt, request_rows):
@@ -565,12 +568,12 @@ def test_metrics_are_exact_across_ingress_replicas(keyed, request_rows):
     # earlier tests' requests reach the totals within an export interval: start from a settled count
     settled = [count(), -1.0]
 
-    def stable() -> bool:
-        time.sleep(1.5)
+    def stable() -> bool:  # unchanged over more than one export period
+        time.sleep(float(os.environ.get(METRICS_INTERVAL_ENV, METRICS_REPORT_INTERVAL_MS)) / 1000 + 0.5)
         settled[1], settled[0] = settled[0], count()
         return settled[0] == settled[1]
 
-    wait_for(stable, timeout=30, message="a settled request count")
+    wait_for(stable, timeout=90, message="a settled request count")
     before = settled[0]
     body = json.dumps({"rows": rows_of(request_rows.iloc[:8])})
     n = 60
@@ -578,7 +581,7 @@ def test_metrics_are_exact_across_ingress_replicas(keyed, request_rows):
         codes = list(pool.map(lambda _: requests.post(keyed.url + "/predict", data=body, headers=auth,
                                                       timeout=60).status_code, range(n)))
     assert codes == [200] * n
-    wait_for(lambda: count() == before + n, timeout=30, message=f"{before + n} requests counted")
+    wait_for(lambda: count() == before + n, timeout=60, message=f"{before + n} requests counted")
     # both replicas served some of them: the total is a sum over replicas, not one replica's count
     import ray
 

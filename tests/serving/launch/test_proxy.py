@@ -14,6 +14,8 @@ import pytest
 from serving import deploy
 from serving.launch.proxy import (
     INGRESS_DRAIN_S,
+    METRICS_INTERVAL_ENV,
+    METRICS_REPORT_INTERVAL_MS,
     SIDE_PORTS,
     haproxy_binary,
     proxy_environment,
@@ -144,3 +146,10 @@ def test_unknown_proxy_is_refused():
 def test_deploy_names_the_bad_argument(synth_opt, kwargs, error, match):
     with pytest.raises(error, match=match):
         deploy(synth_opt, name="bad", **kwargs)
+
+
+def test_the_metrics_export_interval_is_ours_unless_the_environment_sets_it(monkeypatch):
+    monkeypatch.delenv(METRICS_INTERVAL_ENV, raising=False)
+    assert proxy_environment("serve", "ray")[METRICS_INTERVAL_ENV] == str(METRICS_REPORT_INTERVAL_MS)
+    monkeypatch.setenv(METRICS_INTERVAL_ENV, "1000")  # a user who wants fresher totals keeps them
+    assert proxy_environment("serve", "ray")[METRICS_INTERVAL_ENV] == "1000"

@@ -189,9 +189,10 @@ def test_index_links_to_the_dashboard_and_ui_refuses_bad_input(app):
     assert index.status_code == 200 and 'href="/dash/ui"' in index.text
     r = requests.get(app.url + "/ui", params={"format": "pdf"}, timeout=60)
     assert r.status_code == 422 and r.json()["fields"][0]["field"] == "format"
-    metrics = requests.get(app.url + "/metrics", timeout=60).text
-    assert 'willump_slo_p99_seconds{app="dash"} 0.25' in metrics
-    assert 'willump_certified_answered_share{app="dash",level="0"}' in metrics
+    wanted = ('willump_slo_p99_seconds{app="dash"} 0.25', 'willump_certified_answered_share{app="dash",level="0"}')
+    # the gauges reach /metrics with the replicas' next export (RAY_metrics_report_interval_ms)
+    wait_for(lambda: all(w in requests.get(app.url + "/metrics", timeout=60).text for w in wanted), timeout=60,
+             message="the app's gauges in /metrics")
 
 
 def test_the_sampler_fills_the_ring_off_the_request_path(app):
