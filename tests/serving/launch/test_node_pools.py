@@ -241,6 +241,8 @@ def test_a_silent_replica_costs_one_bound(cluster, app, synth_opt, request_rows)
     assert not failed, sorted({r[1] for r in failed})
     # requests started while the replica was frozen (answered at t, after `seconds`)
     frozen_for = [r for r in results if state["t"] <= r[0] - r[3] < state["end"]]
+    assert frozen_for, (f"no request started in the {FREEZE_S:g} s the replica was frozen: every client waited "
+                        "on it throughout (no call was copied at the bound)")
     slowest = max(r[3] for r in frozen_for)
     answered = sum(1 for r in results if state["t"] <= r[0] < state["end"])
 
