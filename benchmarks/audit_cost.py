@@ -37,7 +37,7 @@ import requests
 
 from benchmarks._rounds import ROUNDS, measure_rounds, median_phase, overhead, serving_main
 from serving.core.procstat import session_dir
-from serving.launch.proxy import METRICS_REPORT_INTERVAL_MS
+from serving.launch.proxy import metrics_interval_s
 from serving.measure.loadgen import closed_loop, in_process, payloads
 
 #: seconds of closed-loop load per phase and round
@@ -48,9 +48,9 @@ CLIENTS = 8
 WARMUP_S = 3.0
 #: most requests one phase sends
 MAX_REQUESTS = 20_000
-#: seconds for the replicas' metrics and the audit's counts to reach /metrics and the monitor
-#: (one export period of the replicas' metrics, and a second more)
-METRICS_SETTLE_S = METRICS_REPORT_INTERVAL_MS / 1000 + 1.0
+#: seconds, beyond one export period of the replicas' metrics (serving.launch.proxy.metrics_interval_s),
+#: for the audit's counts to reach /metrics and the monitor
+METRICS_SETTLE_S = 1.0
 #: the audit shares measured besides 0 (the default, and ten times it: a cost large enough to read)
 RATES = (0.01, 0.1)
 
@@ -120,12 +120,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for url in urls.values():
             asyncio.run(closed_loop(url, bodies, n, clients=args.clients, duration=WARMUP_S,
                                     max_requests=args.max_requests))
-        time.sleep(METRICS_SETTLE_S)
+        time.sleep(metrics_interval_s() + METRICS_SETTLE_S)
         before = {key: _guarantee(app.url) for key, app in apps.items() if key != _name(0.0)}
         counters_before = {key: _audit_counters(app.url) for key, app in apps.items() if key != _name(0.0)}
         phases = measure_rounds(urls, bodies, rows_each=n, clients=args.clients, duration=args.duration,
                                 max_requests=args.max_requests, rounds=args.rounds, session=session)
-        time.sleep(METRICS_SETTLE_S)  # the audit's last counts reach the monitor, the replicas' metrics /metrics
+        time.sleep(metrics_interval_s() + METRICS_SETTLE_S)  # the audit's last counts reach the monitor, the replicas' metrics /metrics
         off = median_phase(phases[_name(0.0)])
         off_cpu = overhead(off, 0.0)["app_cpu_ms_per_request"]
         off_p99 = [p["p99_ms"] for p in phases[_name(0.0)] if p.get("p99_ms") is not None]

@@ -33,15 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.handover import Clients
-from serving.launch.proxy import METRICS_REPORT_INTERVAL_MS
+from serving.launch.proxy import metrics_interval_s
 
 #: rows in each request the clients send
 ROWS_PER_REQUEST = 8
 #: seconds of load before the monitor goes, and after its first delivered record once back
 BEFORE_S, AFTER_S = 5.0, 10.0
-#: seconds the records' counts in /metrics must stay unchanged to count as settled (longer than
-#: one export period of the replicas' metrics)
-SETTLED_S = METRICS_REPORT_INTERVAL_MS / 1000 + 1.0
+#: seconds, beyond one export period of the replicas' metrics (serving.launch.proxy.metrics_interval_s),
+#: the records' counts in /metrics must stay unchanged to count as settled
+SETTLED_S = 1.0
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -111,7 +111,7 @@ def wait_settled(url: str, timeout_s: float = 120.0) -> dict[str, float]:
         now = metric_sums(url)
         if now != last:
             last, since = now, time.monotonic()
-        elif time.monotonic() - since >= SETTLED_S:
+        elif time.monotonic() - since >= metrics_interval_s() + SETTLED_S:
             return now
         time.sleep(0.5)
     raise RuntimeError(f"the records did not settle within {timeout_s:.0f} s")

@@ -139,6 +139,13 @@ def _launcher(files: str, real: str) -> str:
     return path
 
 
+def metrics_interval_s() -> float:
+    """Seconds between the metrics exports of a Ray started from this process: the environment's
+    ``RAY_metrics_report_interval_ms`` where set (:func:`proxy_environment` keeps it), else ours.
+    What a reader of ``GET /metrics`` waits for its counts to settle."""
+    return float(os.environ.get(METRICS_INTERVAL_ENV, METRICS_REPORT_INTERVAL_MS)) / 1000.0
+
+
 def proxy_environment(proxy: str = DEFAULT_PROXY, transport: str = "grpc") -> dict[str, str]:
     """Environment variables that make a Ray started with them run ``proxy`` and ``transport``.
 

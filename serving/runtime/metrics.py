@@ -13,8 +13,8 @@ on the head node::
 Sum ``ray_willump_*`` over the ``WorkerId`` label for app totals. The app's own ``GET
 /metrics`` does that sum: it reads every alive node's endpoint and answers exact totals across
 ingress replicas (as of each replica's last export, ``RAY_metrics_report_interval_ms``: 5 s
-in a Ray that deploy starts unless the environment sets it, Ray's default otherwise), with the names unprefixed. A replica
-that died takes its counts with it (Prometheus sees a counter reset).
+in a Ray that deploy starts unless the environment sets it, Ray's default otherwise), with the
+names unprefixed. A replica that died takes its counts with it (Prometheus sees a counter reset).
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 import requests
 
 from serving import deploy
-from serving.launch.proxy import METRICS_INTERVAL_ENV, METRICS_REPORT_INTERVAL_MS
+from serving.launch.proxy import metrics_interval_s
 from tests.serving.conftest import free_port, wait_for
 
 #: starts Ray, servers, subprocess apps or a browser: `make test` runs it in a Ray lane
@@ -569,7 +568,7 @@ def test_metrics_are_exact_across_ingress_replicas(keyed, request_rows):
     settled = [count(), -1.0]
 
     def stable() -> bool:  # unchanged over more than one export period
-        time.sleep(float(os.environ.get(METRICS_INTERVAL_ENV, METRICS_REPORT_INTERVAL_MS)) / 1000 + 0.5)
+        time.sleep(metrics_interval_s() + 0.5)
         settled[1], settled[0] = settled[0], count()
         return settled[0] == settled[1]
 

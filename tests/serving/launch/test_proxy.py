@@ -18,6 +18,7 @@ from serving.launch.proxy import (
     METRICS_REPORT_INTERVAL_MS,
     SIDE_PORTS,
     haproxy_binary,
+    metrics_interval_s,
     proxy_environment,
     release_proxy_files,
     use_proxy,
@@ -153,3 +154,6 @@ def test_the_metrics_export_interval_is_ours_unless_the_environment_sets_it(monk
     assert proxy_environment("serve", "ray")[METRICS_INTERVAL_ENV] == str(METRICS_REPORT_INTERVAL_MS)
     monkeypatch.setenv(METRICS_INTERVAL_ENV, "1000")  # a user who wants fresher totals keeps them
     assert proxy_environment("serve", "ray")[METRICS_INTERVAL_ENV] == "1000"
+    assert metrics_interval_s() == 1.0
+    monkeypatch.delenv(METRICS_INTERVAL_ENV)
+    assert metrics_interval_s() == METRICS_REPORT_INTERVAL_MS / 1000
