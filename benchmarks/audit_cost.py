@@ -102,7 +102,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "cheap_share": cheap_share, "full_cpu_ms_per_row": full_ms_per_row,
                               "loadavg_1m_start": os.getloadavg()[0], "apps": {}}
     rates = [0.0, *args.rates]
-    ray.init(address="local", num_cpus=args.cpus * (len(rates) + 1), include_dashboard=False, log_to_driver=False)
+    from serving.core.local_ray import ray_system_config
+
+    ray.init(address="local", num_cpus=args.cpus * (len(rates) + 1), include_dashboard=False, log_to_driver=False,
+             _system_config=ray_system_config())
     apps: dict[str, Any] = {}
     try:
         session = session_dir(ray.get_runtime_context().gcs_address)

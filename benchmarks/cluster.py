@@ -98,8 +98,11 @@ def start_cluster(fast: int = FAST_DEVICES, slow: int = SLOW_DEVICES, slow_nodes
     from ray.cluster_utils import Cluster
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from serving.core.local_ray import ray_system_config
+
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"dev_fast": fast, "head": 1}, "include_dashboard": False})
+        "num_cpus": 2, "resources": {"dev_fast": fast, "head": 1}, "include_dashboard": False,
+        "_system_config": ray_system_config()})
     for i in range(slow_nodes):  # each slow node is also a transient pool of its own (spot_0, spot_1, ...)
         cluster.add_node(num_cpus=1, resources={"dev_slow": slow, f"spot_{i}": slow})
     cluster.wait_for_nodes()

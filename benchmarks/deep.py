@@ -213,8 +213,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bodies, _ = payloads(w.X_test, args.rows_per_request)
     result["proxy"] = use_proxy(DEFAULT_PROXY, "grpc")
     # room for both apps at once: each plans within --cpus logical CPUs, on the same 2 cores
+    from serving.core.local_ray import ray_system_config
+
     ray.init(address="local", num_cpus=int(2 * args.cpus + 2), num_gpus=1 if args.device == "gpu" else 0,
-             include_dashboard=False, log_to_driver=False)
+             include_dashboard=False, log_to_driver=False,
+             _system_config=ray_system_config())
     apps: dict[str, Any] = {}
     # on a GPU the two apps run one after the other: a GPU stage's replicas share every free
     # GPU, so the first app would leave the second none; on CPUs both stay up and alternate

@@ -112,8 +112,11 @@ def start_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str
     from tests.conftest import free_port
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "include_dashboard": True,
-                                                            "dashboard_port": free_port(), "labels": head_labels})
+    from serving.core.local_ray import ray_system_config
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": head_cpus, "include_dashboard": True, "dashboard_port": free_port(), "labels": head_labels,
+        "_system_config": ray_system_config()})
     for labels in worker_labels:
         cluster.add_node(num_cpus=1, labels=labels)
     cluster.wait_for_nodes()

@@ -79,7 +79,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     opt = workload.optimize(verbose=False)
     use_proxy("haproxy")
     t = time.perf_counter()
-    ray.init(address="local", num_cpus=args.cpus + 1, include_dashboard=False, log_to_driver=False)
+    from serving.core.local_ray import ray_system_config
+
+    ray.init(address="local", num_cpus=args.cpus + 1, include_dashboard=False, log_to_driver=False,
+             _system_config=ray_system_config())
     t_ray = time.perf_counter() - t
     port = free_port()
     t = time.perf_counter()

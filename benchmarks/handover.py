@@ -194,7 +194,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     new = recertified.pipeline()
     rows = workload.X_test.iloc[:ROWS_PER_REQUEST].to_dict("records")
     use_proxy("haproxy")
-    ray.init(address="local", num_cpus=2 * args.cpus + 2, include_dashboard=False, log_to_driver=False)
+    from serving.core.local_ray import ray_system_config
+
+    ray.init(address="local", num_cpus=2 * args.cpus + 2, include_dashboard=False, log_to_driver=False,
+             _system_config=ray_system_config())
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     rounds: list[dict[str, Any]] = []

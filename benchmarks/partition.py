@@ -415,7 +415,10 @@ def main(argv: list[str] | None = None) -> int:
                               "command": " ".join(["python -m benchmarks.partition", *(argv or sys.argv[1:])])}
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: torch sees no GPU here")
-    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
+    from serving.core.local_ray import ray_system_config
+
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False,
+             _system_config=ray_system_config())
     serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
     probe = None
     try:

@@ -87,7 +87,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     opt, X = load_pipeline(args)
     bodies, _ = payloads(X, args.rows_per_request)
     use_proxy(None, "grpc")
-    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+    from serving.core.local_ray import ray_system_config
+
+    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False,
+             _system_config=ray_system_config())
     out: dict[str, Any] = {"workload": args.workload, "layout": args.layout, "baseline": args.baseline,
                            "pipeline_workers": getattr(opt, "workers", 1)}
     folder = tempfile.mkdtemp(prefix="willump-profile-")

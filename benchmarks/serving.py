@@ -196,7 +196,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["proxy"], result["transport"] = use_proxy(args.proxy, args.transport), args.transport
     # every app is deployed at once, each planned for --cpus (Ray's logical CPUs are a budget per
     # app here, not a limit on the machine): the rounds then alternate between them
-    ray.init(address="local", num_cpus=args.cpus * (len(PHASES) + 1), include_dashboard=False, log_to_driver=False)
+    from serving.core.local_ray import ray_system_config
+
+    ray.init(address="local", num_cpus=args.cpus * (len(PHASES) + 1), include_dashboard=False, log_to_driver=False,
+             _system_config=ray_system_config())
     calibrate: Any = args.calibrate
     apps: dict[str, Any] = {}
     artifact = tempfile.mkdtemp(prefix="willump-bench-") + "/pipeline.willump"

@@ -170,12 +170,14 @@ class _WorkerRay:
         import ray
         from ray import serve
 
+        from serving.core.local_ray import ray_system_config
         from serving.launch.proxy import use_proxy
 
         if self.port is None or not ray.is_initialized():
             use_proxy("haproxy")
             # a Ray of its own even when another on this machine was started with `ray start`
-            ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False,
+                     _system_config=ray_system_config())  # deploy's worker niceness, as a Ray deploy starts
             self.port = free_port()
             serve.start(http_options={"host": "127.0.0.1", "port": self.port})
         return self.port

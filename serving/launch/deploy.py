@@ -31,7 +31,7 @@ from serving.core.constants import (
     MAX_ROWS,
 )
 from serving.core.costs import HostCosts, load_cached, store_cached
-from serving.core.local_ray import exposure_note, start_local_ray
+from serving.core.local_ray import exposure_note, start_local_ray, worker_env
 from serving.core.nodes import within_gpus
 from serving.core.plan_board import withdraw_plan
 from serving.core.serve_apps import delete_app, logging_config, run_app, tracing_config
@@ -139,8 +139,9 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None, pro
         return False
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if address is not None:
-        if cluster.ships_code(ship_code, address):
-            kwargs["runtime_env"] = cluster.shipped_modules(monitor)
+        shipped = cluster.shipped_modules(monitor) if cluster.ships_code(ship_code, address) else {}
+        # this job's workers (the app's replicas) at deploy's niceness, whatever the cluster's
+        kwargs["runtime_env"] = {**shipped, "env_vars": worker_env()}
         ray.init(address=address, **kwargs)
         return False
     use_proxy(proxy, transport)

@@ -30,7 +30,7 @@ import torch
 from serving import partition as sp
 from serving.core import running_apps
 from serving.core.constants import HANDOVER_SURGE_PERCENT, LOOPBACK_HOSTS
-from serving.core.local_ray import start_local_ray
+from serving.core.local_ray import start_local_ray, worker_env
 from serving.core.nodes import nodes
 from serving.core.serve_apps import delete_app, run_app
 from serving.model_app.oip import output_specs
@@ -94,7 +94,8 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None) -> 
         return False
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if address is not None:
-        ray.init(address=address, **kwargs)
+        # this job's workers (the app's replicas) at deploy's niceness, whatever the cluster's
+        ray.init(address=address, runtime_env={"env_vars": worker_env()}, **kwargs)
         return False
     if cpus is not None:
         kwargs["num_cpus"] = cpus

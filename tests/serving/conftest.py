@@ -42,8 +42,11 @@ def raylets(head: dict, workers: list[dict]):
     the first one registered) for up to NODE_START_S: (cluster, worker nodes)."""
     from ray.cluster_utils import Cluster
 
+    from serving.core.local_ray import ray_system_config
+
     c = Cluster()
-    c.add_node(wait=False, **head)
+    # every raylet takes the head's system config: workers at deploy's niceness, as in a Ray deploy starts
+    c.add_node(wait=False, **{"_system_config": ray_system_config(), **head})
     c.wait_for_nodes(timeout=NODE_START_S)
     return c, [add_raylet(c, **w) for w in workers]
 

@@ -114,3 +114,34 @@ def test_an_explicit_opt_out_of_token_auth_is_kept_with_a_warning(tmp_path, monk
     with pytest.warns(UserWarning, match="without a token"):
         local_ray.close_control_plane()
     assert os.environ["RAY_AUTH_MODE"] == "disabled" and not (tmp_path / "t").exists()
+
+
+def test_workers_run_at_deploy_s_niceness_unless_the_environment_says_otherwise(monkeypatch):
+    monkeypatch.delenv(local_ray.WORKER_NICENESS_ENV, raising=False)
+    assert local_ray.worker_niceness() == local_ray.WORKER_NICENESS == 0
+    assert local_ray.ray_system_config() == {"worker_niceness": 0}
+    assert local_ray.worker_env() == {"RAY_worker_niceness": "0"}
+    monkeypatch.setenv(local_ray.WORKER_NICENESS_ENV, "15")  # Ray's own default, asked for
+    assert local_ray.ray_system_config() == {"worker_niceness": 15}
+    assert local_ray.worker_env() == {"RAY_worker_niceness": "15"}
+    monkeypatch.setenv(local_ray.WORKER_NICENESS_ENV, "low")
+    with pytest.raises(ValueError, match="RAY_worker_niceness must be an integer, got 'low'"):
+        local_ray.worker_niceness()
+
+
+def test_a_ray_started_here_gets_the_niceness_in_its_system_config(monkeypatch, tmp_path):
+    """start_local_ray passes ray_system_config() to ray.init, a caller's own _system_config keys on top."""
+    import ray
+    import ray._private.ray_constants as constants
+
+    seen: dict = {}
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "token"))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    monkeypatch.delenv(local_ray.WORKER_NICENESS_ENV, raising=False)
+    monkeypatch.setattr(constants, "ENABLE_RAY_CLUSTER", True)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.update(kw))
+    with pytest.warns(UserWarning, match="without a token"):
+        local_ray.start_local_ray(num_cpus=1, _system_config={"metrics_report_interval_ms": 5000})
+    assert seen["_system_config"] == {"worker_niceness": 0, "metrics_report_interval_ms": 5000}
+    assert seen["address"] == "local" and seen["num_cpus"] == 1
