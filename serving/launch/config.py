@@ -26,6 +26,7 @@ import yaml
 from serving.core.artifacts import ArtifactSource, path_version
 from serving.core.constants import LOOPBACK_HOSTS, LOST_AFTER_S
 from serving.core.jsonsafe import clean
+from serving.core.local_ray import worker_env
 from serving.core.serve_apps import logging_config, tracing_config
 from serving.core.specs import AppSpec
 from serving.launch.graph import deployment_overrides, monitor_settings, row_schema, specs_of
@@ -123,9 +124,11 @@ def serve_config(
     # the plan's deployments where an operator tunes them (Serve applies these over the code's)
     applications.append({"name": name, "route_prefix": f"/{name}", "import_path": "serving.launch.graph:app_builder",
                          "args": spec, "deployments": deployment_overrides(spec)})
-    if runtime_env:
-        for entry in applications:
-            entry["runtime_env"] = runtime_env
+    # the replicas at deploy's niceness on whatever Ray runs the config (its env_vars under the user's)
+    env = dict(runtime_env or {})
+    env["env_vars"] = {**worker_env(), **(env.get("env_vars") or {})}
+    for entry in applications:
+        entry["runtime_env"] = {**env, "env_vars": dict(env["env_vars"])}  # a copy each: no YAML aliases
     # a tier plan's HTTP fronts stay off its preemptible pools, as deploy() keeps them
     proxies = "HeadOnly" if preemptible_pools(plan.pools) else "EveryNode"
     config = {"proxy_location": proxies, "http_options": {"host": host, "port": port},

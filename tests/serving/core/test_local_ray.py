@@ -130,7 +130,7 @@ def test_workers_run_at_deploy_s_niceness_unless_the_environment_says_otherwise(
 
 
 def test_a_ray_started_here_gets_the_niceness_in_its_system_config(monkeypatch, tmp_path):
-    """start_local_ray passes ray_system_config() to ray.init, a caller's own _system_config keys on top."""
+    """start_local_ray gives Ray ray_system_config(), with a caller's own _system_config keys on top."""
     import ray
     import ray._private.ray_constants as constants
 

@@ -77,7 +77,8 @@ def test_build_writes_scale_to_zero_onnx_and_a_runtime_env(synth_opt, tmp_path, 
     err = capsys.readouterr().err
     assert "profiling the stages and the ingress on this machine" in err and "done in" in err
     app = yaml.safe_load(out.read_text())["applications"][-1]
-    assert app["runtime_env"] == {"env_vars": {"OMP_NUM_THREADS": "1"}}
+    # the user's env_vars beside the niceness every config gives its replicas (serving.core.local_ray)
+    assert app["runtime_env"] == {"env_vars": {"RAY_worker_niceness": "0", "OMP_NUM_THREADS": "1"}}
     spec = app["args"]
     assert spec["min_replicas"] == 0 and spec["max_replicas"] == 3 and spec["runtime"] == "onnx"
     assert spec["plan"]["layout"] == "staged"
