@@ -304,6 +304,7 @@ def _check_exposure(host: str | None, key_env: str | None, require_key: bool) ->
 
 def cmd_build(args: argparse.Namespace) -> int:
     import willump
+    from serving.core.local_ray import worker_env
     from serving.launch.cluster import usable_cores
     from serving.launch.config import plan_offline, serve_config, write_serve_config
     from serving.launch.deploy import hedging_options
@@ -312,6 +313,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     opt = willump.load(args.artifact)
     check_gears(args.gears, _gear_policy(args), opt, baseline=False)  # before the minutes of profiling
+    worker_env()  # a malformed RAY_worker_niceness named now, not after them
     if args.min_replicas is not None and args.min_replicas < 0:
         raise ValueError(f"--min-replicas must be >= 0, got {args.min_replicas}")
     monitor = _monitor_options(args)

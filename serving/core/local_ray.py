@@ -22,6 +22,7 @@ ports must stay private is in deploy/README.md.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -47,7 +48,8 @@ TOKEN_BYTES = 32
 SETUP_HOOK = "serving.core.local_ray.loopback_grpc_hook"
 #: the addresses meaning "every interface" that the hook rewrites to loopback
 _ALL_INTERFACES = ("[::]", "0.0.0.0", "[::0]")
-#: niceness of the Ray workers deploy's apps run in, so of every Serve replica. Ray's own default
+#: niceness of the Ray workers deploy's apps run in, so of every Serve replica, relative to their
+#: raylet's (Ray adds it when a worker starts). Ray's own default
 #: (15) keeps batch jobs from starving its control plane, and puts every replica below the raylet,
 #: the GCS, the metrics agent and any other program at 0: a replica ready to answer waited for the
 #: CPU while one of them ran (single rows at half of peak, the toxic app: up to 130 ms of run-queue
@@ -57,6 +59,8 @@ WORKER_NICENESS = 0
 #: Ray's setting (an environment variable of its processes); a value already in this process's
 #: environment is kept
 WORKER_NICENESS_ENV = "RAY_worker_niceness"
+#: where Ray's job submission hands its driver the job's config (runtime_env included), as JSON
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
 def token_path() -> Path:
@@ -119,8 +123,22 @@ def ray_system_config() -> dict[str, Any]:
 
 def worker_env() -> dict[str, str]:
     """A job's ``runtime_env`` ``env_vars`` that set :func:`worker_niceness` on its own workers in
-    a cluster started elsewhere (Ray reads its settings from the worker's environment)."""
+    a cluster started elsewhere (Ray reads its settings from the worker's environment, where the
+    cluster's system config does not set them). Empty where a submitted Ray job's own runtime_env
+    already sets it: its value stands, and Ray refuses a ``ray.init`` naming the same variable."""
+    if WORKER_NICENESS_ENV in _submitted_job_env_vars():
+        return {}
     return {WORKER_NICENESS_ENV: str(worker_niceness())}
+
+
+def _submitted_job_env_vars() -> dict[str, Any]:
+    """The ``env_vars`` of the runtime_env Ray's job submission gave this driver (none outside one)."""
+    raw = os.environ.get(JOB_CONFIG_ENV)
+    try:
+        env_vars = ((json.loads(raw) if raw else {}).get("runtime_env") or {}).get("env_vars")
+    except (ValueError, AttributeError):
+        return {}
+    return dict(env_vars) if isinstance(env_vars, dict) else {}
 
 
 def start_local_ray(**init_kwargs: Any) -> None:

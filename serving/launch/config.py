@@ -126,6 +126,8 @@ def serve_config(
                          "args": spec, "deployments": deployment_overrides(spec)})
     # the replicas at deploy's niceness on whatever Ray runs the config (its env_vars under the user's)
     env = dict(runtime_env or {})
+    if not isinstance(env.get("env_vars") or {}, dict):
+        raise ValueError(f"runtime_env's env_vars must be a mapping, got {env['env_vars']!r}")
     env["env_vars"] = {**worker_env(), **(env.get("env_vars") or {})}
     for entry in applications:
         entry["runtime_env"] = {**env, "env_vars": dict(env["env_vars"])}  # a copy each: no YAML aliases

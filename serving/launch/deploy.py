@@ -140,7 +140,8 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None, pro
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if address is not None:
         shipped = cluster.shipped_modules(monitor) if cluster.ships_code(ship_code, address) else {}
-        # this job's workers (the app's replicas) at deploy's niceness, whatever the cluster's
+        # this job's workers (the app's replicas) at deploy's niceness, unless the cluster's system
+        # config or a submitted job's runtime_env sets it
         kwargs["runtime_env"] = {**shipped, "env_vars": worker_env()}
         ray.init(address=address, **kwargs)
         return False

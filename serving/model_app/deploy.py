@@ -94,7 +94,8 @@ def _ensure_ray(address: str | None, cpus: float | None, gpus: float | None) -> 
         return False
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if address is not None:
-        # this job's workers (the app's replicas) at deploy's niceness, whatever the cluster's
+        # this job's workers (the app's replicas) at deploy's niceness, unless the cluster's system
+        # config or a submitted job's runtime_env sets it
         ray.init(address=address, runtime_env={"env_vars": worker_env()}, **kwargs)
         return False
     if cpus is not None:

@@ -145,3 +145,35 @@ def test_a_ray_started_here_gets_the_niceness_in_its_system_config(monkeypatch, 
         local_ray.start_local_ray(num_cpus=1, _system_config={"metrics_report_interval_ms": 5000})
     assert seen["_system_config"] == {"worker_niceness": 0, "metrics_report_interval_ms": 5000}
     assert seen["address"] == "local" and seen["num_cpus"] == 1
+
+
+def test_a_submitted_job_s_own_niceness_stands(monkeypatch):
+    """Inside a Ray job whose runtime_env names RAY_worker_niceness, joining adds no env var of
+    that name (Ray refuses a driver naming a variable its job names); elsewhere it does."""
+    import json
+
+    monkeypatch.delenv(local_ray.WORKER_NICENESS_ENV, raising=False)
+    job = {"runtime_env": {"env_vars": {"RAY_worker_niceness": "0", "OTHER": "1"}}}
+    monkeypatch.setenv(local_ray.JOB_CONFIG_ENV, json.dumps(job))
+    assert local_ray.worker_env() == {}
+    monkeypatch.setenv(local_ray.JOB_CONFIG_ENV, json.dumps({"runtime_env": {"env_vars": {"OTHER": "1"}}}))
+    assert local_ray.worker_env() == {"RAY_worker_niceness": "0"}
+    monkeypatch.setenv(local_ray.JOB_CONFIG_ENV, "not json")
+    assert local_ray.worker_env() == {"RAY_worker_niceness": "0"}
+
+
+@pytest.mark.parametrize("module", ["serving.launch.deploy", "serving.model_app.deploy"])
+def test_joining_a_cluster_asks_for_the_niceness_in_the_job_s_runtime_env(monkeypatch, module):
+    import importlib
+
+    import ray
+
+    d = importlib.import_module(module)
+    seen: dict = {}
+    monkeypatch.delenv(local_ray.WORKER_NICENESS_ENV, raising=False)
+    monkeypatch.delenv(local_ray.JOB_CONFIG_ENV, raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.update(kw))
+    assert d._ensure_ray("10.0.0.1:6379", None, None) is False
+    assert seen["address"] == "10.0.0.1:6379"
+    assert seen["runtime_env"]["env_vars"] == {"RAY_worker_niceness": "0"}

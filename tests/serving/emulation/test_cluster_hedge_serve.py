@@ -33,9 +33,12 @@ def cluster():
     import ray
     from ray import serve
 
+    from serving.core.local_ray import ray_system_config
+
     release_worker_ray()  # a cluster of another shape: custom device resources
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, resources={"dev": 3}, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, resources={"dev": 3}, include_dashboard=False, log_to_driver=False,
+             _system_config=ray_system_config())  # deploy's worker niceness, as a Ray deploy starts
     serve.start(proxy_location="Disabled")
     yield
     serve.shutdown()

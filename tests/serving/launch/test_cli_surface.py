@@ -61,10 +61,12 @@ def test_a_named_error_exits_1_and_a_usage_error_2(tmp_path, capsys):
         assert "NO_SUCH_KEY_VAR" in capsys.readouterr().err
 
 
-def test_build_writes_scale_to_zero_onnx_and_a_runtime_env(synth_opt, tmp_path, capsys):
+def test_build_writes_scale_to_zero_onnx_and_a_runtime_env(synth_opt, tmp_path, capsys, monkeypatch):
     """`willump build` can say what `deploy` can: scale to zero (with the cheap stage in its own
     deployment), ONNX Runtime and the replicas' runtime_env; it says on stderr what it is doing."""
     import yaml
+
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
 
     artifact = tmp_path / "a.willump"
     synth_opt.save(artifact)

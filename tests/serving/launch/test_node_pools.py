@@ -219,8 +219,8 @@ def test_a_silent_replica_costs_one_bound(cluster, app, synth_opt, request_rows)
     frozen = next(a for a in actors if a.node_id == head)  # the faster one: it holds most calls
     # the processes that must go on answering while it is frozen: their CPU over the freeze tells a
     # machine too loaded to run them (other suite workers) from calls left waiting on the frozen one
-    others = {a.class_name.rsplit(":", 1)[1] + ("" if a.node_id == head else "@worker"): a.pid for a in alive
-              if a.class_name.startswith("ServeReplica:pools:") and a.pid != frozen.pid}
+    others = {f"{a.class_name.rsplit(':', 1)[1]}{'' if a.node_id == head else '@worker'} {a.pid}": a.pid
+              for a in alive if a.class_name.startswith("ServeReplica:pools:") and a.pid != frozen.pid}
     state: dict = {}
 
     def rescued() -> float:
