@@ -49,9 +49,9 @@ SETUP_HOOK = "serving.core.local_ray.loopback_grpc_hook"
 #: the addresses meaning "every interface" that the hook rewrites to loopback
 _ALL_INTERFACES = ("[::]", "0.0.0.0", "[::0]")
 #: niceness of the Ray workers deploy's apps run in, so of every Serve replica, relative to their
-#: raylet's (Ray adds it when a worker starts). Ray's own default
-#: (15) keeps batch jobs from starving its control plane, and puts every replica below the raylet,
-#: the GCS, the metrics agent and any other program at 0: a replica ready to answer waited for the
+#: raylet's (Ray adds it when a worker starts). Ray's own default (15) keeps batch jobs from
+#: starving its control plane, and puts every replica below the raylet, the GCS, the metrics
+#: agent and any other program at 0: a replica ready to answer waited for the
 #: CPU while one of them ran (single rows at half of peak, the toxic app: up to 130 ms of run-queue
 #: wait in one pause; p99 16.8-28.3 ms at 15 against 11.6-16.0 at 0, docs/benchmarks.md). Serving
 #: replicas are the request path, with their own admission bound, so they share the CPU as equals.
