@@ -74,6 +74,7 @@ from serving.runtime.http_support import (
 from serving.runtime.ingress_app import app
 from serving.runtime.keys import KeyCheck
 from serving.runtime.live_settings import current_settings, reconfigure
+from serving.runtime.loop_lag import LoopLag
 from serving.runtime.metrics import ServingMetrics, exact_totals
 from serving.runtime.monitor_calls import MONITOR_QUERY_S, ingress_audit, monitor_query, post_labels
 from serving.runtime.oip import InferRequest, infer_answer
@@ -186,6 +187,8 @@ class Ingress(HttpEdge):
                 on_retry=lambda n: self.metrics.count("willump_monitor_records_retried", n))
         self.openapi_doc = openapi_document(app, self.schema, keyed=self.api_key.required, monitor=bool(monitor))
         self._watch: ReplicaWatch | None = None
+        # how late this replica's event loop wakes up (/metrics), from its first admitted request
+        self.loop_lag = LoopLag(lambda late: self.metrics.observe("willump_event_loop_lag_seconds", late))
         self.gears = GearSwitch(config.gears)  # load-adaptive gears (serving.runtime.gears)
         self.gear_now = self.gears.pinned
         self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
@@ -304,6 +307,7 @@ class Ingress(HttpEdge):
                 self.in_flight += 1
                 admitted = True
                 self._start_watch()
+                self.loop_lag.start()
             if route in PLAN_ROUTES and self.plan_adoption.pending:
                 await asyncio.to_thread(self.plan_adoption.check)
             result = await work()
@@ -662,6 +666,7 @@ class Ingress(HttpEdge):
         self.plan_adoption.stop()
         if self._watch is not None:
             self._watch.stop()
+        self.loop_lag.stop()
         if getattr(self, "_dashboard", None) is not None:
             self._dashboard.stop()
         if getattr(self, "audit", None) is not None:

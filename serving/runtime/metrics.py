@@ -45,6 +45,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "willump_stage_latency_seconds": ("histogram", "stage call latency seen by the ingress (hop included)",
                                       ("app", "stage")),
     "willump_stage_compute_seconds": ("histogram", "compute time reported by the stage", ("app", "stage")),
+    "willump_event_loop_lag_seconds": ("histogram", "how late an ingress replica's event loop woke up from a "
+                                                    "sleep (serving.runtime.loop_lag, every 0.1 s): what a ready "
+                                                    "request waited, behind the loop's work or for a CPU", ("app",)),
     "willump_rows": ("counter", "rows answered, by cascade level", ("app", "level")),
     "willump_gear_rows": ("counter", "rows answered, by the certified gear that served them (serving.runtime.gears)",
                           ("app", "gear")),

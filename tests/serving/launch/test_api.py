@@ -164,7 +164,8 @@ def test_metrics_count_requests_and_levels(app, request_rows):
         text = requests.get(app.url + "/metrics", timeout=30).text
         wanted = ['willump_requests_total{app="api",route="predict",status="200"}',
                   'willump_rows_total{app="api",level="0"}',
-                  'willump_stage_latency_seconds_bucket{app="api",le="0.005",stage="cheap"}']
+                  'willump_stage_latency_seconds_bucket{app="api",le="0.005",stage="cheap"}',
+                  'willump_event_loop_lag_seconds_count{app="api"}']  # the ingress's loop probe
         return text if all(w in text for w in wanted) else None
 
     text = wait_for(scraped, timeout=30, message="the app's metrics in /metrics")
