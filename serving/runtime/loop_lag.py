@@ -10,11 +10,13 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from serving.runtime.loop_task import LoopTask
+
 #: seconds between the probe's wake-ups (each one sample of the loop's lateness)
 LAG_INTERVAL_S = 0.1
 
 
-class LoopLag:
+class LoopLag(LoopTask):
     """Calls ``observe(seconds late)`` after each sleep of ``interval_s`` on the running loop."""
 
     def __init__(self, observe: Callable[[float], None], interval_s: float = LAG_INTERVAL_S,
@@ -22,16 +24,6 @@ class LoopLag:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         self.observe, self.interval_s, self.clock = observe, float(interval_s), clock
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        """Start on the running event loop (once; later calls do nothing)."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
 
     async def _loop(self) -> None:
         while True:

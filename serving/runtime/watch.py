@@ -12,6 +12,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
+from serving.runtime.loop_task import LoopTask
+
 log = logging.getLogger(__name__)
 
 #: seconds between looks at Serve's status
@@ -38,7 +40,7 @@ def _state(value: object) -> str:
     return str(getattr(value, "value", value))
 
 
-class ReplicaWatch:
+class ReplicaWatch(LoopTask):
     """Calls ``on_counts({deployment: running replicas})`` every ``period_s`` for the named
     deployments of ``app`` (a deployment Serve does not list counts 0). A controller that is
     busy or restarting skips a look; the last counts stay in force."""
@@ -49,16 +51,9 @@ class ReplicaWatch:
         self.deployments = sorted(set(deployments))
         self.on_counts = on_counts
         self.period_s = float(period_s)
-        self._task: asyncio.Task | None = None
 
-    def start(self) -> None:
-        """Start watching on the running event loop (once; later calls do nothing)."""
-        if self._task is None and self.deployments:
-            self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+    def _wanted(self) -> bool:
+        return bool(self.deployments)
 
     async def _loop(self) -> None:
         while True:
