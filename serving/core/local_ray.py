@@ -53,7 +53,7 @@ _ALL_INTERFACES = ("[::]", "0.0.0.0", "[::0]")
 #: starving its control plane, and puts every replica below the raylet, the GCS, the metrics
 #: agent and any other program at 0: a replica ready to answer waited for the
 #: CPU while one of them ran (single rows at half of peak, the toxic app: up to 130 ms of run-queue
-#: wait in one pause; p99 16.8-28.3 ms at 15 against 11.6-16.0 at 0, docs/benchmarks.md). Serving
+#: wait in one pause; single-row p99 medians 19.0 ms at 15, 13.8 at 0, docs/benchmarks.md). Serving
 #: replicas are the request path, with their own admission bound, so they share the CPU as equals.
 WORKER_NICENESS = 0
 #: Ray's setting (an environment variable of its processes); a value already in this process's
