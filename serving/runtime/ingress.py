@@ -246,6 +246,8 @@ class Ingress(HttpEdge):
         return any(known) if known else None
 
     def _start_watch(self) -> None:
+        """The replica's loop tasks, from its first admitted request (its constructor has no loop)."""
+        self.loop_lag.start()
         if self._watch is None and not all(c is None for c in (self.first, self.second)):
             self._watch = ReplicaWatch(self.name, list(self.deployments), self._follow_replicas)
             self._watch.start()
@@ -307,7 +309,6 @@ class Ingress(HttpEdge):
                 self.in_flight += 1
                 admitted = True
                 self._start_watch()
-                self.loop_lag.start()
             if route in PLAN_ROUTES and self.plan_adoption.pending:
                 await asyncio.to_thread(self.plan_adoption.check)
             result = await work()
