@@ -16,9 +16,10 @@ block of requests), old and new alternating block by block, medians over ``--rep
 - **encode**: the answer to bytes. Old: ``json.dumps``; new:
   :func:`serving.core.schema.predict_answer` (msgspec).
 - **predict**: the optimized cascade on the request's rows (the workload optimized here, on
-  ``--n-rows`` of it). Old: with scikit-learn checking its estimators' and functions' own
-  arguments on every call; new: as a fitted plan runs now, with those checks off
-  (``willump._models.fitted_calls``).
+  ``--n-rows`` of it), as a fitted plan runs it (scikit-learn's checks of its own arguments
+  off: ``willump._models.fitted_calls``). Old: every model called through its own
+  ``predict_proba``; new: logistic regressions and LightGBM classifiers on plain arrays compute
+  the same numbers without their per-call input checks (``willump._fast_proba``).
 
 The served figures (everything around these steps too: uvicorn, Serve's replica, Ray's
 processes, HAProxy) are ``python -m benchmarks.serving``'s.
@@ -39,6 +40,7 @@ import numpy as np
 
 from serving.core.schema import PredictRequest, RowSchema, parse_request, predict_answer
 from serving.measure.loadgen import payloads
+from willump import _fast_proba as fast_proba
 
 #: requests per timed block
 BLOCK = 400
@@ -168,11 +170,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 run(frames[i % len(frames)])
         return block
 
-    def checked_levels(rows: Any) -> Any:  # run_levels as it was: the state check, then the levels
-        opt._check_state()
-        return opt._run_levels(rows, 0, None, None)
+    def models_own_calls(rows: Any) -> Any:  # run_levels as it was: every model through its own predict_proba
+        fast_proba.ENABLED = False
+        try:
+            return opt.run_levels(rows)
+        finally:
+            fast_proba.ENABLED = True
 
-    steps["predict"] = paired(predict(checked_levels), predict(opt.run_levels),
+    steps["predict"] = paired(predict(models_own_calls), predict(opt.run_levels),
                               block=args.block, repeats=args.repeats)
     total = {k: sum(s[k] for s in steps.values()) for k in ("old_ms", "new_ms", "saved_ms")}
     return {"workload": args.workload, "rows_per_request": args.rows_per_request, "block": args.block,

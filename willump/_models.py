@@ -16,6 +16,8 @@ import scipy.sparse as sp
 import sklearn
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
+from ._fast_proba import fast_proba
+
 #: rows per forward pass when a torch model predicts, bounding memory on wide sparse input
 TORCH_PREDICT_BATCH = 4096
 
@@ -52,8 +54,11 @@ def fitted_calls() -> Any:
 
 
 def predict_proba(model: Any, X: Any) -> np.ndarray:
-    """Class probabilities as a float64 (rows x classes) array."""
-    proba = np.asarray(model.predict_proba(X), dtype=np.float64)
+    """Class probabilities as a float64 (rows x classes) array: the model's own ``predict_proba``,
+    or for fitted logistic regressions and LightGBM classifiers on plain arrays the same numbers
+    without its per-call checks (:mod:`willump._fast_proba`)."""
+    fast = fast_proba(model, X)
+    proba = np.asarray(model.predict_proba(X) if fast is None else fast, dtype=np.float64)
     if proba.ndim != 2:
         raise ValueError(f"{type(model).__name__}.predict_proba returned shape {proba.shape}")
     return proba
