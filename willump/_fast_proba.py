@@ -28,10 +28,10 @@ import numpy as np
 import scipy.sparse as sp
 
 #: False: every call goes through the model's own ``predict_proba`` (benchmarks.request_path
-#: times both sides in one process)
+#: times both sides in one process; process-wide, unlike scikit-learn's thread-local settings)
 ENABLED = True
 #: LightGBM predict parameters by model: (the booster they were read for, the parameters)
-_LGBM_PARAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LGBM_PARAMS: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
 #: the value a model is mapped to when its parameters cannot be read: its own call serves it
 _UNREADABLE = object()
 
@@ -49,10 +49,11 @@ def fast_proba(model: Any, X: Any) -> np.ndarray | None:
 
 
 def _plain_input(model: Any, X: Any) -> bool:
-    """A 2-D float ndarray or CSR matrix, rows >= 1, the fitted column count, no names to check."""
+    """A 2-D float ndarray (not a subclass: scikit-learn refuses ``np.matrix`` and converts a
+    masked array) or CSR matrix, rows >= 1, the fitted column count, no names to check."""
     if hasattr(model, "feature_names_in_"):
         return False
-    if isinstance(X, np.ndarray):
+    if type(X) is np.ndarray:
         if X.ndim != 2:
             return False
     elif not (sp.issparse(X) and X.format == "csr"):
@@ -62,6 +63,7 @@ def _plain_input(model: Any, X: Any) -> bool:
 
 
 def _logistic(model: Any, X: Any) -> np.ndarray | None:
+    """What ``decision_function`` and ``_predict_proba_lr`` compute, for a binary model."""
     from sklearn import get_config
     from sklearn.linear_model import LogisticRegression
 
@@ -87,6 +89,8 @@ def _logistic(model: Any, X: Any) -> np.ndarray | None:
 
 
 def _lightgbm(model: Any, X: Any) -> np.ndarray | None:
+    """What ``LGBMClassifier.predict_proba`` computes: the booster's answer, stacked into two
+    columns where it is one (a binary objective)."""
     from lightgbm import LGBMClassifier
 
     booster = getattr(model, "_Booster", None)
@@ -99,7 +103,7 @@ def _lightgbm(model: Any, X: Any) -> np.ndarray | None:
         return None
     result = booster.predict(X, raw_score=False, start_iteration=0, num_iteration=None, pred_leaf=False,
                              pred_contrib=False, validate_features=False, **params)
-    if model.n_classes_ > 2:
+    if result.ndim == 2:  # a multiclass objective (on two classes too): the booster's columns
         return result
     return np.vstack((1.0 - result, result)).transpose()
 
@@ -115,6 +119,8 @@ def _lgbm_params(model: Any, booster: Any) -> Any:
 
         if isinstance(model.random_state, (np.random.RandomState, np.random.Generator)):
             raise TypeError("a random state object is drawn from on every call")
+        if set(model.get_params()) & (set(_ConfigAliases.get("objective")) - {"objective"}):
+            raise TypeError("an objective alias: the model's own call warns about it on every call")
         params = model._process_params(stage="predict")
         for alias in _ConfigAliases.get_by_alias("data", "X", "raw_score", "start_iteration", "num_iteration",
                                                  "pred_leaf", "pred_contrib"):

@@ -79,6 +79,15 @@ def test_what_the_fast_path_leaves_to_the_model(data):
         assert fast_proba(model, X[:0]) is None
         assert fast_proba(model, X[0]) is None
         assert fast_proba(model, X[:3, :5]) is None
+    for model in (logistic, lgbm):  # ndarray subclasses: scikit-learn refuses or converts them
+        assert fast_proba(model, np.asmatrix(X[:3])) is None
+        assert fast_proba(model, np.ma.masked_array(X[:3])) is None
+        assert np.array_equal(predict_proba(model, np.ma.masked_array(X[:3])),
+                              model.predict_proba(np.ma.masked_array(X[:3])))
+    with pytest.raises(TypeError, match="matrix"):
+        predict_proba(lgbm, np.asmatrix(X[:3]))
+    aliased = LGBMClassifier(n_estimators=5, verbose=-1, n_jobs=1, application="binary").fit(X, binary)
+    assert fast_proba(aliased, X[:3]) is None  # its own call warns about the alias every time
     with_nan = X[:3].copy()
     with_nan[1, 2] = np.nan
     assert fast_proba(logistic, with_nan) is None
@@ -98,11 +107,22 @@ def test_errors_are_the_models_own(data):
         predict_proba(LGBMClassifier(n_estimators=5, verbose=-1, n_jobs=1).fit(X, binary), X[:3, :5])
 
 
-def test_a_lightgbm_model_fitted_again_answers_with_its_new_trees(data):
-    X, binary, _ = data
+def test_a_lightgbm_model_fitted_again_answers_with_its_new_booster(data):
+    """Fitted again on three classes (a new booster, new predict parameters), the answer is the
+    new model's own, three columns."""
+    X, binary, three = data
     model = LGBMClassifier(n_estimators=5, verbose=-1, n_jobs=1, random_state=0).fit(X, binary)
     first = fast_proba(model, X[:10])
-    model.set_params(n_estimators=30).fit(X, 1 - binary)
+    assert first.shape == (10, 2)
+    model.fit(X, three)
     again = fast_proba(model, X[:10])
-    assert np.array_equal(again, model.predict_proba(X[:10]))
-    assert not np.array_equal(first, again)
+    assert again.shape == (10, 3) and np.array_equal(again, model.predict_proba(X[:10]))
+
+
+def test_a_multiclass_objective_on_two_classes_keeps_the_booster_s_columns(data):
+    X, binary, _ = data
+    for objective in ("multiclass", "multiclassova"):
+        model = LGBMClassifier(objective=objective, num_class=2, n_estimators=5, verbose=-1, n_jobs=1).fit(X, binary)
+        own = model.predict_proba(X[:4])
+        assert own.shape == (4, 2)
+        assert np.array_equal(fast_proba(model, X[:4]), own) and np.array_equal(predict_proba(model, X[:4]), own)
