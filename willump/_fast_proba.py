@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import expit
+from sklearn import get_config
+from sklearn.utils.extmath import safe_sparse_dot
 
 #: False: every call goes through the model's own ``predict_proba`` (benchmarks.request_path
 #: times both sides in one process; process-wide, unlike scikit-learn's thread-local settings)
@@ -64,10 +67,11 @@ def _plain_input(model: Any, X: Any) -> bool:
 
 def _logistic(model: Any, X: Any) -> np.ndarray | None:
     """What ``decision_function`` and ``_predict_proba_lr`` compute, for a binary model."""
-    from sklearn import get_config
-    from sklearn.linear_model import LogisticRegression
-
-    if type(model) is not LogisticRegression or not hasattr(model, "coef_") or get_config().get("array_api_dispatch"):
+    # exactly scikit-learn's class (a subclass may change the answer), known without importing
+    # sklearn.linear_model into processes that serve no such model
+    kind = type(model)
+    exact = (kind.__module__, kind.__qualname__) == ("sklearn.linear_model._logistic", "LogisticRegression")
+    if not exact or not hasattr(model, "coef_") or get_config().get("array_api_dispatch"):
         return None
     # binary, one-vs-rest: what predict_proba computes through _predict_proba_lr in every version
     # (a binary model fitted as multinomial in older versions takes a softmax instead)
@@ -78,9 +82,6 @@ def _logistic(model: Any, X: Any) -> np.ndarray | None:
     values = X.data if sp.issparse(X) else X
     if not np.isfinite(values).all():
         return None  # scikit-learn names the bad value
-    from scipy.special import expit
-    from sklearn.utils.extmath import safe_sparse_dot
-
     coef_T = model.coef_.T if model.coef_.ndim == 2 else model.coef_
     scores = safe_sparse_dot(X, coef_T, dense_output=True) + model.intercept_
     prob = scores.reshape(-1) if scores.ndim > 1 and scores.shape[1] == 1 else scores
