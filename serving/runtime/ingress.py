@@ -248,6 +248,7 @@ class Ingress(HttpEdge):
     def _start_watch(self) -> None:
         """The replica's loop tasks, from its first admitted request (its constructor has no loop)."""
         self.loop_lag.start()
+        self.metrics.flusher.start()
         if self._watch is None and not all(c is None for c in (self.first, self.second)):
             self._watch = ReplicaWatch(self.name, list(self.deployments), self._follow_replicas)
             self._watch.start()
@@ -668,6 +669,7 @@ class Ingress(HttpEdge):
         if self._watch is not None:
             self._watch.stop()
         self.loop_lag.stop()
+        self.metrics.flusher.stop()
         if getattr(self, "_dashboard", None) is not None:
             self._dashboard.stop()
         if getattr(self, "audit", None) is not None:

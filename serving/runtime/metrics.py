@@ -10,8 +10,16 @@ on the head node::
         file_sd_configs:
           - files: ["/tmp/ray/prom_metrics_service_discovery.json"]
 
+Latency histograms are counted per bucket in the replica and published every
+``HISTOGRAM_FLUSH_S`` as three counters (``<name>_bucket`` by ``le``, ``<name>_sum``,
+``<name>_count``; Ray appends ``_total``) rather than as Ray histograms: Ray's metrics agent
+replays a histogram's every observation on each export (``record_histogram_aggregated_batch``
+calls ``record()`` once per observation), so at half of the toxic app's peak its export burst
+took 90-130 ms of CPU every 5 s and set single-row p99 (docs/benchmarks.md); a counter costs it
+one value per series. The sums are exact (Ray's are bucket midpoints).
+
 Sum ``ray_willump_*`` over the ``WorkerId`` label for app totals. The app's own ``GET
-/metrics`` does that sum: it reads every alive node's endpoint and answers exact totals across
+/metrics`` does that sum and rebuilds the histograms under their usual names: it reads every alive node's endpoint and answers exact totals across
 ingress replicas (as of each replica's last export, ``RAY_metrics_report_interval_ms``: 5 s
 in a Ray that deploy starts unless the environment sets it, Ray's default otherwise), with the
 names unprefixed. A replica that died takes its counts with it (Prometheus sees a counter reset).
@@ -20,18 +28,32 @@ names unprefixed. A replica that died takes its counts with it (Prometheus sees 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import math
+import threading
 import time
 import urllib.request
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
+from serving.runtime.loop_task import LoopTask
+
 #: latency buckets in seconds, from sub-millisecond stage calls to slow cold starts
 LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+#: the ``le`` label of each bucket, +Inf last
+BUCKET_LABELS = [floatToGoString(b) for b in LATENCY_BUCKETS] + ["+Inf"]
+#: how often a replica publishes the histogram counts it gathered (seconds); /metrics lags by
+#: up to this much more than Ray's export interval
+HISTOGRAM_FLUSH_S = 1.0
 #: prefix Ray puts before application metric names
 RAY_PREFIX = "ray_"
+#: the series a histogram family is published as, and the suffix Ray gives a counter
+HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
+COUNTER_SUFFIX = "_total"
 #: how long the list of nodes' metric endpoints is reused (seconds)
 ENDPOINTS_TTL_S = 10.0
 #: per-node read timeout of GET /metrics (seconds)
@@ -83,25 +105,87 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 
 
 class ServingMetrics:
-    """The app's metrics as recorded by one ingress replica (ray.util.metrics)."""
+    """The app's metrics as recorded by one ingress replica (ray.util.metrics).
 
-    def __init__(self, app: str):
-        from ray.util.metrics import Counter, Histogram
+    Counters go to Ray as they are counted. Histogram observations are counted here and reach
+    Ray at :meth:`flush` (every ``flush_interval_s`` while :attr:`flusher` runs on the replica's
+    event loop)."""
 
+    def __init__(self, app: str, flush_interval_s: float = HISTOGRAM_FLUSH_S,
+                 counter: Callable[..., Any] | None = None):
+        """``counter(name, description, tag_keys=...)`` makes a counter (``ray.util.metrics.Counter``
+        unless given)."""
+        if counter is None:
+            from ray.util.metrics import Counter as counter
+        if not flush_interval_s > 0:
+            raise ValueError(f"flush_interval_s must be > 0, got {flush_interval_s!r}")
         self.app = app
         self._m: dict[str, Any] = {}
         for name, (kind, description, tags) in FAMILIES.items():
             if kind == "counter":
-                self._m[name] = Counter(name, description, tag_keys=tags)
+                self._m[name] = counter(name, description, tag_keys=tags)
             else:
-                self._m[name] = Histogram(name, description, boundaries=LATENCY_BUCKETS, tag_keys=tags)
+                self._m[name + "_bucket"] = counter(name + "_bucket", f"{description} (observations at or under le)",
+                                                    tag_keys=(*tags, "le"))
+                self._m[name + "_sum"] = counter(name + "_sum", f"{description} (sum of observations)",
+                                                 tag_keys=tags)
+                self._m[name + "_count"] = counter(name + "_count", f"{description} (observations)",
+                                                   tag_keys=tags)
+        self._lock = threading.Lock()
+        #: (family, tags) -> [per-bucket counts (+Inf last), sum] gathered since the last flush
+        self._pending: dict[tuple[str, tuple[tuple[str, str], ...]], list] = {}
+        self.flusher = _Flusher(self.flush, flush_interval_s)
 
     def count(self, name: str, value: float = 1.0, **tags: str) -> None:
         if value > 0:
             self._m[name].inc(value, tags={"app": self.app, **tags})
 
     def observe(self, name: str, seconds: float, **tags: str) -> None:
-        self._m[name].observe(max(seconds, 0.0), tags={"app": self.app, **tags})
+        if FAMILIES[name][0] != "histogram":
+            raise ValueError(f"{name} is not a histogram family")
+        seconds = float(seconds)
+        if not math.isfinite(seconds):  # no latency is: a stage's report gone wrong, not an observation
+            return
+        seconds = max(seconds, 0.0)
+        key = (name, tuple(sorted(tags.items())))
+        with self._lock:
+            entry = self._pending.get(key)
+            if entry is None:
+                entry = self._pending[key] = [[0] * len(BUCKET_LABELS), 0.0]
+            entry[0][bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+            entry[1] += seconds
+
+    def flush(self) -> None:
+        """Publish the histogram counts gathered since the last flush: per ``le`` the number of
+        observations at or under it (cumulative, as Prometheus buckets are), their sum, their count."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for (name, tags), (counts, total) in pending.items():
+            labels = {"app": self.app, **dict(tags)}
+            cumulative = 0
+            for le, n in zip(BUCKET_LABELS, counts, strict=True):
+                cumulative += n
+                if cumulative:
+                    self._m[name + "_bucket"].inc(cumulative, tags={**labels, "le": le})
+            self._m[name + "_count"].inc(cumulative, tags=labels)
+            if total > 0:
+                self._m[name + "_sum"].inc(total, tags=labels)
+
+
+class _Flusher(LoopTask):
+    """Calls ``flush`` every ``interval_s`` on the replica's event loop, and once more at :meth:`stop`."""
+
+    def __init__(self, flush: Callable[[], None], interval_s: float):
+        self.flush, self.interval_s = flush, float(interval_s)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            self.flush()
+
+    def stop(self) -> None:
+        super().stop()
+        self.flush()
 
 
 _endpoints: tuple[float, list[str]] = (0.0, [])
@@ -133,29 +217,62 @@ def _read(endpoint: str) -> str:
     return "".join(line + "\n" for line in text.splitlines() if "willump_" in line)
 
 
+def _family_of(ray_family: str) -> tuple[str, str] | None:
+    """(FAMILIES name, sample-name stem) of a family as Ray exports it, or None if not ours."""
+    name = ray_family[len(RAY_PREFIX):] if ray_family.startswith(RAY_PREFIX) else ray_family
+    if name in FAMILIES:
+        return name, name
+    for part in HISTOGRAM_PARTS:
+        base = name[:-len(part)]
+        if name.endswith(part) and FAMILIES.get(base, ("",))[0] == "histogram":
+            return base, name
+    return None
+
+
 def aggregate(texts: list[str], app: str) -> str:
-    """Sum the app's ``ray_willump_*`` samples over replicas and nodes; Prometheus text out."""
+    """Sum the app's ``ray_willump_*`` samples over replicas and nodes; Prometheus text out, the
+    histograms rebuilt from their published counters with every bucket listed."""
     values: dict[str, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
     for text in texts:
         for family in text_string_to_metric_families(text):
-            name = family.name[len(RAY_PREFIX):] if family.name.startswith(RAY_PREFIX) else family.name
-            if name not in FAMILIES:
+            found = _family_of(family.name)
+            if found is None:
                 continue
+            name, stem = found
             keep = set(FAMILIES[name][2]) | {"le"}
             for sample in family.samples:
                 if sample.labels.get("app") != app:
                     continue
                 labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k in keep))
-                values[name][(sample.name[len(RAY_PREFIX):], labels)] += sample.value
+                sample_name = sample.name[len(RAY_PREFIX):] if sample.name.startswith(RAY_PREFIX) else sample.name
+                if stem != name:  # a histogram's counter: Ray named its samples <stem>_total
+                    if sample_name != stem + COUNTER_SUFFIX:
+                        continue
+                    sample_name = stem
+                values[name][(sample_name, labels)] += sample.value
+    for name, samples in values.items():
+        if FAMILIES[name][0] == "histogram":
+            _fill_buckets(name, samples)
     lines = []
     for name in sorted(values):
         kind, description, _ = FAMILIES[name]
-        lines.append(f"# HELP {name} {description}")
-        lines.append(f"# TYPE {name} {kind}")
+        header = name + COUNTER_SUFFIX if kind == "counter" else name  # as prometheus_client writes a counter
+        lines.append(f"# HELP {header} {description}")
+        lines.append(f"# TYPE {header} {kind}")
         for (sample, labels), value in sorted(values[name].items(), key=lambda kv: _order(kv[0])):
             text = ",".join(f'{k}="{v}"' for k, v in labels)
             lines.append(f"{sample}{{{text}}} {floatToGoString(value)}")
     return "\n".join(lines) + "\n"
+
+
+def _fill_buckets(name: str, samples: dict[tuple, float]) -> None:
+    """Add the buckets no replica has published yet (none of its observations at or under them)
+    as 0, so each series lists every bucket as a Prometheus histogram does."""
+    series = {labels for sample, labels in samples if sample == name + "_count"}
+    for labels in series:
+        for le in BUCKET_LABELS:
+            key = (name + "_bucket", tuple(sorted((*labels, ("le", le)))))
+            samples.setdefault(key, 0.0)
 
 
 def _order(key: tuple) -> tuple:

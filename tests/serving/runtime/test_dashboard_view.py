@@ -23,7 +23,7 @@ from serving.runtime.dashboard.live import PLAN_FAMILIES, index_page, plan_metri
 from serving.runtime.dashboard.page import explanation_sentences, render
 from serving.runtime.dashboard.timeseries import MetricRing, Snapshot, histogram_quantile
 from serving.runtime.dashboard.view import model
-from serving.runtime.metrics import aggregate
+from serving.runtime.metrics import BUCKET_LABELS, aggregate
 
 T0 = 1_700_000_040.0  # a multiple of the pane length
 PANE_S = 10.0
@@ -42,7 +42,8 @@ INFO = {
 
 def ray_text(i: int) -> str:
     """What Ray's metrics endpoint exports after ``i`` steps of 20 requests/s (5 s each):
-    prefixed names, one replica's counts."""
+    prefixed names, one replica's counts, the latency histogram as the counters an ingress
+    publishes (serving.runtime.metrics): 90% of requests in (5 ms, 10 ms], the rest in (50 ms, 100 ms]."""
     rq = 100 * i
     lines = [
         "# TYPE ray_willump_rows_total counter",
@@ -50,12 +51,18 @@ def ray_text(i: int) -> str:
         f'ray_willump_rows_total{{app="demo",level="1",WorkerId="w1"}} {20 * i}',
         "# TYPE ray_willump_requests_total counter",
         f'ray_willump_requests_total{{app="demo",route="predict",status="200",WorkerId="w1"}} {rq}',
-        "# TYPE ray_willump_request_latency_seconds histogram",
-        f'ray_willump_request_latency_seconds_bucket{{app="demo",route="predict",le="0.01",WorkerId="w1"}} {90 * i}',
-        f'ray_willump_request_latency_seconds_bucket{{app="demo",route="predict",le="0.1",WorkerId="w1"}} {rq}',
-        f'ray_willump_request_latency_seconds_bucket{{app="demo",route="predict",le="+Inf",WorkerId="w1"}} {rq}',
-        f'ray_willump_request_latency_seconds_count{{app="demo",route="predict",WorkerId="w1"}} {rq}',
-        f'ray_willump_request_latency_seconds_sum{{app="demo",route="predict",WorkerId="w1"}} {rq * 0.008}',
+        "# TYPE ray_willump_request_latency_seconds_bucket_total counter",
+    ]
+    for le in BUCKET_LABELS:
+        at_or_under = 0 if float(le) < 0.01 else 90 * i if float(le) < 0.1 else rq
+        if at_or_under:
+            lines.append(f'ray_willump_request_latency_seconds_bucket_total{{app="demo",route="predict",le="{le}",'
+                         f'WorkerId="w1"}} {at_or_under}')
+    lines += [
+        "# TYPE ray_willump_request_latency_seconds_count_total counter",
+        f'ray_willump_request_latency_seconds_count_total{{app="demo",route="predict",WorkerId="w1"}} {rq}',
+        "# TYPE ray_willump_request_latency_seconds_sum_total counter",
+        f'ray_willump_request_latency_seconds_sum_total{{app="demo",route="predict",WorkerId="w1"}} {rq * 0.014}',
     ]
     return "\n".join(lines) + "\n"
 
@@ -100,9 +107,9 @@ def test_snapshots_of_the_apps_totals_give_rates_and_quantiles():
     assert ring.span_seconds(60.0) == pytest.approx(60.0)
     assert ring.increase("willump_requests", 60.0)["all"] / 60.0 == pytest.approx(20.0)
     p50 = ring.quantile_over("willump_request_latency_seconds", 0.5, 60.0)["all"]
-    assert p50 == pytest.approx(0.01 * 0.5 / 0.9)  # linear inside the first bucket, as Prometheus does
+    assert p50 == pytest.approx(0.005 + 0.005 * 0.5 / 0.9)  # linear inside its bucket, as Prometheus does
     _, p99 = ring.quantiles("willump_request_latency_seconds", 0.99, span_s=30.0)
-    assert np.allclose(p99["all"], 0.01 + 0.09 * (0.99 - 0.9) / 0.1)  # 90% below 10 ms, the rest below 100 ms
+    assert np.allclose(p99["all"], 0.05 + 0.05 * (0.99 - 0.9) / 0.1)  # 90% below 10 ms, the rest in (50, 100] ms
 
 
 def test_a_counter_that_falls_gives_no_rate_not_a_negative_one():
