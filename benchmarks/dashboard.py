@@ -25,7 +25,7 @@ from serving.runtime.dashboard.data import monitor_snapshot
 from serving.runtime.dashboard.page import render
 from serving.runtime.dashboard.timeseries import MetricRing, Snapshot
 from serving.runtime.dashboard.view import model
-from serving.runtime.metrics import aggregate
+from serving.runtime.metrics import BUCKET_LABELS, aggregate
 
 T0 = 1_700_000_040.0
 INFO = {
@@ -35,7 +35,6 @@ INFO = {
     "plan": {"target_p99_ms": 30.0, "layout": "fused", "ingress_replicas": 2, "predicted": {"p99_ms": 12.0},
              "stages": [{"name": "cheap", "replicas": 2}, {"name": "expensive", "replicas": 1}]},
 }
-BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf")]
 
 
 def endpoint_text(step: int, replicas: int = 2, other_lines: int = 3000) -> str:
@@ -49,12 +48,15 @@ def endpoint_text(step: int, replicas: int = 2, other_lines: int = 3000) -> str:
                   f'ray_willump_requests_total{{{w},route="predict",status="200"}} {100 * step}']
         for family, labels in (("request_latency_seconds", 'route="predict"'), ("stage_latency_seconds", 'stage="cheap"'),
                                ("stage_compute_seconds", 'stage="expensive"')):
-            lines.append(f"# TYPE ray_willump_{family} histogram")
-            for i, b in enumerate(BUCKETS):
-                le = "+Inf" if b == float("inf") else repr(b)
-                lines.append(f'ray_willump_{family}_bucket{{{w},{labels},le="{le}"}} {step * min(100, 10 * (i + 1))}')
-            lines += [f"ray_willump_{family}_count{{{w},{labels}}} {100 * step}",
-                      f"ray_willump_{family}_sum{{{w},{labels}}} {step * 0.8}"]
+            # as an ingress publishes a histogram: three counters (serving.runtime.metrics)
+            lines.append(f"# TYPE ray_willump_{family}_bucket_total counter")
+            for i, le in enumerate(BUCKET_LABELS):
+                lines.append(f'ray_willump_{family}_bucket_total{{{w},{labels},le="{le}"}} '
+                             f'{step * min(100, 10 * (i + 1))}')
+            lines += [f"# TYPE ray_willump_{family}_count_total counter",
+                      f"ray_willump_{family}_count_total{{{w},{labels}}} {100 * step}",
+                      f"# TYPE ray_willump_{family}_sum_total counter",
+                      f"ray_willump_{family}_sum_total{{{w},{labels}}} {step * 0.8}"]
     return "\n".join(lines) + "\n"
 
 

@@ -35,6 +35,7 @@ GROUPS = (
     ("encode the answer", "predict_answer"),
     ("monitor records", "record_columns"),
     ("metrics (ray.util.metrics)", "Metric._record"),
+    ("metrics (ray.util.metrics)", "ServingMetrics."),
     ("replica watch", "running_replicas"),
     ("dashboard sampler", "read_totals"),
     ("the route's own code", "Ingress._predict"),

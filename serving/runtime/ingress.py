@@ -248,7 +248,6 @@ class Ingress(HttpEdge):
     def _start_watch(self) -> None:
         """The replica's loop tasks, from its first admitted request (its constructor has no loop)."""
         self.loop_lag.start()
-        self.metrics.flusher.start()
         if self._watch is None and not all(c is None for c in (self.first, self.second)):
             self._watch = ReplicaWatch(self.name, list(self.deployments), self._follow_replicas)
             self._watch.start()
@@ -296,6 +295,7 @@ class Ingress(HttpEdge):
         start = time.perf_counter()
         status = 200
         admitted = False
+        self.metrics.flusher.start()  # every request's latency is observed, admitted or not
         try:
             self.check_origin(request, body=admit)
             if route not in OPEN_ROUTES:

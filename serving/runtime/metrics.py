@@ -19,16 +19,19 @@ took 90-130 ms of CPU every 5 s and set single-row p99 (docs/benchmarks.md); a c
 one value per series. The sums are exact (Ray's are bucket midpoints).
 
 Sum ``ray_willump_*`` over the ``WorkerId`` label for app totals. The app's own ``GET
-/metrics`` does that sum and rebuilds the histograms under their usual names: it reads every alive node's endpoint and answers exact totals across
-ingress replicas (as of each replica's last export, ``RAY_metrics_report_interval_ms``: 5 s
-in a Ray that deploy starts unless the environment sets it, Ray's default otherwise), with the
-names unprefixed. A replica that died takes its counts with it (Prometheus sees a counter reset).
+/metrics`` does that sum and rebuilds the histograms under their usual names: it reads every
+alive node's endpoint and answers exact totals across ingress replicas (as of each replica's
+last export, ``RAY_metrics_report_interval_ms``: 5 s in a Ray that deploy starts unless the
+environment sets it, Ray's default otherwise; the histograms as of the last flush before it),
+with the names unprefixed. A replica that died takes its counts with it (Prometheus sees a
+counter reset).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import logging
 import math
 import threading
 import time
@@ -41,6 +44,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from serving.runtime.loop_task import LoopTask
+
+log = logging.getLogger(__name__)
 
 #: latency buckets in seconds, from sub-millisecond stage calls to slow cold starts
 LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
@@ -162,13 +167,16 @@ class ServingMetrics:
             pending, self._pending = self._pending, {}
         for (name, tags), (counts, total) in pending.items():
             labels = {"app": self.app, **dict(tags)}
-            cumulative = 0
-            for le, n in zip(BUCKET_LABELS, counts, strict=True):
-                cumulative += n
-                if cumulative:
-                    self._m[name + "_bucket"].inc(cumulative, tags={**labels, "le": le})
-            self._m[name + "_count"].inc(cumulative, tags=labels)
-            if total > 0:
+            # the count first, then the buckets from +Inf down: Ray may export between two of these
+            # calls, and a histogram read half-way stays one (each bucket at most the one above it)
+            at_or_under = sum(counts)
+            self._m[name + "_count"].inc(at_or_under, tags=labels)
+            for le, n in zip(reversed(BUCKET_LABELS), reversed(counts), strict=True):
+                if not at_or_under:
+                    break
+                self._m[name + "_bucket"].inc(at_or_under, tags={**labels, "le": le})
+                at_or_under -= n
+            if total > 0:  # a counter takes no 0; aggregate lists a missing sum as 0
                 self._m[name + "_sum"].inc(total, tags=labels)
 
 
@@ -181,7 +189,10 @@ class _Flusher(LoopTask):
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            self.flush()
+            try:
+                self.flush()
+            except Exception:  # one bad flush must not end publishing for the replica's life
+                log.exception("histogram counts not published")
 
     def stop(self) -> None:
         super().stop()
@@ -266,13 +277,15 @@ def aggregate(texts: list[str], app: str) -> str:
 
 
 def _fill_buckets(name: str, samples: dict[tuple, float]) -> None:
-    """Add the buckets no replica has published yet (none of its observations at or under them)
-    as 0, so each series lists every bucket as a Prometheus histogram does."""
-    series = {labels for sample, labels in samples if sample == name + "_count"}
+    """Add what no replica has published (a bucket none of its observations fell at or under, a
+    sum of zeros: a counter takes no 0) as 0, so each series lists its count, its sum and every
+    bucket as a Prometheus histogram does."""
+    series = {tuple(kv for kv in labels if kv[0] != "le") for _, labels in list(samples)}
     for labels in series:
+        for part in ("_count", "_sum"):
+            samples.setdefault((name + part, labels), 0.0)
         for le in BUCKET_LABELS:
-            key = (name + "_bucket", tuple(sorted((*labels, ("le", le)))))
-            samples.setdefault(key, 0.0)
+            samples.setdefault((name + "_bucket", tuple(sorted((*labels, ("le", le))))), 0.0)
 
 
 def _order(key: tuple) -> tuple:

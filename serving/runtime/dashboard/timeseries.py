@@ -1,8 +1,8 @@
 """The app's metrics over the last minutes: a bounded ring of snapshots of its totals.
 
-Why snapshots of totals: the ingress records counters and histograms into Ray's metrics
-(:mod:`serving.runtime.metrics`), summed across replicas and nodes by ``GET /metrics``. Rates and
-latency quantiles over time are differences between two snapshots of those totals, the way
+Why snapshots of totals: the ingress records counters into Ray's metrics, its histograms as
+counters too (:mod:`serving.runtime.metrics`), summed across replicas and nodes by ``GET
+/metrics``. Rates and latency quantiles over time are differences between two snapshots of those totals, the way
 Prometheus computes ``rate()`` and ``histogram_quantile()``; the dashboard needs no store of its
 own, and the request path records nothing more than it already does.
 

@@ -103,19 +103,89 @@ def test_aggregate_rebuilds_each_histogram_over_replicas_with_every_bucket():
     assert len(LATENCY_BUCKETS) + 1 == len(BUCKET_LABELS)
 
 
+async def observe_until_published(metrics: ServingMetrics, counters: FakeCounters, then=lambda: None) -> None:
+    """Start the flusher, observe once, wait (on the loop) until a flush published it, call
+    ``then``, stop the flusher."""
+    metrics.flusher.start()
+    metrics.observe("willump_event_loop_lag_seconds", 0.002)
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if published(counters, "willump_event_loop_lag_seconds")["count"]:
+            break
+    then()
+    metrics.flusher.stop()
+
+
 def test_the_flusher_publishes_on_the_loop_and_once_more_when_stopped():
     counters = FakeCounters()
     metrics = ServingMetrics("a", flush_interval_s=0.01, counter=counters)
 
-    async def run():
-        metrics.flusher.start()
-        metrics.observe("willump_event_loop_lag_seconds", 0.002)
-        for _ in range(500):
-            await asyncio.sleep(0.01)
-            if published(counters, "willump_event_loop_lag_seconds")["count"]:
-                break
-        metrics.observe("willump_event_loop_lag_seconds", 0.002)
-        metrics.flusher.stop()
-
-    asyncio.run(run())
+    asyncio.run(observe_until_published(metrics, counters, then=lambda: metrics.observe(
+        "willump_event_loop_lag_seconds", 0.002)))
     assert published(counters, "willump_event_loop_lag_seconds")["count"] == 2
+
+
+def buckets_of(text: str, family: str) -> tuple[list[str], list[float], dict[str, float]]:
+    (hist,) = [f for f in text_string_to_metric_families(text) if f.name == family]
+    les = [s.labels["le"] for s in hist.samples if s.name.endswith("_bucket")]
+    values = [s.value for s in hist.samples if s.name.endswith("_bucket")]
+    rest = {s.name.rsplit("_", 1)[1]: s.value for s in hist.samples if not s.name.endswith("_bucket")}
+    return les, values, rest
+
+
+def test_a_histogram_read_half_way_through_a_flush_is_still_a_histogram():
+    """Ray may export between two of a flush's increments: every state read in between lists
+    every bucket, non-decreasing, none above the count."""
+    states = []
+
+    class Watching(FakeCounters):
+        def __call__(self, name, description="", tag_keys=()):
+            inner = super().__call__(name, description, tag_keys)
+            outer = self
+
+            class Counter:
+                def inc(self, value, tags):
+                    inner.inc(value, tags)
+                    states.append(aggregate([outer.ray_text("w1")], "a"))
+            return Counter()
+
+    counters = Watching()
+    metrics = ServingMetrics("a", counter=counters)
+    for round_ in range(2):
+        for seconds in (0.0007, 0.004, 0.004, 0.3, 12.0):
+            metrics.observe("willump_stage_latency_seconds", seconds * (round_ + 1), stage="cheap")
+        metrics.flush()
+    assert len(states) > 10
+    for text in states:
+        les, values, rest = buckets_of(text, "willump_stage_latency_seconds")
+        assert les == BUCKET_LABELS and values == sorted(values) and values[-1] <= rest["count"]
+        assert set(rest) == {"count", "sum"}
+    les, values, rest = buckets_of(states[-1], "willump_stage_latency_seconds")
+    assert values[-1] == rest["count"] == 10
+
+
+def test_a_histogram_of_zeros_lists_its_sum_as_zero():
+    counters = FakeCounters()
+    metrics = ServingMetrics("a", counter=counters)
+    metrics.observe("willump_event_loop_lag_seconds", 0.0)  # a counter takes no 0: no sum published
+    metrics.flush()
+    _, values, rest = buckets_of(aggregate([counters.ray_text("w1")], "a"), "willump_event_loop_lag_seconds")
+    assert rest == {"count": 1.0, "sum": 0.0} and values[0] == 1.0
+
+
+def test_a_flush_that_fails_is_logged_and_the_next_one_publishes(caplog):
+    counters = FakeCounters()
+    metrics = ServingMetrics("a", flush_interval_s=0.01, counter=counters)
+    real, calls = metrics.flush, []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("export refused")
+        real()
+
+    metrics.flusher.flush = flaky
+
+    asyncio.run(observe_until_published(metrics, counters))
+    assert len(calls) >= 2 and published(counters, "willump_event_loop_lag_seconds")["count"] == 1
+    assert "histogram counts not published" in caplog.text
