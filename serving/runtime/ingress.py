@@ -59,6 +59,7 @@ from serving.runtime.calls import (
 from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
 from serving.runtime.edge import HttpEdge, unbuffer_request_logs
+from serving.runtime.gc_pauses import GcPauses
 from serving.runtime.gears import GearRunners, GearSwitch
 from serving.runtime.hold import answer_in_full, held_gear
 from serving.runtime.http_support import (
@@ -200,6 +201,9 @@ class Ingress(HttpEdge):
         self.live_values: dict[str, Any] = {}
         #: Serve's own bound on requests in a replica (graph.ingress_options)
         self.max_in_flight_cap = config.max_in_flight + INGRESS_SERVE_HEADROOM
+        #: the collector's pauses (/metrics), over the heap Serve froze once the replica started
+        self.gc_pauses = GcPauses(lambda generation, seconds: self.metrics.observe(
+            "willump_gc_pause_seconds", seconds, generation=str(generation)))
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Serve's in-place update: the settings an operator may change without a restart
@@ -296,6 +300,7 @@ class Ingress(HttpEdge):
         status = 200
         admitted = False
         self.metrics.flusher.start()  # every request's latency is observed, admitted or not
+        self.gc_pauses.start()
         try:
             self.check_origin(request, body=admit)
             if route not in OPEN_ROUTES:
@@ -669,6 +674,7 @@ class Ingress(HttpEdge):
         if self._watch is not None:
             self._watch.stop()
         self.loop_lag.stop()
+        self.gc_pauses.stop()
         self.metrics.flusher.stop()
         if getattr(self, "_dashboard", None) is not None:
             self._dashboard.stop()

@@ -75,6 +75,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "willump_event_loop_lag_seconds": ("histogram", "how late an ingress replica's event loop woke up from a "
                                                     "sleep (serving.runtime.loop_lag, every 0.1 s): what a ready "
                                                     "request waited, behind the loop's work or for a CPU", ("app",)),
+    "willump_gc_pause_seconds": ("histogram", "how long the interpreter's garbage collections of generation 1 "
+                                              "and 2 took in an ingress replica, wall time (the thread "
+                                              "that set one off waits; serving.runtime.gc_pauses)", ("app", "generation")),
     "willump_rows": ("counter", "rows answered, by cascade level", ("app", "level")),
     "willump_gear_rows": ("counter", "rows answered, by the certified gear that served them (serving.runtime.gears)",
                           ("app", "gear")),

@@ -510,6 +510,8 @@ class _Trickle(_Request):
 
 
 class _Metrics:
+    flusher = types.SimpleNamespace(start=lambda: None)
+
     def count(self, *a, **k):
         pass
 
@@ -525,7 +527,8 @@ def test_a_trickling_body_holds_no_admission_slot_and_times_out():
 
     cls = app_module.Ingress.func_or_class
     ingress = types.SimpleNamespace(api_key=KeyCheck(), probe_hash=None, allowed_hosts=None, max_body=1000,
-                                    in_flight=0, max_in_flight=1, metrics=_Metrics(), _start_watch=lambda: None)
+                                    in_flight=0, max_in_flight=1, metrics=_Metrics(), _start_watch=lambda: None,
+                                    gc_pauses=types.SimpleNamespace(start=lambda: None))
     for name in ("check_origin", "check_key", "authorized", "_read_body", "_probe", "_guarded"):
         setattr(ingress, name, getattr(cls, name).__get__(ingress))
     ingress.read_body = lambda request, timeout_s=None: cls.read_body(ingress, request, timeout_s=0.5)
