@@ -279,3 +279,18 @@ def test_a_preemption_phase_counts_failures_and_the_windowed_recovery():
     assert out["failed"] == 1 and out["wrong"] == 1 and out["failures"] == ["ClientOSError"]
     assert out["recovery_s"] == 2.0 and out["p99_ms_before"] == 20.0
     assert phase_outcome([x for x in log if x["at"] < 4.0], 4.0, expected)["recovery_s"] == 0.0
+
+
+def test_the_tail_benchmark_reads_the_ingress_gc_pauses_from_metrics_text():
+    from benchmarks.single_row_tail import gc_pauses
+
+    text = "\n".join([
+        'willump_gc_pause_seconds_count{app="tail",generation="1"} 20.0',
+        'willump_gc_pause_seconds_sum{app="tail",generation="1"} 0.0047',
+        'willump_gc_pause_seconds_count{app="tail",generation="2"} 1.0',
+        'willump_gc_pause_seconds_sum{app="tail",generation="2"} 0.0008',
+        'willump_gc_pause_seconds_count{app="other",generation="2"} 9.0',
+        'willump_gc_pause_seconds_bucket{app="tail",generation="2",le="0.001"} 1.0',
+    ])
+    assert gc_pauses(text, "tail") == {"1": {"passes": 20.0, "seconds": 0.0047}, "2": {"passes": 1.0, "seconds": 0.0008}}
+    assert gc_pauses("", "tail") == {}
