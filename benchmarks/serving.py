@@ -324,19 +324,28 @@ def _single_row_phases(result: dict[str, Any], app: Any, url: str, singles: list
     result["http_floor"] = asyncio.run(http_floor(app.url + "/healthz", clients=args.clients,
                                                   duration=args.duration / 2))
     print(f"  HTTP floor (GET /healthz, no stage): {result['http_floor']['requests_per_s']:.0f} req/s", flush=True)
-    peak = asyncio.run(closed_loop(url, singles, 1, clients=args.clients, duration=args.duration / 2,
-                                   max_requests=args.max_requests))
+    peak, half = single_row_load(url, singles, clients=args.clients, peak_s=args.duration / 2,
+                                 half_s=args.duration, seed=args.seed, max_requests=args.max_requests)
     result["single_row_peak"] = peak
-    before = process_cpu()
-    half = asyncio.run(open_loop(url, singles, rate=HALF_LOAD * peak["requests_per_s"], duration=args.duration,
-                                 seed=args.seed))
-    agent_s = group_cpu(before, process_cpu(), {"agent": lambda _, title: title.startswith(METRICS_AGENT)})["agent"]
-    # Ray's metrics agent ingests every process's metrics at each export; its bursts set the tail
-    half["metrics_agent_cpu_ms_per_request"] = 1000.0 * agent_s / max(half["requests"], 1)
     result["single_row"] = half
     print(f"  single row: peak {peak['requests_per_s']:.0f} req/s; at half load p50 {half['p50_ms']:.1f} ms, "
           f"p99 {half['p99_ms']:.1f} ms; by level {_by_level(half)}; {_tail(half)}; Ray's metrics agent "
           f"{half['metrics_agent_cpu_ms_per_request']:.3f} ms of CPU per request", flush=True)
+
+
+def single_row_load(url: str, singles: list[bytes], *, clients: int, peak_s: float, half_s: float, seed: int,
+                    max_requests: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Single rows: the peak from a closed loop of ``clients`` for ``peak_s``, then half of it
+    offered as a Poisson open loop for ``half_s``, with the CPU Ray's metrics agent took in that
+    phase (``metrics_agent_cpu_s``, and per request): it ingests every process's metrics at each
+    export, and its bursts set the tail."""
+    peak = asyncio.run(closed_loop(url, singles, 1, clients=clients, duration=peak_s, max_requests=max_requests))
+    before = process_cpu()
+    half = asyncio.run(open_loop(url, singles, rate=HALF_LOAD * peak["requests_per_s"], duration=half_s, seed=seed))
+    agent_s = group_cpu(before, process_cpu(), {"agent": lambda _, title: title.startswith(METRICS_AGENT)})["agent"]
+    half["metrics_agent_cpu_s"] = agent_s
+    half["metrics_agent_cpu_ms_per_request"] = 1000.0 * agent_s / max(half["requests"], 1)
+    return peak, half
 
 
 def _tail(phase: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ collections cost during that phase.
 
 Each repeat deploys the app on a fresh Ray (as ``deploy`` starts one), warms it for 3 s, measures
 its single-row peak with a closed loop for 5 s, then offers half of it as a Poisson open loop for
-``--seconds``, on a settled load-generator heap. To compare two versions of the code, run this
+``--seconds`` (``benchmarks.serving.single_row_load``, the phases of ``benchmarks.serving``). To compare two versions of the code, run this
 in each checkout in turn (old, new, old, ...): a fresh Ray per repeat keeps the sides apart, and
 the spread between repeats on a small machine is as large as most differences.
 """
@@ -25,9 +25,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.serving import HALF_LOAD, METRICS_AGENT
-from serving.core.procstat import group_cpu, process_cpu
-from serving.measure.loadgen import closed_loop, open_loop, payloads, settled_heap
+from benchmarks.serving import single_row_load
+from serving.measure.loadgen import closed_loop, payloads
 
 #: seconds of warm-up and of the peak measurement before the half-load phase
 WARM_S, PEAK_S = 3.0, 5.0
@@ -54,12 +53,8 @@ def one_run(workload: Any, opt: Any, args: argparse.Namespace, repeat: int) -> d
         singles, _ = payloads(workload.X_test, 1, limit=400)
         url = app.url + "/predict"
         asyncio.run(closed_loop(url, singles, 1, clients=CLIENTS, duration=WARM_S, max_requests=10**9))
-        peak = asyncio.run(closed_loop(url, singles, 1, clients=CLIENTS, duration=PEAK_S, max_requests=10**9))
-        before = process_cpu()
-        with settled_heap():
-            half = asyncio.run(open_loop(url, singles, rate=HALF_LOAD * peak["requests_per_s"],
-                                         duration=args.seconds, seed=args.seed + repeat))
-        agent_s = group_cpu(before, process_cpu(), {"agent": lambda _, t: t.startswith(METRICS_AGENT)})["agent"]
+        peak, half = single_row_load(url, singles, clients=CLIENTS, peak_s=PEAK_S, half_s=args.seconds,
+                                     seed=args.seed + repeat, max_requests=10**9)
         time.sleep(EXPORT_WAIT_S)
         with urllib.request.urlopen(app.url + "/metrics", timeout=30) as r:
             pauses = gc_pauses(r.read().decode(), "tail")
@@ -67,8 +62,8 @@ def one_run(workload: Any, opt: Any, args: argparse.Namespace, repeat: int) -> d
         app.shutdown()
     return {"peak_rps": peak["requests_per_s"], "offered_rps": half["offered_rps"], "requests": half["requests"],
             "errors": half["errors"], "p50_ms": half["p50_ms"], "p99_ms": half["p99_ms"],
-            "p99_over_p50": half["p99_ms"] / half["p50_ms"], "metrics_agent_cpu_s": agent_s,
-            "metrics_agent_cpu_ms_per_request": 1000.0 * agent_s / max(half["requests"], 1),
+            "p99_over_p50": half["p99_ms"] / half["p50_ms"], "metrics_agent_cpu_s": half["metrics_agent_cpu_s"],
+            "metrics_agent_cpu_ms_per_request": half["metrics_agent_cpu_ms_per_request"],
             "gc_pauses_since_start": pauses}
 
 

@@ -9,16 +9,12 @@ left behind; ``willump_gc_pause_seconds`` shows what they still cost, by generat
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import logging
 import time
 from collections import deque
 from collections.abc import Callable
 
-from serving.runtime.loop_task import LoopTask
-
-log = logging.getLogger(__name__)
+from serving.runtime.loop_task import PeriodicTask
 
 #: the youngest generation whose collections are timed (generation 0's take microseconds)
 TIMED_GENERATION = 1
@@ -28,7 +24,7 @@ PAUSES_INTERVAL_S = 1.0
 MAX_PENDING_PAUSES = 10_000
 
 
-class GcPauses(LoopTask):
+class GcPauses(PeriodicTask):
     """Times the collector's passes over generation ``min_generation`` and older (``gc.callbacks``)
     and hands each ``(generation, seconds)`` to ``observe`` on the event loop every ``interval_s``:
     the callback itself only appends (it runs inside whatever allocation set the collection off,
@@ -36,11 +32,10 @@ class GcPauses(LoopTask):
 
     def __init__(self, observe: Callable[[int, float], None], interval_s: float = PAUSES_INTERVAL_S,
                  min_generation: int = TIMED_GENERATION, clock: Callable[[], float] = time.perf_counter):
-        if not interval_s > 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        super().__init__(self.drain, interval_s, "collector pauses not reported")
         if min_generation not in (0, 1, 2):
             raise ValueError(f"min_generation must be 0, 1 or 2, got {min_generation!r}")
-        self.observe, self.interval_s, self.min_generation, self.clock = observe, float(interval_s), min_generation, clock
+        self.observe, self.min_generation, self.clock = observe, min_generation, clock
         self.pending: deque[tuple[int, float]] = deque(maxlen=MAX_PENDING_PAUSES)
         self._began: float | None = None
 
@@ -54,25 +49,19 @@ class GcPauses(LoopTask):
             self._began = None
 
     def start(self) -> None:
-        super().start()  # on the running loop, or it raises before the hook goes in
-        if self._task is not None and self._callback not in gc.callbacks:
-            gc.callbacks.append(self._callback)
+        """On the running loop (it raises before the hook goes in without one); the hook goes in
+        with the task, so a later call (every request makes one) costs one attribute test."""
+        if self._task is not None:
+            return
+        super().start()
+        gc.callbacks.append(self._callback)
 
     def drain(self) -> None:
         """Hand the pauses timed so far to ``observe``."""
         while self.pending:
             self.observe(*self.pending.popleft())
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                self.drain()
-            except Exception:  # one failed hand-over must not end the timing for the replica's life
-                log.exception("collector pauses not reported")
-
     def stop(self) -> None:
-        super().stop()
         if self._callback in gc.callbacks:
             gc.callbacks.remove(self._callback)
-        self.drain()
+        super().stop()  # and the last hand-over

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import logging
 import math
 import threading
 import time
@@ -43,9 +42,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from serving.runtime.loop_task import LoopTask
-
-log = logging.getLogger(__name__)
+from serving.runtime.loop_task import PeriodicTask
 
 #: latency buckets in seconds, from sub-millisecond stage calls to slow cold starts
 LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
@@ -125,7 +122,7 @@ class ServingMetrics:
         unless given)."""
         if counter is None:
             from ray.util.metrics import Counter as counter
-        if not flush_interval_s > 0:
+        if not flush_interval_s > 0:  # named as the caller named it
             raise ValueError(f"flush_interval_s must be > 0, got {flush_interval_s!r}")
         self.app = app
         self._m: dict[str, Any] = {}
@@ -142,7 +139,7 @@ class ServingMetrics:
         self._lock = threading.Lock()
         #: (family, tags) -> [per-bucket counts (+Inf last), sum] gathered since the last flush
         self._pending: dict[tuple[str, tuple[tuple[str, str], ...]], list] = {}
-        self.flusher = _Flusher(self.flush, flush_interval_s)
+        self.flusher = PeriodicTask(self.flush, flush_interval_s, "histogram counts not published")
 
     def count(self, name: str, value: float = 1.0, **tags: str) -> None:
         if value > 0:
@@ -181,25 +178,6 @@ class ServingMetrics:
                 at_or_under -= n
             if total > 0:  # a counter takes no 0; aggregate lists a missing sum as 0
                 self._m[name + "_sum"].inc(total, tags=labels)
-
-
-class _Flusher(LoopTask):
-    """Calls ``flush`` every ``interval_s`` on the replica's event loop, and once more at :meth:`stop`."""
-
-    def __init__(self, flush: Callable[[], None], interval_s: float):
-        self.flush, self.interval_s = flush, float(interval_s)
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                self.flush()
-            except Exception:  # one bad flush must not end publishing for the replica's life
-                log.exception("histogram counts not published")
-
-    def stop(self) -> None:
-        super().stop()
-        self.flush()
 
 
 _endpoints: tuple[float, list[str]] = (0.0, [])

@@ -86,3 +86,18 @@ def test_bad_settings_are_refused_by_name():
         GcPauses(print, interval_s=0)
     with pytest.raises(ValueError, match="min_generation"):
         GcPauses(print, min_generation=3)
+
+
+def test_a_start_on_every_request_installs_the_hook_once():
+    pauses = GcPauses(print)
+
+    async def run():
+        for _ in range(3):
+            pauses.start()
+        assert gc.callbacks.count(pauses._callback) == 1
+
+    try:
+        asyncio.run(run())
+    finally:
+        pauses.stop()
+    assert pauses._callback not in gc.callbacks

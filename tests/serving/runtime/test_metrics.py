@@ -184,7 +184,7 @@ def test_a_flush_that_fails_is_logged_and_the_next_one_publishes(caplog):
             raise RuntimeError("export refused")
         real()
 
-    metrics.flusher.flush = flaky
+    metrics.flusher.call = flaky
 
     asyncio.run(observe_until_published(metrics, counters))
     assert len(calls) >= 2 and published(counters, "willump_event_loop_lag_seconds")["count"] == 1
