@@ -59,6 +59,8 @@ def kind(cmdline: str) -> str:
         if name.startswith("IDLE"):
             return "Ray: idle worker"
         return f"Ray actor/task: {name.split('.')[0][:40]}"
+    if os.path.basename(cmdline.split(" ", 1)[0]) == "raylet":  # its arguments name default_worker.py
+        return "Ray: raylet"
     for part, name in _DAEMONS:
         if part in cmdline:
             return name

@@ -19,6 +19,9 @@ from benchmarks.suite_cpu import kind, main, report, sample
     ("/venv/lib/python3.11/site-packages/ray/core/src/ray/gcs/gcs_server --log_dir=x", "Ray: GCS"),
     ("/venv/bin/python -u /venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py "
      "--raylet-name=/tmp/ray/raylet", "Ray: worker starting"),
+    ("/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --raylet_socket_name=/tmp/ray/s/raylet "
+     "--python_worker_command=/venv/bin/python -u /venv/lib/python3.11/site-packages/ray/_private/workers/"
+     "default_worker.py --node-ip-address=127.0.0.1", "Ray: raylet"),
     ("/venv/bin/python -c import sys;exec(eval(sys.stdin.readline()))", "pytest"),
     ("/usr/sbin/haproxy -f cfg", "HAProxy"),
     ("/usr/bin/bash -c true", "other: bash"),

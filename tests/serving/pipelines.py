@@ -39,8 +39,9 @@ def set_delay(seconds: float) -> None:
 
 
 def set_row_delay(seconds: float) -> None:
-    """Every row through the cheap level's second feature costs this long (a lookup per row:
-    the cheap stage's capacity per thread becomes 1 / seconds rows/s)."""
+    """Every row through the cheap level's feature costs this long (a lookup per row, which
+    every row takes, however confident the cheap level is: the cheap stage's capacity per
+    thread becomes 1 / seconds rows/s)."""
     _set("row_delay", seconds)
 
 
@@ -78,14 +79,14 @@ def _get(name: str) -> float:
 def cheap_a(df):
     if (df["a"] == POISON).any():
         raise ValueError("poisoned row")
+    delay = _get("row_delay")
+    if delay > 0:
+        time.sleep(delay * len(df))
     return df[["a"]].to_numpy()
 
 
 @willump.feature
 def medium_b(df):
-    delay = _get("row_delay")
-    if delay > 0:
-        time.sleep(delay * len(df))
     return df[["b"]].to_numpy()
 
 
