@@ -19,10 +19,13 @@ $(STAMP): pyproject.toml
 demo: venv
 	$(BIN)/python examples/demo.py
 
+# pytest caches its rewritten test modules only where bytecode may be written: on a machine that
+# sets PYTHONDONTWRITEBYTECODE every later run's workers rewrote every test module again (4 of
+# each worker's 10 CPU s of collection)
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/python -m compileall -q serving willump drift pipelines benchmarks examples tests
-	$(BIN)/python -m pytest -n 3 --dist loadgroup --durations=20
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 3 --dist loadgroup --durations=20
 
 bench: venv
 	$(BIN)/python -m benchmarks.workloads
