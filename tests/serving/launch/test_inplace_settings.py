@@ -143,12 +143,13 @@ def test_serve_deploy_changes_the_settings_in_place_and_a_bad_edit_is_refused(da
     replicas = _ingress_replicas(dashboard)
     assert len(replicas) >= 1
 
-    # a good edit: applied by the running replicas
-    _deploy(dashboard, _edited(first, tmp_path / "good.yaml", deadline_ms=777.0, max_in_flight=5))
-    wait_for(lambda: plan()["live_settings"]["deadline_ms"] == 777.0, timeout=120, interval=1.0,
+    # a good edit: applied by the running replicas (a deadline longer than the default, so the
+    # requests after it answer on a loaded machine too: 777 ms once expired in a suite run)
+    _deploy(dashboard, _edited(first, tmp_path / "good.yaml", deadline_ms=45_000.0, max_in_flight=5))
+    wait_for(lambda: plan()["live_settings"]["deadline_ms"] == 45_000.0, timeout=120, interval=1.0,
              message="the new deadline to apply")
     wait_for(running, timeout=120, interval=2.0, message="the update to complete")
-    assert plan()["live_settings"] == {**deployed, "deadline_ms": 777.0, "max_in_flight": 5}
+    assert plan()["live_settings"] == {**deployed, "deadline_ms": 45_000.0, "max_in_flight": 5}
     r = requests.post(url + "/predict", json={"rows": request_rows.iloc[:8].to_dict("records")}, timeout=60)
     assert r.status_code == 200, r.text
 
@@ -158,7 +159,7 @@ def test_serve_deploy_changes_the_settings_in_place_and_a_bad_edit_is_refused(da
              message="the bad edit to be refused")
     refused = plan()
     assert "gear" in refused["live_settings_rejected"]["error"]
-    assert refused["live_settings"]["deadline_ms"] == 777.0
+    assert refused["live_settings"]["deadline_ms"] == 45_000.0
     wait_for(running, timeout=120, interval=2.0, message="Serve to count the update done")
     assert _ingress_replicas(dashboard) == replicas  # the same replica actors throughout
     r = requests.post(url + "/predict", json={"rows": request_rows.iloc[:8].to_dict("records")}, timeout=60)
