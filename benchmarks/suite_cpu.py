@@ -39,8 +39,11 @@ INTERVAL_S = 1.0
 _DAEMONS = (("default_worker.py", "Ray: worker starting"), ("gcs_server", "Ray: GCS"), ("/raylet", "Ray: raylet"), ("dashboard/agent.py", "Ray: dashboard agent"),
             ("runtime_env/agent", "Ray: runtime-env agent"), ("dashboard/dashboard.py", "Ray: dashboard"),
             ("log_monitor", "Ray: log monitor"), ("autoscaler/_private/monitor.py", "Ray: monitor"),
-            ("haproxy", "HAProxy"), ("pytest", "pytest"),
+            ("haproxy", "HAProxy"), (" -m pytest", "pytest"),
             ("execnet", "pytest"))
+#: kinds told by the executable's name first: the raylet's arguments name default_worker.py, and
+#: a test's subprocess names paths under /tmp/pytest-of-USER (a served app is not pytest)
+_EXECUTABLES = {"raylet": "Ray: raylet", "pytest": "pytest"}
 _HZ = os.sysconf("SC_CLK_TCK")
 
 
@@ -59,8 +62,9 @@ def kind(cmdline: str) -> str:
         if name.startswith("IDLE"):
             return "Ray: idle worker"
         return f"Ray actor/task: {name.split('.')[0][:40]}"
-    if os.path.basename(cmdline.split(" ", 1)[0]) == "raylet":  # its arguments name default_worker.py
-        return "Ray: raylet"
+    executable = os.path.basename(cmdline.split(" ", 1)[0])
+    if executable in _EXECUTABLES:
+        return _EXECUTABLES[executable]
     for part, name in _DAEMONS:
         if part in cmdline:
             return name

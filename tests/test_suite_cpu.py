@@ -23,6 +23,9 @@ from benchmarks.suite_cpu import kind, main, report, sample
      "--python_worker_command=/venv/bin/python -u /venv/lib/python3.11/site-packages/ray/_private/workers/"
      "default_worker.py --node-ip-address=127.0.0.1", "Ray: raylet"),
     ("/venv/bin/python -c import sys;exec(eval(sys.stdin.readline()))", "pytest"),
+    ("/venv/bin/python -m pytest -n 3", "pytest"),
+    ("/venv/bin/pytest tests", "pytest"),
+    ("/venv/bin/python -m serving.cli serve /tmp/pytest-of-root/pytest-3/test_serve0/app.willump", "other: python"),
     ("/usr/sbin/haproxy -f cfg", "HAProxy"),
     ("/usr/bin/bash -c true", "other: bash"),
 ])
