@@ -20,7 +20,8 @@ one value per series. The sums are exact (Ray's are bucket midpoints).
 
 Sum ``ray_willump_*`` over the ``WorkerId`` label for app totals. The app's own ``GET
 /metrics`` does that sum and rebuilds the histograms under their usual names: it reads every
-alive node's endpoint and answers exact totals across ingress replicas (as of each replica's
+alive node's endpoint (a read another replica on this machine made in the last
+``METRICS_SHARE_S`` serves) and answers exact totals across ingress replicas (as of each replica's
 last export, ``RAY_metrics_report_interval_ms``: 5 s in a Ray that deploy starts unless the
 environment sets it, Ray's default otherwise; the histograms as of the last flush before it),
 with the names unprefixed. A replica that died takes its counts with it (Prometheus sees a
@@ -33,8 +34,6 @@ import asyncio
 import bisect
 import math
 import threading
-import time
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from serving.runtime.loop_task import PeriodicTask
+from serving.runtime.node_scrape import metric_nodes, read_shared
 
 #: latency buckets in seconds, from sub-millisecond stage calls to slow cold starts
 LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
@@ -56,10 +56,10 @@ RAY_PREFIX = "ray_"
 #: the series a histogram family is published as, and the suffix Ray gives a counter
 HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
 COUNTER_SUFFIX = "_total"
-#: how long the list of nodes' metric endpoints is reused (seconds)
-ENDPOINTS_TTL_S = 10.0
-#: per-node read timeout of GET /metrics (seconds)
-SCRAPE_TIMEOUT_S = 5.0
+#: seconds a read of a node's endpoint that any replica on this machine made answers GET /metrics
+#: (serving.runtime.node_scrape): Ray's export renews the endpoint every few seconds, so Prometheus
+#: scraping several replicas, or several apps, at once costs the node's metrics agent one render
+METRICS_SHARE_S = 1.0
 
 #: name -> (kind, description, tag keys)
 FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -180,35 +180,6 @@ class ServingMetrics:
                 self._m[name + "_sum"].inc(total, tags=labels)
 
 
-_endpoints: tuple[float, list[str]] = (0.0, [])
-
-
-def metric_endpoints() -> list[str]:
-    """``host:port`` of every alive node's Ray metrics export endpoint."""
-    global _endpoints
-    stamp, cached = _endpoints
-    if cached and time.monotonic() - stamp < ENDPOINTS_TTL_S:
-        return cached
-    import ray
-
-    found = [f"{n['NodeManagerAddress']}:{n['MetricsExportPort']}" for n in ray.nodes()
-             if n.get("Alive") and n.get("MetricsExportPort")]
-    _endpoints = (time.monotonic(), found)
-    return found
-
-
-def _read(endpoint: str) -> str:
-    """The app families' lines of a node's endpoint. The endpoint carries every Ray and Serve
-    family (about 500 KB for one app); parsing all of it cost about 100 ms of CPU, holding the
-    GIL, so the lines are filtered before any parser sees them."""
-    try:
-        with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=SCRAPE_TIMEOUT_S) as r:
-            text = r.read().decode()
-    except OSError:  # a node going away: its replicas' counts go with it
-        return ""
-    return "".join(line + "\n" for line in text.splitlines() if "willump_" in line)
-
-
 def _family_of(ray_family: str) -> tuple[str, str] | None:
     """(FAMILIES name, sample-name stem) of a family as Ray exports it, or None if not ours."""
     name = ray_family[len(RAY_PREFIX):] if ray_family.startswith(RAY_PREFIX) else ray_family
@@ -278,6 +249,7 @@ def _order(key: tuple) -> tuple:
 
 async def exact_totals(app: str) -> str:
     """The app's metrics summed over every replica on every node (GET /metrics)."""
-    endpoints = await asyncio.to_thread(metric_endpoints)
-    texts = await asyncio.gather(*(asyncio.to_thread(_read, e) for e in endpoints))
-    return aggregate(list(texts), app)
+    nodes = await asyncio.to_thread(metric_nodes)
+    reads = await asyncio.gather(*(asyncio.to_thread(read_shared, node, endpoint, METRICS_SHARE_S)
+                                   for node, endpoint in nodes))
+    return aggregate([text for text, _ in reads], app)

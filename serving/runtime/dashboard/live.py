@@ -32,7 +32,8 @@ from serving.core.schema import RequestError
 from serving.runtime.calls import wait_or_cancel
 from serving.runtime.dashboard.timeseries import HISTORY_S, SAMPLE_S, MetricRing, Snapshot
 from serving.runtime.dashboard.view import certified_shares, model, slo_ms, to_json
-from serving.runtime.metrics import _read, aggregate, metric_endpoints
+from serving.runtime.metrics import aggregate
+from serving.runtime.node_scrape import metric_nodes, read_shared
 
 log = logging.getLogger("ray.serve")
 
@@ -43,9 +44,10 @@ MONITOR_TTL_S = 15.0
 #: seconds after the last page view during which the monitor's answers are kept fresh and the
 #: totals sampled every SAMPLE_S
 WATCH_S = 120.0
-#: seconds between samples while nobody watches: a sample makes Ray's metrics agent render its
-#: whole node endpoint (about 90 ms of its CPU for one app on the project machine), and every
-#: ingress replica samples; a view samples at once and then every SAMPLE_S again
+#: seconds between samples while nobody watches: a read makes Ray's metrics agent render its
+#: whole node endpoint (about 40 ms of its CPU for one app on the project machine; every ingress
+#: replica of every app on the machine shares one read a period, serving.runtime.node_scrape);
+#: a view samples at once and then every SAMPLE_S again
 IDLE_SAMPLE_S = 30.0
 #: seconds the first page view waits for the monitor's first answer
 FIRST_WAIT_S = 8.0
@@ -75,12 +77,15 @@ PLAN_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def read_totals(app: str) -> Snapshot:
-    """The app's totals across replicas and nodes as a snapshot (blocking: run in a thread)."""
+def read_totals(app: str, max_age_s: float = 0.0) -> Snapshot:
+    """The app's totals across replicas and nodes as a snapshot (blocking: run in a thread),
+    from reads of the nodes' endpoints no older than ``max_age_s`` that any replica on this
+    machine made (serving.runtime.node_scrape), timed at the oldest of them."""
 
     started, cpu0 = time.perf_counter(), time.thread_time()
-    text = aggregate([_read(e) for e in metric_endpoints()], app)  # _read keeps the app families' lines
-    snap = Snapshot.parse(text)
+    reads = [read_shared(node, endpoint, max_age_s) for node, endpoint in metric_nodes()]
+    snap = Snapshot.parse(aggregate([text for text, _ in reads], app),
+                          t=min((at for _, at in reads), default=None))
     snap.cost_s, snap.cpu_s = time.perf_counter() - started, time.thread_time() - cpu0
     return snap
 
@@ -168,7 +173,8 @@ class Dashboard:
     async def _sample_forever(self) -> None:
         while True:
             try:
-                snap = await asyncio.to_thread(read_totals, self.name)
+                # a read another replica made within this replica's own period serves it too
+                snap = await asyncio.to_thread(read_totals, self.name, self._period())
                 self.ring.add(snap)
                 if self._watched() and self._monitor_stale():
                     self.refresh_monitor()
@@ -183,9 +189,12 @@ class Dashboard:
         if self._viewed is None:
             self._viewed = asyncio.Event()
         self._viewed.clear()
-        wait = self.ring.sample_s if self._watched() else max(self.ring.sample_s, IDLE_SAMPLE_S)
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._viewed.wait(), wait)
+            await asyncio.wait_for(self._viewed.wait(), self._period())
+
+    def _period(self) -> float:
+        """Seconds between samples: SAMPLE_S while watched, IDLE_SAMPLE_S otherwise."""
+        return self.ring.sample_s if self._watched() else max(self.ring.sample_s, IDLE_SAMPLE_S)
 
     def _watched(self) -> bool:
         return time.monotonic() - self.last_view < WATCH_S

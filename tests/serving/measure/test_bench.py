@@ -294,3 +294,11 @@ def test_the_tail_benchmark_reads_the_ingress_gc_pauses_from_metrics_text():
     ])
     assert gc_pauses(text, "tail") == {"1": {"passes": 20.0, "seconds": 0.0047}, "2": {"passes": 1.0, "seconds": 0.0008}}
     assert gc_pauses("", "tail") == {}
+
+
+def test_agent_idle_refuses_bad_arguments():
+    from benchmarks import agent_idle
+
+    for bad in (["--apps", "0"], ["--ingress-replicas", "0"], ["--seconds", "0"], ["--repeats", "0"]):
+        with pytest.raises(SystemExit):
+            agent_idle.main(bad)

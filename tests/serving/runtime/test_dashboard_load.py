@@ -197,8 +197,8 @@ def test_the_sampler_waits_longer_while_nobody_watches_and_a_view_wakes_it(monke
     monkeypatch.setattr(dashboard_module, "IDLE_SAMPLE_S", 3600.0)
     samples = []
 
-    def fake_totals(app):
-        samples.append(app)
+    def fake_totals(app, max_age_s):
+        samples.append(max_age_s)  # how old a read another replica made may be: this one's period
         return make_ring(2).latest()
 
     monkeypatch.setattr(dashboard_module, "read_totals", fake_totals)
@@ -224,3 +224,4 @@ def test_the_sampler_waits_longer_while_nobody_watches_and_a_view_wakes_it(monke
     idle, watched = asyncio.run(scenario())
     assert idle == 1  # ten sample periods passed unwatched: no second sample
     assert watched >= idle + 3
+    assert samples[0] == 3600.0 and set(samples[1:]) == {0.01}
