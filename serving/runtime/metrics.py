@@ -34,6 +34,7 @@ import asyncio
 import bisect
 import math
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -60,6 +61,8 @@ COUNTER_SUFFIX = "_total"
 #: (serving.runtime.node_scrape): Ray's export renews the endpoint every few seconds, so Prometheus
 #: scraping several replicas, or several apps, at once costs the node's metrics agent one render
 METRICS_SHARE_S = 1.0
+#: the shared reads GET /metrics takes (serving.runtime.node_scrape)
+SCRAPE_SLOT = "scrape"
 
 #: name -> (kind, description, tag keys)
 FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -250,6 +253,7 @@ def _order(key: tuple) -> tuple:
 async def exact_totals(app: str) -> str:
     """The app's metrics summed over every replica on every node (GET /metrics)."""
     nodes = await asyncio.to_thread(metric_nodes)
-    reads = await asyncio.gather(*(asyncio.to_thread(read_shared, node, endpoint, METRICS_SHARE_S)
+    fresh_after = time.time() - METRICS_SHARE_S
+    reads = await asyncio.gather(*(asyncio.to_thread(read_shared, node, endpoint, fresh_after, slot=SCRAPE_SLOT)
                                    for node, endpoint in nodes))
     return aggregate([text for text, _ in reads], app)

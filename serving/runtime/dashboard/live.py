@@ -33,7 +33,7 @@ from serving.runtime.calls import wait_or_cancel
 from serving.runtime.dashboard.timeseries import HISTORY_S, SAMPLE_S, MetricRing, Snapshot
 from serving.runtime.dashboard.view import certified_shares, model, slo_ms, to_json
 from serving.runtime.metrics import aggregate
-from serving.runtime.node_scrape import metric_nodes, read_shared
+from serving.runtime.node_scrape import metric_nodes, period_start, read_app_lines, read_shared
 
 log = logging.getLogger("ray.serve")
 
@@ -47,8 +47,14 @@ WATCH_S = 120.0
 #: seconds between samples while nobody watches: a read makes Ray's metrics agent render its
 #: whole node endpoint (about 40 ms of its CPU for one app on the project machine; every ingress
 #: replica of every app on the machine shares one read a period, serving.runtime.node_scrape);
-#: a view samples at once and then every SAMPLE_S again
+#: a view samples at once (the read of the current SAMPLE_S period) and then every SAMPLE_S again
 IDLE_SAMPLE_S = 30.0
+#: seconds the nodes' reads in one snapshot may lie apart (an older one is read again): each node's
+#: counts are as of its own read, the snapshot's time one for all
+READ_SPREAD_S = 1.0
+#: seconds after a grid period starts that the samplers wake (a timer that fires a little early
+#: would find the period before)
+GRID_LAG_S = 0.05
 #: seconds the first page view waits for the monitor's first answer
 FIRST_WAIT_S = 8.0
 #: seconds one monitor snapshot may take before it counts as failed
@@ -77,15 +83,25 @@ PLAN_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def read_totals(app: str, max_age_s: float = 0.0) -> Snapshot:
-    """The app's totals across replicas and nodes as a snapshot (blocking: run in a thread),
-    from reads of the nodes' endpoints no older than ``max_age_s`` that any replica on this
-    machine made (serving.runtime.node_scrape), timed at the oldest of them."""
+def read_totals(app: str, period_s: float | None = None) -> Snapshot:
+    """The app's totals across replicas and nodes as a snapshot (blocking: run in a thread).
+    With ``period_s``, from the first reads of the nodes' endpoints made in the current period
+    of the grid every sampler of that period on this machine shares (serving.runtime.node_scrape),
+    so a sampler's snapshots stay a period apart however many replicas read; the nodes' reads
+    within ``READ_SPREAD_S`` of each other, the snapshot timed at the oldest."""
 
     started, cpu0 = time.perf_counter(), time.thread_time()
-    reads = [read_shared(node, endpoint, max_age_s) for node, endpoint in metric_nodes()]
-    snap = Snapshot.parse(aggregate([text for text, _ in reads], app),
-                          t=min((at for _, at in reads), default=None))
+    nodes = metric_nodes()
+    if period_s is None:
+        reads = [((read_app_lines(endpoint) or ""), time.time()) for _, endpoint in nodes]
+    else:
+        slot = f"dashboard-{period_s:g}"
+        reads = [read_shared(node, endpoint, period_start(period_s), slot=slot) for node, endpoint in nodes]
+        newest = max((at for _, at in reads), default=0.0)
+        reads = [read if read[1] >= newest - READ_SPREAD_S
+                 else read_shared(node, endpoint, newest - READ_SPREAD_S, slot=slot)
+                 for (node, endpoint), read in zip(nodes, reads, strict=True)]
+    snap = Snapshot.parse(aggregate([text for text, _ in reads], app), t=min((at for _, at in reads), default=None))
     snap.cost_s, snap.cpu_s = time.perf_counter() - started, time.thread_time() - cpu0
     return snap
 
@@ -173,7 +189,7 @@ class Dashboard:
     async def _sample_forever(self) -> None:
         while True:
             try:
-                # a read another replica made within this replica's own period serves it too
+                # the first read on this machine in the current period serves every sampler of that period
                 snap = await asyncio.to_thread(read_totals, self.name, self._period())
                 self.ring.add(snap)
                 if self._watched() and self._monitor_stale():
@@ -185,12 +201,16 @@ class Dashboard:
             await self._pause()
 
     async def _pause(self) -> None:
-        """SAMPLE_S while someone watches; IDLE_SAMPLE_S otherwise, cut short by a view."""
+        """Until the next period of the shared grid (SAMPLE_S while someone watches, IDLE_SAMPLE_S
+        otherwise), cut short by a view: every sampler on the machine wakes together and one
+        read serves them all."""
         if self._viewed is None:
             self._viewed = asyncio.Event()
         self._viewed.clear()
+        period = self._period()
+        wait = period_start(period) + period - time.time() + min(GRID_LAG_S, period / 10)
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._viewed.wait(), self._period())
+            await asyncio.wait_for(self._viewed.wait(), max(wait, 0.0))
 
     def _period(self) -> float:
         """Seconds between samples: SAMPLE_S while watched, IDLE_SAMPLE_S otherwise."""

@@ -131,7 +131,7 @@ class MetricRing:
 
     def add(self, snap: Snapshot) -> None:
         if self.snapshots and snap.t <= self.snapshots[-1].t:
-            return  # a clock step back: keep the series monotone
+            return  # a clock step back, or the same shared read again: keep the series monotone
         self.snapshots.append(snap)
 
     @property

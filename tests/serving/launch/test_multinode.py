@@ -108,7 +108,7 @@ def test_both_ingress_replicas_answer_through_the_head(app, request_rows):
     assert codes == [200] * 40
 
     def workers() -> set[str]:
-        raw = "".join(read_app_lines(e) for e in metric_endpoints())
+        raw = "".join(read_app_lines(e) or "" for e in metric_endpoints())
         return {line.split('NodeAddress="')[0] + line.split('WorkerId="')[1].split('"')[0]
                 for line in raw.splitlines()
                 if line.startswith("ray_willump_requests_total") and 'app="multi"' in line
