@@ -24,6 +24,8 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
+import random
 import time
 from concurrent.futures import Executor
 from typing import Any
@@ -52,8 +54,8 @@ IDLE_SAMPLE_S = 30.0
 #: seconds the nodes' reads in one snapshot may lie apart (an older one is read again): each node's
 #: counts are as of its own read, the snapshot's time one for all
 READ_SPREAD_S = 1.0
-#: seconds after a grid period starts that the samplers wake (a timer that fires a little early
-#: would find the period before)
+#: seconds from a grid period's edges within which no sampler wakes (a timer that fires a little
+#: early would find the period before)
 GRID_LAG_S = 0.05
 #: seconds the first page view waits for the monitor's first answer
 FIRST_WAIT_S = 8.0
@@ -106,6 +108,16 @@ def read_totals(app: str, period_s: float | None = None) -> Snapshot:
     return snap
 
 
+def next_wake(period_s: float, phase: float, now: float | None = None) -> float:
+    """When a sampler of phase ``phase`` next wakes (epoch seconds): ``phase`` of the way into a
+    period of the shared grid, kept ``GRID_LAG_S`` from the period's edges (a timer that fires
+    a little early must not find the period before), after ``now``."""
+    now = time.time() if now is None else now
+    lag = min(GRID_LAG_S, period_s / 10)
+    at = period_start(period_s, now) + lag + phase * (period_s - 2 * lag)
+    return at if at > now else at + period_s
+
+
 def plan_metrics(info: dict[str, Any]) -> str:
     """The :data:`PLAN_FAMILIES` gauges as Prometheus text."""
 
@@ -148,8 +160,14 @@ class Dashboard:
     """The ingress replica's dashboard state: the metric ring, the monitor cache, the page."""
 
     def __init__(self, info: dict[str, Any], monitor: Any | None, *, sample_s: float = SAMPLE_S,
-                 history_s: float = HISTORY_S, refresh_s: float = REFRESH_S):
+                 history_s: float = HISTORY_S, refresh_s: float = REFRESH_S, phase: float | None = None):
+        if phase is not None and not 0.0 <= phase < 1.0:
+            raise ValueError(f"phase must be in [0, 1), got {phase!r}")
         self.info = info
+        #: where in each period of the shared grid this sampler wakes (a share of the period): its
+        #: own, so the replicas' samplers spread their parsing over the period, while the one
+        #: that wakes first in each period makes the read they all take (seeded by the process id)
+        self.phase = random.Random(os.getpid()).random() if phase is None else float(phase)
         self.name = info["name"]
         self.monitor = monitor
         self.refresh_s = float(refresh_s)
@@ -201,16 +219,13 @@ class Dashboard:
             await self._pause()
 
     async def _pause(self) -> None:
-        """Until the next period of the shared grid (SAMPLE_S while someone watches, IDLE_SAMPLE_S
-        otherwise), cut short by a view: every sampler on the machine wakes together and one
-        read serves them all."""
+        """Until this sampler's phase in the next period of the shared grid (SAMPLE_S while
+        someone watches, IDLE_SAMPLE_S otherwise), cut short by a view."""
         if self._viewed is None:
             self._viewed = asyncio.Event()
         self._viewed.clear()
-        period = self._period()
-        wait = period_start(period) + period - time.time() + min(GRID_LAG_S, period / 10)
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._viewed.wait(), max(wait, 0.0))
+            await asyncio.wait_for(self._viewed.wait(), next_wake(self._period(), self.phase) - time.time())
 
     def _period(self) -> float:
         """Seconds between samples: SAMPLE_S while watched, IDLE_SAMPLE_S otherwise."""

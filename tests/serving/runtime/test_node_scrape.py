@@ -241,3 +241,15 @@ def test_get_metrics_takes_a_read_of_the_last_second(monkeypatch):
     asyncio.run(metrics.exact_totals("a"))
     ((fresh_after, slot),) = asked
     assert slot == metrics.SCRAPE_SLOT and before - metrics.METRICS_SHARE_S <= fresh_after <= time.time() - 0.9
+
+
+def test_each_sampler_wakes_at_its_own_phase_of_the_shared_grid():
+    assert live.next_wake(5.0, 0.0, now=1000.0) == pytest.approx(1000.05)
+    assert live.next_wake(5.0, 0.5, now=1001.0) == pytest.approx(1002.5)
+    assert live.next_wake(5.0, 0.5, now=1003.0) == pytest.approx(1007.5)  # its phase passed: the next period
+    latest = live.next_wake(5.0, 0.999999, now=1000.0)
+    assert 1000.0 < latest < 1005.0 - live.GRID_LAG_S + 1e-6  # never at the edge of a period
+    with pytest.raises(ValueError, match="phase"):
+        live.Dashboard({"name": "a"}, None, phase=1.0)
+    # deterministic: seeded by the process id (each replica its own phase, the same on every start)
+    assert live.Dashboard({"name": "a"}, None).phase == live.Dashboard({"name": "a"}, None).phase
