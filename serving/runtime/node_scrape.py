@@ -70,11 +70,6 @@ def metric_nodes() -> list[tuple[str, str]]:
     return found
 
 
-def metric_endpoints() -> list[str]:
-    """``host:port`` of every alive node's Ray metrics export endpoint."""
-    return [endpoint for _, endpoint in metric_nodes()]
-
-
 def read_app_lines(endpoint: str) -> str | None:
     """The app families' lines of a node's endpoint, read now; None where the read failed (a
     node going away, an agent restarting: its replicas' counts are missing from this read).

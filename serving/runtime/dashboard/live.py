@@ -35,7 +35,7 @@ from serving.runtime.calls import wait_or_cancel
 from serving.runtime.dashboard.timeseries import HISTORY_S, SAMPLE_S, MetricRing, Snapshot
 from serving.runtime.dashboard.view import certified_shares, model, slo_ms, to_json
 from serving.runtime.metrics import aggregate
-from serving.runtime.node_scrape import metric_nodes, period_start, read_app_lines, read_shared
+from serving.runtime.node_scrape import metric_nodes, period_start, read_shared
 
 log = logging.getLogger("ray.serve")
 
@@ -85,24 +85,21 @@ PLAN_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def read_totals(app: str, period_s: float | None = None) -> Snapshot:
-    """The app's totals across replicas and nodes as a snapshot (blocking: run in a thread).
-    With ``period_s``, from the first reads of the nodes' endpoints made in the current period
-    of the grid every sampler of that period on this machine shares (serving.runtime.node_scrape),
-    so a sampler's snapshots stay a period apart however many replicas read; the nodes' reads
-    within ``READ_SPREAD_S`` of each other, the snapshot timed at the oldest."""
+def read_totals(app: str, period_s: float) -> Snapshot:
+    """The app's totals across replicas and nodes as a snapshot (blocking: run in a thread),
+    from the first reads of the nodes' endpoints made in the current period of the grid every
+    sampler of that period on this machine shares (serving.runtime.node_scrape), so a sampler's
+    snapshots stay a period apart however many replicas read; the nodes' reads within
+    ``READ_SPREAD_S`` of each other, the snapshot timed at the oldest."""
 
     started, cpu0 = time.perf_counter(), time.thread_time()
     nodes = metric_nodes()
-    if period_s is None:
-        reads = [((read_app_lines(endpoint) or ""), time.time()) for _, endpoint in nodes]
-    else:
-        slot = f"dashboard-{period_s:g}"
-        reads = [read_shared(node, endpoint, period_start(period_s), slot=slot) for node, endpoint in nodes]
-        newest = max((at for _, at in reads), default=0.0)
-        reads = [read if read[1] >= newest - READ_SPREAD_S
-                 else read_shared(node, endpoint, newest - READ_SPREAD_S, slot=slot)
-                 for (node, endpoint), read in zip(nodes, reads, strict=True)]
+    slot = f"dashboard-{period_s:g}"
+    reads = [read_shared(node, endpoint, period_start(period_s), slot=slot) for node, endpoint in nodes]
+    newest = max((at for _, at in reads), default=0.0)
+    reads = [read if read[1] >= newest - READ_SPREAD_S
+             else read_shared(node, endpoint, newest - READ_SPREAD_S, slot=slot)
+             for (node, endpoint), read in zip(nodes, reads, strict=True)]
     snap = Snapshot.parse(aggregate([text for text, _ in reads], app), t=min((at for _, at in reads), default=None))
     snap.cost_s, snap.cpu_s = time.perf_counter() - started, time.thread_time() - cpu0
     return snap

@@ -585,9 +585,9 @@ def test_metrics_are_exact_across_ingress_replicas(keyed, request_rows):
     # both replicas served some of them: the total is a sum over replicas, not one replica's count
     import ray
 
-    from serving.runtime.node_scrape import metric_endpoints, read_app_lines
+    from serving.runtime.node_scrape import metric_nodes, read_app_lines
 
-    raw = "".join(read_app_lines(e) or "" for e in metric_endpoints())
+    raw = "".join(read_app_lines(e) or "" for _, e in metric_nodes())
     workers = {line.split('WorkerId="')[1].split('"')[0] for line in raw.splitlines()
                if line.startswith("ray_willump_requests_total") and 'app="keyed"' in line and 'route="predict"' in line}
     assert len(workers) == 2, workers

@@ -99,7 +99,7 @@ def test_both_ingress_replicas_answer_through_the_head(app, request_rows):
     """HAProxy runs on the head; the ingress replica on the worker must be reachable from it."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from serving.runtime.node_scrape import metric_endpoints, read_app_lines
+    from serving.runtime.node_scrape import metric_nodes, read_app_lines
 
     body = {"rows": request_rows.iloc[:8].to_dict("records")}
     with ThreadPoolExecutor(8) as pool:
@@ -108,7 +108,7 @@ def test_both_ingress_replicas_answer_through_the_head(app, request_rows):
     assert codes == [200] * 40
 
     def workers() -> set[str]:
-        raw = "".join(read_app_lines(e) or "" for e in metric_endpoints())
+        raw = "".join(read_app_lines(e) or "" for _, e in metric_nodes())
         return {line.split('NodeAddress="')[0] + line.split('WorkerId="')[1].split('"')[0]
                 for line in raw.splitlines()
                 if line.startswith("ray_willump_requests_total") and 'app="multi"' in line
