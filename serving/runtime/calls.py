@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.core.schema import RequestError
+from serving.runtime import cancelled_calls
 from serving.runtime.hedge import (
     HEDGE_FLOOR_OVER_MEDIAN,
     HEDGE_IDLE_ONLY,
@@ -149,9 +150,12 @@ async def _finish(task: asyncio.Future, response: Any, timeout_s: float, stage: 
     return task.result()
 
 
-def _cancel(response: Any, task: asyncio.Future) -> None:
+def _cancel(response: Any, task: asyncio.Future, answered_by: Any = None) -> None:
+    """Cancel a stage call (``answered_by``: its copy's response, where that answered first)."""
     cancel = getattr(response, "cancel", None)
     if callable(cancel):
+        if not task.done():  # its end at the router will be no answer from the replica
+            cancelled_calls.note(response, answered_by)
         try:
             cancel()
         except Exception:  # best effort: the call may have finished meanwhile
@@ -305,9 +309,9 @@ async def hedged(call: Callable[[Any], Any], timeout_s: float, stage: str, budge
             hedge.wins += 1
         elif callable(getattr(type(first), "rescued", None)):  # a stage on node pools: its pool waits a while
             first.rescued()
-        _cancel(first, task1)
+        _cancel(first, task1, answered_by=second)
     else:
-        _cancel(second, task2)
+        _cancel(second, task2, answered_by=first)
     heard = hedge.on_rescue if rescue else hedge.on_hedge
     if heard is not None:
         heard(winner is task2)

@@ -24,7 +24,8 @@ each caller ranks the stage's replicas by the time a new call would wait there:
   last until it answers; one that holds none of this caller's calls is tried first by one
   routing step every ``lost_after_s``. The caller copies a call that waited past the bound
   (:class:`serving.runtime.calls.StageHedge`), so a replica nobody has reported lost costs
-  one bound, not a deadline.
+  one bound, not a deadline. The end of a call the caller cancelled (its copy answered first)
+  is no answer (:mod:`serving.runtime.cancelled_calls`).
 
 :class:`CapacityPolicy` is plain Python (tested without Ray); :class:`CapacityRouter` is
 Serve's adapter, named in a deployment's ``request_router_config``.
@@ -44,6 +45,7 @@ from typing import Any
 
 from ray.serve.request_router import FIFOMixin, RequestRouter
 
+from serving.runtime import cancelled_calls
 from serving.runtime.hedge import LOST_AFTER_S
 from serving.runtime.hedge import LOST_OVER_MEDIAN as LOST_OVER_SERVICE
 
@@ -232,8 +234,8 @@ class CapacityPolicy:
         self.tried_at.pop(replica, None)
 
     def completed(self, replica: str) -> None:
-        """One of this caller's calls to ``replica`` ended (answered, failed or cancelled); its
-        latency is taken from the oldest call still open there, and its gap between answers from
+        """One of this caller's calls to ``replica`` ended (answered or failed there; one the
+        caller cancelled is :meth:`withdrawn`); its latency is taken from the oldest call still open there, and its gap between answers from
         the later of its last answer and that call's send (an idle spell is not a gap)."""
         times = self.sent.get(replica)
         if not times:
@@ -246,6 +248,15 @@ class CapacityPolicy:
         self.answered_at[replica] = now
         self.offered_at.pop(replica, None)
         self.tried_at.pop(replica, None)
+
+    def withdrawn(self, replica: str) -> None:
+        """One of this caller's calls to ``replica`` ended because the caller cancelled it (a copy
+        answered first, its deadline passed, its client left): it leaves the calls open there, and
+        it is no answer (over Serve's gRPC transport a cancel ends the call at once, even on a
+        replica that answers nothing: serving.runtime.cancelled_calls)."""
+        times = self.sent.get(replica)
+        if times:
+            times.popleft()
 
     def _ewma(self, old: float | None, x: float) -> float:
         return x if old is None else old + self.alpha * (x - old)
@@ -450,7 +461,11 @@ class CapacityRouter(FIFOMixin, RequestRouter):
         self._policy().routed(str(replica_id.unique_id))
 
     def on_request_completed(self, replica_id: Any, internal_request_id: str) -> None:
-        self._policy().completed(str(replica_id.unique_id))
+        actor = getattr(self, "actors", {}).get(replica_id)
+        if actor is not None and cancelled_calls.take(internal_request_id, actor):  # no word from the replica
+            self._policy().withdrawn(str(replica_id.unique_id))
+        else:
+            self._policy().completed(str(replica_id.unique_id))
 
     def on_new_queue_len_info(self, replica_id: Any, num_ongoing_requests: int) -> None:
         super().on_new_queue_len_info(replica_id, num_ongoing_requests)
@@ -462,6 +477,9 @@ class CapacityRouter(FIFOMixin, RequestRouter):
 
     def update_replicas(self, replicas: list) -> None:
         super().update_replicas(replicas)
+        #: replica -> its actor id in hex (a cancelled call is known by its replica's actor:
+        #: serving.runtime.cancelled_calls)
+        self.actors = {r.replica_id: r.actor_id.hex() for r in replicas}
         self._policy().replicas_now({str(r.replica_id.unique_id): getattr(r, "node_id", None) in self.draining
                                      for r in replicas})
 
