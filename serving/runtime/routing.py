@@ -45,7 +45,7 @@ from typing import Any
 
 from ray.serve.request_router import FIFOMixin, RequestRouter
 
-from serving.runtime import cancelled_calls
+from serving.runtime import cancelled_calls, router_policies
 from serving.runtime.hedge import LOST_AFTER_S
 from serving.runtime.hedge import LOST_OVER_MEDIAN as LOST_OVER_SERVICE
 
@@ -65,9 +65,6 @@ VIEW_FRESH_S = 2.0
 ROUTING_STATS_PERIOD_S = 1.0
 #: replicas a caller ranks per routing step (Serve probes a rank's replicas for queue room)
 RANKS = 3
-#: this process's capacity routers' policies, by (app, deployment): the ingress asks them whether
-#: a replica went silent before it copies a call past the bound (serving.runtime.calls.StageHedge)
-POLICIES: dict[tuple[str, str], Any] = {}
 #: the router's import path, as a Serve config names it
 ROUTER_PATH = "serving.runtime.routing:CapacityRouter"
 
@@ -373,14 +370,14 @@ class CapacityPolicy:
 def any_silent(app: str, deployment: str) -> bool | None:
     """Whether this process's capacity router for ``deployment`` has seen a replica go silent
     (None: no such router here, e.g. ``router="serve"``)."""
-    policy = POLICIES.get((app, deployment))
+    policy = router_policies.POLICIES.get((app, deployment))
     return None if policy is None else policy.any_silent()
 
 
 def usable_replicas(app: str, deployment: str) -> int | None:
     """:meth:`CapacityPolicy.usable` of this process's capacity router for ``deployment`` (None: no
     such router here, or it has routed nothing yet)."""
-    policy = POLICIES.get((app, deployment))
+    policy = router_policies.POLICIES.get((app, deployment))
     return None if policy is None else policy.usable()
 
 
@@ -421,7 +418,8 @@ class CapacityRouter(FIFOMixin, RequestRouter):
     def initialize_state(self, lost_after_s: float | None = LOST_AFTER_S, lost_over_service: float = LOST_OVER_SERVICE,
                          seed: int = 0, **_: Any) -> None:
         self.policy = CapacityPolicy(lost_after_s=lost_after_s, lost_over_service=lost_over_service, seed=seed)
-        POLICIES[(self._deployment_id.app_name, self._deployment_id.name)] = self.policy
+        # registered where the ingress looks (this module is a copy in the router Serve builds)
+        router_policies.POLICIES[(self._deployment_id.app_name, self._deployment_id.name)] = self.policy
         self.draining: set[str] = set()
         self.draining_read_at = -math.inf
         self._reading: asyncio.Future | None = None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import types
+
 import pytest
 
 from serving.runtime.routing import BusyMeter, CapacityPolicy, ReplicaView, router_config
@@ -224,7 +227,8 @@ def test_any_silent_tells_a_stuck_replica_from_a_busy_one():
     clock.t += 2.5
     policy.completed("busy")
     assert policy.silent("stuck") and not policy.silent("busy") and policy.any_silent()
-    from serving.runtime.routing import POLICIES, any_silent
+    from serving.runtime.router_policies import POLICIES
+    from serving.runtime.routing import any_silent
 
     assert any_silent("no-app", "no-deployment") is None
     POLICIES[("app", "app-cheap")] = policy
@@ -375,3 +379,27 @@ def test_nodes_to_avoid_are_the_draining_and_the_dead(monkeypatch):
 
     monkeypatch.setattr(worker.global_worker, "gcs_client", Down(), raising=False)
     assert routing.nodes_to_avoid() == set()
+
+
+def test_the_router_serve_ships_registers_where_the_ingress_looks():
+    """Serve ships a custom router by value (its module pickled with it): a policy registered in a
+    global of that module was a copy the ingress never saw, so ``any_silent`` read None for every
+    stage and every call was copied at the bound, even to the replica holding the first."""
+    from ray.serve.config import RequestRouterConfig
+
+    from serving.runtime.router_policies import POLICIES
+    from serving.runtime.routing import ROUTER_PATH, any_silent, usable_replicas
+
+    shipped = RequestRouterConfig(request_router_class=ROUTER_PATH).get_request_router_class()
+    router = shipped.__new__(shipped)  # the class as a replica's handle builds it
+    router._deployment_id = types.SimpleNamespace(app_name="shipped-app", name="shipped-app-cheap")
+    try:
+        router.initialize_state(lost_after_s=2.0)
+        assert POLICIES[("shipped-app", "shipped-app-cheap")] is router.policy
+        policy = router.policy
+        policy.routed("frozen")
+        policy.clock = lambda: math.inf
+        assert any_silent("shipped-app", "shipped-app-cheap") is True
+        assert usable_replicas("shipped-app", "shipped-app-cheap") is None  # no routing step yet
+    finally:
+        POLICIES.pop(("shipped-app", "shipped-app-cheap"), None)
