@@ -45,6 +45,10 @@ DEFAULT_DEADLINE_S = 30.0
 DEADLINE_OVER_P99 = 1.0
 #: seconds between asks whether a replica went silent, for a call past the bound on a silent replica
 SILENT_RECHECK_S = 0.25
+#: a call unanswered this many times its bound is copied though the router says every replica
+#: answers: its view misses calls on a replica it has forgotten (lost with its node), which never
+#: end; without this, tier preemptions left calls to answer 504 at the 30 s deadline (2026-12-07)
+UNHEARD_COPY_OVER_BOUND = 2.0
 #: times a stage call is retried after its replica died mid-call
 STAGE_RETRIES = 2
 #: first backoff ceiling (seconds); doubles per attempt up to BACKOFF_MAX_S
@@ -155,7 +159,10 @@ def _cancel(response: Any, task: asyncio.Future, answered_by: Any = None) -> Non
     cancel = getattr(response, "cancel", None)
     if callable(cancel):
         if not task.done():  # its end at the router will be no answer from the replica
-            cancelled_calls.note(response, answered_by)
+            try:
+                cancelled_calls.note(response, answered_by)
+            except Exception:  # bookkeeping only: the cancel must happen
+                pass
         try:
             cancel()
         except Exception:  # best effort: the call may have finished meanwhile
@@ -250,7 +257,8 @@ async def _copy_due(task: asyncio.Future, t0: float, delay: float | None, bound:
     done, _ = await asyncio.wait({task}, timeout=max(lost_after_s - (time.monotonic() - t0), 0.0))
     while not done and time.monotonic() < until:
         silent = hedge.silent_now()
-        if silent or (silent is None and time.monotonic() - t0 >= bound):
+        waited = time.monotonic() - t0
+        if silent or (silent is None and waited >= bound) or waited >= UNHEARD_COPY_OVER_BOUND * bound:
             return "rescue"
         if silent is False:  # every replica answers: the call is queued behind live work
             hedge.skipped_answering += 1

@@ -11,19 +11,25 @@ one cancel on a SIGSTOPped replica set its gap from 0.015 to 1.52 s and cleared 
 The caller notes each call it cancels here first; the router takes the note and books the end
 as no answer.
 
-A call is known by Serve's internal request id, which is the HTTP request's: every stage call
-made for one request shares it, a call and its copy included. Where the cancelled call was
-sent (Serve routed it to a replica) its replica's actor tells it apart; where it still waits
-for a replica to accept it (a frozen replica never does, and Serve's router has picked it by
-then), the end of that id at any replica but the one whose copy answered is the cancelled
-call's. Both are read from Serve's ``DeploymentResponse`` (``_request_metadata`` and the
-``_actor_id`` of its ``_replica_result``: private names, checked against Serve in
+A call is known by Serve's internal request id: a call made from the ingress's coalescer (every
+stage call of ``/predict``) gets one of its own, while calls made in a request's context (top-K's,
+the monitor's) share the request's. Where the cancelled call was sent (a replica accepted it) its
+replica's actor tells it apart; where it still waits for a replica to accept it (a frozen replica
+never does, and Serve's router has picked it by then), the next end of that id at any replica but
+the one whose copy answered is taken for it. Notes are not scoped to a deployment: with a
+shared id, a later stage's answer could be taken for a cancelled call of another stage (that
+replica's answer then goes uncounted; rare, and no worse than before). Both are read from
+Serve's ``DeploymentResponse`` (``_request_metadata`` and the ``_actor_id`` of its
+``_replica_result``: private names, checked against Serve in
 tests/serving/runtime/test_cancelled_calls.py), or from a wrapper that holds one as
-``response`` (a node pool's response, :mod:`serving.runtime.pools`). Plain Python, no Ray.
+``response`` (a node pool's response, :mod:`serving.runtime.pools`). The router may run on a
+thread of its own (Serve's ray transport), so the notes are kept under a lock. Plain Python, no
+Ray.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +47,7 @@ class _Note:
 
 
 _notes: dict[str, list[_Note]] = {}
+_lock = threading.Lock()
 
 
 def _serve_response(response: Any) -> Any:
@@ -73,23 +80,25 @@ def note(response: Any, answered_by: Any = None) -> None:
         return
     sent_to = actor(response)
     entry = _Note(sent_to, None if sent_to is not None or answered_by is None else actor(answered_by))
-    entries = _notes.setdefault(key, [])
-    entries.append(entry)
-    del entries[:-MAX_PER_REQUEST]
-    while len(_notes) > MAX_NOTES:
-        del _notes[next(iter(_notes))]
+    with _lock:
+        entries = _notes.setdefault(key, [])
+        entries.append(entry)
+        del entries[:-MAX_PER_REQUEST]
+        while len(_notes) > MAX_NOTES:
+            _notes.pop(next(iter(_notes)), None)
 
 
 def take(internal_request_id: str, actor_hex: str) -> bool:
     """Whether the call that ended (Serve's request id, its replica's actor) was one this
     process cancelled; the note is used up."""
-    entries = _notes.get(internal_request_id)
-    if not entries:
+    with _lock:
+        entries = _notes.get(internal_request_id)
+        if not entries:
+            return False
+        for i, entry in enumerate(entries):
+            if entry.actor == actor_hex or (entry.actor is None and entry.not_actor != actor_hex):
+                del entries[i]
+                if not entries:
+                    _notes.pop(internal_request_id, None)
+                return True
         return False
-    for i, entry in enumerate(entries):
-        if entry.actor == actor_hex or (entry.actor is None and entry.not_actor != actor_hex):
-            del entries[i]
-            if not entries:
-                del _notes[internal_request_id]
-            return True
-    return False

@@ -206,6 +206,9 @@ class CapacityPolicy:
         #: longer than probe_silent_s between offers starts over: an idle caller asked nothing)
         self.offered_at: dict[str, tuple[float, float]] = {}
         self.tried_at: dict[str, float] = {}  # replica -> its last trial while suspect
+        #: replicas a call of this caller was withdrawn from after waiting past their bound: suspect
+        #: until they answer or are heard (the call left, so they no longer hold one to be silent on)
+        self.muted: set[str] = set()
         #: the replicas Serve offered at the last routing step (or its last replica set) -> on a
         #: node to avoid (:meth:`usable`); None before either, and when it was seen
         self.seen: dict[str, bool] | None = None
@@ -227,6 +230,7 @@ class CapacityPolicy:
 
     def heard(self, replica: str) -> None:
         """The replica told its queue length (where replicas may reject calls): alive."""
+        self.muted.discard(replica)
         self.offered_at.pop(replica, None)
         self.tried_at.pop(replica, None)
 
@@ -243,6 +247,7 @@ class CapacityPolicy:
             self.gap[replica] = self._ewma(self.gap.get(replica), now - max(self.answered_at[replica], t0))
         self.latency[replica] = self._ewma(self.latency.get(replica), now - t0)
         self.answered_at[replica] = now
+        self.muted.discard(replica)
         self.offered_at.pop(replica, None)
         self.tried_at.pop(replica, None)
 
@@ -251,6 +256,8 @@ class CapacityPolicy:
         answered first, its deadline passed, its client left): it leaves the calls open there, and
         it is no answer (over Serve's gRPC transport a cancel ends the call at once, even on a
         replica that answers nothing: serving.runtime.cancelled_calls)."""
+        if self.silent(replica):  # it waited past the bound there: the replica stays suspect
+            self.muted.add(replica)
         times = self.sent.get(replica)
         if times:
             times.popleft()
@@ -263,6 +270,7 @@ class CapacityPolicy:
         for table in (self.sent, self.latency, self.gap, self.answered_at, self.offered_at,
                       self.tried_at, self.seen or {}):
             table.pop(replica, None)
+        self.muted.discard(replica)
 
     def bound_s(self, replica: str) -> float:
         """How long ``replica`` may hold calls without answering any before it is silent: its gap
@@ -284,9 +292,10 @@ class CapacityPolicy:
         return self.clock() - max(oldest, self.answered_at.get(replica, -math.inf)) > self.bound_s(replica)
 
     def suspect(self, replica: str) -> bool:
-        """Silent, or offered calls for ``probe_silent_s`` without a word."""
+        """Silent, offered calls for ``probe_silent_s`` without a word, or a call was withdrawn
+        from it past its bound (:meth:`withdrawn`), until it answers."""
         first, last = self.offered_at.get(replica, (0.0, 0.0))
-        return last - first > self.probe_silent_s or self.silent(replica)  # the former until it answers
+        return last - first > self.probe_silent_s or replica in self.muted or self.silent(replica)
 
     def any_silent(self) -> bool:
         """Some replica is silent (:meth:`silent`): a call past the bound is worth a copy."""

@@ -11,7 +11,7 @@ import types
 import pytest
 
 from serving.runtime import cancelled_calls
-from serving.runtime.routing import CapacityPolicy, CapacityRouter
+from serving.runtime.routing import CapacityPolicy, CapacityRouter, ReplicaView
 
 
 class _Clock:
@@ -126,9 +126,13 @@ def test_the_router_books_a_cancelled_calls_end_as_no_answer():
     router.on_request_completed(frozen, "req")  # the cancelled call's end: no answer
     assert policy.outstanding == {"f": 0, "l": 0}
     assert policy.bound_s("f") == pytest.approx(bound), "the frozen replica's bound did not stretch"
+    # holding no call now, it stays suspect until it answers: new calls go elsewhere
+    assert policy.suspect("f") and "f" not in policy.rank([ReplicaView("f", 0, 500.0), ReplicaView("l", 1, 100.0)])[0]
     policy.routed("f")  # the next call sent there is silent after one bound, not after the freeze
     clock.t += 2.1
     assert policy.silent("f") and policy.any_silent()
+    policy.completed("f")  # it woke and answered
+    assert not policy.suspect("f") and not policy.muted
     # what a cancelled call's end did when booked as an answer
     before = CapacityPolicy(lost_after_s=2.0, lost_over_service=5.0, clock=clock)
     before.answered_at["f"], before.gap["f"] = clock.t, 0.05

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import types
 
 import pytest
@@ -388,8 +389,11 @@ def test_the_router_serve_ships_registers_where_the_ingress_looks():
     from ray.serve.config import RequestRouterConfig
 
     from serving.runtime.router_policies import POLICIES
-    from serving.runtime.routing import ROUTER_PATH, any_silent, usable_replicas
+    from serving.runtime.routing import ROUTER_PATH, CapacityRouter, any_silent, usable_replicas
 
+    # loaded in the process that pickled it, cloudpickle hands back this very class with its
+    # methods replaced by the shipped copies: put the module's own back afterwards
+    saved = {k: v for k, v in vars(CapacityRouter).items() if k not in ("__dict__", "__weakref__")}
     shipped = RequestRouterConfig(request_router_class=ROUTER_PATH).get_request_router_class()
     router = shipped.__new__(shipped)  # the class as a replica's handle builds it
     router._deployment_id = types.SimpleNamespace(app_name="shipped-app", name="shipped-app-cheap")
@@ -401,5 +405,12 @@ def test_the_router_serve_ships_registers_where_the_ingress_looks():
         policy.clock = lambda: math.inf
         assert any_silent("shipped-app", "shipped-app-cheap") is True
         assert usable_replicas("shipped-app", "shipped-app-cheap") is None  # no routing step yet
+        from serving.runtime import cancelled_calls
+
+        # the shipped router books a cancelled call's end in the process's own notes
+        assert router.on_request_completed.__globals__["cancelled_calls"] is cancelled_calls
     finally:
         POLICIES.pop(("shipped-app", "shipped-app-cheap"), None)
+        for key, value in saved.items():
+            setattr(CapacityRouter, key, value)
+    assert CapacityRouter.choose_replicas.__globals__ is vars(sys.modules[CapacityRouter.__module__])
