@@ -46,8 +46,9 @@ DEADLINE_OVER_P99 = 1.0
 #: seconds between asks whether a replica went silent, for a call past the bound on a silent replica
 SILENT_RECHECK_S = 0.25
 #: a call unanswered this many times its bound is copied though the router says every replica
-#: answers: its view misses calls on a replica it has forgotten (lost with its node), which never
-#: end; without this, tier preemptions left calls to answer 504 at the 30 s deadline (2026-12-07)
+#: answers: the router's view can miss a lost replica's calls (likely: Serve reports the replica
+#: dead and the router forgets it with the calls it held, which never end). Without this, tier
+#: preemptions left 37 requests in 6 preemptions to answer 504 at the 30 s deadline (2026-12-07)
 UNHEARD_COPY_OVER_BOUND = 2.0
 #: times a stage call is retried after its replica died mid-call
 STAGE_RETRIES = 2
@@ -186,7 +187,8 @@ class StageHedge:
       ``silent()`` says a replica of the stage has gone silent (the capacity router judges each
       replica against its own latency: serving.runtime.routing). False (every replica answers:
       the call is queued, and a copy would only add work) waits, asking again every
-      ``SILENT_RECHECK_S``; None (no router knows) copies once the call is past ``bound()``,
+      ``SILENT_RECHECK_S``, until the call is past ``UNHEARD_COPY_OVER_BOUND`` times
+      ``bound()``; None (no router knows) copies once the call is past ``bound()``,
       ``max(lost_after_s, lost_over_median * the stage's median latency)``. ``on_rescue``
       hears of each copy.
 

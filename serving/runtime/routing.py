@@ -236,8 +236,9 @@ class CapacityPolicy:
 
     def completed(self, replica: str) -> None:
         """One of this caller's calls to ``replica`` ended (answered or failed there; one the
-        caller cancelled is :meth:`withdrawn`); its latency is taken from the oldest call still open there, and its gap between answers from
-        the later of its last answer and that call's send (an idle spell is not a gap)."""
+        caller cancelled is :meth:`withdrawn`); its latency is taken from the oldest call still
+        open there, and its gap between answers from the later of its last answer and that
+        call's send (an idle spell is not a gap)."""
         times = self.sent.get(replica)
         if not times:
             return

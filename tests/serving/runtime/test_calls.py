@@ -459,15 +459,19 @@ def test_past_the_bound_a_copy_waits_until_a_replica_is_silent():
         return {"call": n}
 
     hedge = StageHedge(lambda: 2, enabled=False, lost_after_s=0.1, silent=lambda: state["silent"])
-    for _ in range(40):  # median 0.1 s: the bound 0.5 s, a copy regardless at 1.0 s
-        hedge.window.add(0.1)
+    for _ in range(40):  # median 0.5 s: the bound 2.5 s, a copy regardless at 5 s
+        hedge.window.add(0.5)
     handle = _Handle(slow_first)
     assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=hedge)) == {"call": 1}
     assert handle.calls == 1 and hedge.rescues == 0 and hedge.skipped_answering >= 1
     # the router hears every replica, but the call outlasts twice its bound (0.1 s): its replica
     # may be one the router forgot (lost with its node): copied
+    async def lost_first(n, *args):
+        await asyncio.sleep(30 if n == 1 else 0.0)
+        return {"call": n}
+
     deaf = StageHedge(lambda: 2, enabled=False, lost_after_s=0.1, silent=lambda: False)
-    assert asyncio.run(call_stage(_Handle(slow_first), "run", (), Deadline.after(60), "s", hedge=deaf)) == {"call": 2}
+    assert asyncio.run(call_stage(_Handle(lost_first), "run", (), Deadline.after(60), "s", hedge=deaf)) == {"call": 2}
     assert deaf.rescues == 1
 
     async def flips_then_answers():
