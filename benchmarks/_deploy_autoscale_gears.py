@@ -15,6 +15,9 @@ the same artifact and plan, layout "staged", every model stage autoscaled from 1
   planner asks for those replicas; the gear steps back once the queue is calm.
 * ``planner_served_gear``: the same with ``gear_policy={"replicas_for": "served"}``: the stages
   sized for the gear being served (the burst answered in a cheaper gear for as long as it lasts).
+* ``planner_cheapest_gear``: the same with ``gear_policy={"replicas_for": "cheapest"}``: the
+  stages sized for the cheapest gear's load (replicas only where no certified gear holds it; the
+  gears' shares known from the artifact's sample rows before the burst).
 * ``planner``: ``autoscaler="planner"``, one gear.
 * ``default``: ``autoscaler="serve"`` (Serve's policy with deploy's target), one gear.
 
@@ -41,6 +44,7 @@ import numpy as np
 #: the apps (module docstring); ``--autoscale-gears-apps`` picks some
 APPS = {"planner_gears": {"autoscaler": "planner", "gears": "adaptive"},
         "planner_served_gear": {"autoscaler": "planner", "gears": "adaptive", "replicas_for": "served"},
+        "planner_cheapest_gear": {"autoscaler": "planner", "gears": "adaptive", "replicas_for": "cheapest"},
         "planner": {"autoscaler": "planner"}, "default": {"autoscaler": "serve"}}
 #: the base rate keeps gear 0's expensive stage at this share of one replica's capacity
 BASE_UTILIZATION = 0.4
@@ -149,7 +153,7 @@ def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list,
     worst = max(g.loss_bound for g in opt.gears_ if g.loss_bound is not None)
     result["worst_certified_bound"] = worst
     result["targets"] = {}
-    for name in ("planner_gears", "planner_served_gear"):
+    for name in ("planner_gears", "planner_served_gear", "planner_cheapest_gear"):
         if name in rounds:
             mine = result[name]
             result["targets"][name] = {"SLO violations <= 1%": mine["slo_violation_share"] <= 0.01,

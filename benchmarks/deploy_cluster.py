@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--autoscale-max", type=int, default=AUTOSCALE_MAX, help="most replicas per model stage")
     parser.add_argument("--autoscale-rounds", type=int, default=2, help="traces per app (order alternating)")
     parser.add_argument("--slo-ms", type=float, default=SLO_MS, help="the autoscaling section's latency SLO")
-    parser.add_argument("--autoscale-gears-apps", default="planner_gears,planner_served_gear,planner,default",
+    parser.add_argument("--autoscale-gears-apps", default="planner_gears,planner_served_gear,planner_cheapest_gear,planner,default",
                         help="the autoscaling_gears section's apps, comma-separated (default %(default)s)")
     parser.add_argument("--pool-ratios", type=_pair, default=POOL_RATIOS, metavar="CHEAP,EXPENSIVE",
                         help="the pools section's slow pool: device time over the fast pool's, per stage")

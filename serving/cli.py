@@ -32,6 +32,7 @@ from serving.core.constants import (
     INSITU,
     LOOPBACK_HOSTS,
     LOST_AFTER_S,
+    REPLICAS_FOR,
 )
 from serving.launch.proxy import DEFAULT_PROXY, PROXIES, TRANSPORTS, release_proxy_files
 from serving.runtime.keys import generate_key
@@ -198,10 +199,11 @@ def _add_gear_arguments(parser: argparse.ArgumentParser) -> None:
                         help="'off' (the plan), 'adaptive' (a cheaper certified gear while the queue puts the SLO, "
                              "--p99-ms, at risk; see serving.runtime.gears), or a gear index to pin")
     parser.add_argument("--gear-slo-ms", type=float, help="the SLO the adaptive gears hold (default: --p99-ms)")
-    parser.add_argument("--gear-replicas-for", choices=("deployed", "served"), default="deployed",
+    parser.add_argument("--gear-replicas-for", choices=REPLICAS_FOR, default="deployed",
                         help="with --autoscaler planner: size the later stages for the deployed gear's load while a "
-                             "cheaper gear answers a burst (default), or for the served gear's (fewer replicas, "
-                             "the burst served in the cheaper gear)")
+                             "cheaper gear answers a burst (default), for the served gear's (fewer replicas, "
+                             "the burst served in the cheaper gear), or for the cheapest gear's (replicas only "
+                             "where no certified gear holds the load)")
 
 
 def _gear_policy(args: argparse.Namespace) -> dict[str, Any] | None:

@@ -79,3 +79,13 @@ EXIT_NOT_CERTIFIED = 4
 #: warning (serving.launch.handover). The monitor, one replica holding the window, is replaced
 #: without it: two would split its records.
 HANDOVER_SURGE_PERCENT = 1
+#: what an autoscaled later stage is sized for while a cheaper gear serves (``gear_policy=
+#: {"replicas_for": ...}``): the deployed gear's load (the gear steps back once those replicas
+#: answer); the served gear's (fewer replicas, and a burst served in the cheaper gear while it
+#: lasts, though its first seconds, served in gear 0 until the gear steps, may start replicas);
+#: or the cheapest gear's (the busy share read as the cheapest gear the live audit allows would
+#: make it: replicas are added for load that gear would not hold, or for the rows a burst's first
+#: seconds queue before the gear steps, which the queue rule counts as served; a burst, or a lasting
+#: rise, is served in cheaper gears, within their certificates, for as long as it lasts: the fewest
+#: replica-seconds)
+REPLICAS_FOR = ("deployed", "served", "cheapest")

@@ -35,7 +35,9 @@ sends fewer rows on, and replicas sized for its load would keep the app in it), 
 replicas for that gear start while the cheaper gear holds the latency, and the gear policy
 steps back once they answer. Only the busy share is scaled: the rows queued at the ingresses
 and the saturation rule count what the served gear sends, and a row of a later stage is taken
-to cost the same in every gear. Serve's wrapper around a custom policy still applies
+to cost the same in every gear. With ``gear_policy={"replicas_for": "cheapest"}`` the share is
+scaled down instead, to what the cheapest certified gear would send: replicas are asked for only
+where that gear would not hold the load, and bursts are served in cheaper gears. Serve's wrapper around a custom policy still applies
 ``min_replicas``/``max_replicas``, the up- and downscale delays and the scale-from-zero fast path.
 
 ``PlannerAutoscaler`` is a class so that Serve builds it once with its parameters

@@ -28,7 +28,10 @@ Three parts, each testable without Ray:
   cheaper gear for good: the replicas bought for the cheaper gear's load are never enough for
   the deployed one, and its accuracy is spent for as long as the load lasts. Each call to a
   later stage therefore says how many times its rows the deployed gear would have sent
-  (the gears' shares of rows sent on, measured here), and the stage's autoscaler sizes for that.
+  (the gears' shares of rows sent on, measured here, starting from each gear's share of the
+  artifact's sample rows), and the stage's autoscaler sizes for that. An app may size for the
+  cheapest gear instead (``replicas_for="cheapest"``): its calls then say how many times fewer
+  rows that gear would send, and replicas are bought only where no certified gear holds the load.
 """
 
 from __future__ import annotations
@@ -36,13 +39,15 @@ from __future__ import annotations
 import itertools
 import math
 import time
+import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from serving.core.constants import REPLICAS_FOR
 from serving.core.specs import StageSpec
 from serving.runtime.stage_runner import StageRunner
 
@@ -65,11 +70,16 @@ WINDOW_S = 1.0
 SIGNAL_QUANTILE = 0.9
 #: the values ``deploy(gears=...)`` takes besides a gear index
 GEAR_MODES = ("off", "adaptive")
-#: what an autoscaled later stage is sized for while a cheaper gear serves (``gear_policy=
-#: {"replicas_for": ...}``): the deployed gear's load (the gear steps back once those replicas
-#: answer), or the served gear's (fewer replicas, and a burst served in the cheaper gear, within
-#: its certificate, for as long as it lasts)
-REPLICAS_FOR = ("deployed", "served")
+#: seconds of arriving rows the step back reads the rate from (StageLoad)
+LOAD_WINDOW_S = 5.0
+#: rows sent on over which a later stage's measured busy seconds per row halves its weight
+COST_HALF_LIFE_ROWS = 1024
+#: share of the running replicas' time the more accurate gear's predicted load may fill before the
+#: gear steps back to it: a step back into a load the replicas cannot hold only steps up again.
+#: Above the planner's headroom (serving.planning.planner.HEADROOM, 0.75, the autoscaler's
+#: target): replicas sized at it must read as holding the load through the ingress's own,
+#: noisier reading of it, or the app would stay in the cheaper gear with no more replicas coming
+STEP_BACK_LOAD = 0.85
 #: rows over which a gear's measured share of rows sent on halves its weight (about a second or
 #: two of a loaded app's rows: recent enough to follow the traffic, enough rows to measure a share
 #: of a few percent)
@@ -129,8 +139,10 @@ class GearPolicy:
         recent = float(np.quantile([ms for _, ms in self._latencies], self.quantile)) if self._latencies else 0.0
         return max(float(oldest_ms), recent)
 
-    def update(self, now: float, oldest_ms: float = 0.0) -> int:
-        """The gear to serve now."""
+    def update(self, now: float, oldest_ms: float = 0.0, fits: Callable[[int], bool] | None = None) -> int:
+        """The gear to serve now. ``fits(g)``: whether the replicas there are would hold gear
+        ``g``'s load (GearSwitch's prediction); a calm queue steps back only into a gear that
+        fits (None: every gear does)."""
         signal = self.signal(now, oldest_ms)
         if signal >= self.down_at * self.slo_ms:
             self._last_hot = now
@@ -142,7 +154,7 @@ class GearPolicy:
             if self._calm_since is None:  # calm since the signal was last seen above down_at (no
                 # request arrived in between: nothing queued here), or since the last switch
                 self._calm_since = max(self._last_hot, self._changed_at) if self._last_hot > -math.inf else now
-            if self.gear > 0 and now - self._calm_since >= self.down_after_s:
+            if self.gear > 0 and now - self._calm_since >= self.down_after_s and (fits is None or fits(self.gear - 1)):
                 self._step(now, -1)
                 self._calm_since = now  # another full calm period before the next step back
         else:
@@ -211,16 +223,40 @@ def gear_info(gears: Any, gear_policy: dict[str, Any] | None, opt: Any, slo_ms: 
         if policy["slo_ms"] is None:
             raise ValueError("gears='adaptive' needs an SLO: give p99_ms=, deadline_ms= or gear_policy={'slo_ms': ...}")
         GearPolicy(len(opt.gears_), **policy)  # validates the values now, not in the replica
-    return {"mode": gears, "ladder": ladder(opt), "policy": policy}
+    info = {"mode": gears, "ladder": ladder(opt), "policy": policy}
+    if gears == "adaptive":
+        info["sent_on"] = sent_on_shares(opt)
+    return info
+
+
+def sent_on_shares(opt: Any) -> list[float | None]:
+    """Per gear, the share of the artifact's sample rows its first level leaves unsure (sends on
+    to a later stage, smoothed by half a row): what :class:`GearDemand` starts from, so that the autoscaler can size for
+    a gear the app has not served yet (the first burst). None per gear without sample rows."""
+    sample = getattr(opt, "sample_rows_", None)
+    if sample is None or len(sample) == 0:
+        return [None] * len(opt.gears_)
+    n = len(sample)
+    try:  # (k + 1/2) / (n + 1): a gear that sends none of the sample on is not read as sending nothing
+        return [float((opt.gear(g).run_levels(sample, 0, 0).unsure.size + 0.5) / (n + 1))
+                for g in range(len(opt.gears_))]
+    except Exception as exc:  # a prior is a convenience: the served rows measure the shares anyway
+        warnings.warn(f"the gears' shares of rows sent on could not be read from the sample rows "
+                      f"({type(exc).__name__}: {exc}); they are measured from served rows", stacklevel=2)
+        return [None] * len(opt.gears_)
 
 
 class GearDemand:
     """Per gear, the share of rows it sends past the first stage (decayed sums over its own rows,
     :data:`DEMAND_HALF_LIFE_ROWS`), and :meth:`scale`: how many times the rows a call in a gear
-    carries the target gear would have sent (module docstring)."""
+    carries the target gear would have sent (module docstring). ``prior``: per gear, a share
+    known before any row was served (:func:`sent_on_shares`; None where not known), counted as
+    ``min_rows`` rows, so the share is known from the first request and the served rows take
+    over as they come."""
 
     def __init__(self, gears: int, half_life_rows: float = DEMAND_HALF_LIFE_ROWS,
-                 min_rows: float = DEMAND_MIN_ROWS, max_scale: float = MAX_DEMAND_SCALE):
+                 min_rows: float = DEMAND_MIN_ROWS, max_scale: float = MAX_DEMAND_SCALE,
+                 prior: Sequence[float | None] | None = None):
         if isinstance(gears, bool) or not isinstance(gears, int) or gears < 1:
             raise ValueError(f"gears must be an integer >= 1, got {gears!r}")
         if not half_life_rows > 0:
@@ -230,6 +266,15 @@ class GearDemand:
         self.half_life_rows, self.min_rows, self.max_scale = float(half_life_rows), float(min_rows), float(max_scale)
         self.rows = [0.0] * gears
         self.sent = [0.0] * gears
+        if prior is not None:
+            if len(prior) != gears:
+                raise ValueError(f"prior must give one share per gear ({gears}), got {len(prior)}")
+            for g, share in enumerate(prior):
+                if share is None:
+                    continue
+                if not (isinstance(share, (int, float)) and 0.0 <= share <= 1.0):
+                    raise ValueError(f"prior[{g}] must be a share in [0, 1] or None, got {share!r}")
+                self.rows[g], self.sent[g] = self.min_rows, float(share) * self.min_rows
 
     def observe(self, gear: int, rows: int, sent_on: int) -> None:
         """A request of ``rows`` rows in ``gear`` sent ``sent_on`` of them past the first stage."""
@@ -246,24 +291,103 @@ class GearDemand:
         return self.sent[gear] / self.rows[gear]
 
     def scale(self, gear: int, target: int = 0) -> float:
-        """Rows ``target`` would send on per row ``gear`` sends, in [1, ``max_scale``]; 1 where
-        either share is not known yet, or ``gear`` is the target."""
+        """Rows ``target`` would send on per row ``gear`` sends; 1 where either share is not
+        known yet, or ``gear`` is the target. A more accurate target sends at least as many
+        (in [1, ``max_scale``]), a cheaper one at most as many (in [1 / ``max_scale``, 1]):
+        the measured shares' noise never reverses the ladder's order."""
         if gear == target:
             return 1.0
         now, wanted = self.share(gear), self.share(target)
         if now is None or wanted is None:
             return 1.0
+        low, high = (1.0, self.max_scale) if target < gear else (1.0 / self.max_scale, 1.0)
         if now <= 0.0:
-            return self.max_scale if wanted > 0.0 else 1.0
-        return min(max(wanted / now, 1.0), self.max_scale)
+            return high if wanted > 0.0 else 1.0
+        return min(max(wanted / now, low), high)
 
     def to_dict(self) -> dict[str, Any]:
         return {"share_sent_on": [self.share(g) for g in range(len(self.rows))]}
 
 
+class StageLoad:
+    """What a later stage would be busy with in a given gear, in replicas' worth: the rows
+    arriving at this ingress per second (over the last ``window_s``), times the share of rows
+    the gear sends on (GearDemand), times the busy seconds a row sent on costs the stage (decayed
+    over its answers' rows, ``half_life_rows``; each answer's ``busy_s`` is its share of the
+    replica's busy time, overlapping calls counted once), times the ``ingresses`` that share the
+    traffic evenly. Every factor stays known while the served gear sends nothing on (a quiet
+    stage is not an idle one), and each is kept as a running figure: a request costs a few
+    operations. A later stage is taken to get every row sent past the first stage (a third
+    stage's load is over-read: the step back errs towards waiting)."""
+
+    def __init__(self, window_s: float = LOAD_WINDOW_S, ingresses: int = 1,
+                 half_life_rows: float = COST_HALF_LIFE_ROWS, clock: Callable[[], float] = time.monotonic):
+        if not window_s > 0:
+            raise ValueError(f"window_s must be > 0, got {window_s!r}")
+        if isinstance(ingresses, bool) or not isinstance(ingresses, int) or ingresses < 1:
+            raise ValueError(f"ingresses must be an integer >= 1, got {ingresses!r}")
+        if not half_life_rows > 0:
+            raise ValueError(f"half_life_rows must be > 0, got {half_life_rows!r}")
+        self.window_s, self.ingresses, self.clock = float(window_s), ingresses, clock
+        self.half_life_rows = float(half_life_rows)
+        self._arrivals: deque = deque()
+        self._arrived = 0
+        self._since: float | None = None
+        self._cost: dict[str, list[float]] = {}  # stage -> [decayed busy seconds, decayed rows]
+
+    def arrived(self, rows: int) -> None:
+        """A request of ``rows`` rows entered the first stage here."""
+        now = self.clock()
+        if self._since is None:
+            self._since = now
+        self._arrivals.append((now, int(rows)))
+        self._arrived += int(rows)
+        self._trim(now)
+
+    def _trim(self, now: float) -> None:
+        while self._arrivals and self._arrivals[0][0] < now - self.window_s:
+            self._arrived -= self._arrivals.popleft()[1]
+
+    def answered(self, stage: str, busy_s: Any, rows: int) -> None:
+        """``stage`` answered a call of ``rows`` rows, busy ``busy_s`` seconds on it (ignored
+        unless a number >= 0, with rows)."""
+        try:
+            busy = float(busy_s)
+        except (TypeError, ValueError):
+            return
+        if not (math.isfinite(busy) and busy >= 0 and rows > 0):
+            return
+        cost = self._cost.setdefault(stage, [0.0, 0.0])
+        keep = 0.5 ** (rows / self.half_life_rows)
+        cost[0], cost[1] = cost[0] * keep + busy, cost[1] * keep + rows
+
+    def rows_per_s(self) -> float | None:
+        """Rows arriving here per second; None until half a window has passed since the first."""
+        now = self.clock()
+        if self._since is None or now - self._since < self.window_s / 2:
+            return None
+        self._trim(now)
+        return self._arrived / min(self.window_s, now - self._since)
+
+    def busy_per_row(self, stage: str) -> float | None:
+        """Busy seconds a row costs ``stage`` (None before its first answer with rows)."""
+        cost = self._cost.get(stage)
+        return None if cost is None or cost[1] <= 0 else cost[0] / cost[1]
+
+    def busy_replicas(self, stage: str, share: float | None) -> float | None:
+        """Replicas' worth of work ``stage`` has from every ingress where a gear sends ``share``
+        of rows on (class docstring); None where a factor is not known yet."""
+        rate, per_row = self.rows_per_s(), self.busy_per_row(stage)
+        if rate is None or per_row is None or share is None:
+            return None
+        return rate * share * per_row * self.ingresses
+
+
 class GearSwitch:
     """The ingress's gear state: requests in flight (their start times), the policy when
-    adaptive, the pinned gear otherwise."""
+    adaptive, the pinned gear otherwise. ``fits``: whether the later stages' running replicas
+    would hold a gear's load (set by the ingress; None: the policy steps back on a calm queue
+    alone)."""
 
     def __init__(self, info: dict[str, Any] | None, clock: Callable[[], float] = time.monotonic):
         info = info or {"mode": "off", "policy": {}, "ladder": [
@@ -280,7 +404,8 @@ class GearSwitch:
         self._started: dict[int, float] = {}
         self._ids = itertools.count()
         #: the gears' shares of rows sent on, for the later stages' autoscaler
-        self.demand = GearDemand(len(self.ladder))
+        self.demand = GearDemand(len(self.ladder), prior=info.get("sent_on"))
+        self.fits: Callable[[int], bool] | None = None
 
     @property
     def adaptive(self) -> bool:
@@ -292,7 +417,7 @@ class GearSwitch:
         gear = self.pinned
         if self.policy is not None:
             oldest = next(iter(self._started.values()), now)
-            gear = self.policy.update(now, 1000.0 * (now - oldest))
+            gear = self.policy.update(now, 1000.0 * (now - oldest), self.fits)
         token = next(self._ids)
         self._started[token] = now
         return token, gear
@@ -316,12 +441,30 @@ class GearSwitch:
         self.mode, self.policy, self.pinned = gear, None, gear
 
     def demand_scale(self, gear: int) -> float:
-        """How many times a later-stage call's rows in ``gear`` the deployed gear would send:
-        gear 0 for an adaptive app (its cheaper gears answer bursts for a while) unless its policy
-        sizes for the served gear (``replicas_for="served"``), the served gear itself otherwise (1)."""
+        """How many times a later-stage call's rows in ``gear`` the gear the replicas are sized
+        for would send (:data:`REPLICAS_FOR`): gear 0 for an adaptive app (``"deployed"``: its
+        cheaper gears answer bursts for a while), the cheapest gear the live audit lets it serve
+        (``"cheapest"``: below 1 in a more accurate gear; 1 while gear 0 is held and the full
+        pipeline answers), or the served gear itself (``"served"``, and a pinned gear: 1)."""
         if self.policy is None or self.policy.replicas_for == "served":
             return 1.0
-        return self.demand.scale(gear, 0)
+        if self.policy.replicas_for == "deployed":
+            return self.demand.scale(gear, 0)
+        # the cheapest gear the app may serve: below every gear the live audit holds
+        cheapest = min(self.held, default=len(self.ladder)) - 1
+        return self.demand.scale(gear, cheapest) if cheapest >= 0 else 1.0
+
+    def predicted_fits(self, load: StageLoad, running: dict[str, int], stages: list[str],
+                       gear: int, share: float = STEP_BACK_LOAD) -> bool:
+        """Whether ``gear``'s load on each of ``stages`` (:class:`StageLoad` at the share of rows
+        ``gear`` sends on) stays within ``share`` of the replicas ``running`` there; a stage whose
+        load or replicas are not known yet does not hold the step back."""
+        sent_on = self.demand.share(gear)
+        for stage in stages:
+            busy, replicas = load.busy_replicas(stage, sent_on), running.get(stage)
+            if busy is not None and replicas and busy > share * replicas:
+                return False
+        return True
 
     def hold(self, gears: Any) -> None:
         """The gears the monitor's ledger holds now (the answer to the audit's last counts)."""

@@ -60,7 +60,7 @@ from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
 from serving.runtime.edge import HttpEdge, unbuffer_request_logs
 from serving.runtime.gc_pauses import GcPauses
-from serving.runtime.gears import GearRunners, GearSwitch
+from serving.runtime.gears import GearRunners, GearSwitch, StageLoad
 from serving.runtime.hold import answer_in_full, held_gear
 from serving.runtime.http_support import (
     OPEN_ROUTES,
@@ -191,6 +191,13 @@ class Ingress(HttpEdge):
         # how late this replica's event loop wakes up (/metrics), from its first admitted request
         self.loop_lag = LoopLag(lambda late: self.metrics.observe("willump_event_loop_lag_seconds", late))
         self.gears = GearSwitch(config.gears)  # load-adaptive gears (serving.runtime.gears)
+        #: what the later stages are busy with, and their running replicas: a calm queue steps
+        #: back only into a gear whose predicted load those replicas hold
+        self.stage_load = StageLoad(ingresses=max(1, int(config.plan.get("ingress_replicas", 1) or 1)))
+        self.running_replicas: dict[str, int] = {}
+        if self.gears.adaptive and len(self.stage_names) > 1:
+            self.gears.fits = lambda gear: self.gears.predicted_fits(
+                self.stage_load, self.running_replicas, self.stage_names[1:], gear)
         self.gear_now = self.gears.pinned
         self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
         self.audit = ingress_audit(self, config.audit)  # the live audit (serving.runtime.audit)
@@ -215,9 +222,10 @@ class Ingress(HttpEdge):
     def _remote_batch(self, handle: Any, stage: str):
         async def run(items: list[Item], deadline: Deadline) -> list[Any]:
             # the gear (0: the plan), the rows still queued here and how many times these rows the
-            # deployed gear would send (serving.runtime.gears.GearDemand), for the stage's autoscaler
+            # gear the replicas are sized for would send (serving.runtime.gears.GearDemand), for the
+            # stage's autoscaler
             gear = items[0].key or 0
-            scale = self.gears.demand_scale(gear) if gear and stage != self.stage_names[0] else 1.0
+            scale = self.gears.demand_scale(gear) if stage != self.stage_names[0] else 1.0
             backlog = (self.replica, self.coalescers[stage].queued_rows, scale)
             args = (concat_rows([it.rows for it in items]), concat_blocks([it.blocks for it in items]), gear, backlog)
             # a stage replica of earlier code (a rolling update across versions) takes the backlog
@@ -239,8 +247,12 @@ class Ingress(HttpEdge):
         return outs
 
     def _observe_stage(self, stage: str, out: Any) -> None:
+        """A stage's answer to one call: its compute time for /metrics; a later stage's busy
+        seconds and rows, for the gears' step back (StageLoad)."""
         if isinstance(out, dict) and "seconds" in out:
             self.metrics.observe("willump_stage_compute_seconds", out["seconds"], stage=stage)
+        if isinstance(out, dict) and stage != self.stage_names[0]:
+            self.stage_load.answered(stage, out.get("busy_s"), len(out.get("level", ())))
 
     def _any_silent(self, stage: str) -> bool | None:
         """Whether a replica of ``stage`` (of any of its pools) went silent; None where no capacity
@@ -275,6 +287,7 @@ class Ingress(HttpEdge):
                 (self.first if stage == self.stage_names[0] else self.second).set_running(pool, count)
         for stage, count in per_stage.items():
             self.coalescers[stage].limit = max(1, count) * CONCURRENT_BATCHES
+        self.running_replicas = per_stage
 
     async def _parse(self, request: Request, model: type) -> tuple[Any, Any]:
         body = getattr(request.state, "body", None)
@@ -395,6 +408,7 @@ class Ingress(HttpEdge):
         unsure = out["unsure"]
         if self.gears.adaptive and not full:  # the gears' shares of rows sent on (the autoscaler's)
             self.gears.demand.observe(gear, n, int(unsure.size))
+            self.stage_load.arrived(n)
         if unsure.size:
             if self.second is None:
                 raise RuntimeError("the first stage left rows unanswered but there is no second stage")

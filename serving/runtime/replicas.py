@@ -35,6 +35,7 @@ from serving.runtime.stage_runner import (
     place_models,
     serial_when_inline,
     split_rows,
+    with_busy_s,
 )
 
 
@@ -123,8 +124,8 @@ class ModelStage:
     async def run(self, rows: pd.DataFrame, blocks: dict | None = None, gear: int = 0,
                   backlog: tuple | None = None) -> dict[str, Any]:
         """The stage on ``rows`` at ``gear``; ``backlog``: (the calling ingress replica, rows it
-        still queues for this stage[, how many times these rows the gear the app is deployed to
-        serve would have sent]), for the autoscaler (serving.planning.autoscale)."""
+        still queues for this stage[, how many times these rows the gear the replicas are sized
+        for would have sent]), for the autoscaler (serving.planning.autoscale)."""
         if backlog is not None:
             self.meter.note_backlog(backlog[0], backlog[1])
             self.meter.note_demand(_count(rows), backlog[2] if len(backlog) > 2 else 1.0)
@@ -154,27 +155,31 @@ class ModelStage:
 
     async def _compute(self, fn: Any, *args: Any, rows: int = 0) -> Any:
         """``fn(*args)`` on the event loop for an inline stage, in a thread otherwise; its busy
-        time and rows counted for the routers."""
+        time and rows counted for the routers, and the busy seconds in the answer
+        (:func:`with_busy_s`)."""
         if self._emulated is not None:
             return await self._compute_emulated(fn, *args, rows=rows)
-        self.meter.start()
+        mark = self.meter.start()
         try:
-            return fn(*args) if self.inline else await asyncio.to_thread(fn, *args)
+            out = fn(*args) if self.inline else await asyncio.to_thread(fn, *args)
+            busy = self.meter.call_busy_s(mark)
         finally:
             self.meter.stop(rows)
+        return with_busy_s(out, busy)
 
     async def _compute_emulated(self, fn: Any, *args: Any, rows: int) -> Any:
         """An emulated device (serving.runtime.emulated_node): one batch at a time, each held as
-        long as the node's labels ask."""
+        long as the node's labels ask (the hold counts as busy)."""
         async with self._emulated:
-            self.meter.start()
+            mark = self.meter.start()
             try:
                 t0 = time.perf_counter()
                 out = fn(*args) if self.inline else await asyncio.to_thread(fn, *args)
                 await asyncio.sleep(self.emulation.hold_s(time.perf_counter() - t0, rows))
-                return out
+                busy = self.meter.call_busy_s(mark)
             finally:
                 self.meter.stop(rows)
+            return with_busy_s(out, busy)
 
     async def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict | None:
         return await asyncio.to_thread(self.runner.topk_filter, rows, k, label_index)

@@ -97,16 +97,21 @@ class BusyMeter:
         #: which no call arrived (the calls it computed arrived before it)
         self.window_called_rows, self.window_demand_rows = 0.0, 0.0
         self.demand_scale = 1.0
+        #: the running calls' shares of the busy time so far (:meth:`call_busy_s`)
+        self.call_share_s, self._shared_at = 0.0, None
 
     def note_backlog(self, source: str, rows: float) -> None:
         """``source`` (an ingress replica), making a call, still queues ``rows`` for this stage."""
         self.backlogs[str(source)] = (max(float(rows), 0.0), self.clock())
 
     def note_demand(self, rows: int, scale: float) -> None:
-        """A call of ``rows`` rows that the gear the app is deployed to serve would have sent
-        ``scale`` times as many of (serving.runtime.gears.GearDemand; 1 in that gear)."""
+        """A call of ``rows`` rows that the gear the replicas are sized for would have sent
+        ``scale`` times as many of (serving.runtime.gears.GearDemand; 1 in that gear, above 1
+        in a cheaper gear, below 1 in a more accurate one; anything but a positive finite
+        number reads as 1)."""
+        scale = float(scale)
         self.window_called_rows += rows
-        self.window_demand_rows += rows * max(float(scale), 1.0)
+        self.window_demand_rows += rows * (scale if math.isfinite(scale) and scale > 0.0 else 1.0)
 
     def backlog_rows(self) -> float:
         """Rows the ingresses queue for this stage: the sum of their current reports."""
@@ -114,12 +119,30 @@ class BusyMeter:
         self.backlogs = {k: v for k, v in self.backlogs.items() if now - v[1] < BACKLOG_FRESH_S}
         return sum(rows for rows, _ in self.backlogs.values())
 
-    def start(self) -> None:
+    def _share_calls(self) -> None:
+        """Divide the time since the last change among the calls running through it."""
+        now = self.clock()
+        if self.active and self._shared_at is not None:
+            self.call_share_s += (now - self._shared_at) / self.active
+        self._shared_at = now
+
+    def start(self) -> float:
+        """A call starts computing; returns its mark for :meth:`call_busy_s`."""
+        self._share_calls()
         if self.active == 0:
             self.since = self.window_since = self.clock()
         self.active += 1
+        return self.call_share_s
+
+    def call_busy_s(self, mark: float) -> float:
+        """The busy seconds of the call that started at ``mark`` (:meth:`start`): each moment
+        divided among the calls running then, so that the calls' figures add up to the replica's
+        busy time (overlapping calls counted once)."""
+        self._share_calls()
+        return self.call_share_s - mark
 
     def stop(self, rows: int) -> None:
+        self._share_calls()
         self.active -= 1
         self.rows += int(rows)
         self.window_rows += int(rows)
@@ -137,8 +160,8 @@ class BusyMeter:
         ``rows_per_s``, rows answered per second of it, ``busy_s_per_row``, the busy seconds a
         row took (0 without rows), and ``backlog_rows``, the rows the ingresses still queue for
         the stage (:meth:`note_backlog`); ``deployed_gear_busy_share``, the busy share scaled to
-        what the gear the app is deployed to serve would have sent here (:meth:`note_demand`: a
-        cheaper gear answering a burst sends fewer rows on)."""
+        what the gear the replicas are sized for would have sent here (:meth:`note_demand`: a
+        cheaper gear answering a burst sends fewer rows on; the name says gear 0, the default)."""
         now = self.clock()
         busy = self.window_busy_s
         if self.active and self.window_since is not None:  # a call running now counts up to now

@@ -243,6 +243,21 @@ class StageRunner:
         return np.asarray(self.opt.baseline.predict_proba(rows))
 
 
+def with_busy_s(out: Any, busy_s: float) -> Any:
+    """``out`` with the seconds its replica was busy computing it (``busy_s``, an emulated
+    device's hold included), what the ingress reads a stage's load from (GearSwitch's step back):
+    a list of per-call outputs of one merged pass shares them by rows."""
+    if isinstance(out, dict):
+        out["busy_s"] = float(busy_s)
+    elif isinstance(out, list):
+        parts = [o for o in out if isinstance(o, dict)]
+        sizes = [len(o.get("level", ())) for o in parts]
+        total = sum(sizes)
+        for o, size in zip(parts, sizes, strict=True):
+            o["busy_s"] = float(busy_s) * (size / total if total else 1.0 / len(parts))
+    return out
+
+
 def split_outputs(merged: dict[str, Any], sizes: Sequence[int]) -> list[dict[str, Any]]:
     """A stage output over concatenated requests, split back per request (in order)."""
     if len(sizes) == 1:
@@ -292,6 +307,8 @@ def merge_chunks(chunks: Sequence[dict[str, Any]], sizes: Sequence[int]) -> dict
         "seconds": float(sum(c["seconds"] for c in chunks)),
         "replica": chunks[0].get("replica"),
     }
+    if any("busy_s" in c for c in chunks):
+        out["busy_s"] = float(sum(c.get("busy_s", 0.0) for c in chunks))
     fallbacks = [c["fallback"] for c in chunks if c.get("fallback") is not None]
     if fallbacks:
         out["fallback"] = np.vstack(fallbacks)

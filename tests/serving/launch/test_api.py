@@ -623,7 +623,7 @@ def test_adaptive_gears_switch_and_every_answer_names_its_gear(ray_cluster, app,
         wanted = [f'willump_gear_rows_total{{app="geared",gear="{g}"}}' for g in range(len(ladder))]
         wait_for(lambda: all(w in requests.get(served.url + "/metrics", timeout=30).text for w in wanted),
                  timeout=30, message="rows per gear in /metrics")
-        # what the autoscaler is told a cheaper gear's rows stand for (too few rows yet to say)
+        # what the autoscaler is told a cheaper gear's rows stand for (the artifact's shares until served)
         demand = requests.get(served.url + "/plan", timeout=30).json()["gear_demand"]
         assert len(demand["share_sent_on"]) == len(ladder), demand
         with pytest.raises(ValueError, match="certifies gears"):

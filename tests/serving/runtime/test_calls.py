@@ -628,7 +628,8 @@ def test_a_later_stage_call_carries_the_deployed_gears_scale_and_falls_back_for_
     """The ingress's stage call (Ingress._remote_batch, on a stand-in instance): a call in gear 1
     of an adaptive app carries, in its backlog, how many times its rows gear 0 would send (the
     gears' measured shares: 6% against 2%, so 3); the first stage's calls and gear 0's carry 1; a
-    replica of the code before the scale gets (replica, rows), one older still no backlog."""
+    replica of the code before the scale gets (replica, rows), one older still no backlog; an app
+    sized for its cheapest gear scales gear 0's calls down."""
     import numpy as np
     import pandas as pd
 
@@ -688,5 +689,43 @@ def test_a_later_stage_call_carries_the_deployed_gears_scale_and_falls_back_for_
         sent.clear()
         await call("expensive", 1, handle(refuse_after=3))
         assert [len(a) for a in sent] == [4, 4, 3]
+        # sized for the cheapest gear (the artifact's shares known before it served): a call in
+        # gear 0 carries a third of its rows' worth
+        ingress.gears = GearSwitch({"mode": "adaptive", "ladder": ladder, "sent_on": [0.06, 0.02],
+                                    "policy": {"slo_ms": 100.0, "replicas_for": "cheapest"}})
+        await call("expensive", 0, handle())
+        assert sent[-1][3][2] == pytest.approx(1 / 3)
 
     asyncio.run(main())
+
+
+def test_the_ingress_measures_a_later_stages_load_for_the_gears_step_back():
+    """Ingress._observe_stage and _follow_replicas on a stand-in instance: a later stage's answer
+    adds its busy seconds and rows (0.05 s a row), the first stage's do not count, nor an answer
+    of a replica of earlier code; the running replicas per stage are what the switch's
+    prediction divides by."""
+    import numpy as np
+
+    import serving.runtime.ingress as app_module
+    from serving.runtime.gears import GearSwitch, StageLoad
+
+    ladder = [{"gear": g, "max_loss": 0.01 * (g + 1), "loss_bound": 0.005 * (g + 1), "method": "x"} for g in range(2)]
+    gears = GearSwitch({"mode": "adaptive", "ladder": ladder, "policy": {"slo_ms": 100.0}, "sent_on": [0.06, 0.02]})
+    now = [0.0]
+    load = StageLoad(window_s=2.0, clock=lambda: now[0])
+    cls = app_module.Ingress.func_or_class
+    ingress = types.SimpleNamespace(
+        stage_names=["cheap", "expensive"], gears=gears, stage_load=load,
+        metrics=types.SimpleNamespace(observe=lambda *a, **k: None),
+        deployments={"app-cheap": ("cheap", None), "app-expensive": ("expensive", None)},
+        coalescers={"cheap": types.SimpleNamespace(limit=1), "expensive": types.SimpleNamespace(limit=1)})
+    load.arrived(600)
+    cls._observe_stage(ingress, "expensive", {"seconds": 0.1, "busy_s": 0.5, "level": np.ones(10)})
+    cls._observe_stage(ingress, "cheap", {"seconds": 0.1, "busy_s": 9.0, "level": np.ones(10)})
+    cls._observe_stage(ingress, "expensive", {"seconds": 0.1, "level": np.ones(10)})  # earlier code
+    cls._follow_replicas(ingress, {"app-cheap": 1, "app-expensive": 2})
+    now[0] = 2.0
+    assert load.busy_per_row("expensive") == pytest.approx(0.05) and load.busy_per_row("cheap") is None
+    assert ingress.running_replicas == {"cheap": 1, "expensive": 2}
+    assert gears.predicted_fits(load, ingress.running_replicas, ["expensive"], 0)
+    assert not gears.predicted_fits(load, {"expensive": 1}, ["expensive"], 0)

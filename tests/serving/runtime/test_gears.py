@@ -17,13 +17,24 @@ from serving.runtime.gears import (
     GearPolicy,
     GearRunners,
     GearSwitch,
+    StageLoad,
     check_gears,
     gear_info,
     ladder,
 )
 from serving.runtime.records import record_columns
-from serving.runtime.stage_runner import StageRunner
+from serving.runtime.stage_runner import StageRunner, merge_chunks, with_busy_s
 from tests.willump.synth import make_rows
+
+
+class Clock:
+    """A fake monotonic clock the tests move by hand."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +127,9 @@ def test_switch_uses_the_oldest_request_in_flight_and_its_latency():
 
 def test_demand_scale_is_what_the_deployed_gear_would_send_per_row_a_cheaper_one_sends():
     """Gear 0 sends 4% of rows on, gear 2 1%: a call in gear 2 carries a quarter of what gear 0
-    would send (scale 4); unknown shares, the target gear itself, and a more expensive gear
-    than the target scale 1; a gear that sends nothing on is capped at max_scale."""
+    would send (scale 4), and a call in gear 0 four times what gear 2 would (scale 1/4, toward a
+    cheaper target); unknown shares and the target gear itself scale 1; a gear that sends
+    nothing on is capped at max_scale."""
     demand = GearDemand(3, half_life_rows=10_000, max_scale=20.0)
     assert demand.scale(2) == 1.0  # nothing measured yet
     for _ in range(40):
@@ -128,7 +140,13 @@ def test_demand_scale_is_what_the_deployed_gear_would_send_per_row_a_cheaper_one
     for _ in range(40):
         demand.observe(2, 100, 1)
     assert demand.scale(2) == pytest.approx(4.0, rel=0.05) and demand.scale(0) == 1.0
-    assert demand.scale(0, target=2) == 1.0  # never below what the served gear sends
+    assert demand.scale(0, target=2) == pytest.approx(0.25, rel=0.05)  # toward the cheapest gear
+    demand.observe(2, 100_000, 20_000)  # noise that reverses the order never reverses the scale
+    assert demand.scale(2) == 1.0 and demand.scale(0, target=2) == 1.0
+    demand = GearDemand(3, half_life_rows=10_000, max_scale=20.0)
+    for _ in range(40):
+        demand.observe(0, 100, 4)
+        demand.observe(2, 100, 1)
     for _ in range(200):
         demand.observe(1, 100, 0)
     assert demand.scale(1) == 20.0
@@ -137,6 +155,22 @@ def test_demand_scale_is_what_the_deployed_gear_would_send_per_row_a_cheaper_one
         GearDemand(0)
     with pytest.raises(ValueError, match="max_scale"):
         GearDemand(2, max_scale=0.5)
+
+
+def test_demand_starts_from_the_artifacts_shares_and_the_served_rows_take_over():
+    """A prior per gear (the artifact's sample rows) makes the scale known from the first request,
+    before the cheaper gear ever served; the served rows replace it within a few half-lives."""
+    demand = GearDemand(3, half_life_rows=1000, prior=[0.04, None, 0.01])
+    assert demand.share(0) == pytest.approx(0.04) and demand.share(1) is None
+    assert demand.scale(0, target=2) == pytest.approx(0.25) and demand.scale(2) == pytest.approx(4.0)
+    assert demand.scale(1) == 1.0  # no prior, nothing served
+    for _ in range(100):
+        demand.observe(2, 100, 2)
+    assert demand.share(2) == pytest.approx(0.02, rel=0.01) and demand.scale(2) == pytest.approx(2.0, rel=0.01)
+    for prior, match in [([0.1], "one share per gear"), ([0.1, 1.5, None], r"prior\[1\]"),
+                         ([0.1, "x", None], r"prior\[1\]")]:
+        with pytest.raises(ValueError, match=match):
+            GearDemand(3, prior=prior)
 
 
 def test_demand_follows_a_gears_recent_rows():
@@ -172,6 +206,12 @@ def test_switch_asks_for_the_deployed_gear_only_when_adaptive():
         served.demand.observe(0, 100, 6)
         served.demand.observe(1, 100, 2)
     assert served.demand_scale(1) == 1.0  # sized for the gear it serves
+    cheapest = GearSwitch({**info, "policy": {"slo_ms": 100.0, "replicas_for": "cheapest"},
+                           "sent_on": [0.06, 0.02]})
+    # sized for gear 1 from the first request (the artifact's shares), gear 0's rows a third of it
+    assert cheapest.demand_scale(0) == pytest.approx(1 / 3) and cheapest.demand_scale(1) == 1.0
+    cheapest.pin(0)
+    assert cheapest.demand_scale(0) == 1.0
 
 
 def test_each_gear_runs_as_opt_gear_does_across_the_two_stages(geared):
@@ -201,6 +241,12 @@ def test_deploy_options_are_checked_against_the_artifact(geared, synth_opt):
     info = gear_info("adaptive", None, geared, 250.0)
     assert info["policy"]["slo_ms"] == 250.0 and info["ladder"] == ladder(geared)
     assert [g["loss_bound"] <= g["max_loss"] for g in info["ladder"]] == [True] * len(geared.gears_)
+    # each gear's share of the sample rows its first level sends on (plus half a row): the demand's prior
+    sample = geared.sample_rows_
+    assert info["sent_on"] == [pytest.approx(((geared.gear(g).predict_with_levels(sample)[1] > 0).sum() + 0.5)
+                                             / (len(sample) + 1)) for g in range(len(geared.gears_))]
+    assert info["sent_on"][-1] < info["sent_on"][0]  # the cheapest gear sends fewer rows on
+    assert "sent_on" not in gear_info(1, None, geared, None)
 
 
 def test_ladder_carries_what_certification_saw(geared):
@@ -284,3 +330,101 @@ def test_willump_build_writes_the_gears_into_the_serve_config(geared, tmp_path):
     assert spec["gears"]["mode"] == "adaptive" and spec["gears"]["policy"]["slo_ms"] == 300.0
     assert [g["loss_bound"] for g in spec["gears"]["ladder"]] == [g.loss_bound for g in geared.gears_]
     assert main(["build", str(tmp_path / "art"), "-o", str(out), "--cpus", "2", "--gears", "9"]) == 1  # named error
+
+
+def test_policy_steps_back_only_into_a_gear_the_replicas_would_hold():
+    """A calm queue in gear 2 steps back to gear 1 only once ``fits(1)`` says the replicas hold
+    gear 1's load; it stays in gear 2 meanwhile (no step back into a load that would send it up
+    again), and steps on to gear 0 when that fits too."""
+    policy = GearPolicy(3, slo_ms=100.0, down_after_s=1.0, up_interval_s=0.0)
+    for t in (0.0, 0.1):
+        policy.update(t, 80.0)
+    assert policy.gear == 2
+    fitting = {0: False, 1: False}
+    for t in np.arange(0.2, 5.0, 0.1):
+        assert policy.update(float(t), 0.0, fits=lambda g: fitting[g]) == 2
+    fitting[1] = True
+    assert policy.update(5.0, 0.0, fits=lambda g: fitting[g]) == 1
+    assert policy.update(5.5, 0.0, fits=lambda g: fitting[g]) == 1  # another calm dwell first
+    assert policy.update(6.1, 0.0, fits=lambda g: fitting[g]) == 1  # gear 0 would not fit
+    fitting[0] = True
+    assert policy.update(6.2, 0.0, fits=lambda g: fitting[g]) == 0
+
+
+def test_stage_load_is_arriving_rows_times_a_gears_share_times_a_rows_cost():
+    """Rows arriving over the window, from every ingress, times the share a gear sends on, times
+    the stage's measured busy seconds per row: known while the stage is not called at all."""
+    clock = Clock()
+    load = StageLoad(window_s=4.0, ingresses=2, half_life_rows=1e9, clock=clock)
+    assert load.busy_replicas("expensive", 0.05) is None
+    for _ in range(10):
+        load.arrived(32)  # 320 rows at t=0
+    load.answered("expensive", 0.4, 8)  # 0.05 s a row
+    load.answered("expensive", 0.2, 2)  # 0.1 s a row: 0.06 over the 10 rows
+    for bad in (None, "x", float("nan"), -1.0):
+        load.answered("expensive", bad, 5)
+    load.answered("expensive", 1.0, 0)
+    assert load.busy_per_row("expensive") == pytest.approx(0.06) and load.busy_per_row("cheap") is None
+    clock.t = 1.0
+    assert load.rows_per_s() is None  # under half a window measured
+    clock.t = 2.0
+    assert load.rows_per_s() == pytest.approx(160.0)
+    assert load.busy_replicas("expensive", 0.05) == pytest.approx(160.0 * 0.05 * 0.06 * 2)
+    assert load.busy_replicas("expensive", None) is None and load.busy_replicas("cheap", 0.05) is None
+    clock.t = 4.5  # the rows left the window, and none came since: the stage has nothing to do
+    assert load.rows_per_s() == 0.0 and load.busy_replicas("expensive", 0.05) == 0.0
+    for kw, match in [({"window_s": 0}, "window_s"), ({"ingresses": 0}, "ingresses"),
+                      ({"half_life_rows": 0}, "half_life_rows")]:
+        with pytest.raises(ValueError, match=match):
+            StageLoad(**kw)
+
+
+def test_switch_predicts_a_gears_load_on_the_running_replicas():
+    """Gear 0 sends 6% of rows on, gear 1 2%: at 300 rows a second and 0.05 s a row, gear 0 is
+    0.9 replicas' worth of work, gear 1 0.3: one replica holds gear 1 and not gear 0 (over 0.85
+    of its time), two hold gear 0; unknown load or replicas never hold the step back."""
+    info = {"mode": "adaptive", "ladder": [{"gear": i, "max_loss": m, "loss_bound": b, "method": "x"}
+                                           for i, (m, b) in enumerate([(0.01, 0.008), (0.02, 0.015)])],
+            "policy": {"slo_ms": 100.0}, "sent_on": [0.06, 0.02]}
+    switch = GearSwitch(info)
+    assert switch.demand.share(0) == pytest.approx(0.06)
+    clock = Clock()
+    load = StageLoad(window_s=2.0, clock=clock)
+    load.arrived(600)
+    load.answered("expensive", 0.5, 10)
+    clock.t = 2.0
+    assert load.busy_replicas("expensive", 0.06) == pytest.approx(0.9)
+    assert switch.predicted_fits(load, {"expensive": 1}, ["expensive"], 1)
+    assert not switch.predicted_fits(load, {"expensive": 1}, ["expensive"], 0)
+    assert switch.predicted_fits(load, {"expensive": 2}, ["expensive"], 0)
+    assert switch.predicted_fits(load, {}, ["expensive"], 0)
+    assert switch.predicted_fits(StageLoad(clock=clock), {"expensive": 1}, ["expensive"], 0)
+
+
+def test_cheapest_sizing_stops_at_the_gears_the_live_audit_holds():
+    """Sized for the cheapest gear the app may serve: with gear 2 held it is gear 1, with gear 0
+    held (the full pipeline answers) nothing is scaled."""
+    info = {"mode": "adaptive", "ladder": [{"gear": i, "max_loss": 0.01 * (i + 1), "loss_bound": 0.005 * (i + 1),
+                                            "method": "x"} for i in range(3)],
+            "policy": {"slo_ms": 100.0, "replicas_for": "cheapest"}, "sent_on": [0.06, 0.03, 0.01]}
+    switch = GearSwitch(info)
+    assert switch.demand_scale(0) == pytest.approx(1 / 6)
+    switch.hold([2])
+    assert switch.demand_scale(0) == pytest.approx(0.5) and switch.demand_scale(1) == 1.0
+    switch.hold([0])
+    assert switch.demand_scale(0) == 1.0
+
+
+def test_a_stage_answer_carries_its_busy_seconds_shared_by_rows():
+    one = with_busy_s({"level": np.zeros(3)}, 0.3)
+    assert one["busy_s"] == 0.3
+    parts = with_busy_s([{"level": np.zeros(1)}, RuntimeError("x"), {"level": np.zeros(3)}], 0.4)
+    assert parts[0]["busy_s"] == pytest.approx(0.1) and parts[2]["busy_s"] == pytest.approx(0.3)
+    empty = with_busy_s([{"level": np.zeros(0)}, {"level": np.zeros(0)}], 0.4)
+    assert [o["busy_s"] for o in empty] == [pytest.approx(0.2)] * 2
+    assert with_busy_s(None, 1.0) is None
+    chunk = {"proba": np.zeros((2, 2)), "level": np.zeros(2, dtype=np.int64), "unsure": np.zeros(0, dtype=np.int64),
+             "blocks": None, "seconds": 0.1}
+    merged = merge_chunks([{**chunk, "busy_s": 0.2}, {**chunk, "busy_s": 0.3}], [2, 2])
+    assert merged["busy_s"] == pytest.approx(0.5)
+    assert "busy_s" not in merge_chunks([dict(chunk), dict(chunk)], [2, 2])

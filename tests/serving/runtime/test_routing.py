@@ -107,7 +107,9 @@ def test_the_backlog_the_ingresses_report_and_what_a_row_costs():
 def test_the_busy_share_scaled_to_the_deployed_gear():
     """Calls in a cheaper gear say how many times their rows the deployed gear would have sent:
     the replica reports its busy share scaled by the window's row-weighted factor (1 for calls
-    that say nothing, never below 1), or by the last window's where none arrived."""
+    that say nothing), or by the last window's where none arrived; an app sized for its cheapest
+    gear scales calls of a more accurate one down, and a factor that is not a positive number
+    counts as 1."""
     clock = Clock()
     meter = BusyMeter(clock)
     meter.start()
@@ -126,8 +128,23 @@ def test_the_busy_share_scaled_to_the_deployed_gear():
     clock.t = 2.0
     stats = meter.autoscaling_stats()
     assert stats["deployed_gear_busy_share"] == pytest.approx(0.5 * 130 / 40)
-    meter.note_demand(10, 0.2)  # a more expensive gear than the deployed one counts as it is
+    meter.start()  # sized for the cheapest gear: gear 0's 40 rows stand for 10 of that gear's
+    clock.t = 2.5
+    meter.stop(40)
+    meter.note_demand(40, 0.25)
     clock.t = 3.0
+    stats = meter.autoscaling_stats()
+    assert stats["busy_share"] == pytest.approx(0.5)
+    assert stats["deployed_gear_busy_share"] == pytest.approx(0.5 * 0.25)
+    for bad in (float("nan"), float("inf"), -2.0, 0.0):
+        meter.note_demand(10, bad)
+    meter.start()
+    clock.t = 3.5
+    meter.stop(40)
+    clock.t = 4.0
+    stats = meter.autoscaling_stats()
+    assert stats["deployed_gear_busy_share"] == pytest.approx(stats["busy_share"]) == pytest.approx(0.5)
+    clock.t = 5.0
     stats = meter.autoscaling_stats()
     assert stats["busy_share"] == 0.0 and stats["deployed_gear_busy_share"] == 0.0
 
@@ -414,3 +431,22 @@ def test_the_router_serve_ships_registers_where_the_ingress_looks():
         for key, value in saved.items():
             setattr(CapacityRouter, key, value)
     assert CapacityRouter.choose_replicas.__globals__ is vars(sys.modules[CapacityRouter.__module__])
+
+
+def test_overlapping_calls_share_the_busy_time():
+    """Two calls overlapping for 1 s of a replica's 3 busy seconds: each moment is divided among
+    the calls running then, so their figures (1.5 + 1.5) add up to the busy time, not to their
+    wall times (2 + 2)."""
+    clock = Clock()
+    meter = BusyMeter(clock)
+    a = meter.start()
+    clock.t = 1.0
+    b = meter.start()
+    clock.t = 2.0
+    a_busy = meter.call_busy_s(a)
+    meter.stop(10)
+    clock.t = 3.0
+    b_busy = meter.call_busy_s(b)
+    meter.stop(10)
+    assert (a_busy, b_busy) == (pytest.approx(1.5), pytest.approx(1.5))
+    assert meter.autoscaling_stats()["busy_share"] == pytest.approx(1.0)
