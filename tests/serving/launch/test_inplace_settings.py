@@ -155,9 +155,11 @@ def test_serve_deploy_changes_the_settings_in_place_and_a_bad_edit_is_refused(da
 
     # a bad edit: refused by the running replicas, which keep their settings and keep serving
     _deploy(dashboard, _edited(tmp_path / "good.yaml", tmp_path / "bad.yaml", gear=99, deadline_ms=50.0))
-    wait_for(lambda: plan()["live_settings_rejected"] is not None, timeout=120, interval=1.0,
-             message="the bad edit to be refused")
-    refused = plan()
+    def refusal() -> dict | None:  # one answer read whole: each ingress replica refuses on its own
+        answer = plan()
+        return answer if answer["live_settings_rejected"] is not None else None
+
+    refused = wait_for(refusal, timeout=120, interval=1.0, message="the bad edit to be refused")
     assert "gear" in refused["live_settings_rejected"]["error"]
     assert refused["live_settings"]["deadline_ms"] == 45_000.0
     wait_for(running, timeout=120, interval=2.0, message="Serve to count the update done")
