@@ -317,8 +317,9 @@ class StageLoad:
     replica's busy time, overlapping calls counted once), times the ``ingresses`` that share the
     traffic evenly. Every factor stays known while the served gear sends nothing on (a quiet
     stage is not an idle one), and each is kept as a running figure: a request costs a few
-    operations. A later stage is taken to get every row sent past the first stage (a third
-    stage's load is over-read: the step back errs towards waiting)."""
+    operations. The rate is taken over the traffic since it last resumed (a pause longer than
+    the window starts it afresh), so a burst after a lull is not read as the lull. The ingress
+    feeds the stage after the first (stage_specs makes at most two)."""
 
     def __init__(self, window_s: float = LOAD_WINDOW_S, ingresses: int = 1,
                  half_life_rows: float = COST_HALF_LIFE_ROWS, clock: Callable[[], float] = time.monotonic):
@@ -338,7 +339,8 @@ class StageLoad:
     def arrived(self, rows: int) -> None:
         """A request of ``rows`` rows entered the first stage here."""
         now = self.clock()
-        if self._since is None:
+        self._trim(now)
+        if self._since is None or not self._arrivals:  # the first traffic, or traffic after a pause
             self._since = now
         self._arrivals.append((now, int(rows)))
         self._arrived += int(rows)
@@ -362,7 +364,8 @@ class StageLoad:
         cost[0], cost[1] = cost[0] * keep + busy, cost[1] * keep + rows
 
     def rows_per_s(self) -> float | None:
-        """Rows arriving here per second; None until half a window has passed since the first."""
+        """Rows arriving here per second; None until half a window has passed since the traffic
+        (re)started."""
         now = self.clock()
         if self._since is None or now - self._since < self.window_s / 2:
             return None

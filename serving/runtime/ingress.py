@@ -406,9 +406,9 @@ class Ingress(HttpEdge):
         replica = np.full(n, out["replica"], dtype=object)
         degraded = np.zeros(n, dtype=bool)
         unsure = out["unsure"]
+        self.stage_load.arrived(n)  # every request, held or pinned too: the gears' step back reads the rate
         if self.gears.adaptive and not full:  # the gears' shares of rows sent on (the autoscaler's)
             self.gears.demand.observe(gear, n, int(unsure.size))
-            self.stage_load.arrived(n)
         if unsure.size:
             if self.second is None:
                 raise RuntimeError("the first stage left rows unanswered but there is no second stage")

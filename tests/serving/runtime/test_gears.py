@@ -373,6 +373,10 @@ def test_stage_load_is_arriving_rows_times_a_gears_share_times_a_rows_cost():
     assert load.busy_replicas("expensive", None) is None and load.busy_replicas("cheap", 0.05) is None
     clock.t = 4.5  # the rows left the window, and none came since: the stage has nothing to do
     assert load.rows_per_s() == 0.0 and load.busy_replicas("expensive", 0.05) == 0.0
+    load.arrived(100)  # traffic resumes after the pause: its rate is taken from now, not over the lull
+    clock.t = 6.5
+    load.arrived(100)
+    assert load.rows_per_s() == pytest.approx(200 / 2.0)
     for kw, match in [({"window_s": 0}, "window_s"), ({"ingresses": 0}, "ingresses"),
                       ({"half_life_rows": 0}, "half_life_rows")]:
         with pytest.raises(ValueError, match=match):
