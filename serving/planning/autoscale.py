@@ -37,8 +37,9 @@ steps back once they answer. Only the busy share is scaled: the rows queued at t
 and the saturation rule count what the served gear sends, and a row of a later stage is taken
 to cost the same in every gear. With ``gear_policy={"replicas_for": "cheapest"}`` the share is
 scaled down instead, to what the cheapest certified gear would send: replicas are asked for only
-where that gear would not hold the load, and bursts are served in cheaper gears. Serve's wrapper around a custom policy still applies
-``min_replicas``/``max_replicas``, the up- and downscale delays and the scale-from-zero fast path.
+where that gear would not hold the load, and bursts are served in cheaper gears. Serve's wrapper
+around a custom policy still applies ``min_replicas``/``max_replicas``, the up- and downscale
+delays and the scale-from-zero fast path.
 
 ``PlannerAutoscaler`` is a class so that Serve builds it once with its parameters
 (``policy_kwargs``); it holds no Ray import and is tested on plain objects.

@@ -231,8 +231,9 @@ def gear_info(gears: Any, gear_policy: dict[str, Any] | None, opt: Any, slo_ms: 
 
 def sent_on_shares(opt: Any) -> list[float | None]:
     """Per gear, the share of the artifact's sample rows its first level leaves unsure (sends on
-    to a later stage, smoothed by half a row): what :class:`GearDemand` starts from, so that the autoscaler can size for
-    a gear the app has not served yet (the first burst). None per gear without sample rows."""
+    to a later stage, smoothed by half a row): what :class:`GearDemand` starts from, so that the
+    autoscaler can size for a gear the app has not served yet (the first burst). None per gear
+    without sample rows."""
     sample = getattr(opt, "sample_rows_", None)
     if sample is None or len(sample) == 0:
         return [None] * len(opt.gears_)
@@ -344,7 +345,6 @@ class StageLoad:
             self._since = now
         self._arrivals.append((now, int(rows)))
         self._arrived += int(rows)
-        self._trim(now)
 
     def _trim(self, now: float) -> None:
         while self._arrivals and self._arrivals[0][0] < now - self.window_s:

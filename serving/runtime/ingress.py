@@ -191,11 +191,13 @@ class Ingress(HttpEdge):
         # how late this replica's event loop wakes up (/metrics), from its first admitted request
         self.loop_lag = LoopLag(lambda late: self.metrics.observe("willump_event_loop_lag_seconds", late))
         self.gears = GearSwitch(config.gears)  # load-adaptive gears (serving.runtime.gears)
-        #: what the later stages are busy with, and their running replicas: a calm queue steps
-        #: back only into a gear whose predicted load those replicas hold
-        self.stage_load = StageLoad(ingresses=max(1, int(config.plan.get("ingress_replicas", 1) or 1)))
+        #: what the later stages are busy with, and their running replicas: an adaptive app's calm
+        #: queue steps back only into a gear whose predicted load those replicas hold (None: no
+        #: gears to step, nothing measured on the request path)
+        self.stage_load: StageLoad | None = None
         self.running_replicas: dict[str, int] = {}
         if self.gears.adaptive and len(self.stage_names) > 1:
+            self.stage_load = StageLoad(ingresses=max(1, int(config.plan.get("ingress_replicas", 1) or 1)))
             self.gears.fits = lambda gear: self.gears.predicted_fits(
                 self.stage_load, self.running_replicas, self.stage_names[1:], gear)
         self.gear_now = self.gears.pinned
@@ -251,7 +253,7 @@ class Ingress(HttpEdge):
         seconds and rows, for the gears' step back (StageLoad)."""
         if isinstance(out, dict) and "seconds" in out:
             self.metrics.observe("willump_stage_compute_seconds", out["seconds"], stage=stage)
-        if isinstance(out, dict) and stage != self.stage_names[0]:
+        if self.stage_load is not None and isinstance(out, dict) and stage != self.stage_names[0]:
             self.stage_load.answered(stage, out.get("busy_s"), len(out.get("level", ())))
 
     def _any_silent(self, stage: str) -> bool | None:
@@ -406,7 +408,8 @@ class Ingress(HttpEdge):
         replica = np.full(n, out["replica"], dtype=object)
         degraded = np.zeros(n, dtype=bool)
         unsure = out["unsure"]
-        self.stage_load.arrived(n)  # every request, held or pinned too: the gears' step back reads the rate
+        if self.stage_load is not None:  # every request, held or pinned too: the step back reads the rate
+            self.stage_load.arrived(n)
         if self.gears.adaptive and not full:  # the gears' shares of rows sent on (the autoscaler's)
             self.gears.demand.observe(gear, n, int(unsure.size))
         if unsure.size:
