@@ -319,8 +319,10 @@ class StageLoad:
     traffic evenly. Every factor stays known while the served gear sends nothing on (a quiet
     stage is not an idle one), and each is kept as a running figure: a request costs a few
     operations. The rate is taken over the traffic since it last resumed (a pause longer than
-    the window starts it afresh), so a burst after a lull is not read as the lull. The ingress
-    feeds the stage after the first (stage_specs makes at most two)."""
+    the window starts it afresh), so a burst after a lull is not read as the lull. Work a stage
+    has whatever the gear (the live audit's rows, the full pipeline while the audit holds gear 0:
+    :meth:`extra`) adds its busy seconds per second over the same window. The ingress feeds the
+    stage after the first (stage_specs makes at most two)."""
 
     def __init__(self, window_s: float = LOAD_WINDOW_S, ingresses: int = 1,
                  half_life_rows: float = COST_HALF_LIFE_ROWS, clock: Callable[[], float] = time.monotonic):
@@ -336,6 +338,8 @@ class StageLoad:
         self._arrived = 0
         self._since: float | None = None
         self._cost: dict[str, list[float]] = {}  # stage -> [decayed busy seconds, decayed rows]
+        self._extra: dict[str, deque] = {}  # stage -> (time, busy seconds) of work no gear changes
+        self._extra_s: dict[str, float] = {}  # stage -> their sum over the window
 
     def arrived(self, rows: int) -> None:
         """A request of ``rows`` rows entered the first stage here."""
@@ -349,6 +353,11 @@ class StageLoad:
     def _trim(self, now: float) -> None:
         while self._arrivals and self._arrivals[0][0] < now - self.window_s:
             self._arrived -= self._arrivals.popleft()[1]
+        for stage, calls in self._extra.items():
+            while calls and calls[0][0] < now - self.window_s:
+                self._extra_s[stage] -= calls.popleft()[1]
+            if not calls:  # no rounding left behind
+                self._extra_s[stage] = 0.0
 
     def answered(self, stage: str, busy_s: Any, rows: int) -> None:
         """``stage`` answered a call of ``rows`` rows, busy ``busy_s`` seconds on it (ignored
@@ -363,14 +372,46 @@ class StageLoad:
         keep = 0.5 ** (rows / self.half_life_rows)
         cost[0], cost[1] = cost[0] * keep + busy, cost[1] * keep + rows
 
+    def extra(self, stage: str, busy_s: Any) -> None:
+        """``stage`` was busy ``busy_s`` seconds on a call every gear makes alike (ignored unless
+        a number >= 0)."""
+        try:
+            busy = float(busy_s)
+        except (TypeError, ValueError):
+            return
+        if not (math.isfinite(busy) and busy >= 0):
+            return
+        now = self.clock()
+        self._trim(now)
+        self._extra.setdefault(stage, deque()).append((now, busy))
+        self._extra_s[stage] = self._extra_s.get(stage, 0.0) + busy
+
+    def _window(self, now: float) -> float | None:
+        """Seconds the figures are taken over: the window, or the time since the traffic
+        (re)started; None until half a window has passed."""
+        if self._since is None or now - self._since < self.window_s / 2:
+            return None
+        return min(self.window_s, now - self._since)
+
     def rows_per_s(self) -> float | None:
         """Rows arriving here per second; None until half a window has passed since the traffic
         (re)started."""
         now = self.clock()
-        if self._since is None or now - self._since < self.window_s / 2:
+        window = self._window(now)
+        if window is None:
             return None
         self._trim(now)
-        return self._arrived / min(self.window_s, now - self._since)
+        return self._arrived / window
+
+    def extra_busy_per_s(self, stage: str) -> float:
+        """Busy seconds per second ``stage`` spent on calls every gear makes alike (:meth:`extra`),
+        over the window (0 before half a window of traffic)."""
+        now = self.clock()
+        window = self._window(now)
+        if window is None:
+            return 0.0
+        self._trim(now)
+        return max(self._extra_s.get(stage, 0.0), 0.0) / window
 
     def busy_per_row(self, stage: str) -> float | None:
         """Busy seconds a row costs ``stage`` (None before its first answer with rows)."""
@@ -383,7 +424,7 @@ class StageLoad:
         rate, per_row = self.rows_per_s(), self.busy_per_row(stage)
         if rate is None or per_row is None or share is None:
             return None
-        return rate * share * per_row * self.ingresses
+        return (rate * share * per_row + self.extra_busy_per_s(stage)) * self.ingresses
 
 
 class GearSwitch:
@@ -456,6 +497,13 @@ class GearSwitch:
         # the cheapest gear the app may serve: below every gear the live audit holds
         cheapest = min(self.held, default=len(self.ladder)) - 1
         return self.demand.scale(gear, cheapest) if cheapest >= 0 else 1.0
+
+    def demand_info(self) -> dict[str, Any]:
+        """What the later stages' autoscaler is told (``/plan``'s ``gear_demand``): each gear's
+        share of rows sent on, the gear the replicas are sized for, and how many times a call's
+        rows in each gear that gear would send (:meth:`demand_scale`)."""
+        return {**self.demand.to_dict(), "replicas_for": None if self.policy is None else self.policy.replicas_for,
+                "demand_scale": [self.demand_scale(g) for g in range(len(self.ladder))]}
 
     def predicted_fits(self, load: StageLoad, running: dict[str, int], stages: list[str],
                        gear: int, share: float = STEP_BACK_LOAD) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from serving.runtime.calls import Deadline, DeadlineExceeded, StageOverloaded, call_stage
+from serving.runtime.calls import Deadline, DeadlineExceeded, StageOverloaded, call_stage_compatible
 
 #: ``deploy(on_alarm=...)``: "alert" keeps serving and raises the alarm (metric, route, dashboard,
 #: alert rule); "step" also holds the alarmed gear (module docstring)
@@ -73,7 +73,15 @@ async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
         return proba
     else:
         target, stage = ingress.first, ingress.stage_names[0]
-    return np.asarray(await call_stage(target, "full_proba", (rows,), deadline, stage))
+    # timed: the stage's busy seconds come back with the answer (a replica of earlier code takes
+    # the rows alone and answers the array); they are load the gears' step back counts
+    answer = await call_stage_compatible(target, "full_proba", (rows, True), ((rows,),), deadline, stage)
+    if isinstance(answer, dict):
+        load = getattr(ingress, "stage_load", None)
+        if load is not None:
+            load.extra(stage, answer.get("busy_s"))
+        answer = answer["proba"]
+    return np.asarray(answer)
 
 
 async def answer_in_full(ingress: Any, frame: pd.DataFrame, proba: np.ndarray, level: np.ndarray,

@@ -492,6 +492,8 @@ class Ingress(HttpEdge):
             ranked = await self._call(last, "topk_rank", frame.iloc[step["kept"]].reset_index(drop=True),
                                       step["blocks"], c, step["check"], deadline=deadline)
             certificate = ranked["certificate"]
+            if self.stage_load is not None and last:  # work every gear gives the stage alike
+                self.stage_load.extra(self.stage_names[last], ranked.get("busy_s"))
             if not certificate["certified"]:
                 step = None  # the filter's answer is not certified: score every row
         if step is None:
@@ -548,7 +550,7 @@ class Ingress(HttpEdge):
         """/plan's in-place settings: those served now, and the last ones refused, if any."""
         out = {"live_settings": current_settings(self), "live_settings_rejected": self.settings_rejected}
         if self.gears.adaptive:  # what the autoscaler is told a cheaper gear's rows stand for
-            out["gear_demand"] = self.gears.demand.to_dict()
+            out["gear_demand"] = self.gears.demand_info()
         return out
 
     def _static(self, key: str):

@@ -9,6 +9,7 @@ stage. A replica loads the artifact by reference (:mod:`serving.core.artifacts`)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 import zlib
@@ -154,47 +155,59 @@ class ModelStage:
         return await self._compute(self.runner.run_many, items, rows=_rows_in(items))
 
     async def _compute(self, fn: Any, *args: Any, rows: int = 0) -> Any:
-        """``fn(*args)`` on the event loop for an inline stage, in a thread otherwise; its busy
-        time and rows counted for the routers, and the busy seconds in the answer
-        (:func:`with_busy_s`)."""
-        if self._emulated is not None:
-            return await self._compute_emulated(fn, *args, rows=rows)
-        mark = self.meter.start()
-        try:
-            out = fn(*args) if self.inline else await asyncio.to_thread(fn, *args)
-            busy = self.meter.call_busy_s(mark)
-        finally:
-            self.meter.stop(rows)
+        """``fn(*args)`` as the stage's levels run (:meth:`_metered`), the busy seconds in a dict
+        answer (:func:`with_busy_s`)."""
+        out, busy = await self._metered(fn, *args, rows=rows, inline=self.inline)
         return with_busy_s(out, busy)
 
-    async def _compute_emulated(self, fn: Any, *args: Any, rows: int) -> Any:
-        """An emulated device (serving.runtime.emulated_node): one batch at a time, each held as
-        long as the node's labels ask (the hold counts as busy)."""
-        async with self._emulated:
+    async def _metered(self, fn: Any, *args: Any, rows: int, inline: bool, unscaled: bool = False) -> tuple[Any, float]:
+        """``fn(*args)`` on the event loop where ``inline`` (a CPU-bound stage:
+        StageProfile.runs_inline), in a thread otherwise; its busy time and rows counted for the
+        routers and the autoscaler (``unscaled``: work no gear changes, BusyMeter.note_unscaled).
+        Returns the answer and the call's busy seconds. On an emulated device
+        (serving.runtime.emulated_node) one call at a time, each held as long as the node's
+        labels ask (the hold counts as busy)."""
+        async with (self._emulated if self._emulated is not None else contextlib.nullcontext()):
             mark = self.meter.start()
             try:
                 t0 = time.perf_counter()
-                out = fn(*args) if self.inline else await asyncio.to_thread(fn, *args)
-                await asyncio.sleep(self.emulation.hold_s(time.perf_counter() - t0, rows))
+                out = fn(*args) if inline else await asyncio.to_thread(fn, *args)
+                if self._emulated is not None:
+                    await asyncio.sleep(self.emulation.hold_s(time.perf_counter() - t0, rows))
                 busy = self.meter.call_busy_s(mark)
             finally:
                 self.meter.stop(rows)
-            return with_busy_s(out, busy)
+        if unscaled:
+            self.meter.note_unscaled(busy)
+        return out, busy
 
+    # Calls outside the cascade's levels, metered as the levels are (the routers, the autoscaler
+    # and an emulated device see the work: a live audit at 1% sends the expensive stage about as
+    # many rows as toxic's cheapest gear), always in a thread (an audit batch is up to 512 rows)
     async def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict | None:
-        return await asyncio.to_thread(self.runner.topk_filter, rows, k, label_index)
+        return (await self._metered(self.runner.topk_filter, rows, k, label_index, rows=_count(rows),
+                                    inline=False, unscaled=True))[0]
 
     async def topk_rank(self, rows: pd.DataFrame, blocks: dict, label_index: int, check: dict) -> dict:
-        return await asyncio.to_thread(self.runner.topk_rank, rows, blocks, label_index, check)
+        """The rows the filter kept, scored in full; the busy seconds in the answer (``busy_s``,
+        for the gears' step back: top-K's calls cost the stage the same in every gear)."""
+        out, busy = await self._metered(self.runner.topk_rank, rows, blocks, label_index, check, rows=_count(rows),
+                                        inline=False, unscaled=True)
+        return with_busy_s(out, busy)
 
     async def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
-        return await asyncio.to_thread(self.runner.full_scores, rows, label_index)
+        return (await self._metered(self.runner.full_scores, rows, label_index, rows=_count(rows), inline=False,
+                                    unscaled=True))[0]
 
-    async def full_proba(self, rows: pd.DataFrame) -> np.ndarray:
+    async def full_proba(self, rows: pd.DataFrame, timed: bool = False) -> np.ndarray | dict[str, Any]:
         """The full pipeline's probabilities: for rows the live audit sampled
         (serving.runtime.audit), and for every row the cascade answered below its full level
-        while the audit's alarm holds gear 0 (serving.runtime.hold)."""
-        return await asyncio.to_thread(self.runner.full_proba, rows)
+        while the audit's alarm holds gear 0 (serving.runtime.hold). ``timed``: as
+        ``{"proba": ..., "busy_s": ...}``, the busy seconds for the gears' step back (an ingress
+        of earlier code asks without it and gets the array)."""
+        proba, busy = await self._metered(self.runner.full_proba, rows, rows=_count(rows), inline=False,
+                                          unscaled=True)
+        return {"proba": proba, "busy_s": busy} if timed else proba
 
     def check_health(self) -> None:
         """Ray Serve calls this every ``health_check_period_s``: an exception marks the replica

@@ -97,6 +97,8 @@ class BusyMeter:
         #: which no call arrived (the calls it computed arrived before it)
         self.window_called_rows, self.window_demand_rows = 0.0, 0.0
         self.demand_scale = 1.0
+        #: the window's busy seconds on work no gear changes (:meth:`note_unscaled`)
+        self.window_unscaled_s = 0.0
         #: the running calls' shares of the busy time so far (:meth:`call_busy_s`)
         self.call_share_s, self._shared_at = 0.0, None
 
@@ -112,6 +114,13 @@ class BusyMeter:
         scale = float(scale)
         self.window_called_rows += rows
         self.window_demand_rows += rows * (scale if math.isfinite(scale) and scale > 0.0 else 1.0)
+
+    def note_unscaled(self, busy_s: float) -> None:
+        """A call that took ``busy_s`` of this replica's busy seconds (:meth:`call_busy_s`) did
+        work that every gear gives the stage alike (the live audit's rows, the full pipeline while
+        the audit holds gear 0, top-K's calls): the demand scale leaves it as it is."""
+        if math.isfinite(busy_s) and busy_s > 0.0:
+            self.window_unscaled_s += float(busy_s)
 
     def backlog_rows(self) -> float:
         """Rows the ingresses queue for this stage: the sum of their current reports."""
@@ -161,7 +170,8 @@ class BusyMeter:
         row took (0 without rows), and ``backlog_rows``, the rows the ingresses still queue for
         the stage (:meth:`note_backlog`); ``deployed_gear_busy_share``, the busy share scaled to
         what the gear the replicas are sized for would have sent here (:meth:`note_demand`: a
-        cheaper gear answering a burst sends fewer rows on; the name says gear 0, the default)."""
+        cheaper gear answering a burst sends fewer rows on; the name says gear 0, the default),
+        the work no gear changes (:meth:`note_unscaled`) left unscaled."""
         now = self.clock()
         busy = self.window_busy_s
         if self.active and self.window_since is not None:  # a call running now counts up to now
@@ -171,11 +181,13 @@ class BusyMeter:
         share = min(busy / wall, 1.0)
         if self.window_called_rows:
             self.demand_scale = self.window_demand_rows / self.window_called_rows
+        unscaled = min(self.window_unscaled_s / wall, share)
         out = {"busy_share": share, "rows_per_s": self.window_rows / wall,
                "busy_s_per_row": busy / self.window_rows if self.window_rows else 0.0,
-               "backlog_rows": self.backlog_rows(), "deployed_gear_busy_share": share * self.demand_scale}
+               "backlog_rows": self.backlog_rows(),
+               "deployed_gear_busy_share": (share - unscaled) * self.demand_scale + unscaled}
         self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, now
-        self.window_called_rows, self.window_demand_rows = 0.0, 0.0
+        self.window_called_rows, self.window_demand_rows, self.window_unscaled_s = 0.0, 0.0, 0.0
         return out
 
     def report(self) -> dict[str, Any]:

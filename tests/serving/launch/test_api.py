@@ -598,7 +598,8 @@ def test_adaptive_gears_switch_and_every_answer_names_its_gear(ray_cluster, app,
     """An SLO far below any latency puts every request after the first at risk: the ingress
     steps one certified gear cheaper per request (no interval, no way back), each answer names
     its gear and certified bound, equals that gear's in-process answer, and /metrics counts
-    rows per gear."""
+    rows per gear. The planner autoscales the stages (one replica at most here) for the
+    cheapest gear: /plan says so, and that a call in gear 0 stands for fewer rows of it."""
     from dataclasses import replace
 
     ladder = geared_opt.gears_
@@ -606,8 +607,9 @@ def test_adaptive_gears_switch_and_every_answer_names_its_gear(ray_cluster, app,
     plan = replace(app.plan, ingress_replicas=1, ingress_cpus=0.1,
                    stages=[replace(s, num_cpus=min(s.num_cpus, 0.1)) for s in app.plan.stages])
     served = deploy(geared_opt, name="geared", port=ray_cluster, plan=plan, calibrate="never", insitu="never",
-                    gears="adaptive", gear_policy={"slo_ms": 0.001, "up_interval_s": 0.0,
-                                                   "down_after_s": 3600.0, "window_s": 600.0})
+                    gears="adaptive", gear_policy={"slo_ms": 0.001, "up_interval_s": 0.0, "down_after_s": 3600.0,
+                                                   "window_s": 600.0, "replicas_for": "cheapest"},
+                    autoscaler="planner", min_replicas=1, max_replicas=1)
     try:
         batch = request_rows.iloc[:64]
         seen = []
@@ -625,7 +627,9 @@ def test_adaptive_gears_switch_and_every_answer_names_its_gear(ray_cluster, app,
                  timeout=30, message="rows per gear in /metrics")
         # what the autoscaler is told a cheaper gear's rows stand for (the artifact's shares until served)
         demand = requests.get(served.url + "/plan", timeout=30).json()["gear_demand"]
-        assert len(demand["share_sent_on"]) == len(ladder), demand
+        assert len(demand["share_sent_on"]) == len(ladder) == len(demand["demand_scale"]), demand
+        assert demand["replicas_for"] == "cheapest" and demand["demand_scale"][-1] == 1.0, demand
+        assert demand["demand_scale"][0] < 1.0, demand  # gear 0 sends more rows on than the cheapest
         with pytest.raises(ValueError, match="certifies gears"):
             deploy(geared_opt, name="geared2", port=ray_cluster, plan=app.plan, calibrate="never", gears=7)
     finally:

@@ -383,6 +383,28 @@ def test_stage_load_is_arriving_rows_times_a_gears_share_times_a_rows_cost():
             StageLoad(**kw)
 
 
+def test_stage_load_counts_the_work_every_gear_makes_alike():
+    """The live audit's calls (and the full pipeline's while gear 0 is held) busy the stage the
+    same in every gear: their busy seconds per second over the window add to a gear's predicted
+    load, and leave it with the window."""
+    clock = Clock()
+    load = StageLoad(window_s=2.0, half_life_rows=1e9, clock=clock)
+    load.arrived(600)
+    load.answered("expensive", 0.5, 10)  # 0.05 s a row
+    load.extra("expensive", 0.4)
+    load.extra("expensive", 0.2)
+    for bad in (None, "x", float("nan"), -1.0):
+        load.extra("expensive", bad)
+    assert load.extra_busy_per_s("expensive") == 0.0  # under half a window measured
+    clock.t = 2.0
+    assert load.extra_busy_per_s("expensive") == pytest.approx(0.3) and load.extra_busy_per_s("cheap") == 0.0
+    assert load.busy_replicas("expensive", 0.02) == pytest.approx(300 * 0.02 * 0.05 + 0.3)
+    load.arrived(600)
+    clock.t = 3.0  # the first arrivals and both audit calls left the window
+    assert load.extra_busy_per_s("expensive") == 0.0
+    assert load.busy_replicas("expensive", 0.02) == pytest.approx(300 * 0.02 * 0.05)
+
+
 def test_switch_predicts_a_gears_load_on_the_running_replicas():
     """Gear 0 sends 6% of rows on, gear 1 2%: at 300 rows a second and 0.05 s a row, gear 0 is
     0.9 replicas' worth of work, gear 1 0.3: one replica holds gear 1 and not gear 0 (over 0.85

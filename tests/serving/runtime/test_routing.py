@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import sys
+import threading
+import time
 import types
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from serving.runtime.routing import BusyMeter, CapacityPolicy, ReplicaView, router_config
@@ -147,6 +152,31 @@ def test_the_busy_share_scaled_to_the_deployed_gear():
     clock.t = 5.0
     stats = meter.autoscaling_stats()
     assert stats["busy_share"] == 0.0 and stats["deployed_gear_busy_share"] == 0.0
+
+
+def test_work_no_gear_changes_is_left_unscaled():
+    """The live audit's calls (or top-K's) cost the stage the same in every gear: of a window half
+    busy, the 0.2 s spent on them stay as they are while the cascade's 0.3 s are scaled by the
+    calls' demand factor; the unscaled share never exceeds the busy share."""
+    clock = Clock()
+    meter = BusyMeter(clock)
+    mark = meter.start()
+    clock.t = 0.3
+    meter.stop(30)
+    meter.note_demand(30, 0.25)
+    mark = meter.start()
+    clock.t = 0.5
+    meter.note_unscaled(meter.call_busy_s(mark))
+    meter.stop(10)
+    for bad in (float("nan"), -1.0, 0.0):
+        meter.note_unscaled(bad)
+    clock.t = 1.0
+    stats = meter.autoscaling_stats()
+    assert stats["busy_share"] == pytest.approx(0.5)
+    assert stats["deployed_gear_busy_share"] == pytest.approx(0.3 * 0.25 + 0.2)
+    meter.note_unscaled(5.0)  # more than the window was busy: capped at the busy share
+    clock.t = 2.0
+    assert meter.autoscaling_stats()["deployed_gear_busy_share"] == 0.0
 
 
 def test_shares_follow_capacity():
@@ -450,3 +480,30 @@ def test_overlapping_calls_share_the_busy_time():
     meter.stop(10)
     assert (a_busy, b_busy) == (pytest.approx(1.5), pytest.approx(1.5))
     assert meter.autoscaling_stats()["busy_share"] == pytest.approx(1.0)
+
+
+def test_calls_outside_the_levels_are_metered_and_timed_on_request():
+    """The full pipeline's calls (the live audit, a held gear 0) run in a thread and count in the
+    replica's meter as work no gear changes, and an ingress asking for the time gets the busy
+    seconds beside the probabilities (an ingress of earlier code, asking without, gets the array)."""
+    from serving.runtime.replicas import ModelStage
+
+    threads = []
+
+    def full_proba(rows):
+        threads.append(threading.get_ident())
+        time.sleep(0.01)
+        return np.full((len(rows), 2), 0.5)
+
+    stage = ModelStage.func_or_class(None, None, runner=types.SimpleNamespace(full_proba=full_proba),
+                                     batching=False, inline=True)
+    rows = pd.DataFrame({"x": range(4)})
+
+    async def calls() -> tuple:
+        return await stage.full_proba(rows, True), await stage.full_proba(rows), threading.get_ident()
+
+    timed, plain, loop_thread = asyncio.run(calls())
+    assert isinstance(plain, np.ndarray) and plain.shape == (4, 2) and loop_thread not in threads
+    assert set(timed) == {"proba", "busy_s"} and timed["busy_s"] >= 0.01
+    np.testing.assert_array_equal(timed["proba"], plain)
+    assert stage.meter.total_rows == 8 and stage.meter.window_unscaled_s >= 0.02
