@@ -86,7 +86,7 @@ def autoscaling_gears(opt: Any, requests: list, labels: list, args) -> dict[str,
 
     out = with_cluster({f"{MS_PER_ROW_LABEL}-{stage}": f"{ms:g}" for stage, ms in GEAR_MS_PER_ROW.items()}, [],
                        opt, apps, args, run, head_cpus=head_cpus, replicas=1, stage_cpus=STAGE_CPUS)
-    out.update({"rate": rate, "burst": 4.0, "phase_s": args.autoscale_phase_s, "slo_ms": args.slo_ms,
+    out.update({"rate": rate, "audit_rate": getattr(args, "audit_rate", 0.0), "burst": 4.0, "phase_s": args.autoscale_phase_s, "slo_ms": args.slo_ms,
                 "ms_per_row": GEAR_MS_PER_ROW, "predicted_capacity": capacity, "ladder": ladder(opt),
                 "emulated": True, "through": "serving.deploy"})
     return out

@@ -127,7 +127,9 @@ def start_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str
 def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args, *, replicas: int | None = None,
                 stage_cpus: float = 0.2) -> dict[str, Any]:
     """Each app: the same artifact and plan (``replicas``, default ``--replicas``, replicas of
-    every model stage at ``stage_cpus`` logical CPUs, one ingress), with its own deploy options."""
+    every model stage at ``stage_cpus`` logical CPUs, one ingress), with its own deploy options;
+    with ``--audit-rate`` above 0, the monitor (no attributes) and that live audit, as a user's
+    app with the monitor runs (the audit's full-pipeline calls load the stage that holds it)."""
     from serving import deploy
     from serving.launch.config import plan_offline
     from tests.conftest import free_port
@@ -139,8 +141,10 @@ def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args, *
         plan.ingress_replicas, plan.ingress_cpus = 1, INGRESS_CPUS  # only the head holds it: the same for every app
         for stage in plan.stages:
             stage.replicas, stage.num_cpus = args.replicas if replicas is None else replicas, stage_cpus
+        audited = dict(monitor=dict(attributes=[], pane_seconds=5.0), audit_rate=args.audit_rate) \
+            if getattr(args, "audit_rate", 0.0) else {}
         out[name] = deploy(opt, name=name, host="127.0.0.1", port=free_port(), address=cluster.address, plan=plan,
-                           artifact_share="object_store", insitu="never", **options)
+                           artifact_share="object_store", insitu="never", **audited, **options)
     return out
 
 
@@ -357,6 +361,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tier-spot-ratios", type=_pair, default=(1.0, 1.0), metavar="CHEAP,EXPENSIVE",
                         help="the tiers section's spot pools: device time over the reliable pool's, per stage "
                              "(default: the same devices)")
+    parser.add_argument("--audit-rate", type=float, default=0.0,
+                        help="deploy every app with the monitor and this live audit rate (0: no monitor)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
