@@ -320,8 +320,9 @@ class StageLoad:
     stage is not an idle one), and each is kept as a running figure: a request costs a few
     operations. The rate is taken over the traffic since it last resumed (a pause longer than
     the window starts it afresh), so a burst after a lull is not read as the lull. Work a stage
-    has whatever the gear (the live audit's rows, the full pipeline while the audit holds gear 0:
-    :meth:`extra`) adds its busy seconds per second over the same window. The ingress feeds the
+    has whatever the gear that requests wait on (top-K's calls, the full pipeline while the live
+    audit holds gear 0: :meth:`extra`) adds its busy seconds per second over the same window; the
+    audit's own calls are shed first under load, so they are not counted. The ingress feeds the
     stage after the first (stage_specs makes at most two)."""
 
     def __init__(self, window_s: float = LOAD_WINDOW_S, ingresses: int = 1,

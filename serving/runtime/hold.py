@@ -26,7 +26,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from serving.runtime.calls import Deadline, DeadlineExceeded, StageOverloaded, call_stage_compatible
+from serving.runtime.calls import (
+    Deadline,
+    DeadlineExceeded,
+    StageOverloaded,
+    call_stage,
+    call_stage_compatible,
+)
 
 #: ``deploy(on_alarm=...)``: "alert" keeps serving and raises the alarm (metric, route, dashboard,
 #: alert rule); "step" also holds the alarmed gear (module docstring)
@@ -60,10 +66,12 @@ def _with_thread_cpu(fn: Any, *args: Any) -> tuple[Any, float]:
 
 
 async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
-                     on_cpu: Any = None) -> np.ndarray:
+                     on_cpu: Any = None, request_path: bool = False) -> np.ndarray:
     """The full pipeline's probabilities for ``rows``, from the stage that holds the full model
     (a thread of the ingress when every level runs there: then ``on_cpu(seconds)`` hears what
-    that thread spent on it)."""
+    that thread spent on it). ``request_path``: a request waits on the call (a held gear 0), so
+    the stage's busy seconds on it are load the gears' step back counts (the live audit's calls
+    are shed first under load: they are not)."""
     if ingress.second is not None:
         target, stage = ingress.second, ingress.stage_names[1]
     elif ingress.local:
@@ -73,13 +81,14 @@ async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
         return proba
     else:
         target, stage = ingress.first, ingress.stage_names[0]
+    load = getattr(ingress, "stage_load", None)
+    if not request_path or load is None:
+        return np.asarray(await call_stage(target, "full_proba", (rows,), deadline, stage))
     # timed: the stage's busy seconds come back with the answer (a replica of earlier code takes
-    # the rows alone and answers the array); they are load the gears' step back counts
+    # the rows alone and answers the array)
     answer = await call_stage_compatible(target, "full_proba", (rows, True), ((rows,),), deadline, stage)
     if isinstance(answer, dict):
-        load = getattr(ingress, "stage_load", None)
-        if load is not None:
-            load.extra(stage, answer.get("busy_s"))
+        load.extra(stage, answer.get("busy_s"))
         answer = answer["proba"]
     return np.asarray(answer)
 
@@ -98,7 +107,7 @@ async def answer_in_full(ingress: Any, frame: pd.DataFrame, proba: np.ndarray, l
     decided = below[~degraded[below]]
     served = proba[decided].argmax(axis=1)
     try:
-        full = await full_proba(ingress, frame.iloc[below].reset_index(drop=True), deadline)
+        full = await full_proba(ingress, frame.iloc[below].reset_index(drop=True), deadline, request_path=True)
     except (DeadlineExceeded, StageOverloaded):
         if not ingress.degrade:
             raise

@@ -497,7 +497,7 @@ class Ingress(HttpEdge):
             if not certificate["certified"]:
                 step = None  # the filter's answer is not certified: score every row
         if step is None:
-            scores = await self._call(last, "full_scores", frame, c, deadline=deadline)
+            scores = await self._full_scores(last, frame, c, deadline)
             approximate, kept, ratio = np.zeros(n, dtype=bool), np.arange(n), None
         else:
             kept = step["kept"]
@@ -510,6 +510,20 @@ class Ingress(HttpEdge):
         return {"indices": order.tolist(), "scores": [float(s) for s in scores[order]],
                 "approximate": approximate[order].tolist(), "k": body.k, "label": clean(self.classes[c], infinity="null"),
                 "ratio": ratio, "certificate": certificate, "model_version": self.version}
+
+    async def _full_scores(self, stage: int, frame: Any, label_index: int, deadline: Deadline) -> np.ndarray:
+        """Every row scored in full at ``stage``; a later stage's busy seconds on it are load the
+        gears' step back counts (a stage replica of earlier code answers the array alone)."""
+        if self.stage_load is None or not stage:
+            return await self._call(stage, "full_scores", frame, label_index, deadline=deadline)
+        name = self.stage_names[stage]
+        answer = await call_stage_compatible(
+            self.second, "full_scores", (frame, label_index, True), ((frame, label_index),), deadline, name,
+            on_retry=lambda: self.metrics.count("willump_stage_retries", stage=name))
+        if isinstance(answer, dict):
+            self.stage_load.extra(name, answer.get("busy_s"))
+            answer = answer["scores"]
+        return answer
 
     @app.post("/labels", responses=ROUTE_ERRORS, openapi_extra={
         "requestBody": {"required": True, "content": {"application/json": {"schema": {

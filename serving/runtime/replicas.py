@@ -29,6 +29,7 @@ from serving.runtime.emulated_node import node_emulation
 from serving.runtime.feedback import KINDS as FEEDBACK_KINDS
 from serving.runtime.feedback import Feedback
 from serving.runtime.gears import GearRunners
+from serving.runtime.outside_calls import PieceSize
 from serving.runtime.routing import BusyMeter
 from serving.runtime.stage_runner import (
     StageRunner,
@@ -108,6 +109,8 @@ class ModelStage:
         self.replica = replica_id("local")
         #: rows per busy second, reported to the callers' routers (serving.runtime.routing)
         self.meter = BusyMeter()
+        #: the calls outside the levels, served in pieces (serving.runtime.outside_calls)
+        self.pieces = PieceSize(self.max_batch_size)
         #: an emulated device where this node's labels ask for one (tests and benchmarks only)
         self.emulation = node_emulation(seed=zlib.crc32(self.replica.encode()),
                                         stage=getattr(getattr(self.runner, "spec", None), "name", None))
@@ -163,12 +166,12 @@ class ModelStage:
     async def _metered(self, fn: Any, *args: Any, rows: int, inline: bool, unscaled: bool = False) -> tuple[Any, float]:
         """``fn(*args)`` on the event loop where ``inline`` (a CPU-bound stage:
         StageProfile.runs_inline), in a thread otherwise; its busy time and rows counted for the
-        routers and the autoscaler (``unscaled``: work no gear changes, BusyMeter.note_unscaled).
+        routers and the autoscaler (``unscaled``: work every gear gives the stage alike, BusyMeter).
         Returns the answer and the call's busy seconds. On an emulated device
         (serving.runtime.emulated_node) one call at a time, each held as long as the node's
         labels ask (the hold counts as busy)."""
         async with (self._emulated if self._emulated is not None else contextlib.nullcontext()):
-            mark = self.meter.start()
+            mark = self.meter.start(unscaled)
             try:
                 t0 = time.perf_counter()
                 out = fn(*args) if inline else await asyncio.to_thread(fn, *args)
@@ -176,14 +179,12 @@ class ModelStage:
                     await asyncio.sleep(self.emulation.hold_s(time.perf_counter() - t0, rows))
                 busy = self.meter.call_busy_s(mark)
             finally:
-                self.meter.stop(rows)
-        if unscaled:
-            self.meter.note_unscaled(busy)
+                self.meter.stop(rows, unscaled)
         return out, busy
 
-    # Calls outside the cascade's levels, metered as the levels are (the routers, the autoscaler
-    # and an emulated device see the work: a live audit at 1% sends the expensive stage about as
-    # many rows as toxic's cheapest gear), always in a thread (an audit batch is up to 512 rows)
+    # Calls outside the cascade's levels, metered as work every gear gives the stage alike (the
+    # autoscaler and an emulated device see it: a live audit at 1% sends the expensive stage about
+    # as many rows as toxic's cheapest gear), always in a thread (an audit batch is up to 512 rows)
     async def topk_filter(self, rows: pd.DataFrame, k: int, label_index: int) -> dict | None:
         return (await self._metered(self.runner.topk_filter, rows, k, label_index, rows=_count(rows),
                                     inline=False, unscaled=True))[0]
@@ -195,18 +196,30 @@ class ModelStage:
                                         inline=False, unscaled=True)
         return with_busy_s(out, busy)
 
-    async def full_scores(self, rows: pd.DataFrame, label_index: int) -> np.ndarray:
-        return (await self._metered(self.runner.full_scores, rows, label_index, rows=_count(rows), inline=False,
-                                    unscaled=True))[0]
+    async def _in_pieces(self, fn: Any, rows: pd.DataFrame, *args: Any) -> tuple[np.ndarray, float]:
+        """``fn(rows, *args)`` (an array per row) in pieces (serving.runtime.outside_calls), each
+        metered as work every gear gives the stage alike; the rows' answers and the busy seconds."""
+        outs, busy = [], 0.0
+        for piece in self.pieces.pieces(rows):
+            out, piece_busy = await self._metered(fn, piece, *args, rows=len(piece), inline=False, unscaled=True)
+            self.pieces.observe(len(piece), piece_busy)
+            outs.append(np.asarray(out))
+            busy += piece_busy
+        return (outs[0] if len(outs) == 1 else np.concatenate(outs)), busy
+
+    async def full_scores(self, rows: pd.DataFrame, label_index: int, timed: bool = False) -> np.ndarray | dict:
+        """Every row scored in full (top-K without a certified filter); ``timed`` as
+        :meth:`full_proba`'s."""
+        scores, busy = await self._in_pieces(self.runner.full_scores, rows, label_index)
+        return {"scores": scores, "busy_s": busy} if timed else scores
 
     async def full_proba(self, rows: pd.DataFrame, timed: bool = False) -> np.ndarray | dict[str, Any]:
         """The full pipeline's probabilities: for rows the live audit sampled
         (serving.runtime.audit), and for every row the cascade answered below its full level
         while the audit's alarm holds gear 0 (serving.runtime.hold). ``timed``: as
-        ``{"proba": ..., "busy_s": ...}``, the busy seconds for the gears' step back (an ingress
-        of earlier code asks without it and gets the array)."""
-        proba, busy = await self._metered(self.runner.full_proba, rows, rows=_count(rows), inline=False,
-                                          unscaled=True)
+        ``{"proba": ..., "busy_s": ...}``, the busy seconds for the gears' step back (the live
+        audit's calls, and an ingress of earlier code, ask without it and get the array)."""
+        proba, busy = await self._in_pieces(self.runner.full_proba, rows)
         return {"proba": proba, "busy_s": busy} if timed else proba
 
     def check_health(self) -> None:

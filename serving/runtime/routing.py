@@ -77,7 +77,12 @@ BACKLOG_FRESH_S = 2.0
 class BusyMeter:
     """A replica's measured capacity: rows computed per second during which it computed
     anything (overlapping calls count once), over the last report period; and, for the
-    autoscaler, the rows the ingresses still queue for this stage (:meth:`note_backlog`)."""
+    autoscaler, the rows the ingresses still queue for this stage (:meth:`note_backlog`).
+    Calls started ``unscaled`` do work every gear gives the stage alike (the live audit's rows,
+    the full pipeline while the audit holds gear 0, top-K's calls): their share of the busy time,
+    counted as it accrues, is busy time for the autoscaler but not scaled by the gear demand
+    factor, and neither their rows nor their time enter the rates per row (a full-pipeline row
+    costs what a cascade row does not)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
@@ -97,8 +102,10 @@ class BusyMeter:
         #: which no call arrived (the calls it computed arrived before it)
         self.window_called_rows, self.window_demand_rows = 0.0, 0.0
         self.demand_scale = 1.0
-        #: the window's busy seconds on work no gear changes (:meth:`note_unscaled`)
-        self.window_unscaled_s = 0.0
+        #: running calls started unscaled, and the busy seconds they took in the autoscaler's
+        #: window and in the router's period (shared with the calls beside them)
+        self.active_unscaled = 0
+        self.window_unscaled_s, self.period_unscaled_s = 0.0, 0.0
         #: the running calls' shares of the busy time so far (:meth:`call_busy_s`)
         self.call_share_s, self._shared_at = 0.0, None
 
@@ -115,13 +122,6 @@ class BusyMeter:
         self.window_called_rows += rows
         self.window_demand_rows += rows * (scale if math.isfinite(scale) and scale > 0.0 else 1.0)
 
-    def note_unscaled(self, busy_s: float) -> None:
-        """A call that took ``busy_s`` of this replica's busy seconds (:meth:`call_busy_s`) did
-        work that every gear gives the stage alike (the live audit's rows, the full pipeline while
-        the audit holds gear 0, top-K's calls): the demand scale leaves it as it is."""
-        if math.isfinite(busy_s) and busy_s > 0.0:
-            self.window_unscaled_s += float(busy_s)
-
     def backlog_rows(self) -> float:
         """Rows the ingresses queue for this stage: the sum of their current reports."""
         now = self.clock()
@@ -132,15 +132,22 @@ class BusyMeter:
         """Divide the time since the last change among the calls running through it."""
         now = self.clock()
         if self.active and self._shared_at is not None:
-            self.call_share_s += (now - self._shared_at) / self.active
+            elapsed = now - self._shared_at
+            self.call_share_s += elapsed / self.active
+            if self.active_unscaled:
+                unscaled = elapsed * self.active_unscaled / self.active
+                self.window_unscaled_s += unscaled
+                self.period_unscaled_s += unscaled
         self._shared_at = now
 
-    def start(self) -> float:
-        """A call starts computing; returns its mark for :meth:`call_busy_s`."""
+    def start(self, unscaled: bool = False) -> float:
+        """A call starts computing (``unscaled``: work every gear gives the stage alike, class
+        docstring); returns its mark for :meth:`call_busy_s`."""
         self._share_calls()
         if self.active == 0:
             self.since = self.window_since = self.clock()
         self.active += 1
+        self.active_unscaled += bool(unscaled)
         return self.call_share_s
 
     def call_busy_s(self, mark: float) -> float:
@@ -150,11 +157,14 @@ class BusyMeter:
         self._share_calls()
         return self.call_share_s - mark
 
-    def stop(self, rows: int) -> None:
+    def stop(self, rows: int, unscaled: bool = False) -> None:
+        """A call of ``rows`` rows ended (``unscaled`` as it started)."""
         self._share_calls()
         self.active -= 1
-        self.rows += int(rows)
-        self.window_rows += int(rows)
+        self.active_unscaled -= bool(unscaled)
+        if not unscaled:
+            self.rows += int(rows)
+            self.window_rows += int(rows)
         self.total_rows += int(rows)
         if self.active == 0 and self.since is not None:
             now = self.clock()
@@ -166,12 +176,13 @@ class BusyMeter:
         """What Serve's autoscaler hears from this replica (``record_autoscaling_stats``), over
         the time since it last asked: ``busy_share``, the share of that time the replica computed
         anything (the replicas' worth of work it did: serving.planning.autoscale),
-        ``rows_per_s``, rows answered per second of it, ``busy_s_per_row``, the busy seconds a
-        row took (0 without rows), and ``backlog_rows``, the rows the ingresses still queue for
-        the stage (:meth:`note_backlog`); ``deployed_gear_busy_share``, the busy share scaled to
-        what the gear the replicas are sized for would have sent here (:meth:`note_demand`: a
-        cheaper gear answering a burst sends fewer rows on; the name says gear 0, the default),
-        the work no gear changes (:meth:`note_unscaled`) left unscaled."""
+        ``rows_per_s``, the cascade's rows answered per second of it, ``busy_s_per_row``, the
+        busy seconds a cascade row took (0 without rows), and ``backlog_rows``, the rows the
+        ingresses still queue for the stage (:meth:`note_backlog`); ``deployed_gear_busy_share``,
+        the busy share scaled to what the gear the replicas are sized for would have sent here
+        (:meth:`note_demand`: a cheaper gear answering a burst sends fewer rows on; the name says
+        gear 0, the default), the unscaled calls' share (class docstring) left as it is."""
+        self._share_calls()  # the unscaled calls' time up to now
         now = self.clock()
         busy = self.window_busy_s
         if self.active and self.window_since is not None:  # a call running now counts up to now
@@ -182,8 +193,9 @@ class BusyMeter:
         if self.window_called_rows:
             self.demand_scale = self.window_demand_rows / self.window_called_rows
         unscaled = min(self.window_unscaled_s / wall, share)
+        scaled_busy = max(busy - self.window_unscaled_s, 0.0)
         out = {"busy_share": share, "rows_per_s": self.window_rows / wall,
-               "busy_s_per_row": busy / self.window_rows if self.window_rows else 0.0,
+               "busy_s_per_row": scaled_busy / self.window_rows if self.window_rows else 0.0,
                "backlog_rows": self.backlog_rows(),
                "deployed_gear_busy_share": (share - unscaled) * self.demand_scale + unscaled}
         self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, now
@@ -192,15 +204,17 @@ class BusyMeter:
 
     def report(self) -> dict[str, Any]:
         """The routing stats: ``rows_per_s`` over the period just ended (the last period's
-        while this one computed nothing)."""
+        while this one computed nothing), the cascade's rows per second of its own busy time."""
+        self._share_calls()
         busy = self.busy_s
         if self.active and self.since is not None:  # count the busy time so far, keep counting
             now = self.clock()
             busy += now - self.since
             self.since = now
+        busy -= self.period_unscaled_s
         if busy > 0 and self.rows > 0:
             self.rows_per_s = self.rows / busy
-        self.busy_s, self.rows = 0.0, 0
+        self.busy_s, self.rows, self.period_unscaled_s = 0.0, 0, 0.0
         return {"rows_per_s": self.rows_per_s, "rows": self.total_rows}
 
 

@@ -729,3 +729,52 @@ def test_the_ingress_measures_a_later_stages_load_for_the_gears_step_back():
     assert ingress.running_replicas == {"cheap": 1, "expensive": 2}
     assert gears.predicted_fits(load, ingress.running_replicas, ["expensive"], 0)
     assert not gears.predicted_fits(load, {"expensive": 1}, ["expensive"], 0)
+
+
+def test_top_k_scoring_every_row_is_load_for_the_step_back_and_falls_back_for_older_replicas():
+    """Top-K without a certified filter scores every row at the later stage (Ingress._full_scores,
+    on a stand-in instance): asked timed, its busy seconds join the gears' step-back load; a stage
+    replica of earlier code refuses the timed form and answers the scores alone; without a step
+    back to feed (no adaptive gears) the call is the plain one."""
+    import numpy as np
+    import pandas as pd
+
+    import serving.runtime.ingress as app_module
+    from serving.runtime.gears import StageLoad
+
+    sent: list[int] = []
+
+    def stage(takes_timed: bool) -> types.SimpleNamespace:
+        def remote(*args):
+            sent.append(len(args))
+
+            async def answer():
+                if len(args) > 2 and not takes_timed:
+                    raise TypeError("full_scores() takes 3 positional arguments but 4 were given")
+                scores = np.arange(len(args[0]), dtype=float)
+                return {"scores": scores, "busy_s": 0.5} if len(args) > 2 else scores
+
+            return answer()
+
+        return types.SimpleNamespace(full_scores=types.SimpleNamespace(remote=remote))
+
+    now = [0.0]
+    load = StageLoad(window_s=2.0, clock=lambda: now[0])
+    load.arrived(10)
+    cls = app_module.Ingress.func_or_class
+    ingress = types.SimpleNamespace(second=stage(True), stage_load=load, stage_names=["cheap", "expensive"],
+                                    metrics=types.SimpleNamespace(count=lambda *a, **k: None))
+    frame = pd.DataFrame({"x": [1.0, 2.0, 3.0]})
+    scores = asyncio.run(cls._full_scores(ingress, 1, frame, 0, Deadline.after(5)))
+    np.testing.assert_array_equal(scores, [0.0, 1.0, 2.0])
+    ingress.second = stage(False)
+    older = asyncio.run(cls._full_scores(ingress, 1, frame, 0, Deadline.after(5)))
+    np.testing.assert_array_equal(older, scores)
+    now[0] = 2.0
+    assert sent == [3, 3, 2] and load.extra_busy_per_s("expensive") == pytest.approx(0.5 / 2.0)
+    ingress.stage_load, ingress._call = None, lambda i, method, *args, deadline: cls._call(ingress, i, method, *args,
+                                                                                         deadline=deadline)
+    ingress.local, ingress.first = False, None
+    plain = asyncio.run(cls._full_scores(ingress, 1, frame, 0, Deadline.after(5)))
+    np.testing.assert_array_equal(plain, scores)
+    assert sent[-1:] == [2]

@@ -128,3 +128,45 @@ def test_the_monitor_names_the_held_gears_and_the_ingress_audit_acts_on_them(tmp
     asyncio.run(go())
     assert switch.held == frozenset({0})
     assert [(e["served"], e["cheap"], e["audited"], e["disagreed"]) for e in sent] == [(32, 30, 30, 3)]
+
+
+def test_a_held_gear_0s_full_pipeline_calls_are_load_for_the_step_back_and_the_audits_are_not():
+    """While gear 0 is held, requests wait on the full pipeline's calls: the stage answers them
+    timed and the busy seconds join the gears' step-back load (StageLoad.extra). The live audit's
+    calls are shed first under load, so they ask plain and count nothing; a stage replica of
+    earlier code refuses the timed form and answers the array."""
+    from serving.runtime.gears import StageLoad
+    from serving.runtime.hold import full_proba
+
+    calls: list[int] = []
+
+    def stage(takes_timed: bool) -> types.SimpleNamespace:
+        def remote(*args):
+            calls.append(len(args))
+
+            async def answer():
+                if len(args) > 1 and not takes_timed:
+                    raise TypeError("full_proba() takes 2 positional arguments but 3 were given")
+                proba = np.full((len(args[0]), 2), 0.5)
+                return {"proba": proba, "busy_s": 0.25} if len(args) > 1 else proba
+
+            return answer()
+
+        return types.SimpleNamespace(full_proba=types.SimpleNamespace(remote=remote))
+
+    now = [0.0]
+    load = StageLoad(window_s=2.0, clock=lambda: now[0])
+    load.arrived(100)
+    ingress = types.SimpleNamespace(second=stage(True), local=False, stage_names=["cheap", "expensive"],
+                                    stage_load=load)
+    rows = pd.DataFrame({"x": np.arange(3.0)})
+    held = asyncio.run(full_proba(ingress, rows, Deadline.after(5.0), request_path=True))
+    audited = asyncio.run(full_proba(ingress, rows, Deadline.after(5.0)))
+    np.testing.assert_array_equal(held, audited)
+    assert held.shape == (3, 2) and calls == [2, 1]
+    now[0] = 2.0
+    assert load.extra_busy_per_s("expensive") == pytest.approx(0.25 / 2.0)
+    ingress.second = stage(False)
+    older = asyncio.run(full_proba(ingress, rows, Deadline.after(5.0), request_path=True))
+    assert older.shape == (3, 2) and calls[2:] == [2, 1]
+    assert load.extra_busy_per_s("expensive") == pytest.approx(0.25 / 2.0)

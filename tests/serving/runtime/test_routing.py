@@ -154,29 +154,39 @@ def test_the_busy_share_scaled_to_the_deployed_gear():
     assert stats["busy_share"] == 0.0 and stats["deployed_gear_busy_share"] == 0.0
 
 
-def test_work_no_gear_changes_is_left_unscaled():
-    """The live audit's calls (or top-K's) cost the stage the same in every gear: of a window half
-    busy, the 0.2 s spent on them stay as they are while the cascade's 0.3 s are scaled by the
-    calls' demand factor; the unscaled share never exceeds the busy share."""
+def test_work_every_gear_makes_alike_is_counted_as_it_accrues_and_left_unscaled():
+    """A live audit's call (unscaled) runs from 0 to 1.2 s, across three of the autoscaler's
+    windows; a cascade call in a cheaper-sized gear (scale 0.25) runs beside it from 0.1 to 0.2 s.
+    Each window counts the audit's share of the busy time as it accrued (the overlap split between
+    the two calls), scales only the cascade's, and leaves the audit's rows and time out of the
+    rates per row; the router's capacity is the cascade's rows per second of its own time."""
     clock = Clock()
     meter = BusyMeter(clock)
+    audit = meter.start(unscaled=True)
+    clock.t = 0.1
     mark = meter.start()
-    clock.t = 0.3
-    meter.stop(30)
-    meter.note_demand(30, 0.25)
-    mark = meter.start()
-    clock.t = 0.5
-    meter.note_unscaled(meter.call_busy_s(mark))
+    clock.t = 0.2
+    assert meter.call_busy_s(mark) == pytest.approx(0.05)
     meter.stop(10)
-    for bad in (float("nan"), -1.0, 0.0):
-        meter.note_unscaled(bad)
+    meter.note_demand(10, 0.25)
+    clock.t = 0.5
+    stats = meter.autoscaling_stats()  # busy 0.5 s, of it the audit's 0.45 s
+    assert stats["busy_share"] == pytest.approx(1.0)
+    assert stats["deployed_gear_busy_share"] == pytest.approx(0.1 * 0.25 + 0.9)
+    assert stats["busy_s_per_row"] == pytest.approx(0.05 / 10) and stats["rows_per_s"] == pytest.approx(20.0)
     clock.t = 1.0
+    stats = meter.autoscaling_stats()  # the audit alone: all of the window, unscaled
+    assert stats["busy_share"] == pytest.approx(1.0) and stats["deployed_gear_busy_share"] == pytest.approx(1.0)
+    assert stats["busy_s_per_row"] == 0.0
+    clock.t = 1.2
+    assert meter.call_busy_s(audit) == pytest.approx(1.15)
+    meter.stop(50, unscaled=True)
+    clock.t = 1.5
     stats = meter.autoscaling_stats()
-    assert stats["busy_share"] == pytest.approx(0.5)
-    assert stats["deployed_gear_busy_share"] == pytest.approx(0.3 * 0.25 + 0.2)
-    meter.note_unscaled(5.0)  # more than the window was busy: capped at the busy share
-    clock.t = 2.0
-    assert meter.autoscaling_stats()["deployed_gear_busy_share"] == 0.0
+    assert stats["busy_share"] == pytest.approx(0.4) and stats["deployed_gear_busy_share"] == pytest.approx(0.4)
+    assert stats["rows_per_s"] == 0.0
+    assert meter.report() == {"rows_per_s": pytest.approx(10 / 0.05), "rows": 60}
+    assert meter.active == meter.active_unscaled == 0
 
 
 def test_shares_follow_capacity():
@@ -483,20 +493,23 @@ def test_overlapping_calls_share_the_busy_time():
 
 
 def test_calls_outside_the_levels_are_metered_and_timed_on_request():
-    """The full pipeline's calls (the live audit, a held gear 0) run in a thread and count in the
-    replica's meter as work no gear changes, and an ingress asking for the time gets the busy
-    seconds beside the probabilities (an ingress of earlier code, asking without, gets the array)."""
+    """The full pipeline's calls (the live audit, a held gear 0) run in a thread, in pieces of the
+    stage's batch rows until their cost is known, and count in the replica's meter as work every
+    gear gives the stage alike (neither their rows nor their time in its rates per row); an ingress
+    asking for the time gets the busy seconds beside the probabilities (an ingress of earlier
+    code, asking without, gets the array)."""
     from serving.runtime.replicas import ModelStage
 
-    threads = []
+    threads, pieces = [], []
 
     def full_proba(rows):
         threads.append(threading.get_ident())
+        pieces.append(rows["x"].tolist())
         time.sleep(0.01)
-        return np.full((len(rows), 2), 0.5)
+        return np.column_stack([rows["x"], -rows["x"]]).astype(float)
 
     stage = ModelStage.func_or_class(None, None, runner=types.SimpleNamespace(full_proba=full_proba),
-                                     batching=False, inline=True)
+                                     batching=False, inline=True, max_batch_size=2)
     rows = pd.DataFrame({"x": range(4)})
 
     async def calls() -> tuple:
@@ -504,6 +517,29 @@ def test_calls_outside_the_levels_are_metered_and_timed_on_request():
 
     timed, plain, loop_thread = asyncio.run(calls())
     assert isinstance(plain, np.ndarray) and plain.shape == (4, 2) and loop_thread not in threads
+    assert pieces[:2] == [[0, 1], [2, 3]]  # the first call, before any cost was measured: batch-sized pieces
+    np.testing.assert_array_equal(plain[:, 0], range(4))
     assert set(timed) == {"proba", "busy_s"} and timed["busy_s"] >= 0.01
     np.testing.assert_array_equal(timed["proba"], plain)
-    assert stage.meter.total_rows == 8 and stage.meter.window_unscaled_s >= 0.02
+    assert stage.meter.total_rows == 8 and stage.meter.window_unscaled_s >= 0.02 and stage.meter.window_rows == 0
+
+
+def test_calls_outside_the_levels_come_in_pieces_of_a_batchs_time():
+    """A piece is the stage's batch rows until a piece's cost is known, then the rows that take
+    PIECE_S at the measured cost (never fewer than the batch rows); pieces are indexed from 0."""
+    from serving.runtime.outside_calls import PIECE_S, PieceSize
+
+    size = PieceSize(32)
+    assert size.rows_per_piece() == 32
+    frame = pd.DataFrame({"x": range(70)}, index=range(100, 170))
+    parts = list(size.pieces(frame))
+    assert [len(p) for p in parts] == [32, 32, 6] and all(p.index[0] == 0 for p in parts)
+    size.observe(32, 32 * 0.05)  # 50 ms a row: a piece stays one batch
+    assert size.rows_per_piece() == 32
+    cheap = PieceSize(32)
+    cheap.observe(128, 128 * 0.0002)  # 0.2 ms a row: PIECE_S holds 500 rows
+    assert cheap.rows_per_piece() == int(PIECE_S / 0.0002)
+    assert next(iter(cheap.pieces(frame))) is frame
+    for kw, match in (({"batch_rows": 0}, "batch_rows"), ({"batch_rows": 8, "piece_s": 0.0}, "piece_s")):
+        with pytest.raises(ValueError, match=match):
+            PieceSize(**kw)
