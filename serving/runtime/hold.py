@@ -69,9 +69,9 @@ async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
                      on_cpu: Any = None, request_path: bool = False) -> np.ndarray:
     """The full pipeline's probabilities for ``rows``, from the stage that holds the full model
     (a thread of the ingress when every level runs there: then ``on_cpu(seconds)`` hears what
-    that thread spent on it). ``request_path``: a request waits on the call (a held gear 0), so
-    the stage's busy seconds on it are load the gears' step back counts (the live audit's calls
-    are shed first under load: they are not)."""
+    that thread spent on it). The stage's busy seconds on it are load the gears' step back counts
+    (serving.runtime.stage_load): ``request_path``, a request waits on the call (a held gear 0),
+    else the live audit's."""
     if ingress.second is not None:
         target, stage = ingress.second, ingress.stage_names[1]
     elif ingress.local:
@@ -82,13 +82,15 @@ async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
     else:
         target, stage = ingress.first, ingress.stage_names[0]
     load = getattr(ingress, "stage_load", None)
-    if not request_path or load is None:
+    if load is None:
         return np.asarray(await call_stage(target, "full_proba", (rows,), deadline, stage))
-    # timed: the stage's busy seconds come back with the answer (a replica of earlier code takes
-    # the rows alone and answers the array)
-    answer = await call_stage_compatible(target, "full_proba", (rows, True), ((rows,),), deadline, stage)
+    # timed: the stage's busy seconds come back with the answer, for the gears' step back; the
+    # audit's call in pieces that take turns with the cascade's batches, a request's whole (a
+    # replica of earlier code takes the rows alone and answers the array)
+    args = (rows, True) if request_path else (rows, True, True)
+    answer = await call_stage_compatible(target, "full_proba", args, ((rows,),), deadline, stage)
     if isinstance(answer, dict):
-        load.extra(stage, answer.get("busy_s"))
+        (load.extra if request_path else load.audited)(stage, answer.get("busy_s"))
         answer = answer["proba"]
     return np.asarray(answer)
 

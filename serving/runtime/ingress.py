@@ -60,7 +60,7 @@ from serving.runtime.coalesce import Coalescer, Item
 from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metrics, serve_ui
 from serving.runtime.edge import HttpEdge, unbuffer_request_logs
 from serving.runtime.gc_pauses import GcPauses
-from serving.runtime.gears import GearRunners, GearSwitch, StageLoad
+from serving.runtime.gears import GearRunners, GearSwitch
 from serving.runtime.hold import answer_in_full, held_gear
 from serving.runtime.http_support import (
     OPEN_ROUTES,
@@ -83,6 +83,7 @@ from serving.runtime.pools import PooledStage, pooled_stage, stage_deployments
 from serving.runtime.records import RecordBuffer, record_columns
 from serving.runtime.replicas import LocalStage, replica_id
 from serving.runtime.routing import any_silent, usable_replicas
+from serving.runtime.stage_load import StageLoad
 from serving.runtime.stage_runner import StageRunner, concat_blocks, concat_rows, split_outputs
 from serving.runtime.watch import ReplicaWatch
 

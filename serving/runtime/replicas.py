@@ -110,7 +110,7 @@ class ModelStage:
         #: rows per busy second, reported to the callers' routers (serving.runtime.routing)
         self.meter = BusyMeter()
         #: the calls outside the levels, served in pieces (serving.runtime.outside_calls)
-        self.pieces = PieceSize(self.max_batch_size)
+        self.pieces = PieceSize()
         #: an emulated device where this node's labels ask for one (tests and benchmarks only)
         self.emulation = node_emulation(seed=zlib.crc32(self.replica.encode()),
                                         stage=getattr(getattr(self.runner, "spec", None), "name", None))
@@ -179,7 +179,7 @@ class ModelStage:
                     await asyncio.sleep(self.emulation.hold_s(time.perf_counter() - t0, rows))
                 busy = self.meter.call_busy_s(mark)
             finally:
-                self.meter.stop(rows, unscaled)
+                self.meter.stop(rows, unscaled, mark)
         return out, busy
 
     # Calls outside the cascade's levels, metered as work every gear gives the stage alike (the
@@ -196,30 +196,39 @@ class ModelStage:
                                         inline=False, unscaled=True)
         return with_busy_s(out, busy)
 
-    async def _in_pieces(self, fn: Any, rows: pd.DataFrame, *args: Any) -> tuple[np.ndarray, float]:
-        """``fn(rows, *args)`` (an array per row) in pieces (serving.runtime.outside_calls), each
-        metered as work every gear gives the stage alike; the rows' answers and the busy seconds."""
+    async def _in_pieces(self, fn: Any, rows: pd.DataFrame) -> tuple[np.ndarray, float]:
+        """``fn(rows)`` (an array per row) in pieces (serving.runtime.outside_calls), each metered
+        as work every gear gives the stage alike: a call no request waits on takes turns with the
+        cascade's batches. The rows' answers and the busy seconds."""
         outs, busy = [], 0.0
         for piece in self.pieces.pieces(rows):
-            out, piece_busy = await self._metered(fn, piece, *args, rows=len(piece), inline=False, unscaled=True)
+            out, piece_busy = await self._metered(fn, piece, rows=len(piece), inline=False, unscaled=True)
             self.pieces.observe(len(piece), piece_busy)
             outs.append(np.asarray(out))
             busy += piece_busy
         return (outs[0] if len(outs) == 1 else np.concatenate(outs)), busy
 
     async def full_scores(self, rows: pd.DataFrame, label_index: int, timed: bool = False) -> np.ndarray | dict:
-        """Every row scored in full (top-K without a certified filter); ``timed`` as
-        :meth:`full_proba`'s."""
-        scores, busy = await self._in_pieces(self.runner.full_scores, rows, label_index)
+        """Every row scored in full (top-K without a certified filter: a request waits on it, in
+        one call); ``timed`` as :meth:`full_proba`'s."""
+        scores, busy = await self._metered(self.runner.full_scores, rows, label_index, rows=_count(rows),
+                                           inline=False, unscaled=True)
         return {"scores": scores, "busy_s": busy} if timed else scores
 
-    async def full_proba(self, rows: pd.DataFrame, timed: bool = False) -> np.ndarray | dict[str, Any]:
+    async def full_proba(self, rows: pd.DataFrame, timed: bool = False,
+                         pieces: bool | None = None) -> np.ndarray | dict[str, Any]:
         """The full pipeline's probabilities: for rows the live audit sampled
         (serving.runtime.audit), and for every row the cascade answered below its full level
-        while the audit's alarm holds gear 0 (serving.runtime.hold). ``timed``: as
-        ``{"proba": ..., "busy_s": ...}``, the busy seconds for the gears' step back (the live
-        audit's calls, and an ingress of earlier code, ask without it and get the array)."""
-        proba, busy = await self._in_pieces(self.runner.full_proba, rows)
+        while the audit's alarm holds gear 0 (serving.runtime.hold). ``pieces``: in pieces that
+        take turns with the cascade's batches (serving.runtime.outside_calls; by default where
+        not ``timed``: a request waits on a timed call, an audit's asks for pieces); ``timed``:
+        as ``{"proba": ..., "busy_s": ...}``, the busy seconds for the gears' step back (an
+        ingress of earlier code asks with the rows alone and gets the array)."""
+        if (not timed) if pieces is None else pieces:
+            proba, busy = await self._in_pieces(self.runner.full_proba, rows)
+        else:
+            proba, busy = await self._metered(self.runner.full_proba, rows, rows=_count(rows), inline=False,
+                                              unscaled=True)
         return {"proba": proba, "busy_s": busy} if timed else proba
 
     def check_health(self) -> None:

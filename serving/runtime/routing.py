@@ -106,6 +106,10 @@ class BusyMeter:
         #: window and in the router's period (shared with the calls beside them)
         self.active_unscaled = 0
         self.window_unscaled_s, self.period_unscaled_s = 0.0, 0.0
+        #: the cascade's calls that ended in the window and in the period: their whole shares of
+        #: the busy time, a floor under the busy time left once the unscaled calls' is taken out
+        #: (a call's rows count when it ends, so its time must not be left in an earlier period)
+        self.window_scaled_s, self.period_scaled_s = 0.0, 0.0
         #: the running calls' shares of the busy time so far (:meth:`call_busy_s`)
         self.call_share_s, self._shared_at = 0.0, None
 
@@ -157,14 +161,18 @@ class BusyMeter:
         self._share_calls()
         return self.call_share_s - mark
 
-    def stop(self, rows: int, unscaled: bool = False) -> None:
-        """A call of ``rows`` rows ended (``unscaled`` as it started)."""
+    def stop(self, rows: int, unscaled: bool = False, mark: float | None = None) -> None:
+        """A call of ``rows`` rows ended (``unscaled`` as it started; ``mark``: what its
+        :meth:`start` returned)."""
         self._share_calls()
         self.active -= 1
         self.active_unscaled -= bool(unscaled)
         if not unscaled:
             self.rows += int(rows)
             self.window_rows += int(rows)
+            if mark is not None:
+                self.window_scaled_s += self.call_share_s - mark
+                self.period_scaled_s += self.call_share_s - mark
         self.total_rows += int(rows)
         if self.active == 0 and self.since is not None:
             now = self.clock()
@@ -193,13 +201,14 @@ class BusyMeter:
         if self.window_called_rows:
             self.demand_scale = self.window_demand_rows / self.window_called_rows
         unscaled = min(self.window_unscaled_s / wall, share)
-        scaled_busy = max(busy - self.window_unscaled_s, 0.0)
+        scaled_busy = max(busy - self.window_unscaled_s, self.window_scaled_s)
         out = {"busy_share": share, "rows_per_s": self.window_rows / wall,
                "busy_s_per_row": scaled_busy / self.window_rows if self.window_rows else 0.0,
                "backlog_rows": self.backlog_rows(),
                "deployed_gear_busy_share": (share - unscaled) * self.demand_scale + unscaled}
         self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, now
         self.window_called_rows, self.window_demand_rows, self.window_unscaled_s = 0.0, 0.0, 0.0
+        self.window_scaled_s = 0.0
         return out
 
     def report(self) -> dict[str, Any]:
@@ -211,10 +220,10 @@ class BusyMeter:
             now = self.clock()
             busy += now - self.since
             self.since = now
-        busy -= self.period_unscaled_s
+        busy = max(busy - self.period_unscaled_s, self.period_scaled_s)
         if busy > 0 and self.rows > 0:
             self.rows_per_s = self.rows / busy
-        self.busy_s, self.rows, self.period_unscaled_s = 0.0, 0, 0.0
+        self.busy_s, self.rows, self.period_unscaled_s, self.period_scaled_s = 0.0, 0, 0.0, 0.0
         return {"rows_per_s": self.rows_per_s, "rows": self.total_rows}
 
 

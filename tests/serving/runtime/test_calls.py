@@ -707,7 +707,8 @@ def test_the_ingress_measures_a_later_stages_load_for_the_gears_step_back():
     import numpy as np
 
     import serving.runtime.ingress as app_module
-    from serving.runtime.gears import GearSwitch, StageLoad
+    from serving.runtime.gears import GearSwitch
+    from serving.runtime.stage_load import StageLoad
 
     ladder = [{"gear": g, "max_loss": 0.01 * (g + 1), "loss_bound": 0.005 * (g + 1), "method": "x"} for g in range(2)]
     gears = GearSwitch({"mode": "adaptive", "ladder": ladder, "policy": {"slo_ms": 100.0}, "sent_on": [0.06, 0.02]})
@@ -740,7 +741,7 @@ def test_top_k_scoring_every_row_is_load_for_the_step_back_and_falls_back_for_ol
     import pandas as pd
 
     import serving.runtime.ingress as app_module
-    from serving.runtime.gears import StageLoad
+    from serving.runtime.stage_load import StageLoad
 
     sent: list[int] = []
 

@@ -17,12 +17,12 @@ from serving.runtime.gears import (
     GearPolicy,
     GearRunners,
     GearSwitch,
-    StageLoad,
     check_gears,
     gear_info,
     ladder,
 )
 from serving.runtime.records import record_columns
+from serving.runtime.stage_load import StageLoad
 from serving.runtime.stage_runner import StageRunner, merge_chunks, with_busy_s
 from tests.willump.synth import make_rows
 
@@ -400,9 +400,21 @@ def test_stage_load_counts_the_work_every_gear_makes_alike():
     assert load.extra_busy_per_s("expensive") == pytest.approx(0.3) and load.extra_busy_per_s("cheap") == 0.0
     assert load.busy_replicas("expensive", 0.02) == pytest.approx(300 * 0.02 * 0.05 + 0.3)
     load.arrived(600)
-    clock.t = 3.0  # the first arrivals and both audit calls left the window
+    clock.t = 3.0  # the first arrivals and both calls left the window
     assert load.extra_busy_per_s("expensive") == 0.0
     assert load.busy_replicas("expensive", 0.02) == pytest.approx(300 * 0.02 * 0.05)
+    # the live audit's calls: busy seconds per row arriving, decayed over the rows that arrive
+    audit = StageLoad(window_s=2.0, half_life_rows=1e9, audit_half_life_rows=600, clock=clock)
+    audit.arrived(600)
+    audit.answered("expensive", 0.5, 10)
+    audit.audited("expensive", 3.0)
+    for bad in (None, float("inf"), -1.0):
+        audit.audited("expensive", bad)
+    assert audit.audit_busy_per_row("expensive") == pytest.approx(3.0 / 600) and audit.audit_busy_per_row("x") == 0.0
+    clock.t = 5.0
+    assert audit.busy_replicas("expensive", 0.02) == pytest.approx(300 * (0.02 * 0.05 + 3.0 / 600))
+    audit.arrived(600)  # one half-life of rows with no audit call: half the weight, more rows
+    assert audit.audit_busy_per_row("expensive") == pytest.approx(1.5 / (300 + 600))
 
 
 def test_switch_predicts_a_gears_load_on_the_running_replicas():

@@ -130,19 +130,20 @@ def test_the_monitor_names_the_held_gears_and_the_ingress_audit_acts_on_them(tmp
     assert [(e["served"], e["cheap"], e["audited"], e["disagreed"]) for e in sent] == [(32, 30, 30, 3)]
 
 
-def test_a_held_gear_0s_full_pipeline_calls_are_load_for_the_step_back_and_the_audits_are_not():
+def test_the_full_pipelines_calls_are_load_for_the_step_back():
     """While gear 0 is held, requests wait on the full pipeline's calls: the stage answers them
-    timed and the busy seconds join the gears' step-back load (StageLoad.extra). The live audit's
-    calls are shed first under load, so they ask plain and count nothing; a stage replica of
-    earlier code refuses the timed form and answers the array."""
-    from serving.runtime.gears import StageLoad
+    whole and timed, and the busy seconds join the gears' step-back load over its window
+    (StageLoad.extra). The live audit's calls ask for pieces, timed too: their busy seconds count
+    per row arriving (StageLoad.audited). A stage replica of earlier code refuses both forms and
+    answers the array to the rows alone; without a step back to feed, the call is that one."""
     from serving.runtime.hold import full_proba
+    from serving.runtime.stage_load import StageLoad
 
-    calls: list[int] = []
+    calls: list[tuple] = []
 
     def stage(takes_timed: bool) -> types.SimpleNamespace:
         def remote(*args):
-            calls.append(len(args))
+            calls.append(args[1:])
 
             async def answer():
                 if len(args) > 1 and not takes_timed:
@@ -162,11 +163,18 @@ def test_a_held_gear_0s_full_pipeline_calls_are_load_for_the_step_back_and_the_a
     rows = pd.DataFrame({"x": np.arange(3.0)})
     held = asyncio.run(full_proba(ingress, rows, Deadline.after(5.0), request_path=True))
     audited = asyncio.run(full_proba(ingress, rows, Deadline.after(5.0)))
-    np.testing.assert_array_equal(held, audited)
-    assert held.shape == (3, 2) and calls == [2, 1]
+    assert held.shape == audited.shape == (3, 2) and calls == [(True,), (True, True)]
     now[0] = 2.0
     assert load.extra_busy_per_s("expensive") == pytest.approx(0.25 / 2.0)
+    assert load.audit_busy_per_row("expensive") == pytest.approx(0.25 / 100)
     ingress.second = stage(False)
-    older = asyncio.run(full_proba(ingress, rows, Deadline.after(5.0), request_path=True))
-    assert older.shape == (3, 2) and calls[2:] == [2, 1]
+    calls.clear()
+    for request_path in (True, False):
+        older = asyncio.run(full_proba(ingress, rows, Deadline.after(5.0), request_path=request_path))
+        assert older.shape == (3, 2)
+    assert calls == [(True,), (), (True, True), ()]
+    ingress.stage_load = None
+    asyncio.run(full_proba(ingress, rows, Deadline.after(5.0)))
+    assert calls[-1] == ()
     assert load.extra_busy_per_s("expensive") == pytest.approx(0.25 / 2.0)
+    assert load.audit_busy_per_row("expensive") == pytest.approx(0.25 / 100)

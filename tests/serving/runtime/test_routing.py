@@ -189,6 +189,30 @@ def test_work_every_gear_makes_alike_is_counted_as_it_accrues_and_left_unscaled(
     assert meter.active == meter.active_unscaled == 0
 
 
+def test_a_cascade_call_across_a_report_brings_its_whole_time_with_its_rows():
+    """One call at a time (an emulated device): audit pieces of 1.5 s and a 2-row cascade batch of
+    0.1 s between them, the router's report falling inside the batch. The batch's rows count
+    when it ends, and so does all of its time: 20 rows a second, not the 40 that its tail alone
+    beside the audit's time taken out would read."""
+    clock = Clock()
+    meter = BusyMeter(clock)
+    audit = meter.start(unscaled=True)
+    clock.t = 1.5
+    meter.stop(64, unscaled=True, mark=audit)
+    batch = meter.start()
+    clock.t = 1.55
+    assert meter.report()["rows_per_s"] is None  # no cascade row has ended yet
+    clock.t = 1.6
+    meter.stop(2, mark=batch)
+    audit = meter.start(unscaled=True)
+    clock.t = 3.1
+    meter.stop(64, unscaled=True, mark=audit)
+    clock.t = 3.2
+    assert meter.report()["rows_per_s"] == pytest.approx(2 / 0.1)
+    window = meter.autoscaling_stats()
+    assert window["busy_s_per_row"] == pytest.approx(0.1 / 2) and window["rows_per_s"] == pytest.approx(2 / 3.2)
+
+
 def test_shares_follow_capacity():
     """Calls held open (none answered) spread in proportion to reported capacity: a replica
     three times as fast as its peer takes three calls of every four."""
@@ -493,8 +517,8 @@ def test_overlapping_calls_share_the_busy_time():
 
 
 def test_calls_outside_the_levels_are_metered_and_timed_on_request():
-    """The full pipeline's calls (the live audit, a held gear 0) run in a thread, in pieces of the
-    stage's batch rows until their cost is known, and count in the replica's meter as work every
+    """The full pipeline's calls (the live audit, a held gear 0) run in a thread, the audit's in
+    pieces of the stage's batch rows until their cost is known, and count in the replica's meter as work every
     gear gives the stage alike (neither their rows nor their time in its rates per row); an ingress
     asking for the time gets the busy seconds beside the probabilities (an ingress of earlier
     code, asking without, gets the array)."""
@@ -508,38 +532,53 @@ def test_calls_outside_the_levels_are_metered_and_timed_on_request():
         time.sleep(0.01)
         return np.column_stack([rows["x"], -rows["x"]]).astype(float)
 
-    stage = ModelStage.func_or_class(None, None, runner=types.SimpleNamespace(full_proba=full_proba),
-                                     batching=False, inline=True, max_batch_size=2)
+    runner = types.SimpleNamespace(full_proba=full_proba, full_scores=lambda rows, c: full_proba(rows)[:, c])
+    stage = ModelStage.func_or_class(None, None, runner=runner, batching=False, inline=True)
     rows = pd.DataFrame({"x": range(4)})
 
     async def calls() -> tuple:
         return await stage.full_proba(rows, True), await stage.full_proba(rows), threading.get_ident()
 
     timed, plain, loop_thread = asyncio.run(calls())
+    before = len(pieces)
+    in_pieces = asyncio.run(stage.full_proba(rows, True, True))  # the audit's, timed: pieces
+    np.testing.assert_array_equal(in_pieces["proba"], plain)
+    assert in_pieces["busy_s"] >= 0.01 and [x for p in pieces[before:] for x in p] == [0, 1, 2, 3]
+    del pieces[before:]
+    scored = asyncio.run(stage.full_scores(rows, 0, True))  # top-K's, whole and timed
+    np.testing.assert_array_equal(scored["scores"], range(4))
+    assert scored["busy_s"] >= 0.01 and pieces[-1] == [0, 1, 2, 3]
+    del pieces[-1]
     assert isinstance(plain, np.ndarray) and plain.shape == (4, 2) and loop_thread not in threads
-    assert pieces[:2] == [[0, 1], [2, 3]]  # the first call, before any cost was measured: batch-sized pieces
+    # the timed call (a request waits on it) runs whole; the audit's in pieces, the first of one
+    # row (no cost measured yet), the next as many as PIECE_S holds at that cost
+    assert pieces[0] == [0, 1, 2, 3] and pieces[1] == [0] and [x for p in pieces[1:] for x in p] == [0, 1, 2, 3]
     np.testing.assert_array_equal(plain[:, 0], range(4))
     assert set(timed) == {"proba", "busy_s"} and timed["busy_s"] >= 0.01
     np.testing.assert_array_equal(timed["proba"], plain)
-    assert stage.meter.total_rows == 8 and stage.meter.window_unscaled_s >= 0.02 and stage.meter.window_rows == 0
+    assert stage.meter.total_rows == 16 and stage.meter.window_unscaled_s >= 0.04 and stage.meter.window_rows == 0
 
 
-def test_calls_outside_the_levels_come_in_pieces_of_a_batchs_time():
-    """A piece is the stage's batch rows until a piece's cost is known, then the rows that take
-    PIECE_S at the measured cost (never fewer than the batch rows); pieces are indexed from 0."""
+def test_audit_calls_come_in_pieces_of_a_short_time():
+    """A piece is one row until a piece's cost is known, then the rows that take PIECE_S at the
+    measured cost (at least one); pieces are indexed from 0."""
     from serving.runtime.outside_calls import PIECE_S, PieceSize
 
-    size = PieceSize(32)
-    assert size.rows_per_piece() == 32
+    size = PieceSize()
+    assert size.rows_per_piece() == 1
     frame = pd.DataFrame({"x": range(70)}, index=range(100, 170))
+    size.observe(1, 0.05)  # 50 ms a row: two rows a piece
     parts = list(size.pieces(frame))
-    assert [len(p) for p in parts] == [32, 32, 6] and all(p.index[0] == 0 for p in parts)
-    size.observe(32, 32 * 0.05)  # 50 ms a row: a piece stays one batch
-    assert size.rows_per_piece() == 32
-    cheap = PieceSize(32)
+    assert [len(p) for p in parts] == [2] * 35 and all(p.index[0] == 0 for p in parts)
+    size.observe(2, 2.0)  # a second a row now weighs in: one row a piece
+    assert size.rows_per_piece() == 1
+    cheap = PieceSize()
     cheap.observe(128, 128 * 0.0002)  # 0.2 ms a row: PIECE_S holds 500 rows
     assert cheap.rows_per_piece() == int(PIECE_S / 0.0002)
     assert next(iter(cheap.pieces(frame))) is frame
-    for kw, match in (({"batch_rows": 0}, "batch_rows"), ({"batch_rows": 8, "piece_s": 0.0}, "piece_s")):
+    free = PieceSize()
+    free.observe(10, 0.0)
+    assert next(iter(free.pieces(frame))) is frame
+    for kw, match in (({"piece_s": 0.0}, "piece_s"), ({"half_life_rows": 0}, "half_life_rows")):
         with pytest.raises(ValueError, match=match):
             PieceSize(**kw)
