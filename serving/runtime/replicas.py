@@ -224,7 +224,9 @@ class ModelStage:
         not ``timed``: a request waits on a timed call, an audit's asks for pieces); ``timed``:
         as ``{"proba": ..., "busy_s": ...}``, the busy seconds for the gears' step back (an
         ingress of earlier code asks with the rows alone and gets the array)."""
-        if (not timed) if pieces is None else pieces:
+        if pieces is None:
+            pieces = not timed
+        if pieces:
             proba, busy = await self._in_pieces(self.runner.full_proba, rows)
         else:
             proba, busy = await self._metered(self.runner.full_proba, rows, rows=_count(rows), inline=False,

@@ -259,3 +259,24 @@ def two_raylets(worker_labels: dict[str, str] | None = None, head_labels: dict[s
             serve.shutdown()
             ray.shutdown()
         c.shutdown()
+
+
+def timed_stage(method: str, key: str, answer, busy_s: float, calls: list, takes_timed: bool = True,
+                plain_args: int = 1) -> SimpleNamespace:
+    """A stand-in stage handle whose ``method`` answers ``answer(rows)``: as ``{key: ...,
+    "busy_s": busy_s}`` when called with more than ``plain_args`` arguments (the timed form), the
+    array alone otherwise; one of earlier code (``takes_timed`` False) refuses the timed form with
+    Python's own TypeError. Every call's arguments are appended to ``calls``."""
+
+    def remote(*args):
+        calls.append(args)
+
+        async def reply():
+            if len(args) > plain_args and not takes_timed:
+                raise TypeError(f"{method}() takes {plain_args + 1} positional arguments but {len(args) + 1} were given")
+            out = answer(args[0])
+            return {key: out, "busy_s": busy_s} if len(args) > plain_args else out
+
+        return reply()
+
+    return SimpleNamespace(**{method: SimpleNamespace(remote=remote)})

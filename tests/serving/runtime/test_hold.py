@@ -138,22 +138,15 @@ def test_the_full_pipelines_calls_are_load_for_the_step_back():
     answers the array to the rows alone; without a step back to feed, the call is that one."""
     from serving.runtime.hold import full_proba
     from serving.runtime.stage_load import StageLoad
+    from tests.serving.conftest import timed_stage
 
-    calls: list[tuple] = []
+    sent: list[tuple] = []
 
     def stage(takes_timed: bool) -> types.SimpleNamespace:
-        def remote(*args):
-            calls.append(args[1:])
+        return timed_stage("full_proba", "proba", lambda rows: np.full((len(rows), 2), 0.5), 0.25, sent, takes_timed)
 
-            async def answer():
-                if len(args) > 1 and not takes_timed:
-                    raise TypeError("full_proba() takes 2 positional arguments but 3 were given")
-                proba = np.full((len(args[0]), 2), 0.5)
-                return {"proba": proba, "busy_s": 0.25} if len(args) > 1 else proba
-
-            return answer()
-
-        return types.SimpleNamespace(full_proba=types.SimpleNamespace(remote=remote))
+    def calls() -> list[tuple]:  # each call's arguments after the rows
+        return [args[1:] for args in sent]
 
     now = [0.0]
     load = StageLoad(window_s=2.0, clock=lambda: now[0])
@@ -163,18 +156,18 @@ def test_the_full_pipelines_calls_are_load_for_the_step_back():
     rows = pd.DataFrame({"x": np.arange(3.0)})
     held = asyncio.run(full_proba(ingress, rows, Deadline.after(5.0), request_path=True))
     audited = asyncio.run(full_proba(ingress, rows, Deadline.after(5.0)))
-    assert held.shape == audited.shape == (3, 2) and calls == [(True,), (True, True)]
+    assert held.shape == audited.shape == (3, 2) and calls() == [(True,), (True, True)]
     now[0] = 2.0
     assert load.extra_busy_per_s("expensive") == pytest.approx(0.25 / 2.0)
     assert load.audit_busy_per_row("expensive") == pytest.approx(0.25 / 100)
     ingress.second = stage(False)
-    calls.clear()
+    sent.clear()
     for request_path in (True, False):
         older = asyncio.run(full_proba(ingress, rows, Deadline.after(5.0), request_path=request_path))
         assert older.shape == (3, 2)
-    assert calls == [(True,), (), (True, True), ()]
+    assert calls() == [(True,), (), (True, True), ()]
     ingress.stage_load = None
     asyncio.run(full_proba(ingress, rows, Deadline.after(5.0)))
-    assert calls[-1] == ()
+    assert calls()[-1] == ()
     assert load.extra_busy_per_s("expensive") == pytest.approx(0.25 / 2.0)
     assert load.audit_busy_per_row("expensive") == pytest.approx(0.25 / 100)
