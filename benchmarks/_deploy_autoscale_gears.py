@@ -110,6 +110,7 @@ def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list,
         times = arrivals(rate, args.seed + r, phases)
         for name in (names if r % 2 == 0 else names[::-1]):
             url = apps[name].url + "/predict"
+            audits = audit_rows(apps[name].url)
             asyncio.run(_drive(url, bodies, arrivals(rate, 99, ((WARMUP_S, 1.0),))))
             out = _trace(url, name, bodies, times, args)
             ok = [x for x in out.pop("log") if x.get("status") == 200]
@@ -126,6 +127,10 @@ def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list,
                   f"{[round(p) for p in out['p99_ms'] if p is not None]} ms; requests per gear "
                   f"{out['gear_requests']}; mean gear by {GEAR_BIN_S:g} s {out['gear_timeline']}", flush=True)
             time.sleep(REST_S)
+            if getattr(args, "audit_rate", 0.0):  # the rows it audited and shed, the warm-up's and the rest's too
+                after = audit_rows(apps[name].url)
+                out["audit_rows"] = {k: after.get(k, 0.0) - audits.get(k, 0.0) for k in sorted(set(after) | set(audits))}
+                print(f"  autoscaling_gears round {r + 1} {name}: live audit rows {out['audit_rows']}", flush=True)
     result: dict[str, Any] = {"apps": names, "rounds": rounds}
     for name, runs in rounds.items():
         counts = np.array(list(by_gear[name].values()) or [[0, 0, 0]]).sum(axis=0)
@@ -142,6 +147,9 @@ def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list,
                         # ingresses' queues within) beside Serve's status sampled once a second
                         "policy_replica_starts_s": policy_starts(name),
                         "start_s_status": _median([x["start_s_status"] for x in runs])}
+        if any("audit_rows" in x for x in runs):  # summed over rounds
+            outcomes = sorted({k for x in runs for k in x.get("audit_rows", {})})
+            result[name]["audit_rows"] = {k: sum(x.get("audit_rows", {}).get(k, 0.0) for x in runs) for k in outcomes}
     if "planner" in rounds:  # what the gears gave up beyond the one-gear app's loss on the same trace
         for name in rounds:
             result[name]["accuracy_loss_over_one_gear"] = result[name]["accuracy_loss"] - result["planner"]["accuracy_loss"]
@@ -162,6 +170,23 @@ def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list,
                 result["targets"][name][">= 1.5x fewer replica-seconds than Serve's default"] = (
                     mine["default_over_this_replica_seconds"] >= 1.5)
     return result
+
+
+def audit_rows(base_url: str) -> dict[str, float]:
+    """The app's live audit rows so far by outcome (agree, disagree, shed), from its /metrics
+    (the replicas' last exports: a few seconds behind); {} where it cannot be read."""
+    import requests
+
+    try:
+        text = requests.get(base_url + "/metrics", timeout=60).text
+    except requests.RequestException:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("willump_audit_rows_total{") and 'outcome="' in line:
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            out[outcome] = out.get(outcome, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def _trace(url: str, app: str, bodies: list[bytes], times: np.ndarray, args) -> dict[str, Any]:
@@ -214,6 +239,7 @@ def summary(a: dict[str, Any]) -> str:
              f"in cheaper gears, accuracy loss {a[name]['accuracy_loss']:.4f}"
              + (f" ({a[name]['accuracy_loss_over_one_gear']:+.4f} over one gear)"
                 if "accuracy_loss_over_one_gear" in a[name] else "") + f", {a[name]['wrong']} wrong" + _starts(a[name])
+             + (f", live audit rows {a[name]['audit_rows']}" if "audit_rows" in a[name] else "")
              for name in a["apps"]]
     return (f"autoscaling_gears (emulated devices {a['ms_per_row']}, x1 -> x4 -> x1 at {a['rate']:.1f} req/s, "
             f"{a['phase_s']:g} s each; worst certified bound {a['worst_certified_bound']:.4f}): " + "; ".join(parts)

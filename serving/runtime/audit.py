@@ -16,6 +16,11 @@ beside the request path costs up to twice as much a row: :data:`AUDIT_BATCH_ROWS
 ingress is idle it audits what is queued at once. The counts go to the monitor every ``flush_s`` seconds, merged
 (they are sums).
 
+Where the full model's stage is a replica of its own, the worker's calls are paced to the room
+the request path leaves on that stage's replicas (:mod:`serving.runtime.audit_pace`): in a burst
+the sampled rows wait in the queue and are audited after it, so the audit never asks the
+autoscaler for a replica of its own.
+
 Shed first under load, and counted: a sampled row is shed when the queue is full, or when the
 worker finds the request path busy (:meth:`LiveAudit.busy`: the full model's stage has every
 call slot taken, or the ingress is at half its admission bound). A request never waits on an
@@ -28,10 +33,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from serving.runtime.audit_pace import AuditPace
 
 log = logging.getLogger("ray.serve")
 
@@ -91,7 +99,9 @@ class LiveAudit:
     ``full_classes(rows)``: the full pipeline's class indices for ``rows`` (awaitable);
     ``send(entries)``: hands count entries to the monitor; ``busy()``: whether the request path
     needs every slot now; ``idle()``: whether no request is in flight (then a part batch is
-    audited at once); ``final_levels[g]``: the index of gear ``g``'s full level."""
+    audited at once); ``final_levels[g]``: the index of gear ``g``'s full level; ``pace``: how
+    many rows a call may carry now (serving.runtime.audit_pace; None: calls of ``batch_rows``
+    whenever due)."""
 
     def __init__(self, rate: float, final_levels: list[int], full_classes: Callable[[pd.DataFrame], Awaitable[Any]],
                  send: Callable[[list[dict[str, Any]]], Awaitable[Any]], busy: Callable[[], bool], *,
@@ -100,7 +110,8 @@ class LiveAudit:
                  max_wait_s: float = AUDIT_MAX_WAIT_S, idle: Callable[[], bool] = lambda: True,
                  on_count: Callable[[str, int], None] | None = None,
                  on_answer: Callable[[Any], None] | None = None,
-                 on_cpu: Callable[[str, float], None] | None = None):
+                 on_cpu: Callable[[str, float], None] | None = None, pace: AuditPace | None = None):
+        self.pace = pace
         self.rng = np.random.default_rng(seed)
         self.rate = rate
         self.final_levels = list(final_levels)
@@ -244,26 +255,49 @@ class LiveAudit:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
+        flushed = time.monotonic()
         while not self._closed:
             try:
-                await asyncio.wait_for(self._wake.wait(), self.flush_s)
+                await asyncio.wait_for(self._wake.wait(), self._sleep_s(flushed))
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
-            while self.queue and not self._closed and self._due():
-                await self.audit_batch()
-            await self.flush()
+            audited = False
+            while self.queue and not self._closed:
+                most = self.batch_rows if self.pace is None else self.pace.rows_now(self.batch_rows)
+                if most <= 0 or not self._due(most):
+                    break
+                await self.audit_batch(most)
+                audited = True
+            # the counts go out every flush_s, and at once when a batch left the queue empty
+            if (audited and not self.queue) or time.monotonic() - flushed >= self.flush_s:
+                await self.flush()
+                flushed = time.monotonic()
 
-    def _due(self) -> bool:
-        """Audit now: a full batch is queued, the oldest row has waited ``max_wait_s``, or no
-        request is in flight (an idle ingress need not wait for a full batch)."""
-        return (self.queued >= self.batch_rows or time.monotonic() - self.sampled_at[0] >= self.max_wait_s
+    def _sleep_s(self, flushed: float) -> float:
+        """Seconds the worker waits before it looks again (unless woken): until the next flush,
+        or sooner, where rows wait for the pace only."""
+        sleep = max(self.flush_s - (time.monotonic() - flushed), 0.0)
+        if self.pace is not None and self.queue:
+            wait = self.pace.wait_s()
+            if wait is not None and wait > 0:
+                sleep = min(sleep, wait)
+        return max(sleep, 0.01)
+
+    def _due(self, most: int | None = None) -> bool:
+        """Audit now: a full batch is queued (of ``most`` rows where the pace allows fewer than
+        ``batch_rows``), the oldest row has waited ``max_wait_s``, or no request is in flight (an
+        idle ingress need not wait for a full batch)."""
+        full = self.batch_rows if most is None else min(most, self.batch_rows)
+        return (self.queued >= full or time.monotonic() - self.sampled_at[0] >= self.max_wait_s
                 or self.idle())
 
-    def take(self) -> list[tuple[pd.DataFrame, np.ndarray, np.ndarray, int, tuple]]:
-        """Up to ``batch_rows`` queued rows (whole requests' samples, the first always)."""
+    def take(self, most: int | None = None) -> list[tuple[pd.DataFrame, np.ndarray, np.ndarray, int, tuple]]:
+        """Up to ``most`` (at most ``batch_rows``) queued rows (whole requests' samples, the
+        first always)."""
+        limit = self.batch_rows if most is None else max(min(int(most), self.batch_rows), 1)
         batch, rows = [], 0
-        while self.queue and (not batch or rows + len(self.queue[0][1]) <= self.batch_rows):
+        while self.queue and (not batch or rows + len(self.queue[0][1]) <= limit):
             item = self.queue.pop(0)
             self.sampled_at.pop(0)
             batch.append(item)
@@ -271,9 +305,9 @@ class LiveAudit:
         self.queued -= rows
         return batch
 
-    async def audit_batch(self) -> None:
-        """Audit one batch of queued rows, or shed it when the request path is busy."""
-        batch = self.take()
+    async def audit_batch(self, most: int | None = None) -> None:
+        """Audit one batch of up to ``most`` queued rows, or shed it when the request path is busy."""
+        batch = self.take(most)
         if not batch:
             return
         try:

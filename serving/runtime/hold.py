@@ -66,12 +66,13 @@ def _with_thread_cpu(fn: Any, *args: Any) -> tuple[Any, float]:
 
 
 async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
-                     on_cpu: Any = None, request_path: bool = False) -> np.ndarray:
+                     on_cpu: Any = None, request_path: bool = False, on_busy: Any = None) -> np.ndarray:
     """The full pipeline's probabilities for ``rows``, from the stage that holds the full model
     (a thread of the ingress when every level runs there: then ``on_cpu(seconds)`` hears what
     that thread spent on it). The stage's busy seconds on it are load the gears' step back counts
     (serving.runtime.stage_load): ``request_path``, a request waits on the call (a held gear 0),
-    else the live audit's."""
+    else the live audit's, which ``on_busy(seconds)`` also hears (None where the stage did not
+    time the call: the audit's pace, serving.runtime.audit_pace)."""
     if ingress.second is not None:
         target, stage = ingress.second, ingress.stage_names[1]
     elif ingress.local:
@@ -89,9 +90,12 @@ async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
     # replica of earlier code takes the rows alone and answers the array)
     args = (rows, True) if request_path else (rows, True, True)
     answer = await call_stage_compatible(target, "full_proba", args, ((rows,),), deadline, stage)
+    busy = answer.get("busy_s") if isinstance(answer, dict) else None
     if isinstance(answer, dict):
-        (load.extra if request_path else load.audited)(stage, answer.get("busy_s"))
+        (load.extra if request_path else load.audited)(stage, busy)
         answer = answer["proba"]
+    if on_busy is not None:
+        on_busy(busy)
     return np.asarray(answer)
 
 

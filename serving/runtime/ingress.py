@@ -204,6 +204,9 @@ class Ingress(HttpEdge):
         self.gear_now = self.gears.pinned
         self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
         self.audit = ingress_audit(self, config.audit)  # the live audit (serving.runtime.audit)
+        if self.audit is not None and self.stage_load is None and not self.local:
+            # the request path's load on the full model's stage paces the audit (audit_pace)
+            self.stage_load = StageLoad(ingresses=max(1, int(config.plan.get("ingress_replicas", 1) or 1)))
         #: the in-place settings (Serve's user_config): applied once yet, and the last refused;
         #: what a user_config leaves out goes back to the deployed values (taken at the first)
         self.settings_applied, self.settings_rejected, self.deployed_settings = False, None, None
@@ -250,12 +253,14 @@ class Ingress(HttpEdge):
         return outs
 
     def _observe_stage(self, stage: str, out: Any) -> None:
-        """A stage's answer to one call: its compute time for /metrics; a later stage's busy
-        seconds and rows, for the gears' step back (StageLoad)."""
+        """A stage's answer to one call: its compute time for /metrics; its busy seconds, the
+        request path's load there (StageLoad: the live audit's pace), and a later stage's rows
+        with them, for the gears' step back."""
         if isinstance(out, dict) and "seconds" in out:
             self.metrics.observe("willump_stage_compute_seconds", out["seconds"], stage=stage)
-        if self.stage_load is not None and isinstance(out, dict) and stage != self.stage_names[0]:
-            self.stage_load.answered(stage, out.get("busy_s"), len(out.get("level", ())))
+        if self.stage_load is not None and isinstance(out, dict):
+            self.stage_load.answered(stage, out.get("busy_s"), len(out.get("level", ())),
+                                     per_row=stage != self.stage_names[0])
 
     def _any_silent(self, stage: str) -> bool | None:
         """Whether a replica of ``stage`` (of any of its pools) went silent; None where no capacity

@@ -13,6 +13,7 @@ from typing import Any
 
 from serving.core.schema import RequestError, parse_json
 from serving.runtime.audit import AUDIT_CALL_S, LiveAudit
+from serving.runtime.audit_pace import AUDIT_ROOM, AuditPace
 from serving.runtime.calls import Deadline, DeadlineExceeded, call_stage
 from serving.runtime.hold import full_proba
 from serving.runtime.http_support import MONITOR_ROUTES, monitor_error
@@ -75,9 +76,12 @@ def ingress_audit(ingress: Any, settings: dict[str, Any] | None) -> LiveAudit | 
     def on_cpu(part: str, seconds: float) -> None:
         ingress.metrics.count("willump_audit_cpu_seconds", seconds, part=part)
 
+    pace = AuditPace(lambda: audit_room(ingress))
+
     async def full_classes(rows: Any) -> Any:
         proba = await full_proba(ingress, rows, Deadline.after(AUDIT_CALL_S),
-                                 on_cpu=lambda seconds: on_cpu("full_pipeline", seconds))
+                                 on_cpu=lambda seconds: on_cpu("full_pipeline", seconds),
+                                 on_busy=lambda busy: pace.spent(len(rows), busy))
         return proba.argmax(axis=1)
 
     async def send(entries: list) -> dict[str, Any]:
@@ -102,4 +106,23 @@ def ingress_audit(ingress: Any, settings: dict[str, Any] | None) -> LiveAudit | 
                      segments=settings.get("segments"), seed=settings.get("seed", 0),
                      idle=lambda: ingress.in_flight == 0,
                      on_count=lambda outcome, n: ingress.metrics.count("willump_audit_rows", n, outcome=outcome),
-                     on_answer=on_answer, on_cpu=on_cpu)
+                     on_answer=on_answer, on_cpu=on_cpu, pace=pace)
+
+
+def audit_stage(ingress: Any) -> str | None:
+    """The stage whose replicas run the live audit's calls (None: the ingress runs them itself)."""
+    if ingress.second is not None:
+        return ingress.stage_names[1]
+    return None if ingress.local else ingress.stage_names[0]
+
+
+def audit_room(ingress: Any) -> float | None:
+    """The busy seconds per second this ingress's audit may take on the full model's stage: what
+    its share of the running replicas' time up to AUDIT_ROOM leaves beside the request path's
+    calls there (serving.runtime.stage_load.StageLoad.request_busy_per_s), at least 0; None where
+    not known (no stage of its own, no replica count yet, no load measured)."""
+    stage, load = audit_stage(ingress), getattr(ingress, "stage_load", None)
+    running = ingress.running_replicas.get(stage) if stage is not None else None
+    if load is None or not running:
+        return None
+    return max(running * AUDIT_ROOM / load.ingresses - load.request_busy_per_s(stage), 0.0)

@@ -44,7 +44,10 @@ class StageLoad:
     audit holds gear 0: :meth:`extra`) adds its busy seconds per second over the same window. The
     live audit's calls (:meth:`audited`) come a batch every few seconds, so their busy seconds are
     kept per row arriving here, decayed over ``audit_half_life_rows``, and count at the arrival
-    rate. The ingress feeds the stage after the first (stage_specs makes at most two)."""
+    rate. The ingress feeds the stage after the first (stage_specs makes at most two); the
+    busy seconds of every stage's cascade calls also make the request path's own load there
+    (:meth:`request_busy_per_s`), the room the live audit's pace leaves it
+    (serving.runtime.audit_pace)."""
 
     def __init__(self, window_s: float = LOAD_WINDOW_S, ingresses: int = 1,
                  half_life_rows: float = COST_HALF_LIFE_ROWS, clock: Callable[[], float] = time.monotonic,
@@ -64,6 +67,8 @@ class StageLoad:
         self._cost: dict[str, list[float]] = {}  # stage -> [decayed busy seconds, decayed rows]
         self._extra: dict[str, deque] = {}  # stage -> (time, busy seconds) of work no gear changes
         self._extra_s: dict[str, float] = {}  # stage -> their sum over the window
+        self._served: dict[str, deque] = {}  # stage -> (time, busy seconds) of the cascade's calls
+        self._served_s: dict[str, float] = {}  # stage -> their sum over the window
         self._audit: dict[str, float] = {}  # stage -> the audit's decayed busy seconds
         self._audit_rows = 0.0  # rows arrived, decayed alike
 
@@ -83,17 +88,25 @@ class StageLoad:
     def _trim(self, now: float) -> None:
         while self._arrivals and self._arrivals[0][0] < now - self.window_s:
             self._arrived -= self._arrivals.popleft()[1]
-        for stage, calls in self._extra.items():
-            while calls and calls[0][0] < now - self.window_s:
-                self._extra_s[stage] -= calls.popleft()[1]
-            if not calls:  # no rounding left behind
-                self._extra_s[stage] = 0.0
+        for calls_by_stage, sums in ((self._extra, self._extra_s), (self._served, self._served_s)):
+            for stage, calls in calls_by_stage.items():
+                while calls and calls[0][0] < now - self.window_s:
+                    sums[stage] -= calls.popleft()[1]
+                if not calls:  # no rounding left behind
+                    sums[stage] = 0.0
 
-    def answered(self, stage: str, busy_s: Any, rows: int) -> None:
-        """``stage`` answered a call of ``rows`` rows, busy ``busy_s`` seconds on it (ignored
-        unless a number >= 0, with rows)."""
+    def answered(self, stage: str, busy_s: Any, rows: int, per_row: bool = True) -> None:
+        """``stage`` answered a cascade call of ``rows`` rows, busy ``busy_s`` seconds on it
+        (ignored unless a number >= 0, with rows): the request path's load there
+        (:meth:`request_busy_per_s`) and, with ``per_row``, what a row sent on costs it."""
         busy = _seconds(busy_s)
         if busy is None or rows <= 0:
+            return
+        now = self.clock()
+        self._trim(now)
+        self._served.setdefault(stage, deque()).append((now, busy))
+        self._served_s[stage] = self._served_s.get(stage, 0.0) + busy
+        if not per_row:
             return
         cost = self._cost.setdefault(stage, [0.0, 0.0])
         keep = 0.5 ** (rows / self.half_life_rows)
@@ -146,6 +159,20 @@ class StageLoad:
             return 0.0
         self._trim(now)
         return max(self._extra_s.get(stage, 0.0), 0.0) / window
+
+    def request_busy_per_s(self, stage: str) -> float:
+        """Busy seconds per second ``stage`` spent on the calls of this ingress's requests (the
+        cascade's and :meth:`extra`'s; the audit's not), over the window, or over the time since
+        the window's oldest call where the traffic is younger (0 before any)."""
+        now = self.clock()
+        self._trim(now)
+        busy = max(self._served_s.get(stage, 0.0), 0.0) + max(self._extra_s.get(stage, 0.0), 0.0)
+        if busy <= 0:
+            return 0.0
+        window = self._window(now)
+        if window is None:  # under half a window of traffic: over half a window, not less
+            window = self.window_s / 2
+        return busy / window
 
     def busy_per_row(self, stage: str) -> float | None:
         """Busy seconds a row costs ``stage`` (None before its first answer with rows)."""
