@@ -125,6 +125,22 @@ def policy_starts(app: str) -> list[float]:
     return out
 
 
+def policy_asks(app: str) -> list[str]:
+    """Each ask of the planner's policy for more replicas than ran, for ``app``'s stages, with
+    what it read (serving.planning.autoscale.SCALE_LOG lines of Serve's controller log)."""
+    import ray
+
+    from serving.planning.autoscale import SCALE_LOG
+
+    session = Path(ray._private.worker._global_node.get_session_dir_path())
+    out: list[str] = []
+    for log in sorted((session / "logs" / "serve").glob("controller_*.log*")):
+        for line in log.read_text(errors="replace").splitlines():
+            if f"{SCALE_LOG} {app}/" in line:
+                out.append(line.split(f"{SCALE_LOG} ", 1)[1])
+    return out
+
+
 def _trace(url: str, app: str, payloads: list[bytes], args, seed: int) -> dict[str, Any]:
     """The bursty trace on one app, its replicas sampled meanwhile."""
     from serving.measure.loadgen import open_loop

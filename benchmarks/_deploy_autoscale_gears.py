@@ -94,7 +94,7 @@ def autoscaling_gears(opt: Any, requests: list, labels: list, args) -> dict[str,
 
 def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list, labels: list, rate: float,
             args) -> dict[str, Any]:
-    from benchmarks._deploy_autoscale import REST_S, WARMUP_S, policy_starts
+    from benchmarks._deploy_autoscale import REST_S, WARMUP_S, policy_asks, policy_starts
     from benchmarks._deploy_gears import _drive
     from benchmarks._gears import arrivals, score
 
@@ -146,6 +146,8 @@ def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list,
                         # a replica's start: the planner's own measurement (what it drains the
                         # ingresses' queues within) beside Serve's status sampled once a second
                         "policy_replica_starts_s": policy_starts(name),
+                        # each ask for more replicas than ran, with what the policy read
+                        "policy_asks": policy_asks(name),
                         "start_s_status": _median([x["start_s_status"] for x in runs])}
         if any("audit_rows" in x for x in runs):  # summed over rounds
             outcomes = sorted({k for x in runs for k in x.get("audit_rows", {})})

@@ -37,7 +37,14 @@ steps back once they answer. Only the busy share is scaled: the rows queued at t
 and the saturation rule count what the served gear sends, and a row of a later stage is taken
 to cost the same in every gear. With ``gear_policy={"replicas_for": "cheapest"}`` the share is
 scaled down instead, to what the cheapest certified gear would send: replicas are asked for only
-where that gear would not hold the load, and bursts are served in cheaper gears. Serve's wrapper
+where that gear would not hold the load, and bursts are served in cheaper gears.
+
+The live audit's calls (``deferrable_busy_share``) are paced by the ingress to the room the
+request path leaves below serving.runtime.audit_pace.AUDIT_ROOM of the running replicas, and
+wait in a burst: they count in the window's reading (the audit's steady load is planned for) but
+not in the recent one, so that the audit filling that room is never read as a burst. Each time
+the policy asks for more replicas than run it says why in Serve's controller log
+(:data:`SCALE_LOG`). Serve's wrapper
 around a custom policy still applies ``min_replicas``/``max_replicas``, the up- and downscale
 delays and the scale-from-zero fast path.
 
@@ -48,6 +55,7 @@ delays and the scale-from-zero fast path.
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from typing import Any
 
@@ -61,6 +69,8 @@ DEPLOYED_GEAR_BUSY_METRIC = "deployed_gear_busy_share"
 ROWS_METRIC = "rows_per_s"
 BACKLOG_METRIC = "backlog_rows"
 COST_METRIC = "busy_s_per_row"
+#: the part of the busy share the calls that can wait took (the live audit's)
+DEFERRABLE_METRIC = "deferrable_busy_share"
 #: share of the ingress's call slots for a stage that reads as saturated: Serve's request count
 #: is a mean over its look-back window, which a capped count reaches only if every sample of the
 #: window sat at the cap
@@ -79,6 +89,8 @@ START_SAMPLES = 8
 MIN_START_S = 0.5
 #: what starts each line the policy logs when it measures a start (Serve's controller log)
 START_LOG = "willump autoscaler"
+#: what starts each line the policy logs when it asks for more replicas than run, and why
+SCALE_LOG = "willump autoscaler asks"
 #: Serve's logger: lines reach the controller's log file
 logger = logging.getLogger("ray.serve")
 #: the policy's import path, as a Serve config names it
@@ -143,6 +155,8 @@ class PlannerAutoscaler:
         raw = ctx.raw_metrics or {}
         recent = _recent_sum(_per_replica(raw.get(DEPLOYED_GEAR_BUSY_METRIC) or {}, raw.get(BUSY_METRIC) or {}),
                              self.react_s)
+        deferrable = _recent_sum(raw.get(DEFERRABLE_METRIC) or {}, self.react_s)
+        recent = max(recent - deferrable, 0.0)  # the audit's rise is no burst (module docstring)
         starts = _starts(ctx) if self.measure_start else {}
         drain_s = starts.get("replica_start_s") or self.drain_s
         queued_rows, row_cost = _queued(raw.get(BACKLOG_METRIC) or {}, raw.get(COST_METRIC) or {}, self.react_s)
@@ -155,9 +169,17 @@ class PlannerAutoscaler:
             wanted = max(wanted, current + 1)
         state = {"busy_replicas": float(sum(measured.values())),
                  "deployed_gear_busy_replicas": float(sum(busy.values())), "busy_replicas_recent": recent,
+                 "deferrable_busy_replicas": float(sum((metrics.get(DEFERRABLE_METRIC) or {}).values())),
                  "rows_per_s": float(sum(rows.values())), "ongoing": ongoing, "saturated": saturated,
                  "queued_rows": queued_rows, "queued_replicas": queued, "drain_s": drain_s, "wanted": wanted,
-                 **starts}
+                 "asked": math.ceil(wanted - 1e-9), **starts}
+        before = getattr(ctx, "policy_state", None) or {}
+        if busy and state["asked"] > current and state["asked"] != before.get("asked"):
+            logger.info("%s %s/%s: %d replicas (%.2f) with %d running: busy %.2f over the window (of it the "
+                        "audit's %.2f), %.2f recent (less the audit's %.2f), %.2f queued, saturated %s (%.1f ongoing)",
+                        SCALE_LOG, getattr(ctx, "app_name", "?"), getattr(ctx, "deployment_name", "?"),
+                        state["asked"], wanted, current, state["deployed_gear_busy_replicas"],
+                        state["deferrable_busy_replicas"], recent, deferrable, queued, saturated, ongoing)
         return wanted, state
 
     def __repr__(self) -> str:

@@ -18,11 +18,12 @@ ingress is idle it audits what is queued at once. The counts go to the monitor e
 
 Where the full model's stage is a replica of its own, the worker's calls are paced to the room
 the request path leaves on that stage's replicas (:mod:`serving.runtime.audit_pace`): in a burst
-the sampled rows wait in the queue and are audited after it, so the audit never asks the
-autoscaler for a replica of its own.
+the sampled rows wait in the queue and are audited after it, so the audit's load stays below
+what the autoscaler plans replicas for. There, rows also wait while the request path is busy
+(below), and are shed only when the queue is full.
 
-Shed first under load, and counted: a sampled row is shed when the queue is full, or when the
-worker finds the request path busy (:meth:`LiveAudit.busy`: the full model's stage has every
+Shed first under load, and counted: a sampled row is shed when the queue is full, or (where the
+calls are not paced) when the worker finds the request path busy (:meth:`LiveAudit.busy`: the full model's stage has every
 call slot taken, or the ingress is at half its admission bound). A request never waits on an
 audit; an audit that fails is counted as shed, never as agreement.
 """
@@ -53,7 +54,8 @@ DEFAULT_AUDIT_RATE = 0.01
 AUDIT_BATCH_ROWS = 128
 #: sampled rows waiting for the worker at most; beyond, a sampled row is shed
 AUDIT_QUEUE_ROWS = 512
-#: seconds between two sends of the counts to the monitor (and between two looks at the queue)
+#: seconds between two sends of the counts to the monitor (and, at most, between two looks at
+#: the queue)
 AUDIT_FLUSH_S = 2.0
 #: seconds a sampled row waits for a full batch while requests are in flight, at most (plus up to
 #: AUDIT_FLUSH_S: the worker looks at its queue when it wakes; an idle ingress audits at once)
@@ -264,8 +266,10 @@ class LiveAudit:
             self._wake.clear()
             audited = False
             while self.queue and not self._closed:
-                most = self.batch_rows if self.pace is None else self.pace.rows_now(self.batch_rows)
+                most = self.batch_rows if self.pace is None else self.pace.rows_now(self.batch_rows, self.queued)
                 if most <= 0 or not self._due(most):
+                    break
+                if self.pace is not None and self._busy():  # paced: the rows wait for the request path
                     break
                 await self.audit_batch(most)
                 audited = True
@@ -279,7 +283,7 @@ class LiveAudit:
         or sooner, where rows wait for the pace only."""
         sleep = max(self.flush_s - (time.monotonic() - flushed), 0.0)
         if self.pace is not None and self.queue:
-            wait = self.pace.wait_s()
+            wait = self.pace.wait_s(min(self.queued, self.batch_rows))
             if wait is not None and wait > 0:
                 sleep = min(sleep, wait)
         return max(sleep, 0.01)
@@ -296,6 +300,11 @@ class LiveAudit:
         """Up to ``most`` (at most ``batch_rows``) queued rows (whole requests' samples, the
         first always)."""
         limit = self.batch_rows if most is None else max(min(int(most), self.batch_rows), 1)
+        if self.queue and most is not None and len(self.queue[0][1]) > limit:  # a paced call: part of it
+            frame, picked, served, gear, key = self.queue[0]
+            self.queue[0] = (frame, picked[limit:], served[limit:], gear, key)
+            self.queued -= limit
+            return [(frame, picked[:limit], served[:limit], gear, key)]
         batch, rows = [], 0
         while self.queue and (not batch or rows + len(self.queue[0][1]) <= limit):
             item = self.queue.pop(0)
@@ -305,17 +314,20 @@ class LiveAudit:
         self.queued -= rows
         return batch
 
+    def _busy(self) -> bool:
+        """The request path needs every slot now; a check that fails reads as busy."""
+        try:
+            return bool(self.busy())
+        except Exception as exc:
+            log.warning("live audit: the busy check failed: %s", exc)
+            return True
+
     async def audit_batch(self, most: int | None = None) -> None:
         """Audit one batch of up to ``most`` queued rows, or shed it when the request path is busy."""
         batch = self.take(most)
         if not batch:
             return
-        try:
-            busy = self.busy()
-        except Exception as exc:  # cannot tell: shed (counted), never lost
-            log.warning("live audit: the busy check failed, %d rows shed: %s", sum(len(b[1]) for b in batch), exc)
-            busy = True
-        if busy:
+        if self._busy():  # cannot tell reads as busy: shed (counted), never lost
             for _, picked, _, gear, key in batch:
                 self._shed(gear, key, len(picked))
             return

@@ -10,14 +10,17 @@ the room the request path leaves below ``AUDIT_ROOM`` of the running replicas' t
 autoscaler's target, the planner's HEADROOM 0.75, so the audit never reads as the reason for
 another replica), in calls of about ``PACE_S`` of the stage's time each (one call of 128 rows at
 50 ms a row takes the replica for 6.4 s, and the autoscaler's recent reading sees that as a
-burst). Rows past the room wait in the audit's queue, audited once the burst has passed, and are
-shed, counted, when the queue is full (serving.runtime.audit).
+burst). Rows past the room wait in the audit's queue, audited once the burst has passed; while
+the request path is busy they wait too, and they are shed, counted, only when the queue is full
+(serving.runtime.audit).
 
 The pace is a token bucket in the stage's busy seconds: it fills at the room's rate up to
-``PACE_S``, a call may start while it holds any, and each call spends what the stage measured it
-took (so a call may leave it in debt, which the next call waits out). Where the room or the cost
-is not known (no replica count yet, a stage that does not time its calls, the full pipeline in
-the ingress itself), calls are not paced.
+``PACE_S``; a call starts once it holds what the call will cost (the rows waiting, at the
+measured cost a row, ``PACE_S`` at most) and spends what the stage measured it took (a call may
+leave it in debt, which the next call waits out). Until one call is timed, a call is one row, to
+learn the cost. Where the room is not known (no replica count yet, the full pipeline in the
+ingress itself) or the stage does not time its calls (a replica of earlier code), calls are not
+paced.
 """
 
 from __future__ import annotations
@@ -72,27 +75,41 @@ class AuditPace:
         self.updated, self.last_room = now, room
         return room
 
-    def rows_now(self, most: int) -> int:
-        """Rows the next call may carry now, up to ``most`` (0: wait, :meth:`wait_s`). The first
-        paced call carries one row, to learn what a row costs."""
+    def _need(self, queued: int) -> float:
+        """Busy seconds the bucket must hold before a call of the ``queued`` rows waiting starts:
+        their cost, ``pace_s`` at most (one row's while the cost is not known)."""
+        cost = self.cost_per_row()
+        if cost is None:
+            return _EMPTY_S
+        return max(min(max(int(queued), 1) * cost, self.pace_s), _EMPTY_S)
+
+    def rows_now(self, most: int, queued: int | None = None) -> int:
+        """Rows the next call may carry now, up to ``most`` (0: wait, :meth:`wait_s`), where
+        ``queued`` rows wait (``most`` where not told). The first paced call carries one row, to
+        learn what a row costs."""
         room = self._refill()
         if room is None or self.untimed:
             return most
-        if self.tokens <= _EMPTY_S:
+        queued = most if queued is None else queued
+        if self.tokens < self._need(min(most, queued)) - _EMPTY_S or self.tokens <= 0:
             return 0
         cost = self.cost_per_row()
         if cost is None:
             return min(most, 1)
-        if cost <= 0:
+        if cost < 1e-12:  # measured as free (and no float overflow)
             return most
-        return max(1, min(most, int(self.tokens / cost)))
+        return max(1, min(most, int(self.tokens / cost + 1e-9)))
 
-    def wait_s(self) -> float | None:
-        """Seconds until a call may start (0 now); None while the room is 0 (look again later)."""
+    def wait_s(self, queued: int = 1) -> float | None:
+        """Seconds until a call of the ``queued`` rows waiting may start (0 now); None while the
+        room is 0 (look again later)."""
         room = self._refill()
-        if room is None or self.untimed or self.tokens > _EMPTY_S:
+        if room is None or self.untimed:
             return 0.0
-        return (_EMPTY_S - self.tokens) / room if room > 0 else None
+        short = self._need(queued) - self.tokens
+        if short <= _EMPTY_S:
+            return 0.0
+        return short / room if room > 0 else None
 
     def spent(self, rows: int, busy_s: float | None) -> None:
         """A call of ``rows`` rows took ``busy_s`` of the stage's busy seconds (None: not timed)."""

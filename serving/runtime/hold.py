@@ -72,7 +72,8 @@ async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
     that thread spent on it). The stage's busy seconds on it are load the gears' step back counts
     (serving.runtime.stage_load): ``request_path``, a request waits on the call (a held gear 0),
     else the live audit's, which ``on_busy(seconds)`` also hears (None where the stage did not
-    time the call: the audit's pace, serving.runtime.audit_pace)."""
+    time the call; not called where the ingress keeps no StageLoad, whose apps do not pace the
+    audit: serving.runtime.audit_pace)."""
     if ingress.second is not None:
         target, stage = ingress.second, ingress.stage_names[1]
     elif ingress.local:

@@ -77,7 +77,13 @@ from serving.runtime.keys import KeyCheck
 from serving.runtime.live_settings import current_settings, reconfigure
 from serving.runtime.loop_lag import LoopLag
 from serving.runtime.metrics import ServingMetrics, exact_totals
-from serving.runtime.monitor_calls import MONITOR_QUERY_S, ingress_audit, monitor_query, post_labels
+from serving.runtime.monitor_calls import (
+    MONITOR_QUERY_S,
+    audit_stage,
+    ingress_audit,
+    monitor_query,
+    post_labels,
+)
 from serving.runtime.oip import InferRequest, infer_answer
 from serving.runtime.pools import PooledStage, pooled_stage, stage_deployments
 from serving.runtime.records import RecordBuffer, record_columns
@@ -204,7 +210,7 @@ class Ingress(HttpEdge):
         self.gear_now = self.gears.pinned
         self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
         self.audit = ingress_audit(self, config.audit)  # the live audit (serving.runtime.audit)
-        if self.audit is not None and self.stage_load is None and not self.local:
+        if self.audit is not None and self.stage_load is None and audit_stage(self) is not None:
             # the request path's load on the full model's stage paces the audit (audit_pace)
             self.stage_load = StageLoad(ingresses=max(1, int(config.plan.get("ingress_replicas", 1) or 1)))
         #: the in-place settings (Serve's user_config): applied once yet, and the last refused;
@@ -239,7 +245,7 @@ class Ingress(HttpEdge):
             merged = await call_stage_compatible(
                 handle, "run", args, ((*args[:3], backlog[:2]), args[:3]), deadline, stage,
                 on_retry=lambda: self.metrics.count("willump_stage_retries", stage=stage), hedge=self.hedges.get(stage))
-            self._observe_stage(stage, merged)
+            self._observe_stage(stage, merged, scale)
             return split_outputs(merged, [it.size for it in items])
 
         return run
@@ -252,15 +258,16 @@ class Ingress(HttpEdge):
         self.metrics.observe("willump_stage_latency_seconds", time.perf_counter() - start, stage=self.stage_names[0])
         return outs
 
-    def _observe_stage(self, stage: str, out: Any) -> None:
+    def _observe_stage(self, stage: str, out: Any, scale: float = 1.0) -> None:
         """A stage's answer to one call: its compute time for /metrics; its busy seconds, the
-        request path's load there (StageLoad: the live audit's pace), and a later stage's rows
-        with them, for the gears' step back."""
+        request path's load there (StageLoad: the live audit's pace; ``scale``, the gear demand
+        factor the stage's autoscaler reads the call's share at), and a later stage's rows with
+        them, for the gears' step back."""
         if isinstance(out, dict) and "seconds" in out:
             self.metrics.observe("willump_stage_compute_seconds", out["seconds"], stage=stage)
         if self.stage_load is not None and isinstance(out, dict):
             self.stage_load.answered(stage, out.get("busy_s"), len(out.get("level", ())),
-                                     per_row=stage != self.stage_names[0])
+                                     per_row=stage != self.stage_names[0], scale=scale)
 
     def _any_silent(self, stage: str) -> bool | None:
         """Whether a replica of ``stage`` (of any of its pools) went silent; None where no capacity

@@ -119,10 +119,12 @@ def audit_stage(ingress: Any) -> str | None:
 def audit_room(ingress: Any) -> float | None:
     """The busy seconds per second this ingress's audit may take on the full model's stage: what
     its share of the running replicas' time up to AUDIT_ROOM leaves beside the request path's
-    calls there (serving.runtime.stage_load.StageLoad.request_busy_per_s), at least 0; None where
-    not known (no stage of its own, no replica count yet, no load measured)."""
+    calls there (serving.runtime.stage_load.StageLoad.request_busy_per_s; before any, the whole
+    share), at least 0; 0 while the stage runs no replica (the audit does not start one: its rows
+    wait, and are shed once the queue is full); None where not known (the full model in the
+    ingress, no load kept, no replica count yet)."""
     stage, load = audit_stage(ingress), getattr(ingress, "stage_load", None)
     running = ingress.running_replicas.get(stage) if stage is not None else None
-    if load is None or not running:
+    if load is None or running is None:
         return None
     return max(running * AUDIT_ROOM / load.ingresses - load.request_busy_per_s(stage), 0.0)

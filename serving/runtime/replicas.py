@@ -163,15 +163,17 @@ class ModelStage:
         out, busy = await self._metered(fn, *args, rows=rows, inline=self.inline)
         return with_busy_s(out, busy)
 
-    async def _metered(self, fn: Any, *args: Any, rows: int, inline: bool, unscaled: bool = False) -> tuple[Any, float]:
+    async def _metered(self, fn: Any, *args: Any, rows: int, inline: bool, unscaled: bool = False,
+                       deferrable: bool = False) -> tuple[Any, float]:
         """``fn(*args)`` on the event loop where ``inline`` (a CPU-bound stage:
         StageProfile.runs_inline), in a thread otherwise; its busy time and rows counted for the
-        routers and the autoscaler (``unscaled``: work every gear gives the stage alike, BusyMeter).
+        routers and the autoscaler (``unscaled``: work every gear gives the stage alike;
+        ``deferrable``: such work no request waits on, the live audit's; BusyMeter).
         Returns the answer and the call's busy seconds. On an emulated device
         (serving.runtime.emulated_node) one call at a time, each held as long as the node's
         labels ask (the hold counts as busy)."""
         async with (self._emulated if self._emulated is not None else contextlib.nullcontext()):
-            mark = self.meter.start(unscaled)
+            mark = self.meter.start(unscaled, deferrable)
             try:
                 t0 = time.perf_counter()
                 out = fn(*args) if inline else await asyncio.to_thread(fn, *args)
@@ -179,7 +181,7 @@ class ModelStage:
                     await asyncio.sleep(self.emulation.hold_s(time.perf_counter() - t0, rows))
                 busy = self.meter.call_busy_s(mark)
             finally:
-                self.meter.stop(rows, unscaled, mark)
+                self.meter.stop(rows, unscaled, mark, deferrable)
         return out, busy
 
     # Calls outside the cascade's levels, metered as work every gear gives the stage alike (the
@@ -198,11 +200,12 @@ class ModelStage:
 
     async def _in_pieces(self, fn: Any, rows: pd.DataFrame) -> tuple[np.ndarray, float]:
         """``fn(rows)`` (an array per row) in pieces (serving.runtime.outside_calls), each metered
-        as work every gear gives the stage alike: a call no request waits on takes turns with the
-        cascade's batches. The rows' answers and the busy seconds."""
+        as work every gear gives the stage alike that can wait: a call no request waits on takes
+        turns with the cascade's batches. The rows' answers and the busy seconds."""
         outs, busy = [], 0.0
         for piece in self.pieces.pieces(rows):
-            out, piece_busy = await self._metered(fn, piece, rows=len(piece), inline=False, unscaled=True)
+            out, piece_busy = await self._metered(fn, piece, rows=len(piece), inline=False, unscaled=True,
+                                                  deferrable=True)
             self.pieces.observe(len(piece), piece_busy)
             outs.append(np.asarray(out))
             busy += piece_busy

@@ -106,6 +106,9 @@ class BusyMeter:
         #: window and in the router's period (shared with the calls beside them)
         self.active_unscaled = 0
         self.window_unscaled_s, self.period_unscaled_s = 0.0, 0.0
+        #: of those, the running calls that can wait (the live audit's), and their busy seconds in
+        #: the autoscaler's window
+        self.active_deferrable, self.window_deferrable_s = 0, 0.0
         #: the cascade's calls that ended in the window and in the period: their whole shares of
         #: the busy time, a floor under the busy time left once the unscaled calls' is taken out
         #: (a call's rows count when it ends, so its time must not be left in an earlier period)
@@ -142,16 +145,20 @@ class BusyMeter:
                 unscaled = elapsed * self.active_unscaled / self.active
                 self.window_unscaled_s += unscaled
                 self.period_unscaled_s += unscaled
+            if self.active_deferrable:
+                self.window_deferrable_s += elapsed * self.active_deferrable / self.active
         self._shared_at = now
 
-    def start(self, unscaled: bool = False) -> float:
+    def start(self, unscaled: bool = False, deferrable: bool = False) -> float:
         """A call starts computing (``unscaled``: work every gear gives the stage alike, class
-        docstring); returns its mark for :meth:`call_busy_s`."""
+        docstring; ``deferrable``, unscaled work no request waits on, the live audit's); returns
+        its mark for :meth:`call_busy_s`."""
         self._share_calls()
         if self.active == 0:
             self.since = self.window_since = self.clock()
         self.active += 1
-        self.active_unscaled += bool(unscaled)
+        self.active_unscaled += bool(unscaled or deferrable)
+        self.active_deferrable += bool(deferrable)
         return self.call_share_s
 
     def call_busy_s(self, mark: float) -> float:
@@ -161,12 +168,14 @@ class BusyMeter:
         self._share_calls()
         return self.call_share_s - mark
 
-    def stop(self, rows: int, unscaled: bool = False, mark: float | None = None) -> None:
-        """A call of ``rows`` rows ended (``unscaled`` as it started; ``mark``: what its
-        :meth:`start` returned)."""
+    def stop(self, rows: int, unscaled: bool = False, mark: float | None = None, deferrable: bool = False) -> None:
+        """A call of ``rows`` rows ended (``unscaled`` and ``deferrable`` as it started; ``mark``:
+        what its :meth:`start` returned)."""
         self._share_calls()
+        unscaled = unscaled or deferrable
         self.active -= 1
         self.active_unscaled -= bool(unscaled)
+        self.active_deferrable -= bool(deferrable)
         if not unscaled:
             self.rows += int(rows)
             self.window_rows += int(rows)
@@ -189,7 +198,9 @@ class BusyMeter:
         ingresses still queue for the stage (:meth:`note_backlog`); ``deployed_gear_busy_share``,
         the busy share scaled to what the gear the replicas are sized for would have sent here
         (:meth:`note_demand`: a cheaper gear answering a burst sends fewer rows on; the name says
-        gear 0, the default), the unscaled calls' share (class docstring) left as it is."""
+        gear 0, the default), the unscaled calls' share (class docstring) left as it is; and
+        ``deferrable_busy_share``, the part of it the calls that can wait took (the live audit's:
+        paced to the room the request path leaves, serving.runtime.audit_pace)."""
         self._share_calls()  # the unscaled calls' time up to now
         now = self.clock()
         busy = self.window_busy_s
@@ -205,9 +216,11 @@ class BusyMeter:
         out = {"busy_share": share, "rows_per_s": self.window_rows / wall,
                "busy_s_per_row": scaled_busy / self.window_rows if self.window_rows else 0.0,
                "backlog_rows": self.backlog_rows(),
-               "deployed_gear_busy_share": (share - unscaled) * self.demand_scale + unscaled}
+               "deployed_gear_busy_share": (share - unscaled) * self.demand_scale + unscaled,
+               "deferrable_busy_share": min(self.window_deferrable_s / wall, unscaled)}
         self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, now
         self.window_called_rows, self.window_demand_rows, self.window_unscaled_s = 0.0, 0.0, 0.0
+        self.window_deferrable_s = 0.0
         self.window_scaled_s = 0.0
         return out
 

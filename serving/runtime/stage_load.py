@@ -95,17 +95,24 @@ class StageLoad:
                 if not calls:  # no rounding left behind
                     sums[stage] = 0.0
 
-    def answered(self, stage: str, busy_s: Any, rows: int, per_row: bool = True) -> None:
+    def answered(self, stage: str, busy_s: Any, rows: int, per_row: bool = True, scale: float = 1.0) -> None:
         """``stage`` answered a cascade call of ``rows`` rows, busy ``busy_s`` seconds on it
         (ignored unless a number >= 0, with rows): the request path's load there
-        (:meth:`request_busy_per_s`) and, with ``per_row``, what a row sent on costs it."""
+        (:meth:`request_busy_per_s`, at ``scale`` times the busy seconds where the stage's
+        autoscaler reads the call so, serving.runtime.gears.GearSwitch.demand_scale: the larger
+        of the two, so that the load fits the device and the autoscaler's reading of it) and,
+        with ``per_row``, what a row sent on costs it."""
         busy = _seconds(busy_s)
         if busy is None or rows <= 0:
             return
         now = self.clock()
         self._trim(now)
-        self._served.setdefault(stage, deque()).append((now, busy))
-        self._served_s[stage] = self._served_s.get(stage, 0.0) + busy
+        try:
+            factor = max(float(scale), 1.0) if math.isfinite(float(scale)) else 1.0
+        except (TypeError, ValueError):
+            factor = 1.0
+        self._served.setdefault(stage, deque()).append((now, busy * factor))
+        self._served_s[stage] = self._served_s.get(stage, 0.0) + busy * factor
         if not per_row:
             return
         cost = self._cost.setdefault(stage, [0.0, 0.0])
@@ -162,8 +169,9 @@ class StageLoad:
 
     def request_busy_per_s(self, stage: str) -> float:
         """Busy seconds per second ``stage`` spent on the calls of this ingress's requests (the
-        cascade's and :meth:`extra`'s; the audit's not), over the window, or over the time since
-        the window's oldest call where the traffic is younger (0 before any)."""
+        cascade's, scaled as :meth:`answered` says, and :meth:`extra`'s; the audit's not), over
+        the window, or over the time since the traffic (re)started, half a window at least (0
+        before any call)."""
         now = self.clock()
         self._trim(now)
         busy = max(self._served_s.get(stage, 0.0), 0.0) + max(self._extra_s.get(stage, 0.0), 0.0)

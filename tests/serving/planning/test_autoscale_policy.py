@@ -16,9 +16,11 @@ from serving.planning.autoscale import (
     BACKLOG_METRIC,
     BUSY_METRIC,
     COST_METRIC,
+    DEFERRABLE_METRIC,
     DEPLOYED_GEAR_BUSY_METRIC,
     POLICY_PATH,
     ROWS_METRIC,
+    SCALE_LOG,
     START_LOG,
     PlannerAutoscaler,
     planned_replicas,
@@ -114,6 +116,34 @@ def test_a_cheaper_gear_answering_a_burst_still_gets_the_deployed_gears_replicas
     ctx.aggregated_metrics[DEPLOYED_GEAR_BUSY_METRIC] = {"r1": 1.6}
     wanted, state = policy(ctx)
     assert state["deployed_gear_busy_replicas"] == pytest.approx(2.1) and wanted == pytest.approx(2.1 / 0.8)
+
+
+def test_the_audits_paced_load_counts_over_the_window_and_never_as_a_burst(caplog):
+    """One replica at 0.25 of the request path's work and 0.45 of the live audit's (paced by the
+    ingress to the room left below AUDIT_ROOM): the window's reading plans both; the recent one
+    leaves the audit out, so a moment of the audit filling the room asks for no replica. A rise of
+    the request path's own still does, and the policy says why in Serve's controller log, once
+    per ask."""
+    policy = PlannerAutoscaler(headroom=0.75, react_s=2.0)
+
+    def ctx(recent_busy: float, current: int = 1, before: dict | None = None):
+        c = _ctx(current, {"r1": 0.7}, raw={"r1": [(t, 0.7) for t in range(8)] + [(8.0, recent_busy), (9.0, recent_busy)]})
+        c.aggregated_metrics[DEFERRABLE_METRIC] = {"r1": 0.45}
+        c.raw_metrics[DEFERRABLE_METRIC] = {"r1": [SimpleNamespace(timestamp=t, value=0.45) for t in range(10)]}
+        c.app_name, c.deployment_name, c.policy_state = "app", "expensive", before or {}
+        return c
+
+    with caplog.at_level(logging.INFO, logger="ray.serve"):
+        wanted, state = policy(ctx(0.74))  # the audit filling the room: 0.29 recent, 0.7 over the window
+        assert state["busy_replicas_recent"] == pytest.approx(0.29) and wanted == pytest.approx(0.7 / 0.75)
+        assert state["deferrable_busy_replicas"] == pytest.approx(0.45) and state["asked"] == 1
+        wanted, state = policy(ctx(1.0))  # the device full: the request path's 0.55 of it is no burst
+        assert state["busy_replicas_recent"] == pytest.approx(0.55) and state["asked"] == 1
+        wanted, state = policy(ctx(1.45))  # to 1.0: two replicas' worth at the headroom
+        assert wanted == pytest.approx(1.0 / 0.75) and state["asked"] == 2
+        policy(ctx(1.45, before=state))  # the same ask again: not logged twice
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(SCALE_LOG)]
+    assert len(lines) == 1 and lines[0].startswith(f"{SCALE_LOG} app/expensive: 2 replicas") and "less the audit's 0.45" in lines[0]
 
 
 def test_nothing_reported_keeps_what_there_is():

@@ -5,6 +5,7 @@ Deterministic: a fake clock, fake rooms and costs; no Ray, no timing."""
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 import types
 
@@ -49,26 +50,34 @@ def test_without_a_known_room_or_timed_calls_nothing_is_paced():
         AuditPace(lambda: None, half_life_rows=-1)
 
 
-def test_calls_carry_what_the_bucket_holds_at_the_measured_cost():
+def test_a_call_starts_once_the_bucket_holds_its_cost_and_carries_what_it_holds():
     clock = _Clock()
     room = [0.5]
     pace = AuditPace(lambda: room[0], clock=clock)
-    assert pace.rows_now(128) == 1  # cost unknown: one row
+    assert pace.rows_now(128, queued=50) == 1  # cost unknown: one row
     pace.spent(1, 0.05)  # 50 ms a row; the bucket had PACE_S
     assert pace.cost_per_row() == pytest.approx(0.05)
-    assert pace.rows_now(128) == int((PACE_S - 0.05) / 0.05)
+    left = PACE_S - 0.05
+    # 3 rows waiting cost what the bucket holds: they go; 50 wait for a full PACE_S
+    assert pace.rows_now(128, queued=3) == round(left / 0.05)
+    assert pace.rows_now(128, queued=50) == 0
+    assert pace.wait_s(50) == pytest.approx((PACE_S - left) / 0.5)
     pace.spent(3, 0.15)
-    assert pace.rows_now(128) == 0 and pace.wait_s() == pytest.approx(0.0, abs=1e-6)
+    assert pace.rows_now(128, queued=1) == 0 and pace.wait_s(1) == pytest.approx(0.05 / 0.5)
     clock.now += 10.0  # the bucket fills at the room's rate, up to PACE_S
-    assert pace.rows_now(128) == int(PACE_S / 0.05)
+    assert pace.rows_now(128, queued=50) == round(PACE_S / 0.05)
+    assert pace.rows_now(2, queued=50) == 2  # never more than asked
     pace.spent(1, 0.6)  # a call longer than it thought: debt, waited out at the room's rate
-    assert pace.rows_now(128) == 0
-    assert pace.wait_s() == pytest.approx((0.6 - PACE_S) / 0.5)
+    assert pace.rows_now(128, queued=1) == 0
+    assert pace.wait_s(1) == pytest.approx((0.6 - PACE_S + pace.cost_per_row()) / 0.5)
     room[0] = 0.0  # no room at all: look again later
-    assert pace.wait_s() is None and pace.rows_now(128) == 0
-    room[0] = 0.5
-    clock.now += (0.6 - PACE_S) / 0.5 + 0.1
-    assert pace.rows_now(128) == 1  # some tokens: a call of one row at least
+    assert pace.wait_s(1) is None and pace.rows_now(128, queued=1) == 0
+    # a cheap row: a call waits for PACE_S or for what its rows cost, whichever is less
+    cheap = AuditPace(lambda: 0.5, clock=clock)
+    cheap.spent(1, 0.0002)
+    assert cheap.rows_now(128, queued=5) == 128  # 128 rows fit what the bucket holds
+    cheap.busy_s, cheap.rows = 1e-310, 1.0  # a cost of about nothing: every row, no float overflow
+    assert cheap.rows_now(128, queued=5) == 128
 
 
 def test_over_time_the_audit_takes_the_room_and_no_more():
@@ -78,14 +87,18 @@ def test_over_time_the_audit_takes_the_room_and_no_more():
         clock = _Clock()
         pace = AuditPace(lambda room=room: room, clock=clock)
         start, busy = clock.now, 0.0
+        sizes = []
         while clock.now - start < 600.0:
-            rows = pace.rows_now(128)
+            rows = pace.rows_now(128, queued=1000)  # a backlog
             if rows:
                 pace.spent(rows, rows * cost)
                 busy += rows * cost
+                sizes.append(rows)
             else:
-                clock.now += max(pace.wait_s(), 1e-3)
+                clock.now += max(pace.wait_s(1000), 1e-3)
         assert busy / (clock.now - start) == pytest.approx(room, rel=0.02, abs=(PACE_S + cost) / 600)
+        # calls of about PACE_S of the stage's time (a row at least, the batch at most)
+        assert statistics.median(sizes[1:]) == min(max(round(PACE_S / cost), 1), 128)
 
 
 def test_the_request_paths_load_is_measured_per_stage_beside_the_audits():
@@ -119,7 +132,13 @@ def test_the_room_is_the_ingresss_share_of_the_replicas_less_its_own_load():
     clock.now += 2.0
     load.answered("expensive", 0.5, 4)
     assert audit_room(ingress) == pytest.approx(2 * AUDIT_ROOM / 2 - 0.5 / 2.0)
+    load.answered("expensive", 0.1, 4, scale=3.0)  # read by the autoscaler at 3x: the larger counts
+    assert audit_room(ingress) == pytest.approx(2 * AUDIT_ROOM / 2 - 0.8 / 2.0)
+    load.answered("expensive", 0.1, 4, scale=0.25)  # read at less: the device's own counts
+    assert audit_room(ingress) == pytest.approx(2 * AUDIT_ROOM / 2 - 0.9 / 2.0)
     load.answered("expensive", 5.0, 4)  # the request path needs more than the share: no room
+    assert audit_room(ingress) == 0.0
+    ingress.running_replicas["expensive"] = 0  # scaled to zero: the audit does not start one
     assert audit_room(ingress) == 0.0
     ingress.stage_load = None
     assert audit_room(ingress) is None
@@ -129,6 +148,8 @@ def test_the_room_is_the_ingresss_share_of_the_replicas_less_its_own_load():
     local = types.SimpleNamespace(second=None, local=True, stage_names=["all"], stage_load=load,
                                   running_replicas={})
     assert audit_stage(local) is None and audit_room(local) is None
+    fused = types.SimpleNamespace(second=object(), local=True, stage_names=["cheap", "expensive"])
+    assert audit_stage(fused) == "expensive"  # the first stage in the ingress, the full model's remote
 
 
 def test_the_audits_calls_report_the_stages_busy_seconds_to_the_pace():
@@ -152,10 +173,10 @@ class _Pace:
     def __init__(self):
         self.allow = 0
 
-    def rows_now(self, most: int) -> int:
+    def rows_now(self, most: int, queued: int) -> int:
         return min(self.allow, most)
 
-    def wait_s(self) -> float | None:
+    def wait_s(self, queued: int) -> float | None:
         return None if self.allow == 0 else 0.0
 
 
@@ -198,3 +219,36 @@ def test_rows_wait_for_the_pace_are_audited_in_its_calls_and_shed_only_when_the_
     asyncio.run(go())
     assert calls == [4, 4, 4]
     assert sum(e["audited"] for e in sent) == 12 and sum(e["shed"] for e in sent) == 4
+
+
+def test_paced_rows_wait_while_the_request_path_is_busy_and_a_call_takes_part_of_a_request():
+    calls: list[int] = []
+    pace = _Pace()
+    state = {"busy": True}
+
+    async def full_classes(rows: pd.DataFrame) -> np.ndarray:
+        calls.append(len(rows))
+        return np.zeros(len(rows), int)
+
+    sent: list[dict] = []
+
+    async def send(entries: list[dict]) -> None:
+        sent.extend(entries)
+
+    async def go():
+        audit = LiveAudit(1.0, [1], full_classes, send, lambda: state["busy"], batch_rows=8, queue_rows=64,
+                          flush_s=0.05, idle=lambda: True, pace=pace)
+        rows = pd.DataFrame({"x": np.arange(10.0)})
+        audit.observe(rows, np.tile([[0.9, 0.1]], (10, 1)), np.zeros(10, int), gear=0, attributes=None)
+        pace.allow = 3
+        audit._wake.set()
+        await asyncio.sleep(0.3)  # busy: the rows wait, none shed
+        assert calls == [] and audit.queued == 10
+        state["busy"] = False
+        audit._wake.set()
+        await _wait_until(lambda: audit.queued == 0)
+        await audit.close()
+
+    asyncio.run(go())
+    assert calls == [3, 3, 3, 1]  # one request's 10 sampled rows, in the pace's calls
+    assert sum(e["audited"] for e in sent) == 10 and sum(e["shed"] for e in sent) == 0

@@ -189,6 +189,26 @@ def test_work_every_gear_makes_alike_is_counted_as_it_accrues_and_left_unscaled(
     assert meter.active == meter.active_unscaled == 0
 
 
+def test_the_audits_calls_are_reported_apart_as_work_that_can_wait():
+    """An audit piece (deferrable) beside a top-K call (unscaled, a request waits on it): both are
+    unscaled work; only the audit's part is reported as deferrable, the overlap split between them."""
+    clock = Clock()
+    meter = BusyMeter(clock)
+    audit = meter.start(deferrable=True)
+    topk = meter.start(unscaled=True)
+    clock.t = 0.2
+    meter.stop(5, unscaled=True, mark=topk)
+    clock.t = 0.3
+    meter.stop(2, mark=audit, deferrable=True)
+    clock.t = 0.5
+    stats = meter.autoscaling_stats()
+    assert stats["busy_share"] == pytest.approx(0.6) and stats["deployed_gear_busy_share"] == pytest.approx(0.6)
+    assert stats["deferrable_busy_share"] == pytest.approx((0.1 + 0.1) / 0.5)
+    assert meter.active == meter.active_unscaled == meter.active_deferrable == 0
+    clock.t = 1.0
+    assert meter.autoscaling_stats()["deferrable_busy_share"] == 0.0
+
+
 def test_a_cascade_call_across_a_report_brings_its_whole_time_with_its_rows():
     """One call at a time (an emulated device): audit pieces of 1.5 s and a 2-row cascade batch of
     0.1 s between them, the router's report falling inside the batch. The batch's rows count
