@@ -189,66 +189,66 @@ def _wait_until(check, timeout_s: float = 30.0) -> None:
     return go()
 
 
+class _Paced:
+    """A LiveAudit with a stand-in pace, its full pipeline's calls (rows each) and the counts it sent."""
+
+    def __init__(self, queue_rows: int, busy=lambda: False):
+        self.pace, self.calls, self.sent = _Pace(), [], []
+
+        async def full_classes(rows: pd.DataFrame) -> np.ndarray:
+            self.calls.append(len(rows))
+            return np.zeros(len(rows), int)
+
+        async def send(entries: list[dict]) -> None:
+            self.sent.extend(entries)
+
+        self.make = lambda: LiveAudit(1.0, [1], full_classes, send, busy, batch_rows=8, queue_rows=queue_rows,
+                                      flush_s=0.05, idle=lambda: True, pace=self.pace)
+
+    def total(self, key: str) -> int:
+        return sum(e[key] for e in self.sent)
+
+
+def _observe(audit: LiveAudit, n: int) -> None:
+    """A request of ``n`` rows the cheap level answered (every one sampled at rate 1)."""
+    audit.observe(pd.DataFrame({"x": np.arange(float(n))}), np.tile([[0.9, 0.1]], (n, 1)), np.zeros(n, int),
+                  gear=0, attributes=None)
+
+
 def test_rows_wait_for_the_pace_are_audited_in_its_calls_and_shed_only_when_the_queue_is_full():
-    calls: list[int] = []
-    pace = _Pace()
-
-    async def full_classes(rows: pd.DataFrame) -> np.ndarray:
-        calls.append(len(rows))
-        return np.zeros(len(rows), int)
-
-    sent: list[dict] = []
-
-    async def send(entries: list[dict]) -> None:
-        sent.extend(entries)
+    paced = _Paced(queue_rows=12)
 
     async def go():
-        audit = LiveAudit(1.0, [1], full_classes, send, lambda: False, batch_rows=8, queue_rows=12,
-                          flush_s=0.05, idle=lambda: True, pace=pace)
-        rows = pd.DataFrame({"x": np.arange(4.0)})
-        proba, level = np.tile([[0.9, 0.1]], (4, 1)), np.zeros(4, int)
+        audit = paced.make()
         for _ in range(4):  # 16 sampled rows: 12 wait, 4 shed at the full queue
-            audit.observe(rows, proba, level, gear=0, attributes=None)
+            _observe(audit, 4)
         await asyncio.sleep(0.3)  # no room: the rows wait, whatever the worker's wakes
-        assert calls == [] and audit.queued == 12
-        pace.allow = 4  # room for one request's rows a call
+        assert paced.calls == [] and audit.queued == 12
+        paced.pace.allow = 4  # room for one request's rows a call
         audit._wake.set()
         await _wait_until(lambda: audit.queued == 0)
         await audit.close()
 
     asyncio.run(go())
-    assert calls == [4, 4, 4]
-    assert sum(e["audited"] for e in sent) == 12 and sum(e["shed"] for e in sent) == 4
+    assert paced.calls == [4, 4, 4] and paced.total("audited") == 12 and paced.total("shed") == 4
 
 
 def test_paced_rows_wait_while_the_request_path_is_busy_and_a_call_takes_part_of_a_request():
-    calls: list[int] = []
-    pace = _Pace()
     state = {"busy": True}
-
-    async def full_classes(rows: pd.DataFrame) -> np.ndarray:
-        calls.append(len(rows))
-        return np.zeros(len(rows), int)
-
-    sent: list[dict] = []
-
-    async def send(entries: list[dict]) -> None:
-        sent.extend(entries)
+    paced = _Paced(queue_rows=64, busy=lambda: state["busy"])
 
     async def go():
-        audit = LiveAudit(1.0, [1], full_classes, send, lambda: state["busy"], batch_rows=8, queue_rows=64,
-                          flush_s=0.05, idle=lambda: True, pace=pace)
-        rows = pd.DataFrame({"x": np.arange(10.0)})
-        audit.observe(rows, np.tile([[0.9, 0.1]], (10, 1)), np.zeros(10, int), gear=0, attributes=None)
-        pace.allow = 3
+        audit = paced.make()
+        _observe(audit, 10)
+        paced.pace.allow = 3
         audit._wake.set()
         await asyncio.sleep(0.3)  # busy: the rows wait, none shed
-        assert calls == [] and audit.queued == 10
+        assert paced.calls == [] and audit.queued == 10
         state["busy"] = False
         audit._wake.set()
         await _wait_until(lambda: audit.queued == 0)
         await audit.close()
 
     asyncio.run(go())
-    assert calls == [3, 3, 3, 1]  # one request's 10 sampled rows, in the pace's calls
-    assert sum(e["audited"] for e in sent) == 10 and sum(e["shed"] for e in sent) == 0
+    assert paced.calls == [3, 3, 3, 1]  # one request's 10 sampled rows, in the pace's calls
+    assert paced.total("audited") == 10 and paced.total("shed") == 0
