@@ -667,7 +667,7 @@ def test_a_later_stage_call_carries_the_deployed_gears_scale_and_falls_back_for_
     ingress = types.SimpleNamespace(
         replica="ingress-1", gears=gears, stage_names=["cheap", "expensive"], hedges={},
         coalescers={"cheap": types.SimpleNamespace(queued_rows=7), "expensive": types.SimpleNamespace(queued_rows=5)},
-        metrics=types.SimpleNamespace(count=lambda *a, **k: None), _observe_stage=lambda stage, out: None)
+        metrics=types.SimpleNamespace(count=lambda *a, **k: None), _observe_stage=lambda stage, out, scale=1.0: None)
 
     async def call(stage: str, gear: int, h) -> None:
         loop = asyncio.get_running_loop()
@@ -703,7 +703,7 @@ def test_the_ingress_measures_a_later_stages_load_for_the_gears_step_back():
     """Ingress._observe_stage and _follow_replicas on a stand-in instance: a later stage's answer
     adds its busy seconds and rows (0.05 s a row), the first stage's do not count, nor an answer
     of a replica of earlier code; the running replicas per stage are what the switch's
-    prediction divides by."""
+    prediction divides by. Every stage's busy seconds are the request path's load there."""
     import numpy as np
 
     import serving.runtime.ingress as app_module
@@ -730,6 +730,13 @@ def test_the_ingress_measures_a_later_stages_load_for_the_gears_step_back():
     assert ingress.running_replicas == {"cheap": 1, "expensive": 2}
     assert gears.predicted_fits(load, ingress.running_replicas, ["expensive"], 0)
     assert not gears.predicted_fits(load, {"expensive": 1}, ["expensive"], 0)
+    # every stage's busy seconds are the request path's load there (the live audit's room), a call
+    # the autoscaler reads at 3x its share counted so
+    assert load.request_busy_per_s("expensive") == pytest.approx(0.5 / 2.0)
+    assert load.request_busy_per_s("cheap") == pytest.approx(9.0 / 2.0)
+    cls._observe_stage(ingress, "expensive", {"seconds": 0.1, "busy_s": 0.5, "level": np.ones(10)}, 3.0)
+    assert load.request_busy_per_s("expensive") == pytest.approx((0.5 + 1.5) / 2.0)
+    assert load.busy_per_row("expensive") == pytest.approx(0.05)  # the cost per row is the device's own
 
 
 def test_top_k_scoring_every_row_is_load_for_the_step_back_and_falls_back_for_older_replicas():
