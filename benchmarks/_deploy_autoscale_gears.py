@@ -175,20 +175,16 @@ def _rounds(opt: Any, apps: dict[str, Any], bodies: list[bytes], requests: list,
 
 
 def audit_rows(base_url: str) -> dict[str, float]:
-    """The app's live audit rows so far by outcome (agree, disagree, shed), from its /metrics
-    (the replicas' last exports: a few seconds behind); {} where it cannot be read."""
+    """The app's live audit rows so far by outcome (agree, disagree, shed), from its /metrics;
+    {} where it cannot be read."""
     import requests
 
+    from benchmarks._scrape import counter_by_label, metrics_text
+
     try:
-        text = requests.get(base_url + "/metrics", timeout=60).text
+        return counter_by_label(metrics_text(base_url), "willump_audit_rows", "outcome")
     except requests.RequestException:
         return {}
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("willump_audit_rows_total{") and 'outcome="' in line:
-            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
-            out[outcome] = out.get(outcome, 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
 
 
 def _trace(url: str, app: str, bodies: list[bytes], times: np.ndarray, args) -> dict[str, Any]:

@@ -36,6 +36,7 @@ import numpy as np
 import requests
 
 from benchmarks._rounds import ROUNDS, measure_rounds, median_phase, overhead, serving_main
+from benchmarks._scrape import counter_by_label, metrics_text
 from serving.core.procstat import session_dir
 from serving.launch.proxy import metrics_interval_s
 from serving.measure.loadgen import closed_loop, in_process, payloads
@@ -70,15 +71,9 @@ def _guarantee(url: str) -> dict[str, Any]:
 def _audit_counters(url: str) -> dict[str, float]:
     """From the app's /metrics: the live audit's CPU seconds by part (willump_audit_cpu_seconds,
     measured in the threads that did the work) and the /predict requests answered."""
-    text = requests.get(url + "/metrics", timeout=60).text
-    out: dict[str, float] = {"requests": 0.0}
-    for line in text.splitlines():
-        if line.startswith("willump_audit_cpu_seconds_total{"):
-            part = line.split('part="', 1)[1].split('"', 1)[0]
-            out[part] = out.get(part, 0.0) + float(line.rsplit(" ", 1)[1])
-        elif line.startswith("willump_requests_total{") and 'route="predict"' in line:
-            out["requests"] += float(line.rsplit(" ", 1)[1])
-    return out
+    text = metrics_text(url)
+    return {**counter_by_label(text, "willump_audit_cpu_seconds", "part"),
+            "requests": counter_by_label(text, "willump_requests", "route").get("predict", 0.0)}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

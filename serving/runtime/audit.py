@@ -297,8 +297,8 @@ class LiveAudit:
                 or self.idle())
 
     def take(self, most: int | None = None) -> list[tuple[pd.DataFrame, np.ndarray, np.ndarray, int, tuple]]:
-        """Up to ``most`` (at most ``batch_rows``) queued rows (whole requests' samples, the
-        first always)."""
+        """Up to ``most`` (at most ``batch_rows``) queued rows: whole requests' samples, the
+        first always, and only part of it where ``most`` is given and it holds more."""
         limit = self.batch_rows if most is None else max(min(int(most), self.batch_rows), 1)
         if self.queue and most is not None and len(self.queue[0][1]) > limit:  # a paced call: part of it
             frame, picked, served, gear, key = self.queue[0]

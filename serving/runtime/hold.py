@@ -65,6 +65,14 @@ def _with_thread_cpu(fn: Any, *args: Any) -> tuple[Any, float]:
     return out, time.thread_time() - start
 
 
+def full_model_stage(ingress: Any) -> str | None:
+    """The stage whose replicas hold the full model (the live audit's and a held gear 0's calls
+    go there); None where the ingress runs every level itself."""
+    if ingress.second is not None:
+        return ingress.stage_names[1]
+    return None if ingress.local else ingress.stage_names[0]
+
+
 async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
                      on_cpu: Any = None, request_path: bool = False, on_busy: Any = None) -> np.ndarray:
     """The full pipeline's probabilities for ``rows``, from the stage that holds the full model
@@ -74,15 +82,13 @@ async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
     else the live audit's, which ``on_busy(seconds)`` also hears (None where the stage did not
     time the call; not called where the ingress keeps no StageLoad, whose apps do not pace the
     audit: serving.runtime.audit_pace)."""
-    if ingress.second is not None:
-        target, stage = ingress.second, ingress.stage_names[1]
-    elif ingress.local:
+    stage = full_model_stage(ingress)
+    if stage is None:
         proba, cpu = await asyncio.to_thread(_with_thread_cpu, ingress.first.runner.full_proba, rows)
         if on_cpu is not None:
             on_cpu(cpu)
         return proba
-    else:
-        target, stage = ingress.first, ingress.stage_names[0]
+    target = ingress.second if ingress.second is not None else ingress.first
     load = getattr(ingress, "stage_load", None)
     if load is None:
         return np.asarray(await call_stage(target, "full_proba", (rows,), deadline, stage))

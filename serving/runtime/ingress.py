@@ -61,7 +61,7 @@ from serving.runtime.dashboard.live import dashboard_of, index_page, plan_metric
 from serving.runtime.edge import HttpEdge, unbuffer_request_logs
 from serving.runtime.gc_pauses import GcPauses
 from serving.runtime.gears import GearRunners, GearSwitch
-from serving.runtime.hold import answer_in_full, held_gear
+from serving.runtime.hold import answer_in_full, full_model_stage, held_gear
 from serving.runtime.http_support import (
     OPEN_ROUTES,
     ROUTE_ERRORS,
@@ -77,13 +77,7 @@ from serving.runtime.keys import KeyCheck
 from serving.runtime.live_settings import current_settings, reconfigure
 from serving.runtime.loop_lag import LoopLag
 from serving.runtime.metrics import ServingMetrics, exact_totals
-from serving.runtime.monitor_calls import (
-    MONITOR_QUERY_S,
-    audit_stage,
-    ingress_audit,
-    monitor_query,
-    post_labels,
-)
+from serving.runtime.monitor_calls import MONITOR_QUERY_S, ingress_audit, monitor_query, post_labels
 from serving.runtime.oip import InferRequest, infer_answer
 from serving.runtime.pools import PooledStage, pooled_stage, stage_deployments
 from serving.runtime.records import RecordBuffer, record_columns
@@ -210,7 +204,7 @@ class Ingress(HttpEdge):
         self.gear_now = self.gears.pinned
         self.local_gears = GearRunners(first.runner) if self.local and isinstance(first.runner, StageRunner) else None
         self.audit = ingress_audit(self, config.audit)  # the live audit (serving.runtime.audit)
-        if self.audit is not None and self.stage_load is None and audit_stage(self) is not None:
+        if self.audit is not None and self.stage_load is None and full_model_stage(self) is not None:
             # the request path's load on the full model's stage paces the audit (audit_pace)
             self.stage_load = StageLoad(ingresses=max(1, int(config.plan.get("ingress_replicas", 1) or 1)))
         #: the in-place settings (Serve's user_config): applied once yet, and the last refused;

@@ -15,7 +15,7 @@ from serving.core.schema import RequestError, parse_json
 from serving.runtime.audit import AUDIT_CALL_S, LiveAudit
 from serving.runtime.audit_pace import AUDIT_ROOM, AuditPace
 from serving.runtime.calls import Deadline, DeadlineExceeded, call_stage
-from serving.runtime.hold import full_proba
+from serving.runtime.hold import full_model_stage, full_proba
 from serving.runtime.http_support import MONITOR_ROUTES, monitor_error
 from serving.runtime.replicas import coerce
 
@@ -109,13 +109,6 @@ def ingress_audit(ingress: Any, settings: dict[str, Any] | None) -> LiveAudit | 
                      on_answer=on_answer, on_cpu=on_cpu, pace=pace)
 
 
-def audit_stage(ingress: Any) -> str | None:
-    """The stage whose replicas run the live audit's calls (None: the ingress runs them itself)."""
-    if ingress.second is not None:
-        return ingress.stage_names[1]
-    return None if ingress.local else ingress.stage_names[0]
-
-
 def audit_room(ingress: Any) -> float | None:
     """The busy seconds per second this ingress's audit may take on the full model's stage: what
     its share of the running replicas' time up to AUDIT_ROOM leaves beside the request path's
@@ -123,7 +116,7 @@ def audit_room(ingress: Any) -> float | None:
     share), at least 0; 0 while the stage runs no replica (the audit does not start one: its rows
     wait, and are shed once the queue is full); None where not known (the full model in the
     ingress, no load kept, no replica count yet)."""
-    stage, load = audit_stage(ingress), getattr(ingress, "stage_load", None)
+    stage, load = full_model_stage(ingress), getattr(ingress, "stage_load", None)
     running = ingress.running_replicas.get(stage) if stage is not None else None
     if load is None or running is None:
         return None

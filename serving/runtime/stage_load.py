@@ -30,6 +30,29 @@ def _seconds(value: Any) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
+class _WindowSums:
+    """Busy seconds per stage, each with the time it was counted, summed over a sliding window."""
+
+    def __init__(self):
+        self.calls: dict[str, deque] = {}  # stage -> (time, busy seconds)
+        self.sums: dict[str, float] = {}  # stage -> their sum
+
+    def add(self, stage: str, now: float, busy: float) -> None:
+        self.calls.setdefault(stage, deque()).append((now, busy))
+        self.sums[stage] = self.sums.get(stage, 0.0) + busy
+
+    def trim(self, cutoff: float) -> None:
+        """Drop what was counted before ``cutoff``."""
+        for stage, calls in self.calls.items():
+            while calls and calls[0][0] < cutoff:
+                self.sums[stage] -= calls.popleft()[1]
+            if not calls:  # no rounding left behind
+                self.sums[stage] = 0.0
+
+    def total(self, stage: str) -> float:
+        return max(self.sums.get(stage, 0.0), 0.0)
+
+
 class StageLoad:
     """What a later stage would be busy with in a given gear, in replicas' worth: the rows
     arriving at this ingress per second (over the last ``window_s``), times the share of rows
@@ -65,10 +88,8 @@ class StageLoad:
         self._arrived = 0
         self._since: float | None = None
         self._cost: dict[str, list[float]] = {}  # stage -> [decayed busy seconds, decayed rows]
-        self._extra: dict[str, deque] = {}  # stage -> (time, busy seconds) of work no gear changes
-        self._extra_s: dict[str, float] = {}  # stage -> their sum over the window
-        self._served: dict[str, deque] = {}  # stage -> (time, busy seconds) of the cascade's calls
-        self._served_s: dict[str, float] = {}  # stage -> their sum over the window
+        self._extra = _WindowSums()  # work no gear changes, over the window
+        self._served = _WindowSums()  # the cascade's calls, over the window
         self._audit: dict[str, float] = {}  # stage -> the audit's decayed busy seconds
         self._audit_rows = 0.0  # rows arrived, decayed alike
 
@@ -88,12 +109,8 @@ class StageLoad:
     def _trim(self, now: float) -> None:
         while self._arrivals and self._arrivals[0][0] < now - self.window_s:
             self._arrived -= self._arrivals.popleft()[1]
-        for calls_by_stage, sums in ((self._extra, self._extra_s), (self._served, self._served_s)):
-            for stage, calls in calls_by_stage.items():
-                while calls and calls[0][0] < now - self.window_s:
-                    sums[stage] -= calls.popleft()[1]
-                if not calls:  # no rounding left behind
-                    sums[stage] = 0.0
+        self._extra.trim(now - self.window_s)
+        self._served.trim(now - self.window_s)
 
     def answered(self, stage: str, busy_s: Any, rows: int, per_row: bool = True, scale: float = 1.0) -> None:
         """``stage`` answered a cascade call of ``rows`` rows, busy ``busy_s`` seconds on it
@@ -111,8 +128,7 @@ class StageLoad:
             factor = max(float(scale), 1.0) if math.isfinite(float(scale)) else 1.0
         except (TypeError, ValueError):
             factor = 1.0
-        self._served.setdefault(stage, deque()).append((now, busy * factor))
-        self._served_s[stage] = self._served_s.get(stage, 0.0) + busy * factor
+        self._served.add(stage, now, busy * factor)
         if not per_row:
             return
         cost = self._cost.setdefault(stage, [0.0, 0.0])
@@ -127,8 +143,7 @@ class StageLoad:
             return
         now = self.clock()
         self._trim(now)
-        self._extra.setdefault(stage, deque()).append((now, busy))
-        self._extra_s[stage] = self._extra_s.get(stage, 0.0) + busy
+        self._extra.add(stage, now, busy)
 
     def audited(self, stage: str, busy_s: Any) -> None:
         """``stage`` was busy ``busy_s`` seconds on a live audit call (ignored unless a number >= 0)."""
@@ -165,7 +180,7 @@ class StageLoad:
         if window is None:
             return 0.0
         self._trim(now)
-        return max(self._extra_s.get(stage, 0.0), 0.0) / window
+        return self._extra.total(stage) / window
 
     def request_busy_per_s(self, stage: str) -> float:
         """Busy seconds per second ``stage`` spent on the calls of this ingress's requests (the
@@ -174,7 +189,7 @@ class StageLoad:
         before any call)."""
         now = self.clock()
         self._trim(now)
-        busy = max(self._served_s.get(stage, 0.0), 0.0) + max(self._extra_s.get(stage, 0.0), 0.0)
+        busy = self._served.total(stage) + self._extra.total(stage)
         if busy <= 0:
             return 0.0
         window = self._window(now)

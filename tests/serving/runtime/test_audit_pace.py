@@ -16,7 +16,8 @@ import pytest
 from serving.runtime.audit import LiveAudit
 from serving.runtime.audit_pace import AUDIT_ROOM, PACE_S, AuditPace
 from serving.runtime.calls import Deadline
-from serving.runtime.monitor_calls import audit_room, audit_stage
+from serving.runtime.hold import full_model_stage
+from serving.runtime.monitor_calls import audit_room
 from serving.runtime.stage_load import StageLoad
 
 
@@ -125,7 +126,7 @@ def test_the_room_is_the_ingresss_share_of_the_replicas_less_its_own_load():
     load = StageLoad(window_s=2.0, ingresses=2, clock=clock)
     ingress = types.SimpleNamespace(second=object(), local=False, stage_names=["cheap", "expensive"],
                                     stage_load=load, running_replicas={"cheap": 1})
-    assert audit_stage(ingress) == "expensive" and audit_room(ingress) is None  # no replica count yet
+    assert full_model_stage(ingress) == "expensive" and audit_room(ingress) is None  # no replica count yet
     ingress.running_replicas["expensive"] = 2
     assert audit_room(ingress) == pytest.approx(2 * AUDIT_ROOM / 2)
     load.arrived(10)
@@ -144,12 +145,12 @@ def test_the_room_is_the_ingresss_share_of_the_replicas_less_its_own_load():
     assert audit_room(ingress) is None
     single = types.SimpleNamespace(second=None, local=False, stage_names=["all"], stage_load=load,
                                    running_replicas={"all": 1})
-    assert audit_stage(single) == "all" and audit_room(single) is not None
+    assert full_model_stage(single) == "all" and audit_room(single) is not None
     local = types.SimpleNamespace(second=None, local=True, stage_names=["all"], stage_load=load,
                                   running_replicas={})
-    assert audit_stage(local) is None and audit_room(local) is None
+    assert full_model_stage(local) is None and audit_room(local) is None
     fused = types.SimpleNamespace(second=object(), local=True, stage_names=["cheap", "expensive"])
-    assert audit_stage(fused) == "expensive"  # the first stage in the ingress, the full model's remote
+    assert full_model_stage(fused) == "expensive"  # the first stage in the ingress, the full model's remote
 
 
 def test_the_audits_calls_report_the_stages_busy_seconds_to_the_pace():
