@@ -42,7 +42,9 @@ where that gear would not hold the load, and bursts are served in cheaper gears.
 The live audit's calls (``deferrable_busy_share``) are paced by the ingress to the room the
 request path leaves below serving.runtime.audit_pace.AUDIT_ROOM of the running replicas, and
 wait in a burst: they count in the window's reading (the audit's steady load is planned for) but
-not in the recent one, so that the audit filling that room is never read as a burst. Each time
+not in the recent one, so that the audit filling that room is never read as a burst; nor do its
+calls count toward the saturation rule (``deferrable_ongoing``: Serve's request count holds an
+audit call while it waits its turn in pieces). Each time
 the policy asks for more replicas than run it says why in Serve's controller log
 (:data:`SCALE_LOG`). Serve's wrapper
 around a custom policy still applies ``min_replicas``/``max_replicas``, the up- and downscale
@@ -71,6 +73,8 @@ BACKLOG_METRIC = "backlog_rows"
 COST_METRIC = "busy_s_per_row"
 #: the part of the busy share the calls that can wait took (the live audit's)
 DEFERRABLE_METRIC = "deferrable_busy_share"
+#: the calls that can wait a replica held on average (in Serve's request count all the while)
+DEFERRABLE_ONGOING_METRIC = "deferrable_ongoing"
 #: share of the ingress's call slots for a stage that reads as saturated: Serve's request count
 #: is a mean over its look-back window, which a capped count reaches only if every sample of the
 #: window sat at the cap
@@ -150,7 +154,9 @@ class PlannerAutoscaler:
         measured = metrics.get(BUSY_METRIC) or {}
         busy = _per_replica(metrics.get(DEPLOYED_GEAR_BUSY_METRIC) or {}, measured)
         rows = metrics.get(ROWS_METRIC) or {}
-        ongoing = float(ctx.total_num_requests or 0.0)
+        # Serve's count less the audit's calls, which wait by design: never the request path's saturation
+        audit_calls = float(sum((metrics.get(DEFERRABLE_ONGOING_METRIC) or {}).values()))
+        ongoing = max(float(ctx.total_num_requests or 0.0) - audit_calls, 0.0)
         saturated = current > 0 and ongoing >= SATURATED_SHARE * self.saturated_ongoing * current
         raw = ctx.raw_metrics or {}
         recent = _recent_sum(_per_replica(raw.get(DEPLOYED_GEAR_BUSY_METRIC) or {}, raw.get(BUSY_METRIC) or {}),
@@ -170,7 +176,8 @@ class PlannerAutoscaler:
         state = {"busy_replicas": float(sum(measured.values())),
                  "deployed_gear_busy_replicas": float(sum(busy.values())), "busy_replicas_recent": recent,
                  "deferrable_busy_replicas": float(sum((metrics.get(DEFERRABLE_METRIC) or {}).values())),
-                 "rows_per_s": float(sum(rows.values())), "ongoing": ongoing, "saturated": saturated,
+                 "rows_per_s": float(sum(rows.values())), "ongoing": ongoing, "audit_ongoing": audit_calls,
+                 "saturated": saturated,
                  "queued_rows": queued_rows, "queued_replicas": queued, "drain_s": drain_s, "wanted": wanted,
                  "asked": math.ceil(wanted - 1e-9), **starts}
         before = getattr(ctx, "policy_state", None) or {}

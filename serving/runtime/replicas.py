@@ -203,12 +203,16 @@ class ModelStage:
         as work every gear gives the stage alike that can wait: a call no request waits on takes
         turns with the cascade's batches. The rows' answers and the busy seconds."""
         outs, busy = [], 0.0
-        for piece in self.pieces.pieces(rows):
-            out, piece_busy = await self._metered(fn, piece, rows=len(piece), inline=False, unscaled=True,
-                                                  deferrable=True)
-            self.pieces.observe(len(piece), piece_busy)
-            outs.append(np.asarray(out))
-            busy += piece_busy
+        self.meter.hold_deferrable(True)
+        try:
+            for piece in self.pieces.pieces(rows):
+                out, piece_busy = await self._metered(fn, piece, rows=len(piece), inline=False, unscaled=True,
+                                                      deferrable=True)
+                self.pieces.observe(len(piece), piece_busy)
+                outs.append(np.asarray(out))
+                busy += piece_busy
+        finally:
+            self.meter.hold_deferrable(False)
         return (outs[0] if len(outs) == 1 else np.concatenate(outs)), busy
 
     async def full_scores(self, rows: pd.DataFrame, label_index: int, timed: bool = False) -> np.ndarray | dict:

@@ -109,6 +109,9 @@ class BusyMeter:
         #: of those, the running calls that can wait (the live audit's), and their busy seconds in
         #: the autoscaler's window
         self.active_deferrable, self.window_deferrable_s = 0, 0.0
+        #: calls that can wait held by the replica, waiting or computing (Serve counts each as an
+        #: ongoing request for its whole stay), and their call-seconds in the autoscaler's window
+        self.held_deferrable, self.window_held_deferrable_s, self._held_at = 0, 0.0, clock()
         #: the cascade's calls that ended in the window and in the period: their whole shares of
         #: the busy time, a floor under the busy time left once the unscaled calls' is taken out
         #: (a call's rows count when it ends, so its time must not be left in an earlier period)
@@ -134,6 +137,18 @@ class BusyMeter:
         now = self.clock()
         self.backlogs = {k: v for k, v in self.backlogs.items() if now - v[1] < BACKLOG_FRESH_S}
         return sum(rows for rows, _ in self.backlogs.values())
+
+    def _count_held(self) -> None:
+        now = self.clock()
+        self.window_held_deferrable_s += self.held_deferrable * (now - self._held_at)
+        self._held_at = now
+
+    def hold_deferrable(self, held: bool) -> None:
+        """A call that can wait (the live audit's) arrived (``held``) or was answered: Serve's
+        request count holds it all the while, in pieces or waiting, which the autoscaler's
+        saturation rule must not read as the request path's (``deferrable_ongoing``)."""
+        self._count_held()
+        self.held_deferrable = max(self.held_deferrable + (1 if held else -1), 0)
 
     def _share_calls(self) -> None:
         """Divide the time since the last change among the calls running through it."""
@@ -200,8 +215,10 @@ class BusyMeter:
         (:meth:`note_demand`: a cheaper gear answering a burst sends fewer rows on; the name says
         gear 0, the default), the unscaled calls' share (class docstring) left as it is; and
         ``deferrable_busy_share``, the part of it the calls that can wait took (the live audit's:
-        paced to the room the request path leaves, serving.runtime.audit_pace)."""
+        paced to the room the request path leaves, serving.runtime.audit_pace), and
+        ``deferrable_ongoing``, how many such calls the replica held on average (:meth:`hold_deferrable`)."""
         self._share_calls()  # the unscaled calls' time up to now
+        self._count_held()
         now = self.clock()
         busy = self.window_busy_s
         if self.active and self.window_since is not None:  # a call running now counts up to now
@@ -217,7 +234,9 @@ class BusyMeter:
                "busy_s_per_row": scaled_busy / self.window_rows if self.window_rows else 0.0,
                "backlog_rows": self.backlog_rows(),
                "deployed_gear_busy_share": (share - unscaled) * self.demand_scale + unscaled,
-               "deferrable_busy_share": min(self.window_deferrable_s / wall, unscaled)}
+               "deferrable_busy_share": min(self.window_deferrable_s / wall, unscaled),
+               "deferrable_ongoing": self.window_held_deferrable_s / wall}
+        self.window_held_deferrable_s = 0.0
         self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, now
         self.window_called_rows, self.window_demand_rows, self.window_unscaled_s = 0.0, 0.0, 0.0
         self.window_deferrable_s = 0.0

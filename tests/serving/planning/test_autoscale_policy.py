@@ -17,6 +17,7 @@ from serving.planning.autoscale import (
     BUSY_METRIC,
     COST_METRIC,
     DEFERRABLE_METRIC,
+    DEFERRABLE_ONGOING_METRIC,
     DEPLOYED_GEAR_BUSY_METRIC,
     POLICY_PATH,
     ROWS_METRIC,
@@ -75,6 +76,19 @@ def test_a_saturated_stage_gets_one_more_replica_than_it_has():
     assert wanted == 3
     wanted, _ = policy(_ctx(2, {"r1": 1.0, "r2": 1.0}, ongoing=0.8 * 2 * CONCURRENT_BATCHES))
     assert wanted == pytest.approx(2.0)
+
+
+def test_the_audits_calls_in_serves_count_are_no_saturation():
+    """Serve counts a live audit call as ongoing while it waits its turn in pieces: with the
+    request path at 80% of the slots and one audit call held per replica, Serve's count crosses
+    90%, yet only the request path's share is read (the replicas report the audit's calls apart)."""
+    policy = PlannerAutoscaler(headroom=1.0)
+    ctx = _ctx(2, {"r1": 0.7, "r2": 0.7}, ongoing=0.8 * 2 * CONCURRENT_BATCHES + 2)
+    assert policy(ctx)[1]["saturated"]  # a replica of earlier code reports no audit calls: read as before
+    ctx.aggregated_metrics[DEFERRABLE_ONGOING_METRIC] = {"r1": 1.0, "r2": 1.0}
+    wanted, state = policy(ctx)
+    assert not state["saturated"] and wanted == pytest.approx(1.4)
+    assert state["ongoing"] == pytest.approx(0.8 * 2 * CONCURRENT_BATCHES) and state["audit_ongoing"] == 2.0
 
 
 def test_work_queued_at_the_ingresses_is_asked_for_in_one_step():

@@ -209,6 +209,29 @@ def test_the_audits_calls_are_reported_apart_as_work_that_can_wait():
     assert meter.autoscaling_stats()["deferrable_busy_share"] == 0.0
 
 
+def test_the_audits_calls_held_are_reported_for_the_whole_stay():
+    """An audit call held 0.4 s of a 0.5 s window, computing only 0.1 s of it (its pieces wait
+    their turn): Serve counts it as ongoing all 0.4 s, and so does ``deferrable_ongoing``; a
+    call still held when the window ends counts up to then, and on into the next."""
+    clock = Clock()
+    meter = BusyMeter(clock)
+    clock.t = 0.1
+    meter.hold_deferrable(True)
+    mark = meter.start(deferrable=True)
+    clock.t = 0.2
+    meter.stop(4, mark=mark, deferrable=True)
+    clock.t = 0.5
+    stats = meter.autoscaling_stats()
+    assert stats["deferrable_ongoing"] == pytest.approx(0.4 / 0.5)
+    assert stats["deferrable_busy_share"] == pytest.approx(0.1 / 0.5)
+    clock.t = 1.0
+    meter.hold_deferrable(False)
+    clock.t = 1.5
+    assert meter.autoscaling_stats()["deferrable_ongoing"] == pytest.approx(0.5 / 1.0)
+    meter.hold_deferrable(False)  # an unmatched release never counts below none
+    assert meter.held_deferrable == 0
+
+
 def test_a_cascade_call_across_a_report_brings_its_whole_time_with_its_rows():
     """One call at a time (an emulated device): audit pieces of 1.5 s and a 2-row cascade batch of
     0.1 s between them, the router's report falling inside the batch. The batch's rows count
