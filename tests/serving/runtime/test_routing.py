@@ -600,6 +600,9 @@ def test_calls_outside_the_levels_are_metered_and_timed_on_request():
     assert set(timed) == {"proba", "busy_s"} and timed["busy_s"] >= 0.01
     np.testing.assert_array_equal(timed["proba"], plain)
     assert stage.meter.total_rows == 16 and stage.meter.window_unscaled_s >= 0.04 and stage.meter.window_rows == 0
+    # the audit's calls (in pieces) are held apart for the autoscaler's saturation rule, the
+    # whole of their stay; the timed whole calls and top-K's are not
+    assert stage.meter.held_deferrable == 0 and stage.meter.window_held_deferrable_s >= 0.02
 
 
 def test_audit_calls_come_in_pieces_of_a_short_time():
