@@ -1,7 +1,9 @@
 """The hedging section of :mod:`benchmarks.deploy_cluster`: hedged stage calls in ``deploy``'s
 own apps under an emulated straggler, against the same app unhedged.
 
-Every node is the same emulated device (``--hedge-slowdown``, default 4); one worker is also a straggler
+Every node is the same emulated device: a fixed time a row per stage (``--hedge-ms-per-row``,
+default 0.5 ms a cheap row and 10 ms an expensive one) or ``--hedge-slowdown`` times the compute
+time, whichever is longer (default 1: the rows' time). One worker is also a straggler
 (``--straggle-factor`` times as long on ``--straggle-share`` of its batches; the file
 ``serving.runtime.emulated_node.STRAGGLE_SWITCH`` turns it off between phases). Two apps, the
 same plan, ``hedging=True`` and off. Per round (the apps' order alternating): open-loop
@@ -17,9 +19,15 @@ from pathlib import Path
 from typing import Any
 
 HEDGE_RATE = 30.0
-#: every node's emulated device time over compute time in this section: at 30 requests/s the
-#: replicas stay well below saturation (at 20x, p50 was 0.6 s: the tail was queueing)
-HEDGE_SLOWDOWN = 4.0
+#: every node's emulated device time over compute time in this section, at least (1: the rows'
+#: fixed time alone)
+HEDGE_SLOWDOWN = 1.0
+#: the device's milliseconds a row per stage (cheap, expensive). A fixed time, not a multiple of
+#: the compute time measured on the host: that multiple (4x until 2026-12-07) multiplied every
+#: moment the 2-core host was busy elsewhere, and the no-straggler phases' p50 moved 60-107 ms
+#: between phases of one run, more than the straggler moved the p99. At 30 requests/s of 32 rows
+#: a cheap replica of three is busy about 16% of its time, an expensive one about 10%.
+HEDGE_MS_PER_ROW = (0.5, 10.0)
 #: requests offered per phase (Poisson arrivals: about this many arrive; at least 2,000 wanted)
 HEDGE_REQUESTS = 2100
 STRAGGLE_FACTOR = 10.0
@@ -79,12 +87,15 @@ def _phase(app: Any, name: str, payloads: list[bytes], args, straggling: bool) -
 def hedging(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
     from benchmarks.deploy_cluster import median, with_cluster
     from serving.runtime.emulated_node import (
+        MS_PER_ROW_LABEL,
         SLOWDOWN_LABEL,
         STRAGGLE_FACTOR_LABEL,
         STRAGGLE_SHARE_LABEL,
     )
 
-    device = {SLOWDOWN_LABEL: f"{args.hedge_slowdown:g}"}
+    cheap_ms, expensive_ms = args.hedge_ms_per_row
+    device = {SLOWDOWN_LABEL: f"{args.hedge_slowdown:g}", f"{MS_PER_ROW_LABEL}-cheap": f"{cheap_ms:g}",
+              f"{MS_PER_ROW_LABEL}-expensive": f"{expensive_ms:g}"}
     straggler = {**device, STRAGGLE_FACTOR_LABEL: f"{args.straggle_factor:g}",
                  STRAGGLE_SHARE_LABEL: f"{args.straggle_share:g}"}
 
@@ -109,6 +120,7 @@ def hedging(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
         _straggler(False)
         result: dict[str, Any] = {"baseline": "unhedged, same app", "emulated": True, "rounds": rounds,
                                   "rate": args.hedge_rate, "requests_per_phase": args.hedge_requests,
+                                  "slowdown": args.hedge_slowdown, "ms_per_row": list(args.hedge_ms_per_row),
                                   "straggle_factor": args.straggle_factor, "straggle_share": args.straggle_share}
         for key in ("no_jitter_unhedged", "no_jitter_hedged", "jitter_unhedged", "jitter_hedged"):
             result[f"p99_ms_{key}"] = median([x[key]["p99_ms"] for x in rounds])

@@ -299,6 +299,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         autoscaling,
     )
     from benchmarks._deploy_hedging import (
+        HEDGE_MS_PER_ROW,
         HEDGE_RATE,
         HEDGE_REQUESTS,
         HEDGE_SLOWDOWN,
@@ -332,7 +333,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hedge-rate", type=float, default=HEDGE_RATE, help="open-loop requests/s")
     parser.add_argument("--hedge-slowdown", type=float, default=HEDGE_SLOWDOWN,
-                        help="every node's emulated device time over compute time in the hedging section")
+                        help="every node's emulated device time over compute time in the hedging section, at least")
+    parser.add_argument("--hedge-ms-per-row", type=_pair, default=HEDGE_MS_PER_ROW, metavar="CHEAP,EXPENSIVE",
+                        help="every node's emulated device milliseconds a row per stage in the hedging section")
     parser.add_argument("--hedge-requests", type=int, default=HEDGE_REQUESTS, help="requests per hedging phase")
     parser.add_argument("--straggle-factor", type=float, default=STRAGGLE_FACTOR)
     parser.add_argument("--straggle-share", type=float, default=STRAGGLE_SHARE)
