@@ -88,3 +88,22 @@ def test_peers_are_the_same_group_and_never_all_are_excluded():
 def test_slow_replicas_refuses_bad_settings():
     with pytest.raises(ValueError):
         SlowReplicas(slow_factor=1.0)
+
+
+def test_the_tail_is_read_again_once_a_32nd_of_the_window_is_new():
+    """Every stage call asks for the delay and the bound: the window's quantile and median are
+    read again only once 1/32 of it is new (here 8 of 256), so a full window's figures lag by
+    at most 7 latencies; a window still filling reads every new one."""
+    w = LatencyWindow(size=256, quantile=0.99, min_samples=10, floor_over_median=0.0)
+    for _ in range(256):
+        w.add(0.01)
+    assert w.delay() == pytest.approx(0.01) and w.median() == pytest.approx(0.01)
+    for _ in range(7):
+        w.add(1.0)
+    assert w.delay() == pytest.approx(0.01)  # 7 new of 256 (the 99th read afresh would be 1 s): not read yet
+    w.add(1.0)
+    assert w.delay() == pytest.approx(1.0) and w.median() == pytest.approx(0.01)
+    small = LatencyWindow(size=256, quantile=0.5, min_samples=1, floor_over_median=0.0)
+    for i in range(1, 20):
+        small.add(float(i))
+        assert small.delay() == pytest.approx(float(sorted(range(1, i + 1))[(i - 1) // 2]) if i % 2 else (i + 1) / 2)
