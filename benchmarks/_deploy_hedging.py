@@ -18,7 +18,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-HEDGE_RATE = 30.0
+#: open-loop requests/s: below what the 2-core host carries. At 30/s the hedged app alone kept
+#: both cores busy (2026-12-07: its ingress 53% of a core, about 17 ms of CPU a request, mostly
+#: Ray's actor calls and router; each Serve proxy 8-13%), so the phases' p99 was the host's CPU
+#: queue (no-straggler p50 55-107 ms for a 26 ms device path), not the straggler
+HEDGE_RATE = 20.0
 #: every node's emulated device time over compute time in this section, at least (1: the rows'
 #: fixed time alone)
 HEDGE_SLOWDOWN = 1.0
@@ -26,7 +30,8 @@ HEDGE_SLOWDOWN = 1.0
 #: the compute time measured on the host: that multiple (4x until 2026-12-07) multiplied every
 #: moment the 2-core host was busy elsewhere, and the no-straggler phases' p50 moved 60-107 ms
 #: between phases of one run, more than the straggler moved the p99. At 30 requests/s of 32 rows
-#: a cheap replica of three is busy about 16% of its time, an expensive one about 10%.
+#: a cheap replica of three is busy about 16% of its time, an expensive one about 10% (at the
+#: default 20/s, about 11% and 7%).
 HEDGE_MS_PER_ROW = (0.5, 10.0)
 #: requests offered per phase (Poisson arrivals: about this many arrive; at least 2,000 wanted)
 HEDGE_REQUESTS = 2100
