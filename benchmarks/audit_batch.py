@@ -1,10 +1,12 @@
 """What one live-audit call costs per row by its size, in process: the full pipeline called back to
-back on the request size, and in a thread beside a busy request loop (how the ingress runs the
-audit: serving.runtime.hold.full_proba) on the call sizes the audit may use. It sets
+back on the request size; in a thread beside a busy request loop (how the ingress runs the audit
+where it holds the full pipeline: serving.runtime.hold.full_proba) on the call sizes the audit
+may use; and in slices on the request loop's own thread, one slice between two requests (the
+alternative, tried and not kept: docs/benchmarks.md). It sets
 serving.runtime.audit.AUDIT_BATCH_ROWS.
 
     python -m benchmarks.audit_batch [--workload toxic] [--rows-per-request 32] [--sizes 128,256,512]
-                                     [--calls 12] [--json PATH]
+                                     [--slices 16,32,64] [--calls 12] [--json PATH]
 """
 
 from __future__ import annotations
@@ -63,8 +65,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         stop.set()
         loop.join()
+    interleaved: dict[str, float] = {}
+    for size in args.slices:
+        slices = _frames(X, size, args.calls)[:args.calls]
+        for frame in requests[:20]:  # the loop warm again
+            opt.predict_proba(frame)
+        costs = []
+        for i, frame in enumerate(slices):
+            for request in requests[i * 8:(i + 1) * 8]:  # requests between two slices
+                opt.predict_proba(request)
+            start = time.thread_time()
+            full(frame)
+            costs.append(1000.0 * (time.thread_time() - start) / len(frame))
+        interleaved[str(size)] = statistics.median(costs)
     return {"workload": args.workload, "date": time.strftime("%Y-%m-%d"), "rows_per_request": args.rows_per_request,
-            "back_to_back_ms_per_row": back_to_back, "beside_request_loop_ms_per_row": beside}
+            "back_to_back_ms_per_row": back_to_back, "beside_request_loop_ms_per_row": beside,
+            "interleaved_on_the_loop_ms_per_row": interleaved}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -73,6 +89,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rows-per-request", type=int, default=32)
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[128, 256, 512])
+    parser.add_argument("--slices", type=lambda s: [int(x) for x in s.split(",")], default=[16, 32, 64],
+                        help="slice sizes run on the request loop's thread between its requests")
     parser.add_argument("--calls", type=int, default=12)
     parser.add_argument("--json", default=None)
     return parser.parse_args(argv)
@@ -85,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{result['back_to_back_ms_per_row']:.3f} ms CPU a row")
     for size, cost in result["beside_request_loop_ms_per_row"].items():
         print(f"  {size}-row calls in a thread beside a busy request loop: {cost:.3f} ms CPU a row")
+    for size, cost in result["interleaved_on_the_loop_ms_per_row"].items():
+        print(f"  {size}-row slices on the request loop's thread, between its requests: {cost:.3f} ms CPU a row")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=2)
