@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             opt.predict_proba(frame)
         costs = []
         for i, frame in enumerate(slices):
-            for request in requests[i * 8:(i + 1) * 8]:  # requests between two slices
-                opt.predict_proba(request)
+            for j in range(i * 8, (i + 1) * 8):  # requests between two slices (the list taken round)
+                opt.predict_proba(requests[j % len(requests)])
             start = time.thread_time()
             full(frame)
             costs.append(1000.0 * (time.thread_time() - start) / len(frame))
