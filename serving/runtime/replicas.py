@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 import time
 import zlib
 from pathlib import Path
@@ -40,6 +41,8 @@ from serving.runtime.stage_runner import (
     with_busy_s,
 )
 
+logger = logging.getLogger(__name__)
+
 
 def _rows_in(items: list) -> int:
     return sum(len(rows) for rows, _ in items)
@@ -51,6 +54,13 @@ def _count(rows: Any) -> int:
         return len(rows)
     except TypeError:
         return 0
+
+
+def _retrieved(task: asyncio.Future) -> None:
+    """The outcome of a shielded call whose caller was cancelled: a failure is logged here rather
+    than as asyncio's "exception never retrieved"."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("a monitor call whose caller had gone failed: %r", task.exception())
 
 
 def replica_id(default: str) -> str:
@@ -335,31 +345,45 @@ class MonitorStage:
         send that never answered is ingested once (drift.Monitor.ingest). Returns the running
         total ingested, how many of these rows were rejected and the first reason, and how many
         were skipped as already ingested."""
-        def both() -> tuple[int, int, str | None, int]:  # one thread hop: the monitor, then the label join
+        def both() -> tuple[int, str | None, int]:  # one thread hop: the monitor, then the label join
             kept, rejected, why, duplicate = ingest_row_by_row_on_error(self.monitor, records, batch_id)
             if duplicate:  # the label join has these rows from the earlier try
-                return 0, 0, None, len(records)
+                return 0, None, len(records)
             self.feedback.served(records)
-            return kept, rejected, why, 0
+            self.ingested += kept  # here, not after the await: counted even where the caller is gone
+            return rejected, why, 0
 
-        async with self.lock:
-            kept, rejected, why, duplicate = await asyncio.to_thread(both)
-            self.ingested += kept
+        rejected, why, duplicate = await self._one_at_a_time(both)
         return {"ingested": self.ingested, "rejected": rejected, "error": why, "duplicate": duplicate}
+
+    async def _one_at_a_time(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in a thread, one call at a time (the monitor and the label join are not
+        thread-safe). Shielded: a caller cancelled mid-call (its deadline passed, the sender
+        gave up) leaves the call to finish with the lock held. Unshielded, the cancellation
+        freed the lock while the thread still ran, so the next call ran beside it, and what
+        ran after the await (the ingested count) was lost while the monitor kept the rows:
+        the sender's retry then read as a duplicate, counted nowhere."""
+        async def locked() -> Any:
+            async with self.lock:
+                return await asyncio.to_thread(fn, *args)
+
+        task = asyncio.ensure_future(locked())
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_retrieved)  # nobody awaits it now
+            raise
 
     async def audit(self, entries: list[dict[str, Any]]) -> dict[str, Any]:
         """The live audit's counts (serving.runtime.audit.LiveAudit.flush)."""
-        async with self.lock:
-            return await asyncio.to_thread(self.feedback.audit, entries)
+        return await self._one_at_a_time(self.feedback.audit, entries)
 
     async def labels(self, body: Any) -> dict[str, Any]:
         """``POST /labels``: labels joined to served rows (serving.runtime.feedback)."""
-        async with self.lock:
-            return await asyncio.to_thread(self.feedback.label, body)
+        return await self._one_at_a_time(self.feedback.label, body)
 
     async def flush(self) -> dict[str, Any]:
-        async with self.lock:
-            await asyncio.to_thread(self.monitor.flush)
+        await self._one_at_a_time(self.monitor.flush)
         return {"ingested": self.ingested}
 
     def state_token(self) -> str | None:
@@ -390,20 +414,19 @@ class MonitorStage:
             return ""
         from prometheus_client import generate_latest
 
-        async with self.lock:
-            return (await asyncio.to_thread(generate_latest, self.registry)).decode()
+        return (await self._one_at_a_time(generate_latest, self.registry)).decode()
 
     async def dashboard(self, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """Everything the app's dashboard shows from the monitor, in one call
         (:func:`serving.runtime.dashboard.data.monitor_snapshot`)."""
 
-        async with self.lock:
-            snapshot = await asyncio.to_thread(monitor_snapshot, self.monitor, options)
-            return {**snapshot, **self.feedback.snapshot()}  # the live guarantee, fresh on every ask
+        def both() -> dict[str, Any]:  # the live guarantee, fresh on every ask
+            return {**monitor_snapshot(self.monitor, options), **self.feedback.snapshot()}
+
+        return await self._one_at_a_time(both)
 
     async def query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
-        async with self.lock:
-            return await asyncio.to_thread(self._query, name, params)
+        return await self._one_at_a_time(self._query, name, params)
 
     def _query(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
         """Run a monitor query; client mistakes come back as {"status": 4xx, ...}, not raised.
