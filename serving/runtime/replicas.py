@@ -9,7 +9,6 @@ stage. A replica loads the artifact by reference (:mod:`serving.core.artifacts`)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import time
@@ -61,6 +60,17 @@ def _retrieved(task: asyncio.Future) -> None:
     than as asyncio's "exception never retrieved"."""
     if not task.cancelled() and task.exception() is not None:
         logger.warning("a monitor call whose caller had gone failed: %r", task.exception())
+
+
+async def _shielded(work: Any) -> Any:
+    """Await the coroutine ``work`` as a task a cancellation of the caller does not stop: the
+    caller leaves at once, the work runs to its end (its ``finally`` blocks with it)."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_retrieved)  # nobody awaits it now
+        raise
 
 
 def replica_id(default: str) -> str:
@@ -181,18 +191,45 @@ class ModelStage:
         ``deferrable``: such work no request waits on, the live audit's; BusyMeter).
         Returns the answer and the call's busy seconds. On an emulated device
         (serving.runtime.emulated_node) one call at a time, each held as long as the node's
-        labels ask (the hold counts as busy)."""
-        async with (self._emulated if self._emulated is not None else contextlib.nullcontext()):
+        labels ask (the hold counts as busy).
+
+        A call cancelled once it started (a hedge's losing copy, a call past its deadline, a
+        client gone) is cancelled for its caller only: its thread cannot be stopped, so the
+        meter keeps counting it busy, and an emulated device stays held, until the work ends.
+        Unshielded, the cancel stopped both at once: the replica read as faster than it was
+        (its rows counted, its busy time cut short) exactly where copies left it, and an
+        emulated device ran two calls at a time. One cancelled while it waits its turn on an
+        emulated device never runs."""
+        lock = self._emulated
+        if lock is None and inline:  # no await: nothing can cancel it half done
             mark = self.meter.start(unscaled, deferrable)
+            try:
+                out = fn(*args)
+                return out, self.meter.call_busy_s(mark)
+            finally:
+                self.meter.stop(rows, unscaled, mark, deferrable)
+        if lock is not None:
+            await lock.acquire()
+        try:
+            mark = self.meter.start(unscaled, deferrable)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+
+        async def work() -> tuple[Any, float]:
             try:
                 t0 = time.perf_counter()
                 out = fn(*args) if inline else await asyncio.to_thread(fn, *args)
-                if self._emulated is not None:
+                if lock is not None:
                     await asyncio.sleep(self.emulation.hold_s(time.perf_counter() - t0, rows))
-                busy = self.meter.call_busy_s(mark)
+                return out, self.meter.call_busy_s(mark)
             finally:
                 self.meter.stop(rows, unscaled, mark, deferrable)
-        return out, busy
+                if lock is not None:
+                    lock.release()
+
+        return await _shielded(work())
 
     # Calls outside the cascade's levels, metered as work every gear gives the stage alike (the
     # autoscaler and an emulated device see it: a live audit at 1% sends the expensive stage about
@@ -358,25 +395,26 @@ class MonitorStage:
 
     async def _one_at_a_time(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` in a thread, one call at a time (the monitor and the label join are not
-        thread-safe). Shielded: a caller cancelled mid-call (its deadline passed, the sender
-        gave up) leaves the call to finish with the lock held. Unshielded, the cancellation
-        freed the lock while the thread still ran, so the next call ran beside it, and what
-        ran after the await (the ingested count) was lost while the monitor kept the rows:
-        the sender's retry then read as a duplicate, counted nowhere."""
+        thread-safe). A caller cancelled while it waits its turn (its deadline passed, the
+        sender gave up) leaves without running; one cancelled once its thread runs leaves the
+        call to finish with the lock held. Unshielded, that cancellation freed the lock while
+        the thread still ran, so the next call ran beside it, and what ran after the await
+        (the ingested count) was lost while the monitor kept the rows: the sender's retry then
+        read as a duplicate, counted nowhere."""
+        await self.lock.acquire()
+
         async def locked() -> Any:
-            async with self.lock:
+            try:
                 return await asyncio.to_thread(fn, *args)
+            finally:
+                self.lock.release()
 
-        task = asyncio.ensure_future(locked())
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            task.add_done_callback(_retrieved)  # nobody awaits it now
-            raise
+        return await _shielded(locked())
 
-    async def audit(self, entries: list[dict[str, Any]]) -> dict[str, Any]:
-        """The live audit's counts (serving.runtime.audit.LiveAudit.flush)."""
-        return await self._one_at_a_time(self.feedback.audit, entries)
+    async def audit(self, entries: list[dict[str, Any]], batch_id: str | None = None) -> dict[str, Any]:
+        """The live audit's counts (serving.runtime.audit.LiveAudit.flush), under the sender's
+        id for them (a send repeated after a lost answer is counted once)."""
+        return await self._one_at_a_time(self.feedback.audit, entries, batch_id)
 
     async def labels(self, body: Any) -> dict[str, Any]:
         """``POST /labels``: labels joined to served rows (serving.runtime.feedback)."""

@@ -456,3 +456,30 @@ def test_a_cancelled_ingest_keeps_the_lock_and_its_count():
     assert slow.most_at_once == 1
     assert second["ingested"] == 20 and retry == {"ingested": 20, "rejected": 0, "error": None, "duplicate": 10}
     assert stage.ingested == 20 == stage.monitor.stats()["rows_ingested"]
+
+
+def test_a_monitor_call_cancelled_while_it_waits_its_turn_never_runs():
+    """Calls queue for the monitor one at a time; a caller gone before its turn (a scrape or a
+    query past its deadline, a sender that will try again) must not leave work queued behind a
+    slow call: it never runs."""
+    from serving.runtime.replicas import MonitorStage
+
+    stage = MonitorStage.func_or_class({"attributes": ["region", "dest"], "metrics": ["latency_ms"]})
+    held = stage.monitor = _HeldMonitor(stage.monitor)
+    batches = [pd.DataFrame(_columns(_frame(10, seed=i), latency=float(i))) for i in range(2)]
+
+    async def run() -> None:
+        first = asyncio.ensure_future(stage.ingest(batches[0], "b0"))
+        while not held.entered.is_set():
+            await asyncio.sleep(0.005)
+        gone = asyncio.ensure_future(stage.ingest(batches[1], "b1"))
+        await asyncio.sleep(0.02)
+        gone.cancel()  # still waiting for the lock
+        with contextlib.suppress(asyncio.CancelledError):
+            await gone
+        held.release.set()
+        await first
+        await stage.flush()  # the lock's next holder: anything queued before it has run
+
+    asyncio.run(run())
+    assert stage.ingested == 10 == stage.monitor.stats()["rows_ingested"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import sys
 import threading
@@ -628,3 +629,49 @@ def test_audit_calls_come_in_pieces_of_a_short_time():
     for kw, match in (({"piece_s": 0.0}, "piece_s"), ({"half_life_rows": 0}, "half_life_rows")):
         with pytest.raises(ValueError, match=match):
             PieceSize(**kw)
+
+
+def test_a_cancelled_stage_call_stays_metered_until_its_work_ends():
+    """A hedge's losing copy (or a call past its deadline) is cancelled at the replica while its
+    thread computes: the thread cannot stop, so the replica stays busy for the meter, and on an
+    emulated device stays held, until the work ends. Before, the cancel stopped the meter at once
+    (the replica read faster than it was, its rows counted and its busy time cut short) and freed
+    the emulated device for the next call beside the running one."""
+    from serving.runtime.replicas import ModelStage
+
+    release, entered = threading.Event(), threading.Event()
+    running, most = [0], [0]
+
+    def full_scores(rows, c):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        entered.set()
+        try:
+            assert release.wait(10.0)
+            return rows["x"].to_numpy(dtype=float)
+        finally:
+            running[0] -= 1
+
+    stage = ModelStage.func_or_class(None, None, runner=types.SimpleNamespace(full_scores=full_scores),
+                                     batching=False)
+    stage._emulated = asyncio.Lock()  # as on an emulated device: one call at a time
+    rows = pd.DataFrame({"x": range(4)})
+
+    async def run() -> tuple:
+        first = asyncio.ensure_future(stage.full_scores(rows, 0))
+        while not entered.is_set():
+            await asyncio.sleep(0.005)
+        first.cancel()  # the caller gave up; the thread goes on
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        busy_after_cancel = stage.meter.active
+        second = asyncio.ensure_future(stage.full_scores(rows, 0))
+        await asyncio.sleep(0.05)
+        release.set()
+        return busy_after_cancel, await second
+
+    busy, scores = asyncio.run(run())
+    assert busy == 1  # the cancelled call still computes
+    assert most[0] == 1  # the next call waited for the device
+    np.testing.assert_array_equal(scores, range(4))
+    assert stage.meter.active == 0 and stage.meter.total_rows == 8  # both calls' rows, once each
