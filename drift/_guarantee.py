@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from drift._batch_ids import RecentBatchIds, check_batch_id
 from drift._confseq import (
     DEFAULT_HORIZON,
     broad_prior,
@@ -145,6 +146,9 @@ class GuaranteeLedger:
     holds: dict[int, int] = field(default_factory=dict)
     #: per gear, the epoch its alarm's runs start from (0; after a release, the epoch it began)
     alarm_from: dict[int, int] = field(default_factory=dict)
+    #: the ids of the last count batches added (:meth:`add_batch`), saved with the counts they
+    #: brought: a batch sent again after its answer was lost is added once
+    batch_ids: RecentBatchIds = field(default_factory=RecentBatchIds, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.gears = [g if isinstance(g, GearTerms) else GearTerms.from_dict(g) for g in self.gears]
@@ -161,6 +165,24 @@ class GuaranteeLedger:
         self.segments = list(self.segments)
 
     # ------------------------------------------------------------------ counting
+    def add_batch(self, entries: Sequence[Mapping[str, Any]], batch_id: str | None = None) -> bool:
+        """Count the entries of one send (each a gear's, optionally a segment's, counts:
+        ``gear, served, cheap, audited, disagreed[, shed][, segment]``), the holds decided once
+        after the last. ``batch_id``: the sender's id for the send; a send whose id was added
+        already is skipped whole (the sender did not hear the first answer and sent it again),
+        and False is returned."""
+        batch_id = check_batch_id(batch_id)
+        if batch_id is not None and batch_id in self.batch_ids:
+            return False
+        for e in entries:
+            self.add(int(e["gear"]), e["served"], e["cheap"], e["audited"], e["disagreed"], e.get("shed", 0),
+                     segment=e.get("segment"), decide=False)
+        if self.hold:
+            self.decide_holds(sorted({int(e["gear"]) for e in entries}))
+        if batch_id is not None:
+            self.batch_ids.add(batch_id)
+        return True
+
     def add(self, gear: int, served: int, cheap: int, audited: int, disagreed: int, shed: int = 0,
             segment: Mapping[str, Any] | None = None, *, decide: bool = True) -> None:
         """Count one batch of one gear (optionally of one segment: attribute -> value). With
@@ -374,6 +396,7 @@ class GuaranteeLedger:
             "hold": self.hold, "held": {str(g): vars(c).copy() for g, c in self.held.items()},
             "holds": {str(g): n for g, n in self.holds.items()},
             "alarm_from": {str(g): j for g, j in self.alarm_from.items()},
+            "batch_ids": self.batch_ids.to_json(),
         }
 
     @classmethod
@@ -390,6 +413,7 @@ class GuaranteeLedger:
         ledger.held = {int(g): AuditCounts(**c) for g, c in state.get("held", {}).items()}
         ledger.holds = {int(g): int(n) for g, n in state.get("holds", {}).items()}
         ledger.alarm_from = {int(g): int(j) for g, j in state.get("alarm_from", {}).items()}
+        ledger.batch_ids = RecentBatchIds(ids=state.get("batch_ids", ()))
         return ledger
 
     def save(self, path: str | os.PathLike) -> None:

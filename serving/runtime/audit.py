@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -99,20 +100,22 @@ class LiveAudit:
     counts to the monitor (module docstring).
 
     ``full_classes(rows)``: the full pipeline's class indices for ``rows`` (awaitable);
-    ``send(entries)``: hands count entries to the monitor; ``busy()``: whether the request path
-    needs every slot now; ``idle()``: whether no request is in flight (then a part batch is
+    ``send(entries, batch_id=...)``: hands count entries to the monitor under their id (the
+    monitor adds an id once); ``sender``: what the ids start with (the ingress replica);
+    ``busy()``: whether the request path needs every slot now; ``idle()``: whether no request is in flight (then a part batch is
     audited at once); ``final_levels[g]``: the index of gear ``g``'s full level; ``pace``: how
     many rows a call may carry now (serving.runtime.audit_pace; None: calls of ``batch_rows``
     whenever due)."""
 
     def __init__(self, rate: float, final_levels: list[int], full_classes: Callable[[pd.DataFrame], Awaitable[Any]],
-                 send: Callable[[list[dict[str, Any]]], Awaitable[Any]], busy: Callable[[], bool], *,
+                 send: Callable[..., Awaitable[Any]], busy: Callable[[], bool], *,
                  segments: list[str] | None = None, seed: int = 0, batch_rows: int = AUDIT_BATCH_ROWS,
                  queue_rows: int = AUDIT_QUEUE_ROWS, flush_s: float = AUDIT_FLUSH_S,
                  max_wait_s: float = AUDIT_MAX_WAIT_S, idle: Callable[[], bool] = lambda: True,
                  on_count: Callable[[str, int], None] | None = None,
                  on_answer: Callable[[Any], None] | None = None,
-                 on_cpu: Callable[[str, float], None] | None = None, pace: AuditPace | None = None):
+                 on_cpu: Callable[[str, float], None] | None = None, pace: AuditPace | None = None,
+                 sender: str = "audit"):
         self.pace = pace
         self.rng = np.random.default_rng(seed)
         self.rate = rate
@@ -138,6 +141,12 @@ class LiveAudit:
         self.sampled_at: list[float] = []
         #: counts not yet sent: (gear, segment key) -> [served, cheap, audited, disagreed, shed]
         self.pending: dict[tuple[int, tuple], list[int]] = {}
+        #: counts sent whose answer did not come: (their id, the entries), sent again as they are
+        self._unsent: tuple[str, list[dict[str, Any]]] | None = None
+        #: this audit's ids: its sender's name and a token of this instance (a restarted
+        #: ingress counts from 1 again), then the number of the send
+        self.sender = f"{sender}:{uuid.uuid4().hex[:12]}"
+        self._sends = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._closed = False
@@ -368,26 +377,29 @@ class LiveAudit:
         return joined.take(positions).reset_index(drop=True)
 
     async def flush(self) -> None:
-        """Send the counts gathered so far; kept for the next try when the monitor fails."""
+        """Send the counts gathered so far, under an id of their own; counts whose send failed
+        go again under the same id first (the monitor adds an id once: a send that arrived but
+        whose answer was lost, a deadline passed or a connection dropped, is not counted
+        twice), and what gathered meanwhile follows under a new one."""
         for part, seconds in self.cpu.items():
             if seconds > 0:
                 self.on_cpu(part, seconds)
                 self.cpu[part] = 0.0
-        if not self.pending:
-            return
-        entries, self.pending = self.pending, {}
-        payload = [{"gear": gear, "served": c[0], "cheap": c[1], "audited": c[2], "disagreed": c[3], "shed": c[4],
-                    "segment": dict(key)} for (gear, key), c in entries.items()]
-        try:
-            answer = await self.send(payload)
-        except Exception as exc:
-            log.warning("live audit counts not sent (kept for the next try): %s", exc)
-            for (gear, key), c in entries.items():
-                entry = self._entry(gear, key)
-                for i, v in enumerate(c):
-                    entry[i] += v
-            return
-        self.on_answer(answer)
+        while self._unsent is not None or self.pending:
+            if self._unsent is None:
+                entries, self.pending = self.pending, {}
+                self._sends += 1
+                self._unsent = (f"{self.sender}:{self._sends}",
+                                [{"gear": gear, "served": c[0], "cheap": c[1], "audited": c[2], "disagreed": c[3],
+                                  "shed": c[4], "segment": dict(key)} for (gear, key), c in entries.items()])
+            batch_id, payload = self._unsent
+            try:
+                answer = await self.send(payload, batch_id=batch_id)
+            except Exception as exc:
+                log.warning("live audit counts not sent (kept, sent again under their id): %s", exc)
+                return
+            self._unsent = None
+            self.on_answer(answer)
 
     async def close(self) -> None:
         """Stop the worker; queued rows are shed (counted), the counts sent."""

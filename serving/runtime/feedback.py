@@ -40,20 +40,19 @@ class Feedback:
         return [] if self.ledger is None else [GuaranteeCollector(self.ledger)]
 
     # --- writes -------------------------------------------------------------------------------
-    def audit(self, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    def audit(self, entries: list[dict[str, Any]], batch_id: str | None = None) -> dict[str, Any]:
         """Add the live audit's counts (serving.runtime.audit.LiveAudit.flush), saved before the
         answer so that an acknowledged count survives a restart; with the ledger's ``hold``,
-        the answer names the gears held now (serving.runtime.hold)."""
+        the answer names the gears held now (serving.runtime.hold). ``batch_id``: the sender's
+        id for these counts; counts sent again under an id already added are skipped
+        (``duplicate``), so a send whose answer was lost is counted once."""
         if self.ledger is None:
             return {"accepted": 0, "error": "this monitor has no live audit (deploy with audit_rate > 0)"}
-        for e in entries:  # an entry per (gear, segment): the holds are decided once, after the last
-            self.ledger.add(int(e["gear"]), e["served"], e["cheap"], e["audited"], e["disagreed"], e.get("shed", 0),
-                            segment=e.get("segment"), decide=False)
-        if self.ledger.hold:
-            self.ledger.decide_holds(sorted({int(e["gear"]) for e in entries}))
-        if self.ledger_path is not None:
+        added = self.ledger.add_batch(entries, batch_id)
+        if added and self.ledger_path is not None:
             self.ledger.save(self.ledger_path)
-        return {"accepted": len(entries), **({"held": sorted(self.ledger.held)} if self.ledger.hold else {})}
+        return {"accepted": len(entries) if added else 0, **({} if added else {"duplicate": len(entries)}),
+                **({"held": sorted(self.ledger.held)} if self.ledger.hold else {})}
 
     def served(self, records: Any) -> None:
         """Keep a batch of served records for the labels that may follow."""

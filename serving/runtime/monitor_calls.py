@@ -14,7 +14,7 @@ from typing import Any
 from serving.core.schema import RequestError, parse_json
 from serving.runtime.audit import AUDIT_CALL_S, LiveAudit
 from serving.runtime.audit_pace import AUDIT_ROOM, AuditPace
-from serving.runtime.calls import Deadline, DeadlineExceeded, call_stage
+from serving.runtime.calls import Deadline, DeadlineExceeded, call_stage, call_stage_compatible
 from serving.runtime.hold import full_model_stage, full_proba
 from serving.runtime.http_support import MONITOR_ROUTES, monitor_error
 from serving.runtime.replicas import coerce
@@ -84,8 +84,10 @@ def ingress_audit(ingress: Any, settings: dict[str, Any] | None) -> LiveAudit | 
                                  on_busy=lambda busy: pace.spent(len(rows), busy))
         return proba.argmax(axis=1)
 
-    async def send(entries: list) -> dict[str, Any]:
-        answer = await call_stage(ingress.monitor, "audit", (entries,), Deadline.after(MONITOR_QUERY_S), "monitor")
+    async def send(entries: list, batch_id: str) -> dict[str, Any]:
+        # a monitor replica of earlier code takes the entries alone (and counts a repeat twice)
+        answer = await call_stage_compatible(ingress.monitor, "audit", (entries, batch_id), ((entries,),),
+                                             Deadline.after(MONITOR_QUERY_S), "monitor")
         if answer.get("error"):
             raise RuntimeError(answer["error"])
         return answer
@@ -106,7 +108,7 @@ def ingress_audit(ingress: Any, settings: dict[str, Any] | None) -> LiveAudit | 
                      segments=settings.get("segments"), seed=settings.get("seed", 0),
                      idle=lambda: ingress.in_flight == 0,
                      on_count=lambda outcome, n: ingress.metrics.count("willump_audit_rows", n, outcome=outcome),
-                     on_answer=on_answer, on_cpu=on_cpu, pace=pace)
+                     on_answer=on_answer, on_cpu=on_cpu, pace=pace, sender=getattr(ingress, "replica", "ingress"))
 
 
 def audit_room(ingress: Any) -> float | None:

@@ -31,8 +31,10 @@ class _Sink:
     def __init__(self, fail: int = 0):
         self.entries: list[dict] = []
         self.fail = fail
+        self.ids: list[str | None] = []  # every send's id, failed ones included
 
-    async def __call__(self, entries: list[dict]) -> None:
+    async def __call__(self, entries: list[dict], batch_id: str | None = None) -> None:
+        self.ids.append(batch_id)
         if self.fail:
             self.fail -= 1
             raise ConnectionError("monitor down")
@@ -163,8 +165,16 @@ def test_counts_survive_a_monitor_that_is_down_and_segments_are_kept():
         return sink
 
     sink = asyncio.run(go())
-    by_client = {e["segment"]["client"]: e for e in sink.entries}
-    assert by_client["a"]["served"] == 8 and by_client["a"]["cheap"] == 3 and by_client["b"]["served"] == 2
+    served, cheap = {}, {}
+    for e in sink.entries:
+        client = e["segment"]["client"]
+        served[client] = served.get(client, 0) + e["served"]
+        cheap[client] = cheap.get(client, 0) + e["cheap"]
+    assert served == {"a": 8, "b": 2} and cheap == {"a": 3, "b": 2}
+    # the failed counts went again as they were, under their id (the monitor adds an id once),
+    # and what gathered meanwhile under a new one
+    failed, again, later = sink.ids
+    assert failed == again != later and failed.startswith("audit:") and later.startswith("audit:")
 
 
 def test_rates_are_checked_and_resolved():
@@ -216,6 +226,26 @@ def test_the_monitor_replica_keeps_the_ledger_answers_the_query_and_survives_a_r
     again.monitor.close()
     fresh = _stage(tmp_path, gears=[{"gear": 0, "max_loss": 0.05}])  # another certificate: counts start over
     assert fresh._query("guarantee", {})["result"]["gears"][0]["audited_rows"] == 0
+
+
+def test_counts_sent_again_under_their_id_are_added_once_through_a_restart(tmp_path):
+    """The sender did not hear the monitor's answer (a deadline passed, a connection dropped)
+    and sends the same counts again under the same id: the ledger adds them once, and
+    remembers the id with the counts it saved, so a restarted monitor replica skips it too."""
+    entries = [{"gear": 0, "served": 100, "cheap": 90, "audited": 9, "disagreed": 1, "shed": 0,
+                "segment": {"client": "a"}}]
+    stage = _stage(tmp_path)
+    assert asyncio.run(stage.audit(entries, "ingress-a:1")) == {"accepted": 1}
+    assert asyncio.run(stage.audit(entries, "ingress-a:1")) == {"accepted": 0, "duplicate": 1}
+    assert asyncio.run(stage.audit(entries, "ingress-a:2")) == {"accepted": 1}
+    assert asyncio.run(stage.audit(entries)) == {"accepted": 1}  # a sender of earlier code: no id
+    stage.monitor.close()
+    again = _stage(tmp_path)
+    assert asyncio.run(again.audit(entries, "ingress-a:2")) == {"accepted": 0, "duplicate": 1}
+    assert again._query("guarantee", {})["result"]["gears"][0]["audited_rows"] == 27
+    with pytest.raises(ValueError, match="batch_id"):
+        asyncio.run(again.audit(entries, ""))
+    again.monitor.close()
 
 
 def test_an_app_without_the_audit_says_so_and_the_route_lists_the_kind():

@@ -200,7 +200,7 @@ class _Paced:
             self.calls.append(len(rows))
             return np.zeros(len(rows), int)
 
-        async def send(entries: list[dict]) -> None:
+        async def send(entries: list[dict], batch_id: str | None = None) -> None:
             self.sent.extend(entries)
 
         self.make = lambda: LiveAudit(1.0, [1], full_classes, send, busy, batch_rows=8, queue_rows=queue_rows,

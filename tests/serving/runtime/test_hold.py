@@ -114,7 +114,7 @@ def test_the_monitor_names_the_held_gears_and_the_ingress_audit_acts_on_them(tmp
     switch = GearSwitch({"mode": "off", "policy": {}, "ladder": LADDER[:1]})
     sent: list[dict] = []
 
-    async def send(entries):
+    async def send(entries, batch_id=None):
         sent.extend(entries)
         return {"accepted": len(entries), "held": [0]}
 
