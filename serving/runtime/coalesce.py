@@ -46,7 +46,12 @@ class Item:
     arrived: float = field(default_factory=time.monotonic)
     #: the submitting request's span context where it is traced (serving.runtime.spans)
     trace: Any = None
+    #: out of the queue (taken for a call, or dropped from it)
+    taken: bool = False
 
+
+#: given-up items the queue keeps before it drops them (past half the queue it drops them anyway)
+ABANDONED_KEPT = 64
 
 BatchRunner = Callable[[list[Item], Deadline], Awaitable[list[Any]]]
 
@@ -76,6 +81,10 @@ class Coalescer:
         self.max_queued = int(max_queued)
         self._limit = int(limit)
         self.queue: deque[Item] = deque()
+        #: items in ``queue`` whose request gave up (its deadline passed, its client went away):
+        #: they wait there until a call slot frees, but count against neither ``max_queued`` nor
+        #: the rows a batch waits for
+        self._abandoned = 0
         self.in_flight = 0
         self.batches = 0
         self.isolated = 0  # merged calls that failed and were retried request by request
@@ -106,7 +115,7 @@ class Coalescer:
         StageOverloaded at once when ``max_queued`` requests already wait. Requests with
         different ``key`` never share a call; ``size`` counts the rows when ``len(rows)`` does
         not (a tuple of input arrays)."""
-        if len(self.queue) >= self.max_queued:
+        if len(self.queue) - self._abandoned >= self.max_queued:
             raise StageOverloaded(self.stage)
         future = asyncio.get_running_loop().create_future()
         item = Item(rows, blocks, deadline, future, key=key, size=len(rows) if size is None else int(size),
@@ -116,11 +125,35 @@ class Coalescer:
         try:
             return await asyncio.wait_for(asyncio.shield(future), max(deadline.remaining(), 0.0))
         except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-            item.abandoned = True
+            self._abandon(item)
             future.add_done_callback(_consume)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             raise DeadlineExceeded(self.stage, deadline.budget_s) from None
+
+    def _abandon(self, item: Item) -> None:
+        """A request gave up on ``item``. Where it still waits in the queue it no longer counts
+        as waiting (before, during a stall the requests that had timed out filled
+        ``max_queued`` and every new request was refused as overloaded); once most of the
+        queue is given up, the queue drops those items (their rows with them)."""
+        if item.abandoned:
+            return
+        item.abandoned = True
+        if item.taken:
+            return
+        self._abandoned += 1
+        if self._abandoned > max(ABANDONED_KEPT, len(self.queue) // 2):
+            for dropped in self.queue:
+                dropped.taken = dropped.taken or dropped.abandoned
+            self.queue = deque(it for it in self.queue if not it.abandoned)
+            self._abandoned = 0
+
+    def _pop(self) -> Item:
+        item = self.queue.popleft()
+        item.taken = True
+        if item.abandoned:
+            self._abandoned -= 1
+        return item
 
     def _take(self) -> list[Item]:
         items: list[Item] = []
@@ -128,22 +161,22 @@ class Coalescer:
         while self.queue:
             item = self.queue[0]
             if item.abandoned or item.future.done():
-                self.queue.popleft()
+                self._pop()
                 continue
             if item.deadline.expired():
-                self.queue.popleft()
+                self._pop()
                 item.future.set_exception(DeadlineExceeded(self.stage, item.deadline.budget_s))
                 continue
             if items and (rows + item.size > self.max_rows or item.key != items[0].key):
                 break
-            items.append(self.queue.popleft())
+            items.append(self._pop())
             rows += item.size
         return items
 
     def _waiting_for_rows(self) -> bool:
         """Whether a batch that is not full should wait (``wait_s``) for more rows; arms a
         timer that dispatches when the oldest request has waited ``wait_s``."""
-        if self.wait_s <= 0 or sum(it.size for it in self.queue) >= self.max_rows:
+        if self.wait_s <= 0 or self.queued_rows >= self.max_rows:
             return False
         left = self.queue[0].arrived + self.wait_s - time.monotonic()
         if left <= 0:

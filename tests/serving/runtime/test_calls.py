@@ -188,6 +188,39 @@ def test_the_rows_still_queued_are_what_a_call_tells_the_stage():
     assert seen == [9, 9, 0]
 
 
+def test_requests_given_up_on_do_not_fill_the_queue_of_a_stalled_stage():
+    """A stage stalls (its only call slot held): the requests that waited past their deadline
+    leave their items in the queue, but those no longer count against ``max_queued``, so a new
+    request waits its turn instead of being refused as overloaded; once most of the queue is
+    given up on, the queue drops those items and their rows."""
+    from serving.runtime.calls import StageOverloaded
+
+    release = asyncio.Event()
+
+    async def run(items, deadline):
+        await release.wait()
+        return [it.rows for it in items]
+
+    async def main():
+        co = Coalescer(run, stage="s", max_rows=4, limit=1, max_queued=3)
+        first = asyncio.ensure_future(co.submit([0] * 4, None, Deadline.after(30.0)))
+        await asyncio.sleep(0)  # in flight: the stage's one slot is taken, and stalls
+        for _ in range(30):  # wave after wave of requests times out behind it
+            results = await asyncio.gather(*(co.submit([1], None, Deadline.after(0.005)) for _ in range(3)),
+                                           return_exceptions=True)
+            assert all(isinstance(r, DeadlineExceeded) for r in results), results
+        assert len(co.queue) <= 64 + 3  # most of the 90 given-up items dropped with their rows
+        waiting = [asyncio.ensure_future(co.submit([i], None, Deadline.after(30.0))) for i in range(3)]
+        await asyncio.sleep(0)
+        assert co.queued_rows == 3
+        with pytest.raises(StageOverloaded):  # three live requests wait: the bound holds for them
+            await co.submit([9], None, Deadline.after(30.0))
+        release.set()
+        return await asyncio.gather(first, *waiting)
+
+    assert asyncio.run(main()) == [[0] * 4, [0], [1], [2]]
+
+
 def test_a_batch_waits_for_rows_up_to_wait_s_and_no_longer_when_full():
     """wait_s (the torch-model app's batch wait): a batch that is not full waits for more
     rows; a full one goes at once; a lone request still goes when the wait ends. Outcomes
@@ -560,6 +593,40 @@ def test_a_trickling_body_holds_no_admission_slot_and_times_out():
     assert fast.status_code == 200 and json.loads(fast.body) == {"bytes": 12}
     assert slow.status_code == 408 and "did not arrive" in json.loads(slow.body)["error"]
     assert ingress.in_flight == 0
+
+
+def test_a_request_whose_client_went_away_is_counted_as_such():
+    """Serve cancels a request whose client disconnected: it is counted under 499 (client closed
+    request) with no latency observed, not as an answered 200, and its admission slot is back."""
+    import serving.runtime.ingress as app_module
+
+    cls = app_module.Ingress.func_or_class
+    counted, observed = [], []
+    metrics = types.SimpleNamespace(flusher=types.SimpleNamespace(start=lambda: None),
+                                    count=lambda name, *a, **k: counted.append((name, k)),
+                                    observe=lambda name, *a, **k: observed.append(name))
+    ingress = types.SimpleNamespace(api_key=KeyCheck(), probe_hash=None, allowed_hosts=None, max_body=1000,
+                                    in_flight=0, max_in_flight=4, metrics=metrics, _start_watch=lambda: None,
+                                    gc_pauses=types.SimpleNamespace(start=lambda: None))
+    for name in ("check_origin", "check_key", "authorized", "_read_body", "read_body", "_probe", "_guarded"):
+        setattr(ingress, name, getattr(cls, name).__get__(ingress))
+    started = asyncio.Event()
+
+    async def never():
+        started.set()
+        await asyncio.sleep(3600)
+
+    async def main():
+        request = _Request(b'{"rows": []}')
+        task = asyncio.ensure_future(ingress._guarded("predict", request, never, admit=True))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert counted == [("willump_requests", {"route": "predict", "status": "499"})]
+    assert observed == [] and ingress.in_flight == 0
 
 
 def test_a_stage_replica_of_the_previous_code_is_called_as_it_takes():
