@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import types
 
 import numpy as np
 import pandas as pd
@@ -364,14 +365,27 @@ def test_a_new_rate_starts_a_new_gap():
         _audit(None, _Sink()).rate = 2
 
 
-def test_the_worker_waits_for_a_full_batch_while_requests_are_in_flight():
-    """Under load a part batch waits (up to max_wait_s); an idle ingress audits it at once."""
+def test_the_worker_waits_for_a_full_batch_while_requests_are_in_flight(monkeypatch):
+    """Under load a part batch waits (up to max_wait_s); an idle ingress audits it at once. The
+    audit's clock is the test's: a stalled machine cannot make the part batch overdue early."""
+    import serving.runtime.audit as audit_module
+
     calls: list[int] = []
     state = {"idle": False}
+    clock = [1000.0]
+    monkeypatch.setattr(audit_module, "time", types.SimpleNamespace(
+        monotonic=lambda: clock[0], thread_time=time.thread_time, perf_counter=time.perf_counter))
 
     def full(rows):
         calls.append(len(rows))
         return np.zeros(len(rows), int)
+
+    async def until(check) -> None:
+        for _ in range(3000):
+            if check():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the audit's worker did not get there in 30 s")
 
     async def go():
         sink = _Sink()
@@ -380,14 +394,14 @@ def test_the_worker_waits_for_a_full_batch_while_requests_are_in_flight():
         await asyncio.sleep(0.1)
         assert calls == [] and audit.queued == 5  # busy ingress, part batch: waits
         audit.observe(*_request(5, cheap=5), gear=0, attributes=None)  # 10 >= 8: a batch is due
+        await until(lambda: calls == [5])
         await asyncio.sleep(0.1)
         assert calls == [5] and audit.queued == 5  # whole requests only: the second waits
-        await asyncio.sleep(0.4)
-        assert calls == [5, 5]  # waited max_wait_s
+        clock[0] += 0.4
+        await until(lambda: calls == [5, 5])  # waited max_wait_s
         audit.observe(*_request(3, cheap=3), gear=0, attributes=None)
         state["idle"] = True
-        await asyncio.sleep(0.1)
-        assert calls == [5, 5, 3]  # idle: at once
+        await until(lambda: calls == [5, 5, 3])  # idle: at once
         await audit.close()
         return sink
 

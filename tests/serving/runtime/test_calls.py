@@ -436,14 +436,19 @@ def test_no_copy_is_sent_while_every_replica_is_busy():
         for _ in range(40):
             hedge.window.add(0.01)
 
-    async def slow_first(n, *args):
-        await asyncio.sleep(0.3 if n == 1 else 0.0)
+    async def answers_once_passed_over(n, *args):  # the first call answers once its copy was skipped
+        while n == 1 and busy.skipped_busy == 0:
+            await asyncio.sleep(0.01)
         return {"call": n}
 
-    handle = _Handle(slow_first)
+    async def stalled_first(n, *args):
+        await asyncio.sleep(30 if n == 1 else 0.0)
+        return {"call": n}
+
+    handle = _Handle(answers_once_passed_over)
     assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=busy)) == {"call": 1}
     assert handle.calls == 1 and busy.hedges == 0 and busy.skipped_busy == 1
-    handle = _Handle(slow_first)
+    handle = _Handle(stalled_first)
     assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=free)) == {"call": 2}
     assert free.hedges == 1 and free.skipped_busy == 0
     assert StageHedge(lambda: 2, in_flight=lambda: 5, idle_only=False).spare()
@@ -487,14 +492,15 @@ def test_past_the_bound_a_copy_waits_until_a_replica_is_silent():
 
     state = {"silent": False}
 
-    async def slow_first(n, *args):
-        await asyncio.sleep(0.6 if n == 1 else 0.0)
+    async def answers_once_passed_over(n, *args):  # the first call answers once the router was asked
+        while n == 1 and hedge.skipped_answering == 0:
+            await asyncio.sleep(0.01)
         return {"call": n}
 
     hedge = StageHedge(lambda: 2, enabled=False, lost_after_s=0.1, silent=lambda: state["silent"])
     for _ in range(40):  # median 0.5 s: the bound 2.5 s, a copy regardless at 5 s
         hedge.window.add(0.5)
-    handle = _Handle(slow_first)
+    handle = _Handle(answers_once_passed_over)
     assert asyncio.run(call_stage(handle, "run", (), Deadline.after(60), "s", hedge=hedge)) == {"call": 1}
     assert handle.calls == 1 and hedge.rescues == 0 and hedge.skipped_answering >= 1
     # the router hears every replica, but the call outlasts twice its bound (0.1 s): its replica
@@ -518,7 +524,7 @@ def test_past_the_bound_a_copy_waits_until_a_replica_is_silent():
 
     state["silent"] = False
     hedge2 = StageHedge(lambda: 2, enabled=False, lost_after_s=0.1, silent=lambda: state["silent"])
-    handle2 = _Handle(slow_first)
+    handle2 = _Handle(lost_first)
     assert asyncio.run(flips_then_answers()) == {"call": 2} and hedge2.rescues == 1
 
     async def stalls(n, *args):
@@ -530,7 +536,7 @@ def test_past_the_bound_a_copy_waits_until_a_replica_is_silent():
     for _ in range(40):
         hedge4.window.add(1.0)
     assert hedge4.bound() == pytest.approx(5.0)
-    handle4 = _Handle(slow_first)
+    handle4 = _Handle(lost_first)
     assert asyncio.run(call_stage(handle4, "run", (), Deadline.after(60), "s", hedge=hedge4)) == {"call": 2}
     assert hedge4.rescues == 1
 

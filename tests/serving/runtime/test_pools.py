@@ -118,12 +118,15 @@ def test_options_share_the_ledger_and_each_pool_answers_health():
         timed.run.remote("rows")
         assert sum(stage.in_flight.values()) == 1  # one ledger for both views
 
+        asked = len(stage.handles["fast"].calls)
+
         async def release_soon():
-            await asyncio.sleep(0.01)
+            while len(stage.handles["fast"].calls) == asked:  # as soon as the check is asked
+                await asyncio.sleep(0)
             stage.handles["fast"].calls[-1].release.set()  # the slow pool's check never answers
 
         release = asyncio.ensure_future(release_soon())
-        health = await stage.health(0.2)
+        health = await stage.health(2.0)  # room for a stalled machine: only the silent pool waits it out
         await release
         # one pool answers: the stage is served (calls avoid the other), the silent pool is named
         assert health["pools"]["fast"] == "fast" and "TimeoutError" in health["pools"]["slow"]["error"]

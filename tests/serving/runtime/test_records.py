@@ -127,7 +127,10 @@ def test_buffer_is_bounded_and_counts_what_it_drops():
                               on_drop=lambda reason, n: drops.__setitem__(reason, drops.get(reason, 0) + n))
         accepted = [buffer.add(_columns(_frame(10, seed=i))) for i in range(5)]
         assert accepted == [True, True, True, False, False]
-        await asyncio.sleep(0.4)  # tries time out: the batch stays, the buffer does not free
+        for _ in range(3000):  # tries time out: the batch stays, the buffer does not free
+            if buffer.retried >= 30:
+                break
+            await asyncio.sleep(0.01)
         assert buffer.unsent_rows == 30 and buffer.retried >= 30
         assert not buffer.add(_columns(_frame(10, seed=9)))
         await buffer.close()
