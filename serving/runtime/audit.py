@@ -352,6 +352,10 @@ class LiveAudit:
             for _, picked, _, gear, key in batch:
                 self._shed(gear, key, len(picked))
             return
+        except asyncio.CancelledError:  # closing mid-call: the rows taken are shed (counted), not lost
+            for _, picked, _, gear, key in batch:
+                self._shed(gear, key, len(picked))
+            raise
         counted = time.thread_time()
         differs = full != np.concatenate([served for _, _, served, *_ in batch])
         start = disagreed = 0

@@ -434,3 +434,48 @@ def test_a_failing_busy_check_sheds_and_a_worker_that_ended_starts_again():
 
     sink = asyncio.run(go())
     assert sink.total("shed") == 3 and sink.total("audited") == 2
+
+
+def test_closing_mid_call_sheds_the_rows_taken_and_a_cut_send_goes_again_under_its_id():
+    """An app shut down while its audit waits on the full pipeline: the rows taken for the call
+    are counted shed (every cheap row ends audited or shed, none lost); counts whose send was cut
+    short by the close go once more under the same id."""
+    started = asyncio.Event()
+
+    async def full_classes(rows):
+        started.set()
+        await asyncio.sleep(3600)
+
+    async def go():
+        sink = _Sink()
+        audit = LiveAudit(1.0, [1], full_classes, sink, lambda: False, flush_s=0.01)
+        audit.observe(*_request(6, cheap=6), gear=0, attributes=None)
+        await started.wait()
+        await audit.close()
+        return sink
+
+    sink = asyncio.run(go())
+    assert sink.total("cheap") == 6 == sink.total("shed") and sink.total("audited") == 0
+
+    class _Cut(_Sink):  # the first send hangs until the close cancels it
+        async def __call__(self, entries, batch_id=None):
+            self.ids.append(batch_id)
+            if len(self.ids) == 1:
+                await asyncio.sleep(3600)
+            self.entries.extend(entries)
+
+    async def cut():
+        sink = _Cut()
+        audit = LiveAudit(1.0, [1], lambda rows: _classes(rows), sink, lambda: False, flush_s=0.01)
+        audit.observe(*_request(4, cheap=4), gear=0, attributes=None)
+        while not sink.ids:
+            await asyncio.sleep(0.01)
+        await audit.close()
+        return sink
+
+    async def _classes(rows):
+        return np.zeros(len(rows), int)
+
+    sink = asyncio.run(cut())
+    assert len(sink.ids) == 2 and sink.ids[0] == sink.ids[1] and sink.total("cheap") == 4
+    assert sink.total("audited") + sink.total("shed") == 4
