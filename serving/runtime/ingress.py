@@ -83,6 +83,7 @@ from serving.runtime.pools import PooledStage, pooled_stage, stage_deployments
 from serving.runtime.records import RecordBuffer, record_columns
 from serving.runtime.replicas import LocalStage, replica_id
 from serving.runtime.routing import any_silent, usable_replicas
+from serving.runtime.single_flight import SingleFlight
 from serving.runtime.stage_load import StageLoad
 from serving.runtime.stage_runner import StageRunner, concat_blocks, concat_rows, split_outputs
 from serving.runtime.watch import ReplicaWatch
@@ -643,18 +644,22 @@ class Ingress(HttpEdge):
     async def oip_ready(self, request: Request) -> Response:
         return await self._guarded("readyz", request, lambda: oip.model_ready(self))
 
-    async def stage_health(self) -> tuple[dict[str, Any], bool]:
+    async def stage_health(self, timeout_s: float = READY_TIMEOUT_S) -> tuple[dict[str, Any], bool]:
+        """Each stage's canary answer (or its error), and whether every stage answered, each
+        within ``timeout_s``."""
         stages: dict[str, Any] = {}
         for i, (name, target) in enumerate(zip(self.stage_names, (self.first, self.second), strict=False)):
             try:
                 if i == 0 and self.local:
                     canary = getattr(target.runner, "canary", None)
-                    stages[name] = {"canary": "none"} if canary is None else await asyncio.wait_for(
-                        asyncio.to_thread(canary), READY_TIMEOUT_S)
+                    flight = getattr(self, "_canary", None)
+                    if canary is not None and (flight is None or flight.fn != canary):
+                        self._canary = SingleFlight(canary)  # a hung canary holds one thread, not one a probe
+                    stages[name] = {"canary": "none"} if canary is None else await self._canary(timeout_s)
                 elif isinstance(target, PooledStage):  # every pool's deployment answers for itself
-                    stages[name] = await target.health(READY_TIMEOUT_S)
+                    stages[name] = await target.health(timeout_s)
                 else:
-                    stages[name] = await asyncio.wait_for(target.health.remote(), READY_TIMEOUT_S)
+                    stages[name] = await asyncio.wait_for(target.health.remote(), timeout_s)
             except Exception as exc:  # a stage that cannot answer is reported, never raised
                 stages[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         return stages, all("error" not in v for v in stages.values())

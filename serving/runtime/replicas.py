@@ -31,6 +31,7 @@ from serving.runtime.feedback import Feedback
 from serving.runtime.gears import GearRunners
 from serving.runtime.outside_calls import PieceSize
 from serving.runtime.routing import BusyMeter
+from serving.runtime.single_flight import SingleFlight
 from serving.runtime.stage_runner import (
     StageRunner,
     merge_chunks,
@@ -41,6 +42,9 @@ from serving.runtime.stage_runner import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: seconds a readiness probe waits on a stage replica's canary (the ingress waits READY_TIMEOUT_S)
+HEALTH_TIMEOUT_S = 30.0
 
 
 def _rows_in(items: list) -> int:
@@ -294,11 +298,15 @@ class ModelStage:
         if canary is not None:
             canary()
 
-    async def health(self) -> dict[str, Any]:
-        """The canary's answer, for the ingress's readiness route."""
+    async def health(self, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str, Any]:
+        """The canary's answer, for the ingress's readiness route: one canary at a time, shared
+        by the probes that come while it runs (serving.runtime.single_flight)."""
         canary = getattr(self.runner, "canary", None)
-        out = {"canary": "none"} if canary is None else await asyncio.to_thread(canary)
-        return {"replica": self.replica, **out}
+        if canary is None:
+            return {"replica": self.replica, "canary": "none"}
+        if getattr(self, "_canary", None) is None:
+            self._canary = SingleFlight(canary)
+        return {"replica": self.replica, **await self._canary(timeout_s)}
 
     def info(self) -> dict[str, Any]:
         import ray
