@@ -65,6 +65,14 @@ def _with_thread_cpu(fn: Any, *args: Any) -> tuple[Any, float]:
     return out, time.thread_time() - start
 
 
+def _heard_cpu(done: asyncio.Future, on_cpu: Any) -> None:
+    """Hand a finished thread's CPU seconds to ``on_cpu`` (its failure is the caller's, if one waits)."""
+    if done.cancelled() or done.exception() is not None:
+        return
+    if on_cpu is not None:
+        on_cpu(done.result()[1])
+
+
 def full_model_stage(ingress: Any) -> str | None:
     """The stage whose replicas hold the full model (the live audit's and a held gear 0's calls
     go there); None where the ingress runs every level itself."""
@@ -83,10 +91,13 @@ async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
     time the call; not called where the ingress keeps no StageLoad, whose apps do not pace the
     audit: serving.runtime.audit_pace)."""
     stage = full_model_stage(ingress)
-    if stage is None:
-        proba, cpu = await asyncio.to_thread(_with_thread_cpu, ingress.first.runner.full_proba, rows)
-        if on_cpu is not None:
-            on_cpu(cpu)
+    if stage is None:  # within the deadline (a thread cannot be stopped: it runs on, its CPU still heard)
+        work = asyncio.ensure_future(asyncio.to_thread(_with_thread_cpu, ingress.first.runner.full_proba, rows))
+        work.add_done_callback(lambda done: _heard_cpu(done, on_cpu))
+        try:
+            proba, _ = await asyncio.wait_for(asyncio.shield(work), max(deadline.remaining(), 0.0))
+        except asyncio.TimeoutError:
+            raise DeadlineExceeded(ingress.stage_names[-1], deadline.budget_s) from None
         return proba
     target = ingress.second if ingress.second is not None else ingress.first
     load = getattr(ingress, "stage_load", None)

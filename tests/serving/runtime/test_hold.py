@@ -93,6 +93,49 @@ def test_past_the_deadline_the_cascade_answers_degraded_or_the_request_fails():
         assert counted == [("willump_degraded_rows", 1)]
 
 
+def test_the_full_pipeline_in_the_ingress_keeps_the_requests_deadline():
+    """Where the ingress runs every level itself, a held gear 0's full pipeline runs in a thread:
+    past the request's deadline the request answers degraded (or 504) at the deadline instead of
+    waiting for the thread, whose CPU is still counted once it ends."""
+    import threading
+
+    from serving.runtime.hold import full_proba
+
+    release = threading.Event()
+
+    def slow(frame):
+        assert release.wait(30.0)
+        return np.full((len(frame), 2), 0.5)
+
+    rows = pd.DataFrame({"x": [1.0, 2.0]})
+    ingress, counted = _ingress(slow, degrade=True)
+    heard: list[float] = []
+
+    async def main():
+        with pytest.raises(DeadlineExceeded, match="cascade stage"):
+            await full_proba(ingress, rows, Deadline.after(0.05), on_cpu=heard.append, request_path=True)
+        release.set()
+        for _ in range(3000):
+            if heard:
+                return
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert len(heard) == 1 and heard[0] >= 0.0
+    proba, level = np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([0, 1])
+    degraded, replica = np.zeros(2, dtype=bool), np.array(["r", "r"], dtype=object)
+    release.clear()
+
+    async def degraded_at_the_deadline():
+        try:
+            return await answer_in_full(ingress, rows, proba, level, replica, degraded, 1, Deadline.after(0.05))
+        finally:
+            release.set()  # the thread ends (asyncio.run waits for it)
+
+    assert asyncio.run(degraded_at_the_deadline()) == (0, 0) and degraded.tolist() == [True, False]
+    assert counted == [("willump_degraded_rows", 1)]
+
+
 def test_the_monitor_names_the_held_gears_and_the_ingress_audit_acts_on_them(tmp_path):
     config = {"attributes": ["region"], "metrics": ["latency_ms"], "directory": str(tmp_path)}
     terms = {"gears": [{"gear": 0, "max_loss": 0.02, "cert_rows": 4000, "cert_disagreed": 40}],
