@@ -389,21 +389,28 @@ class LiveAudit:
             if seconds > 0:
                 self.on_cpu(part, seconds)
                 self.cpu[part] = 0.0
-        while self._unsent is not None or self.pending:
-            if self._unsent is None:
-                entries, self.pending = self.pending, {}
-                self._sends += 1
-                self._unsent = (f"{self.sender}:{self._sends}",
-                                [{"gear": gear, "served": c[0], "cheap": c[1], "audited": c[2], "disagreed": c[3],
-                                  "shed": c[4], "segment": dict(key)} for (gear, key), c in entries.items()])
-            batch_id, payload = self._unsent
-            try:
-                answer = await self.send(payload, batch_id=batch_id)
-            except Exception as exc:
-                log.warning("live audit counts not sent (kept, sent again under their id): %s", exc)
-                return
-            self._unsent = None
-            self.on_answer(answer)
+        if self._unsent is not None and not await self._send_unsent():
+            return
+        if not self.pending:
+            return
+        entries, self.pending = self.pending, {}
+        self._sends += 1
+        self._unsent = (f"{self.sender}:{self._sends}",
+                        [{"gear": gear, "served": c[0], "cheap": c[1], "audited": c[2], "disagreed": c[3],
+                          "shed": c[4], "segment": dict(key)} for (gear, key), c in entries.items()])
+        await self._send_unsent()  # what the request path counts meanwhile waits for the next flush
+
+    async def _send_unsent(self) -> bool:
+        """Send the counts waiting under their id; whether the monitor took them."""
+        batch_id, payload = self._unsent
+        try:
+            answer = await self.send(payload, batch_id=batch_id)
+        except Exception as exc:
+            log.warning("live audit counts not sent (kept, sent again under their id): %s", exc)
+            return False
+        self._unsent = None
+        self.on_answer(answer)
+        return True
 
     async def close(self) -> None:
         """Stop the worker; queued rows are shed (counted), the counts sent."""

@@ -31,6 +31,8 @@ class Feedback:
         directory = None if directory is None else os.fspath(directory)
         self.ledger_path = None if directory is None else os.path.join(directory, "guarantee.json")
         self.ledger = None if guarantee is None else GuaranteeLedger.open(self.ledger_path, **guarantee)
+        #: counts added whose save failed (the next audit call saves them before it answers)
+        self._unsaved = False
         self.labels = None if labels is None else LabelJoin(
             None if directory is None else os.path.join(directory, "labels.sqlite"), **labels)
 
@@ -49,8 +51,12 @@ class Feedback:
         if self.ledger is None:
             return {"accepted": 0, "error": "this monitor has no live audit (deploy with audit_rate > 0)"}
         added = self.ledger.add_batch(entries, batch_id)
-        if added and self.ledger_path is not None:
+        if self.ledger_path is not None and (added or self._unsaved):
+            # a repeat of counts whose save failed is answered only once they are saved: the
+            # sender drops what it hears acknowledged
+            self._unsaved = True
             self.ledger.save(self.ledger_path)
+            self._unsaved = False
         return {"accepted": len(entries) if added else 0, **({} if added else {"duplicate": len(entries)}),
                 **({"held": sorted(self.ledger.held)} if self.ledger.hold else {})}
 

@@ -81,7 +81,7 @@ def full_model_stage(ingress: Any) -> str | None:
     return None if ingress.local else ingress.stage_names[0]
 
 
-async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
+async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline | None,
                      on_cpu: Any = None, request_path: bool = False, on_busy: Any = None) -> np.ndarray:
     """The full pipeline's probabilities for ``rows``, from the stage that holds the full model
     (a thread of the ingress when every level runs there: then ``on_cpu(seconds)`` hears what
@@ -92,10 +92,11 @@ async def full_proba(ingress: Any, rows: pd.DataFrame, deadline: Deadline,
     audit: serving.runtime.audit_pace)."""
     stage = full_model_stage(ingress)
     if stage is None:  # within the deadline (a thread cannot be stopped: it runs on, its CPU still heard)
+        timeout_s = None if deadline is None else max(deadline.remaining(), 0.0)
         work = asyncio.ensure_future(asyncio.to_thread(_with_thread_cpu, ingress.first.runner.full_proba, rows))
         work.add_done_callback(lambda done: _heard_cpu(done, on_cpu))
         try:
-            proba, _ = await asyncio.wait_for(asyncio.shield(work), max(deadline.remaining(), 0.0))
+            proba, _ = await asyncio.wait_for(asyncio.shield(work), timeout_s)
         except asyncio.TimeoutError:
             raise DeadlineExceeded(ingress.stage_names[-1], deadline.budget_s) from None
         return proba

@@ -94,8 +94,9 @@ log = logging.getLogger("ray.serve")
 DEGRADE_RESERVE = 0.2
 #: seconds /readyz waits for each stage's canary before it counts the stage as not ready
 READY_TIMEOUT_S = 10.0
-#: the status a request is counted under (willump_requests) when its client went away before the
-#: answer (nginx's "client closed request"); before, such a request was counted as answered 200
+#: the status a request is counted under (willump_requests) when it was cancelled before its answer:
+#: its client went away, or Serve's request timeout passed (nginx's "client closed request");
+#: before, such a request was counted as answered 200
 CLIENT_GONE_STATUS = 499
 #: routes that show the plan: a replica looks for its refined plan before answering them
 PLAN_ROUTES = frozenset({"plan", "metrics", "index", "ui"})
@@ -347,7 +348,7 @@ class Ingress(HttpEdge):
             response = result if isinstance(result, Response) else JSONResponse(result)
         except (RequestError, StageOverloaded, DeadlineExceeded) as exc:
             status, response = error_response(exc, rid, route, self.metrics)
-        except asyncio.CancelledError:  # the client went away (Serve cancels its request): no answer
+        except asyncio.CancelledError:  # the client went away or Serve timed it out: cancelled, no answer
             status = CLIENT_GONE_STATUS
             raise
         except Exception:
@@ -362,8 +363,8 @@ class Ingress(HttpEdge):
                 self.in_flight -= 1
             if not self._probe(request):  # deploy's in-situ probe is not the users' traffic
                 self.metrics.count("willump_requests", route=route, status=str(status))
-                if status != CLIENT_GONE_STATUS:  # the time a client waited before it left is no latency
-                    self.metrics.observe("willump_request_latency_seconds", time.perf_counter() - start, route=route)
+                # a request cancelled before its answer too: the clients who gave up are the tail
+                self.metrics.observe("willump_request_latency_seconds", time.perf_counter() - start, route=route)
         if own:
             response.headers["X-Request-Id"] = rid
         return response

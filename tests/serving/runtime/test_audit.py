@@ -479,3 +479,58 @@ def test_closing_mid_call_sheds_the_rows_taken_and_a_cut_send_goes_again_under_i
     sink = asyncio.run(cut())
     assert len(sink.ids) == 2 and sink.ids[0] == sink.ids[1] and sink.total("cheap") == 4
     assert sink.total("audited") + sink.total("shed") == 4
+
+
+def test_a_flush_under_steady_traffic_sends_at_most_twice_and_returns():
+    """Requests keep counting while a send waits: a flush sends what failed before and what it
+    found, then returns; what came meanwhile waits for the next flush (a flush that chased the
+    counts never returned under traffic, and the worker never audited again)."""
+    audit = None
+
+    class _Busy(_Sink):
+        async def __call__(self, entries, batch_id=None):
+            self.ids.append(batch_id)
+            audit.shadow(0, 4, 3, 0, None)  # a request counted while the send waits
+            await asyncio.sleep(0.001)
+            self.entries.extend(entries)
+
+    async def go():
+        nonlocal audit
+        sink = _Busy()
+        audit = LiveAudit(0.0, [1], None, sink, lambda: False, flush_s=3600.0)
+        audit.shadow(0, 4, 3, 0, None)
+        await asyncio.wait_for(audit.flush(), 30.0)
+        first = len(sink.ids)
+        await asyncio.wait_for(audit.flush(), 30.0)
+        return sink, first
+
+    sink, first = asyncio.run(go())
+    assert first == 1 and len(sink.ids) == 2 and sink.total("served") == 8
+
+
+def test_a_repeat_of_counts_whose_save_failed_is_answered_once_they_are_saved(tmp_path, monkeypatch):
+    """The ledger added the counts but could not save them (a full disk): the sender hears an
+    error and sends them again under their id. The repeat is a duplicate in memory, but it is
+    answered only once the counts are on disk, so a restart after it loses nothing."""
+    from drift import GuaranteeLedger
+
+    entries = [{"gear": 0, "served": 100, "cheap": 90, "audited": 9, "disagreed": 1, "shed": 0,
+                "segment": {"client": "a"}}]
+    stage = _stage(tmp_path)
+    save = GuaranteeLedger.save
+    fails = [1]
+
+    def flaky(self, path):
+        if fails[0]:
+            fails[0] -= 1
+            raise OSError("no space left on device")
+        save(self, path)
+
+    monkeypatch.setattr(GuaranteeLedger, "save", flaky)
+    with pytest.raises(OSError):
+        asyncio.run(stage.audit(entries, "ingress-a:1"))
+    assert asyncio.run(stage.audit(entries, "ingress-a:1")) == {"accepted": 0, "duplicate": 1}
+    stage.monitor.close()
+    again = _stage(tmp_path)
+    assert again._query("guarantee", {})["result"]["gears"][0]["audited_rows"] == 9
+    again.monitor.close()

@@ -603,7 +603,8 @@ def test_a_trickling_body_holds_no_admission_slot_and_times_out():
 
 def test_a_request_whose_client_went_away_is_counted_as_such():
     """Serve cancels a request whose client disconnected: it is counted under 499 (client closed
-    request) with no latency observed, not as an answered 200, and its admission slot is back."""
+    request), not as an answered 200, its time still observed (those who gave up are the tail),
+    and its admission slot is back."""
     import serving.runtime.ingress as app_module
 
     cls = app_module.Ingress.func_or_class
@@ -632,7 +633,7 @@ def test_a_request_whose_client_went_away_is_counted_as_such():
 
     asyncio.run(main())
     assert counted == [("willump_requests", {"route": "predict", "status": "499"})]
-    assert observed == [] and ingress.in_flight == 0
+    assert observed == ["willump_request_latency_seconds"] and ingress.in_flight == 0
 
 
 def test_a_stage_replica_of_the_previous_code_is_called_as_it_takes():
