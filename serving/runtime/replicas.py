@@ -63,7 +63,7 @@ def _retrieved(task: asyncio.Future) -> None:
     """The outcome of a shielded call whose caller was cancelled: a failure is logged here rather
     than as asyncio's "exception never retrieved"."""
     if not task.cancelled() and task.exception() is not None:
-        logger.warning("a monitor call whose caller had gone failed: %r", task.exception())
+        logger.warning("a replica call whose caller had gone failed: %r", task.exception())
 
 
 async def _shielded(work: Any) -> Any:
