@@ -51,6 +51,12 @@ MAX_LABELS_PER_CALL = 10_000
 SWEEP_EVERY_S = 30.0
 #: a request id as serving accepts it (serving.runtime.ingress)
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+#: distinct values of a followed attribute counted apart; later values share ``OTHER_VALUE``
+#: (the values are the clients', so without a bound every new one grew the counts for good)
+DEFAULT_MAX_SEGMENT_VALUES = 1_000
+OTHER_VALUE = "<other>"
+#: the largest row index (SQLite's integers are 64-bit)
+MAX_ROW = 2**63 - 1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS served (rid TEXT NOT NULL, row INTEGER NOT NULL, ts REAL NOT NULL, gear INTEGER NOT NULL,
@@ -76,7 +82,8 @@ class LabelJoin:
                  certified: Sequence[Mapping[str, Any]] | None = None, segments: Sequence[str] = (),
                  metric: str = "accuracy", calibration: Sequence[Mapping[str, Sequence[float]] | None] | None = None,
                  retention_s: float = DEFAULT_RETENTION_S,
-                 max_rows: int = DEFAULT_MAX_ROWS, clock: Callable[[], float] = time.time) -> None:
+                 max_rows: int = DEFAULT_MAX_ROWS, clock: Callable[[], float] = time.time,
+                 max_segment_values: int = DEFAULT_MAX_SEGMENT_VALUES) -> None:
         if not classes:
             raise ValueError("classes must name the served classes")
         if not 0.5 <= confidence < 1.0:
@@ -85,6 +92,9 @@ class LabelJoin:
             raise ValueError(f"retention_s must be > 0, got {retention_s!r}")
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows!r}")
+        if max_segment_values < 1:
+            raise ValueError(f"max_segment_values must be >= 1, got {max_segment_values!r}")
+        self.max_segment_values = int(max_segment_values)
         self.classes = list(classes)
         self._index = {_key(c): i for i, c in enumerate(self.classes)}
         self.confidence = float(confidence)
@@ -102,19 +112,27 @@ class LabelJoin:
         self.db.executescript(_SCHEMA)
         self._rows = self.db.execute("SELECT COUNT(*) FROM served").fetchone()[0]
         self._swept = -math.inf
+        #: per followed attribute, the values counted apart so far (from the file on a restart)
+        self._values: dict[str, set[str]] = {a: set() for a in self.segments}
+        for attribute, value in self.db.execute("SELECT DISTINCT attribute, value FROM counts WHERE attribute != ''"):
+            self._values.setdefault(attribute, set()).add(value)
 
     # ------------------------------------------------------------------ served rows
     def served(self, request_id: Sequence[Any], row: Sequence[int], served_class: Sequence[int],
                gear: Sequence[int] | None, confidence: Sequence[float],
-               attributes: Mapping[str, Sequence[Any]] | None = None) -> int:
+               attributes: Mapping[str, Sequence[Any]] | None = None, *, repeat: bool = False) -> int:
         """Keep served rows for their labels and add them to the label-free counts. Rows
         without a request id are counted but cannot be labelled. Their retention counts from
         now on this clock (not the records' timestamps: a replica's skewed clock must not
-        expire rows early). Returns rows kept."""
+        expire rows early). A row already waiting is neither kept nor counted again; with
+        ``repeat`` (a batch the caller has seen before: sent again after a lost answer) rows
+        without a request id are not counted again either. Returns rows kept."""
         n = len(row)
         gear = np.zeros(n, dtype=np.int64) if gear is None else np.asarray(gear, dtype=np.int64)
-        conf = np.asarray(confidence, dtype=float)
-        attrs = {a: list(v) for a, v in (attributes or {}).items() if a in self.segments}
+        # a confidence that is not a number counts as no chance of being right (SQLite would store
+        # NaN as NULL and refuse the whole batch); the rest clipped to [0, 1]
+        conf = np.clip(np.nan_to_num(np.asarray(confidence, dtype=float), nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
+        attrs = {a: self._pooled(a, v) for a, v in (attributes or {}).items() if a in self.segments}
         # the rows of one request share its id and segment: each distinct one is checked or written once
         names = sorted(attrs)
         values = list(zip(*(attrs[a] for a in names), strict=True)) if names else [()] * n
@@ -126,14 +144,43 @@ class LabelJoin:
                 for r, i, g, c, v in zip(request_id, row, gear, served_class, values, strict=True) if valid[r]]
         with self.db:
             self.db.execute("BEGIN")
+            # a row already waiting (its batch sent again after a restart forgot the batch's id)
+            # is counted once
+            ids = [r for r, ok in valid.items() if ok]
+            waiting = set()
+            for start in range(0, len(ids), 500):
+                part = ids[start:start + 500]
+                waiting.update(self.db.execute(f"SELECT rid, row FROM served WHERE rid IN ({','.join('?' * len(part))})",
+                                               [str(r) for r in part]).fetchall())
             before = self.db.total_changes
             self.db.executemany("INSERT OR IGNORE INTO served (rid, row, ts, gear, served, seg) VALUES (?,?,?,?,?,?)",
                                 keep)
             kept = self.db.total_changes - before
+            if waiting or repeat:
+                new = np.array([valid[r] and (str(r), int(i)) not in waiting if repeat else
+                                not (valid[r] and (str(r), int(i)) in waiting) for r, i in zip(request_id, row, strict=True)],
+                               dtype=bool)
+                gear, conf = gear[new], conf[new]
+                attrs = {a: [v for v, m in zip(values_, new, strict=True) if m] for a, values_ in attrs.items()}
             self._count_served(gear, conf, attrs)
         self._rows += kept
         self._sweep()
         return kept
+
+    def _pooled(self, attribute: str, values: Sequence[Any]) -> list[str]:
+        """The values as counted: each as text, those past the first ``max_segment_values``
+        distinct ones of the attribute as ``OTHER_VALUE``."""
+        known = self._values.setdefault(attribute, set())
+        out = []
+        for v in values:
+            text = str(v)
+            if text not in known:
+                if len(known) >= self.max_segment_values:
+                    text = OTHER_VALUE
+                else:
+                    known.add(text)
+            out.append(text)
+        return out
 
     def _count_served(self, gear: np.ndarray, conf: np.ndarray, attrs: dict[str, list]) -> None:
         conf = conf.copy()
@@ -191,8 +238,8 @@ class LabelJoin:
             rid, row, label = e["request_id"], e["row"], e["label"]
             if not isinstance(rid, str) or not REQUEST_ID.match(rid):
                 raise LabelError(f"labels[{i}].request_id", "a request id: 1-64 of A-Z a-z 0-9 . _ : -")
-            if isinstance(row, bool) or not isinstance(row, int) or row < 0:
-                raise LabelError(f"labels[{i}].row", "the row's index in its request: an integer >= 0")
+            if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row <= MAX_ROW:
+                raise LabelError(f"labels[{i}].row", f"the row's index in its request: an integer in [0, {MAX_ROW}]")
             index = self._index.get(_key(label))
             if index is None:
                 raise LabelError(f"labels[{i}].label", f"not a class; classes: {self.classes}")
@@ -203,11 +250,12 @@ class LabelJoin:
         """Join a call's labels (see :meth:`parse`): accepted, unknown and duplicate counts."""
         entries = self.parse(body)
         accepted = unknown = duplicate = 0
+        oldest = float(self.clock()) - self.retention_s  # a row past its window is unknown, swept yet or not
         with self.db:
             self.db.execute("BEGIN")
             for rid, row, index in entries:
-                found = self.db.execute("SELECT gear, served, seg, labelled FROM served WHERE rid=? AND row=?",
-                                        (rid, row)).fetchone()
+                found = self.db.execute("SELECT gear, served, seg, labelled FROM served WHERE rid=? AND row=? AND ts >= ?",
+                                        (rid, row, oldest)).fetchone()
                 if found is None:
                     unknown += 1
                     continue

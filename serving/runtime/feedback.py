@@ -60,8 +60,9 @@ class Feedback:
         return {"accepted": len(entries) if added else 0, **({} if added else {"duplicate": len(entries)}),
                 **({"held": sorted(self.ledger.held)} if self.ledger.hold else {})}
 
-    def served(self, records: Any) -> None:
-        """Keep a batch of served records for the labels that may follow."""
+    def served(self, records: Any, *, repeat: bool = False) -> None:
+        """Keep a batch of served records for the labels that may follow (``repeat``: a batch
+        sent before, whose rows already kept are skipped: drift.LabelJoin.served)."""
         if self.labels is None:
             return
         frame = records if isinstance(records, pd.DataFrame) else pd.DataFrame(records)
@@ -72,7 +73,7 @@ class Feedback:
             frame[ROW_COLUMN].to_numpy(), frame[SERVED_CLASS_COLUMN].to_numpy(),
             frame["gear"].astype(int).to_numpy() if "gear" in frame else None,
             frame["confidence"].to_numpy(dtype=float),
-            {a: frame[a].tolist() for a in self.labels.segments if a in frame})
+            {a: frame[a].tolist() for a in self.labels.segments if a in frame}, repeat=repeat)
 
     def label(self, body: Any) -> dict[str, Any]:
         """``POST /labels``: accepted, unknown and duplicate counts, or a 4xx naming the field."""

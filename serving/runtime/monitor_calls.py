@@ -42,12 +42,17 @@ async def _answer(ingress: Any, method: str, args: tuple, deadline: Deadline) ->
     return answer
 
 
+#: query parameters that name something (an attribute), passed on as written
+NAME_PARAMETERS = frozenset({"segment"})
+
+
 async def monitor_query(ingress: Any, headers: Any, query: Any, route: str) -> dict[str, Any]:
     """``GET /{route}?kind=...``: the monitor query the kind names, with the other parameters."""
     if ingress.monitor is None:
         raise RequestError(503, _NO_MONITOR)
     deadline = Deadline.from_headers(headers, MONITOR_QUERY_S)
-    params = {k: coerce(v) for k, v in query.items()}
+    # a segment names an attribute: as written (coerced, ?segment=none read as no segment at all)
+    params = {k: v if k in NAME_PARAMETERS else coerce(v) for k, v in query.items()}
     default, names = MONITOR_ROUTES[route]
     kind = params.pop("kind", default)
     if kind not in names:

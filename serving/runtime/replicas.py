@@ -392,10 +392,13 @@ class MonitorStage:
         were skipped as already ingested."""
         def both() -> tuple[int, str | None, int]:  # one thread hop: the monitor, then the label join
             kept, rejected, why, duplicate = ingest_row_by_row_on_error(self.monitor, records, batch_id)
-            if duplicate:  # the label join has these rows from the earlier try
+            if duplicate:  # the label join keeps what an earlier try left out (what it has, it skips)
+                self.feedback.served(records, repeat=True)
                 return 0, None, len(records)
-            self.feedback.served(records)
             self.ingested += kept  # here, not after the await: counted even where the caller is gone
+            # a failure here fails the call: the sender sends the batch again, and the repeat
+            # above gives the label join its rows
+            self.feedback.served(records)
             return rejected, why, 0
 
         rejected, why, duplicate = await self._one_at_a_time(both)

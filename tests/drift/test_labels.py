@@ -139,3 +139,30 @@ def test_the_estimate_reads_confidence_through_the_certification_rows_map():
     gears = {g["gear"]: g for g in join.report()["gears"]}
     assert gears[0]["estimate_without_labels"] == pytest.approx((0.9 + 0.99) / 2) and gears[0]["estimate_calibrated"]
     assert gears[1]["estimate_without_labels"] == pytest.approx(0.8) and not gears[1]["estimate_calibrated"]
+
+
+def test_what_the_labels_review_found_is_refused_counted_once_or_bounded():
+    """A row index past SQLite's integers is the client's mistake (422, not 500); a confidence
+    that is not a number keeps its batch (SQLite refused the whole batch: every row then lost for
+    labels); a batch served again is counted once; a label past the retention window is unknown
+    though no sweep ran since; the clients' segment values past the bound share one count."""
+    clock = Clock()
+    join = _join(clock=clock, retention_s=60.0, max_segment_values=3)
+    with pytest.raises(LabelError) as refused:
+        join.parse({"labels": [_label("r", 2**63, "neg")]})
+    assert refused.value.field == "labels[0].row"
+    join.served(["n"] * 2, [0, 1], [0, 1], None, np.array([np.nan, 0.7]), {"client": ["a", "a"]})
+    assert join.label({"labels": [_label("n", 0, "neg")]})["accepted"] == 1
+    gear = join.report()["gears"][0]
+    assert gear["served_rows"] == 2 and gear["estimate_without_labels"] == pytest.approx(0.35)
+    _serve(join, "twice", [0, 1, 0])
+    _serve(join, "twice", [0, 1, 0])  # sent again: a restart forgot the batch's id
+    join.served([None] * 2, [0, 1], [0, 0], None, np.full(2, 0.9), repeat=True)  # seen before, no ids
+    assert join.report()["gears"][0]["served_rows"] == 5
+    clock.t += 61.0  # past the window, and less than a sweep's period since the last
+    assert join.label({"labels": [_label("twice", 1, "pos")]}) == {"accepted": 0, "unknown": 1, "duplicate": 0}
+    for i in range(6):
+        _serve(join, f"c{i}", [0], client=f"client-{i}")
+    values = {s["value"] for s in join.report("client")["gears"][0]["segments"]}
+    assert "<other>" in values and len(values - {"<other>"}) == 3
+    join.close()

@@ -76,3 +76,28 @@ def test_sequential_drift_and_request_counting_reach_http():
     stage.monitor.ingest([{"region": "eu", "latency_ms": 1.0, "ts": now}])
     answer = stage._query("sequential_drift", {})
     assert answer["status"] == 409 and answer["reason"] == "reference_pending"  # a monitor error, not a 404
+
+
+def test_a_segment_is_passed_on_as_written_and_numbers_are_read_as_numbers(monkeypatch):
+    """?segment=none names an attribute called "none" (it was read as no segment at all, and
+    ?segment=true as True); the other parameters still read as the values they spell."""
+    import asyncio
+    import types
+
+    import serving.runtime.monitor_calls as calls
+
+    asked = []
+
+    async def answer(ingress, method, args, deadline):
+        asked.append(args)
+        return {"ok": True}
+
+    async def nothing(ingress, deadline):
+        return None
+
+    monkeypatch.setattr(calls, "_answer", answer)
+    monkeypatch.setattr(calls, "_flush_records", nothing)
+    ingress = types.SimpleNamespace(monitor=object(), records=None)
+    for value in ("none", "true", "12"):
+        asyncio.run(calls.monitor_query(ingress, {}, {"kind": "accuracy", "segment": value, "min_rows": "5"}, "drift"))
+    assert [a[1] for a in asked] == [{"segment": v, "min_rows": 5} for v in ("none", "true", "12")]
