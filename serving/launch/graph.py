@@ -31,6 +31,7 @@ from serving.core.specs import (
     stage_specs,
     whole_cascade,
 )
+from serving.launch.proxy import AUTOSCALING_PUSH_S
 from serving.planning.autoscale import policy_config
 from serving.planning.planner import Plan
 from serving.planning.pools import specs_of_entry
@@ -50,9 +51,9 @@ DEFAULT_DOWNSCALE_TO_ZERO_S = 30.0
 #: in flight per running replica, so a saturated stage always reads as over its target
 AUTOSCALE_TARGET_ONGOING = CONCURRENT_BATCHES / 2
 #: seconds of reported load Serve's autoscaler averages over. Ray requires it to exceed the
-#: AutoscalingConfig's (deprecated, default 10 s) ``metrics_interval_s``; replicas and handles
-#: push every serving.launch.proxy.AUTOSCALING_PUSH_S, so a 3x load step crosses the target within
-#: about a third of the window
+#: AutoscalingConfig's ``metrics_interval_s``; replicas and handles push every
+#: serving.launch.proxy.AUTOSCALING_PUSH_S, so a 3x load step crosses the target within about a
+#: third of the window
 AUTOSCALE_LOOK_BACK_S = 10.5
 #: closed panes of live traffic frozen as the monitor's reference (monitor reference="traffic")
 DEFAULT_REFERENCE_PANES = 5
@@ -313,6 +314,10 @@ def stage_options(spec: AppSpec, plan: Plan, stage: str) -> dict[str, Any]:
             "target_ongoing_requests": AUTOSCALE_TARGET_ONGOING,
             "upscale_delay_s": 0.0, "downscale_delay_s": idle, "downscale_to_zero_delay_s": idle,
             "look_back_period_s": AUTOSCALE_LOOK_BACK_S,
+            # how often replicas and handles push their load: Ray 2.60 reads only this field (the
+            # RAY_SERVE_*_AUTOSCALING_METRIC_PUSH_INTERVAL_S variables its deprecation names are
+            # defined but unread), whose default, 10 s, made the policy read a burst 10 s late
+            "metrics_interval_s": AUTOSCALING_PUSH_S,
         }
         if spec.autoscaler == "planner":  # the planner's cost model picks the replicas
             options["autoscaling_config"]["policy"] = policy_config(ingress_replicas=plan.ingress_replicas)

@@ -79,9 +79,12 @@ DEFERRABLE_ONGOING_METRIC = "deferrable_ongoing"
 #: is a mean over its look-back window, which a capped count reaches only if every sample of the
 #: window sat at the cap
 SATURATED_SHARE = 0.9
-#: seconds of the latest reports a rise in work is read from (replicas report every
-#: serving.launch.proxy.AUTOSCALING_PUSH_S, 0.5 s)
+#: seconds of the latest reports a rise in work is read from (replicas record every
+#: serving.launch.proxy.AUTOSCALING_PUSH_S, 0.5 s, through AutoscalingConfig.metrics_interval_s)
 REACT_S = 2.0
+#: seconds after which a replica's last report of its backlog no longer counts (it reports every
+#: serving.launch.proxy.AUTOSCALING_PUSH_S while it runs)
+STALE_REPORT_S = 5.0
 #: seconds within which the replicas asked for should clear the rows the ingresses queue, beside
 #: the load arriving, until a replica start is measured: then the measured start time (a shorter
 #: span asks for replicas that start after the queue would have drained, a longer one leaves the
@@ -165,7 +168,8 @@ class PlannerAutoscaler:
         recent = max(recent - deferrable, 0.0)  # the audit's rise is no burst (module docstring)
         starts = _starts(ctx) if self.measure_start else {}
         drain_s = starts.get("replica_start_s") or self.drain_s
-        queued_rows, row_cost = _queued(raw.get(BACKLOG_METRIC) or {}, raw.get(COST_METRIC) or {}, self.react_s)
+        queued_rows, row_cost = _queued(raw.get(BACKLOG_METRIC) or {}, raw.get(COST_METRIC) or {}, self.react_s,
+                                        getattr(ctx, "current_time", None))
         queued = queued_rows * row_cost / drain_s
         if busy:
             wanted = planned_replicas(max(float(sum(busy.values())), recent) + queued, headroom=self.headroom)
@@ -173,13 +177,16 @@ class PlannerAutoscaler:
             wanted = float(ctx.target_num_replicas)
         if saturated:
             wanted = max(wanted, current + 1)
+        # float noise off (Serve rounds the answer up: 1.0000000000000002, a sum of busy shares over
+        # the headroom, asked for a replica more than the state and the log said)
+        wanted = round(wanted, 9)
         state = {"busy_replicas": float(sum(measured.values())),
                  "deployed_gear_busy_replicas": float(sum(busy.values())), "busy_replicas_recent": recent,
                  "deferrable_busy_replicas": float(sum((metrics.get(DEFERRABLE_METRIC) or {}).values())),
                  "rows_per_s": float(sum(rows.values())), "ongoing": ongoing, "audit_ongoing": audit_calls,
                  "saturated": saturated,
                  "queued_rows": queued_rows, "queued_replicas": queued, "drain_s": drain_s, "wanted": wanted,
-                 "asked": math.ceil(wanted - 1e-9), **starts}
+                 "asked": math.ceil(wanted), **starts}
         before = getattr(ctx, "policy_state", None) or {}
         if busy and state["asked"] > current and state["asked"] != before.get("asked"):
             logger.info("%s %s/%s: %d replicas (%.2f) with %d running: busy %.2f over the window (of it the "
@@ -255,19 +262,27 @@ def _recent_sum(series: dict[Any, Any], span_s: float) -> float:
     return total
 
 
-def _queued(backlog: dict[Any, Any], cost: dict[Any, Any], span_s: float) -> tuple[float, float]:
+def _queued(backlog: dict[Any, Any], cost: dict[Any, Any], span_s: float,
+            now: float | None = None) -> tuple[float, float]:
     """The rows the ingresses queue for the stage (the largest sum any replica heard: each
     ingress calls most replicas; its latest report) and the busy seconds a row costs (the
-    median of the replicas' latest figures); reports older than ``span_s`` before the newest of
-    any replica do not count, nor a row cost of 0 (a window without rows). (0, 0) unknown."""
+    median of the replicas' latest figures, each within ``span_s`` of that replica's own latest
+    report, a row cost of 0, a window without rows, left out). Each replica is read on its own
+    series and counts while its latest report is within STALE_REPORT_S of ``now`` (the
+    controller's clock; without it, the newest report of any replica): replicas push at their
+    own phases and clocks, and judging every report against the newest of any replica within
+    ``span_s`` kept only the replica that pushed last (a replica just started, with nothing
+    queued, hid the backlog the others reported). (0, 0) unknown."""
     def latest(series: dict[Any, Any], positive: bool) -> list[float]:
-        points = [p for ps in series.values() for p in ps or ()]
-        if not points:
+        lasts = {k: max(p.timestamp for p in ps) for k, ps in series.items() if ps}
+        if not lasts:
             return []
-        now = max(p.timestamp for p in points)
+        newest = max(lasts.values()) if now is None else now
         out = []
-        for ps in series.values():
-            fresh = [p for p in ps or () if p.timestamp > now - span_s and (p.value > 0 or not positive)]
+        for k, last in lasts.items():
+            if last < newest - STALE_REPORT_S:
+                continue  # a replica that stopped reporting
+            fresh = [p for p in series[k] if p.timestamp > last - span_s and (p.value > 0 or not positive)]
             if fresh:
                 out.append(float(max(fresh, key=lambda p: p.timestamp).value))
         return out

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from serving.cli import EXIT_ERROR, EXIT_USAGE, main, version
+from serving.launch.proxy import AUTOSCALING_PUSH_S
 
 #: starts subprocesses (a fresh interpreter, to see what --help imports): the serial scope
 pytestmark = pytest.mark.starts_ray
@@ -97,6 +98,8 @@ def test_build_writes_scale_to_zero_onnx_and_a_runtime_env(synth_opt, tmp_path, 
     assert scaled and all(d["autoscaling_config"]["policy"]["policy_function"] == "serving.planning.autoscale:"
                           "PlannerAutoscaler" and d["autoscaling_config"]["policy"]["policy_kwargs"]["headroom"] > 0
                           for d in scaled)
+    # the load pushed every AUTOSCALING_PUSH_S (Ray reads only this field; its default is 10 s)
+    assert all(d["autoscaling_config"]["metrics_interval_s"] == AUTOSCALING_PUSH_S for d in scaled)
     assert app["args"]["autoscaler"] == "planner"
     capsys.readouterr()
     assert main(["build", str(artifact), "-o", str(out), "--autoscaler", "planner"]) == EXIT_ERROR

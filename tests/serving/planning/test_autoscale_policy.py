@@ -259,3 +259,26 @@ def test_replicas_are_matched_by_id_where_serve_gives_them():
         ctx.current_time, ctx.policy_state, ctx.running_replicas = now, dict(state), ids
         _, state = policy(ctx)
     assert state["start_samples_s"] == pytest.approx([4.5]) and state["running_ids"] == ["a", "c", "d"]
+
+
+def test_the_answer_serve_rounds_up_is_the_count_the_policy_names():
+    """Busy shares whose sum over the headroom is one replica up to float noise ask for one
+    replica: Serve rounds the answer up, and 1.0000000000000002 asked for two."""
+    policy = PlannerAutoscaler(headroom=0.75)
+    wanted, state = policy(_ctx(4, {"r1": 0.2, "r2": 0.2, "r3": 0.2, "r4": 0.15}))
+    assert wanted == 1.0 and state["asked"] == 1
+
+
+def test_each_replica_is_read_on_its_own_reports():
+    """Replicas push at their own phases and clocks: a replica just started (nothing queued, no
+    cost yet) that pushed last does not hide the backlog another reported 3.9 s before (read
+    against the newest report of any replica within react_s, it did); a replica silent for
+    longer than STALE_REPORT_S by the controller's clock no longer counts."""
+    policy = PlannerAutoscaler(headroom=1.0, drain_s=4.0)
+    queued = {BACKLOG_METRIC: {"old": [(98.0, 300.0), (100.0, 400.0)], "new": [(103.9, 0.0)]},
+              COST_METRIC: {"old": [(100.0, 0.02)], "new": [(103.9, 0.0)]}}
+    _, state = policy(_ctx(2, {"old": 1.0, "new": 0.0}, backlog=queued))
+    assert state["queued_rows"] == 400 and state["queued_replicas"] == pytest.approx(400 * 0.02 / 4.0)
+    ctx = _ctx(2, {"old": 1.0, "new": 0.0}, backlog=queued)
+    ctx.current_time = 106.0  # "old" silent for 6 s
+    assert policy(ctx)[1]["queued_rows"] == 0
