@@ -83,7 +83,9 @@ METRICS_REPORT_INTERVAL_MS = 5000
 #: Ray's setting for that interval: a value already in the environment is kept
 METRICS_INTERVAL_ENV = "RAY_metrics_report_interval_ms"
 #: how often replicas and handles report their load to Serve's autoscaler (seconds; Ray's
-#: default, 10 s, makes scaling up and down to zero lag that long)
+#: default, 10 s, makes scaling up and down to zero lag that long). Ray 2.60 reads it from each
+#: deployment's AutoscalingConfig.metrics_interval_s (serving.launch.graph sets it); the
+#: environment variables set below are the names its deprecation notice gives for later releases
 AUTOSCALING_PUSH_S = 0.5
 #: seconds Serve's controller gives a starting proxy actor before it kills and restarts it
 #: (Ray's default, 5 s, is less than a new worker process takes to start on a loaded machine:
