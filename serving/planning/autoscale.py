@@ -75,6 +75,8 @@ COST_METRIC = "busy_s_per_row"
 DEFERRABLE_METRIC = "deferrable_busy_share"
 #: the calls that can wait a replica held on average (in Serve's request count all the while)
 DEFERRABLE_ONGOING_METRIC = "deferrable_ongoing"
+#: the ingress replicas that called a stage replica lately (serving.runtime.routing.BusyMeter)
+CALLERS_METRIC = "ingress_callers"
 #: share of the ingress's call slots for a stage that reads as saturated: Serve's request count
 #: is a mean over its look-back window, which a capped count reaches only if every sample of the
 #: window sat at the cap
@@ -160,7 +162,13 @@ class PlannerAutoscaler:
         # Serve's count less the audit's calls, which wait by design: never the request path's saturation
         audit_calls = float(sum((metrics.get(DEFERRABLE_ONGOING_METRIC) or {}).values()))
         ongoing = max(float(ctx.total_num_requests or 0.0) - audit_calls, 0.0)
-        saturated = current > 0 and ongoing >= SATURATED_SHARE * self.saturated_ongoing * current
+        # the slots the ingresses keep: CONCURRENT_BATCHES per stage replica for each ingress replica
+        # the stage replicas heard from (an edited config's or a scaled ingress's count, not the
+        # planned one: with two ingress replicas against the planned one every tick read as
+        # saturated and the stage ratcheted to max_replicas); the planned count until they report
+        callers = max((metrics.get(CALLERS_METRIC) or {}).values(), default=0.0)
+        per_replica = CONCURRENT_BATCHES * round(callers) if callers >= 0.5 else self.saturated_ongoing
+        saturated = current > 0 and ongoing >= SATURATED_SHARE * per_replica * current
         raw = ctx.raw_metrics or {}
         recent = _recent_sum(_per_replica(raw.get(DEPLOYED_GEAR_BUSY_METRIC) or {}, raw.get(BUSY_METRIC) or {}),
                              self.react_s)
@@ -184,7 +192,7 @@ class PlannerAutoscaler:
                  "deployed_gear_busy_replicas": float(sum(busy.values())), "busy_replicas_recent": recent,
                  "deferrable_busy_replicas": float(sum((metrics.get(DEFERRABLE_METRIC) or {}).values())),
                  "rows_per_s": float(sum(rows.values())), "ongoing": ongoing, "audit_ongoing": audit_calls,
-                 "saturated": saturated,
+                 "saturated": saturated, "saturated_ongoing": per_replica,
                  "queued_rows": queued_rows, "queued_replicas": queued, "drain_s": drain_s, "wanted": wanted,
                  "asked": math.ceil(wanted), **starts}
         before = getattr(ctx, "policy_state", None) or {}

@@ -72,6 +72,9 @@ ROUTER_PATH = "serving.runtime.routing:CapacityRouter"
 #: seconds an ingress's reported backlog stays current without a newer one (an ingress reports
 #: with every call it makes, so one that stopped calling has had nothing queued for that long)
 BACKLOG_FRESH_S = 2.0
+#: seconds an ingress replica that called counts as one of the stage's callers (the planner
+#: autoscaler's saturation rule: every caller keeps CONCURRENT_BATCHES calls per stage replica)
+CALLER_FRESH_S = 30.0
 
 
 class BusyMeter:
@@ -97,6 +100,8 @@ class BusyMeter:
         self.window_since: float | None = None
         #: ingress replica -> (rows it still queued for this stage, when it said so)
         self.backlogs: dict[str, tuple[float, float]] = {}
+        #: ingress replica -> when it last called (:meth:`ingress_callers`)
+        self.callers: dict[str, float] = {}
         #: the window's rows, and the same rows as the deployed gear would have sent them
         #: (:meth:`note_demand`); the last window's ratio of the two, kept through a window in
         #: which no call arrived (the calls it computed arrived before it)
@@ -121,7 +126,15 @@ class BusyMeter:
 
     def note_backlog(self, source: str, rows: float) -> None:
         """``source`` (an ingress replica), making a call, still queues ``rows`` for this stage."""
-        self.backlogs[str(source)] = (max(float(rows), 0.0), self.clock())
+        now = self.clock()
+        self.backlogs[str(source)] = (max(float(rows), 0.0), now)
+        self.callers[str(source)] = now
+
+    def ingress_callers(self) -> int:
+        """The ingress replicas that called in the last CALLER_FRESH_S."""
+        now = self.clock()
+        self.callers = {k: t for k, t in self.callers.items() if now - t < CALLER_FRESH_S}
+        return len(self.callers)
 
     def note_demand(self, rows: int, scale: float) -> None:
         """A call of ``rows`` rows that the gear the replicas are sized for would have sent
@@ -215,8 +228,9 @@ class BusyMeter:
         (:meth:`note_demand`: a cheaper gear answering a burst sends fewer rows on; the name says
         gear 0, the default), the unscaled calls' share (class docstring) left as it is; and
         ``deferrable_busy_share``, the part of it the calls that can wait took (the live audit's:
-        paced to the room the request path leaves, serving.runtime.audit_pace), and
-        ``deferrable_ongoing``, how many such calls the replica held on average (:meth:`hold_deferrable`)."""
+        paced to the room the request path leaves, serving.runtime.audit_pace),
+        ``deferrable_ongoing``, how many such calls the replica held on average (:meth:`hold_deferrable`),
+        and ``ingress_callers``, the ingress replicas that called lately (:meth:`ingress_callers`)."""
         self._share_calls()  # the unscaled calls' time up to now
         self._count_held()
         now = self.clock()
@@ -235,7 +249,8 @@ class BusyMeter:
                "backlog_rows": self.backlog_rows(),
                "deployed_gear_busy_share": (share - unscaled) * self.demand_scale + unscaled,
                "deferrable_busy_share": min(self.window_deferrable_s / wall, unscaled),
-               "deferrable_ongoing": self.window_held_deferrable_s / wall}
+               "deferrable_ongoing": self.window_held_deferrable_s / wall,
+               "ingress_callers": float(self.ingress_callers())}
         self.window_held_deferrable_s = 0.0
         self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, now
         self.window_called_rows, self.window_demand_rows, self.window_unscaled_s = 0.0, 0.0, 0.0

@@ -15,6 +15,7 @@ from serving.core.constants import CONCURRENT_BATCHES
 from serving.planning.autoscale import (
     BACKLOG_METRIC,
     BUSY_METRIC,
+    CALLERS_METRIC,
     COST_METRIC,
     DEFERRABLE_METRIC,
     DEFERRABLE_ONGOING_METRIC,
@@ -282,3 +283,20 @@ def test_each_replica_is_read_on_its_own_reports():
     ctx = _ctx(2, {"old": 1.0, "new": 0.0}, backlog=queued)
     ctx.current_time = 106.0  # "old" silent for 6 s
     assert policy(ctx)[1]["queued_rows"] == 0
+
+
+def test_the_saturation_rule_counts_the_ingress_replicas_that_call():
+    """An operator edits a built config to two ingress replicas against the planned one: their
+    calls in flight doubled, and every tick read as saturated (one replica more each time, up to
+    max_replicas). The stage replicas report the ingress replicas that call them; the rule counts
+    those slots (the planned count until they report)."""
+    policy = PlannerAutoscaler(headroom=1.0, saturated_ongoing=CONCURRENT_BATCHES)  # planned: 1 ingress
+    ctx = _ctx(2, {"r1": 0.7, "r2": 0.7}, ongoing=0.9 * 2 * 2 * CONCURRENT_BATCHES * 0.6)
+    assert policy(ctx)[1]["saturated"]  # read against one ingress's slots
+    ctx.aggregated_metrics[CALLERS_METRIC] = {"r1": 2.0, "r2": 1.8}
+    wanted, state = policy(ctx)
+    assert not state["saturated"] and state["saturated_ongoing"] == 2 * CONCURRENT_BATCHES
+    assert wanted == pytest.approx(1.4)
+    ctx = _ctx(2, {"r1": 1.0, "r2": 1.0}, ongoing=2 * 2 * CONCURRENT_BATCHES)  # both ingresses' slots taken
+    ctx.aggregated_metrics[CALLERS_METRIC] = {"r1": 2.0, "r2": 2.0}
+    assert policy(ctx)[0] == 3

@@ -675,3 +675,18 @@ def test_a_cancelled_stage_call_stays_metered_until_its_work_ends():
     assert most[0] == 1  # the next call waited for the device
     np.testing.assert_array_equal(scores, range(4))
     assert stage.meter.active == 0 and stage.meter.total_rows == 8  # both calls' rows, once each
+
+
+def test_the_meter_counts_the_ingress_replicas_that_call_lately():
+    from serving.runtime.routing import CALLER_FRESH_S
+
+    now = [0.0]
+    meter = BusyMeter(clock=lambda: now[0])
+    meter.note_backlog("ingress-a", 10)
+    meter.note_backlog("ingress-b", 0)
+    meter.note_backlog("ingress-a", 5)
+    assert meter.autoscaling_stats()["ingress_callers"] == 2.0
+    now[0] += CALLER_FRESH_S - 1
+    meter.note_backlog("ingress-b", 0)
+    now[0] += 2  # ingress-a silent past the freshness: gone (scaled down, replaced)
+    assert meter.autoscaling_stats()["ingress_callers"] == 1.0
