@@ -69,7 +69,10 @@ CREATE TABLE IF NOT EXISTS counts (gear INTEGER NOT NULL, attribute TEXT NOT NUL
     PRIMARY KEY (gear, attribute, value));
 CREATE TABLE IF NOT EXISTS totals (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
-_TOTALS = ("accepted", "unknown", "duplicate", "expired_rows")
+#: ``repeated_rows``: served rows whose (request id, index) was already waiting: a batch sent again
+#: after the monitor forgot its id, or a client that reused an X-Request-Id (whose later rows
+#: cannot be labelled apart from the first's: the first kept)
+_TOTALS = ("accepted", "unknown", "duplicate", "expired_rows", "repeated_rows")
 
 
 class LabelJoin:
@@ -160,6 +163,8 @@ class LabelJoin:
                 new = np.array([valid[r] and (str(r), int(i)) not in waiting if repeat else
                                 not (valid[r] and (str(r), int(i)) in waiting) for r, i in zip(request_id, row, strict=True)],
                                dtype=bool)
+                if not repeat:
+                    self._add_total("repeated_rows", int(len(new) - np.count_nonzero(new)))
                 gear, conf = gear[new], conf[new]
                 attrs = {a: [v for v, m in zip(values_, new, strict=True) if m] for a, values_ in attrs.items()}
             self._count_served(gear, conf, attrs)

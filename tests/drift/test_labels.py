@@ -158,7 +158,7 @@ def test_what_the_labels_review_found_is_refused_counted_once_or_bounded():
     _serve(join, "twice", [0, 1, 0])
     _serve(join, "twice", [0, 1, 0])  # sent again: a restart forgot the batch's id
     join.served([None] * 2, [0, 1], [0, 0], None, np.full(2, 0.9), repeat=True)  # seen before, no ids
-    assert join.report()["gears"][0]["served_rows"] == 5
+    assert join.report()["gears"][0]["served_rows"] == 5 and join.report()["repeated_rows"] == 3
     clock.t += 61.0  # past the window, and less than a sweep's period since the last
     assert join.label({"labels": [_label("twice", 1, "pos")]}) == {"accepted": 0, "unknown": 1, "duplicate": 0}
     for i in range(6):
