@@ -393,7 +393,8 @@ class GearSwitch:
         sent_on = self.demand.share(gear)
         for stage in stages:
             busy, replicas = load.busy_replicas(stage, sent_on), running.get(stage)
-            if busy is not None and replicas and busy > share * replicas:
+            # a stage with no replica running holds no load (0 is known, not "unknown")
+            if busy is not None and replicas is not None and busy > share * replicas:
                 return False
         return True
 

@@ -223,10 +223,13 @@ class Ingress(HttpEdge):
         self.gc_pauses = GcPauses(lambda generation, seconds: self.metrics.observe(
             "willump_gc_pause_seconds", seconds, generation=str(generation)))
 
-    def reconfigure(self, user_config: dict[str, Any]) -> None:
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Serve's in-place update: the settings an operator may change without a restart
         (serving.runtime.live_settings.reconfigure: a starting replica fails on a bad
-        ``user_config``, a running one refuses it and keeps serving)."""
+        ``user_config``, a running one refuses it and keeps serving). A coroutine, so Serve runs
+        it on the requests' event loop, between two of their steps: a plain method ran in a
+        worker thread beside them (Serve runs sync methods in a thread pool), and a request could
+        read a setting half changed (the audit's rate and its gaps, the gear policy, the bound)."""
         reconfigure(self, user_config)
 
     # --- plumbing ------------------------------------------------------------------------
@@ -450,6 +453,10 @@ class Ingress(HttpEdge):
                 proba[unsure] = out2["proba"]
                 level[unsure] = out2["level"]
                 replica[unsure] = out2["replica"]
+        if not full and gear in self.gears.held:
+            # the alarm held this gear while the request was in flight: the full pipeline answers it
+            # (every gear's certificate is against it), never a gear whose guarantee no longer holds
+            full = True
         if full:  # gear 0 held: the full pipeline answers every row, and audits gear 0's decisions
             with spans.span("willump.full_pipeline", rows=n):
                 decided, disagreed = await answer_in_full(self, frame, proba, level, replica, degraded,
@@ -465,6 +472,10 @@ class Ingress(HttpEdge):
         if self.audit is not None and not probe:
             if full:
                 self.audit.shadow(gear, n, decided, disagreed, attributes)
+            elif degraded.any():  # a late stage's fallback rows are not the gear's decisions (as in answer_in_full)
+                kept = ~degraded
+                self.audit.observe(frame.iloc[np.flatnonzero(kept)].reset_index(drop=True), proba[kept], level[kept],
+                                   gear, attributes)
             else:
                 self.audit.observe(frame, proba, level, gear, attributes, level_rows=level_rows)
         if self.records is not None:  # built for every request; a probe's are not sent (its CPU counts)

@@ -25,11 +25,14 @@ The settings, with what each changes at once:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from numbers import Real
 from typing import Any
 
+from serving.core.jsonsafe import clean
 from serving.runtime.audit import check_audit_rate
+from serving.runtime.calls import MAX_DEADLINE_S
 from serving.runtime.hold import ON_ALARM
 
 log = logging.getLogger("ray.serve")
@@ -42,10 +45,16 @@ LIVE_SETTINGS = ("deadline_ms", "degrade", "max_in_flight", "gear", "hedging", "
 def _number(key: str, value: Any, *, allow_none: bool = False) -> float | None:
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
-        extra = " or null" if allow_none else ""
-        raise ValueError(f"user_config {key}: a number > 0{extra}, got {value!r}")
-    return float(value)
+    extra = " or null" if allow_none else ""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ValueError(f"user_config {key}: a finite number > 0{extra}, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a float's range
+        raise ValueError(f"user_config {key}: a finite number > 0{extra}, got an integer of {len(str(value))} digits") from None
+    if not (math.isfinite(number) and number > 0):  # inf passed, and then /plan could not encode it
+        raise ValueError(f"user_config {key}: a finite number > 0{extra}, got {value!r}")
+    return number
 
 
 def _flag(key: str, value: Any) -> bool:
@@ -73,6 +82,8 @@ def check_live_settings(user_config: Any, gears: int, audited: bool,
     for key, value in user_config.items():
         if key == "deadline_ms":
             out[key] = _number(key, value)
+            if out[key] > 1000.0 * MAX_DEADLINE_S:  # as the X-Deadline-Ms header is bounded
+                raise ValueError(f"user_config deadline_ms: at most {1000.0 * MAX_DEADLINE_S:g}, got {value!r}")
         elif key in ("degrade", "hedging"):
             out[key] = _flag(key, value)
         elif key == "max_in_flight":
@@ -183,8 +194,8 @@ def reconfigure(ingress: Any, user_config: Any) -> dict[str, Any] | None:
     except ValueError as exc:
         if not ingress.settings_applied:
             raise
-        ingress.settings_rejected = {"user_config": dict(user_config) if isinstance(user_config, Mapping)
-                                     else user_config, "error": str(exc)}
+        # as /plan can encode it (a refused NaN or inf): before, one such edit made /plan answer 500
+        ingress.settings_rejected = {"user_config": clean(user_config), "error": str(exc)}
         ingress.metrics.count("willump_settings_rejected")
         log.error("%s: in-place settings refused, the running ones kept: %s", ingress.name, exc)
         return None

@@ -436,6 +436,8 @@ def test_switch_predicts_a_gears_load_on_the_running_replicas():
     assert not switch.predicted_fits(load, {"expensive": 1}, ["expensive"], 0)
     assert switch.predicted_fits(load, {"expensive": 2}, ["expensive"], 0)
     assert switch.predicted_fits(load, {}, ["expensive"], 0)
+    # no replica running there (crashed, restarting, scaled to zero): a known 0, no room for a step back
+    assert not switch.predicted_fits(load, {"expensive": 0}, ["expensive"], 1)
     assert switch.predicted_fits(StageLoad(clock=clock), {"expensive": 1}, ["expensive"], 0)
 
 

@@ -214,3 +214,72 @@ def test_the_full_pipelines_calls_are_load_for_the_step_back():
     assert calls()[-1] == ()
     assert load.extra_busy_per_s("expensive") == pytest.approx(0.25 / 2.0)
     assert load.audit_busy_per_row("expensive") == pytest.approx(0.25 / 100)
+
+
+def _request_path(held: set, stage2=None, degrade=False):
+    """An ingress on plain objects for the request path (``Ingress._predict``): a cheap stage whose
+    rows 0-2 it answers and row 3 it leaves unsure, with a fallback; ``stage2`` the later stage."""
+    import serving.runtime.ingress as ingress_module
+
+    frame = pd.DataFrame({"x": np.arange(4.0)})
+    observed, shadowed = [], []
+
+    class _Coalescer:
+        def __init__(self, fn):
+            self.fn = fn
+
+        async def submit(self, rows, blocks, deadline, key=None):
+            return await self.fn(rows)
+
+    async def cheap(rows):
+        return {"proba": np.array([[0.9, 0.1]] * 4), "level": np.zeros(4, dtype=np.int64), "unsure": np.array([3]),
+                "replica": "r", "blocks": None, "fallback": np.array([[0.6, 0.4]])}
+
+    gears = types.SimpleNamespace(adaptive=False, held=frozenset(held), fields=lambda g, full: {"gear": g, "full_pipeline": full})
+    audit = types.SimpleNamespace(final_levels=[1], observe=lambda rows, proba, level, gear, attributes, **kw: observed.append(
+        (rows["x"].tolist(), level.tolist())), shadow=lambda *a: shadowed.append(a))
+    metrics = types.SimpleNamespace(count=lambda *a, **k: None)
+    runner = types.SimpleNamespace(full_proba=lambda rows: np.full((len(rows), 2), [0.2, 0.8]))
+    ingress = types.SimpleNamespace(
+        _deadline=lambda request: Deadline.after(30.0), stage_spans=["s0", "s1"], stage_names=["cheap", "expensive"],
+        coalescers={"cheap": _Coalescer(cheap), "expensive": _Coalescer(stage2)}, stage_load=None, gears=gears,
+        second=object(), local=True, first=types.SimpleNamespace(runner=runner), degrade=degrade, metrics=metrics,
+        first_level=0, audit=audit, _probe=lambda request: False, info={"levels": [0, 1]}, records=None,
+        version="v", classes=np.asarray(["neg", "pos"], dtype=object))
+
+    async def parse(request, model):
+        return types.SimpleNamespace(attributes=None), frame
+
+    ingress._parse = parse
+    predict = ingress_module.Ingress.func_or_class._predict.__get__(ingress)
+    return ingress, predict, observed, shadowed
+
+
+def test_a_gear_held_while_its_request_is_in_flight_answers_in_full(monkeypatch):
+    """The alarm holds gear 0 while the request waits on its later stage: the answer is the full
+    pipeline's (every gear's certificate is against it), not the cascade's whose guarantee no
+    longer holds."""
+    import json
+
+    async def expensive(rows):
+        ingress.gears.held = frozenset({0})  # the audit's answer arrives meanwhile
+        return {"proba": np.array([[0.1, 0.9]]), "level": np.array([1]), "replica": "e"}
+
+    async def full(ingress, rows, deadline, **kw):  # the stage holding the full model
+        return np.full((len(rows), 2), [0.2, 0.8])
+
+    monkeypatch.setattr("serving.runtime.hold.full_proba", full)
+    ingress, predict, observed, shadowed = _request_path(set(), expensive)
+    answer = json.loads(asyncio.run(predict(types.SimpleNamespace(state=types.SimpleNamespace()), 0)).body)
+    # rows the cascade answered below its full level get the full pipeline's answer (row 3 had it)
+    assert answer["full_pipeline"] is True and answer["probabilities"][:3] == [[0.2, 0.8]] * 3
+    assert observed == [] and len(shadowed) == 1
+
+
+def test_rows_a_late_stage_left_to_the_fallback_are_not_audited_as_the_gears_decisions():
+    async def late(rows):
+        raise DeadlineExceeded("expensive", 1.0)
+
+    _, predict, observed, _ = _request_path(set(), late, degrade=True)
+    asyncio.run(predict(types.SimpleNamespace(state=types.SimpleNamespace()), 0))
+    assert observed == [([0.0, 1.0, 2.0], [0, 0, 0])]  # row 3 answered by the fallback: left out

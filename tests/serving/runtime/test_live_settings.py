@@ -4,6 +4,7 @@ user_config fails with a message naming the key while nothing is half applied.""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -94,6 +95,11 @@ def test_max_in_flight_stays_under_serves_own_bound():
     ({"audit_rate": 1.5}, "audit_rate"),
     ({"on_alarm": "page"}, "on_alarm"),
     (["deadline_ms"], "mapping"),
+    ({"deadline_ms": float("inf")}, "deadline_ms"),  # accepted before, and /plan then could not encode it
+    ({"deadline_ms": float("nan")}, "deadline_ms"),
+    ({"deadline_ms": 10**400}, "deadline_ms"),  # OverflowError escaped the refusal: the replica failed
+    ({"deadline_ms": 10**9}, "deadline_ms"),  # past the bound a request's own X-Deadline-Ms has
+    ({"lost_after_s": float("inf")}, "lost_after_s"),
 ])
 def test_a_bad_user_config_names_its_key_and_applies_nothing(config, named):
     ing = _ingress()
@@ -129,6 +135,8 @@ def test_a_starting_replica_fails_on_a_bad_user_config_and_a_running_one_keeps_s
     assert ing.settings_rejected["user_config"] == {"deadline_ms": 100, "gear": 99}
     assert "gear" in ing.settings_rejected["error"]
     assert reconfigure(ing, {"deadline_ms": 100}) is not None and ing.settings_rejected is None
+    assert reconfigure(ing, {"deadline_ms": float("nan")}) is None  # refused, and /plan can show it
+    json.dumps(ing.settings_rejected, allow_nan=False)
 
 
 def test_an_app_without_remote_stages_shows_the_hedging_settings_it_was_given():
@@ -137,3 +145,14 @@ def test_an_app_without_remote_stages_shows_the_hedging_settings_it_was_given():
     assert current_settings(ing)["hedging"] is False and current_settings(ing)["lost_after_s"] == 2.0
     apply_live_settings(ing, {"hedging": True, "lost_after_s": 5.0})
     assert current_settings(ing)["hedging"] is True and current_settings(ing)["lost_after_s"] == 5.0
+
+
+def test_serve_runs_the_ingress_reconfigure_on_the_requests_event_loop():
+    """Serve runs a plain method in a worker thread beside the requests (its
+    RAY_SERVE_RUN_SYNC_IN_THREADPOOL), where a request could read a setting half changed; a
+    coroutine it awaits on the replica's loop, between two steps of the requests."""
+    import inspect
+
+    from serving.runtime.ingress import Ingress
+
+    assert inspect.iscoroutinefunction(Ingress.func_or_class.reconfigure)
