@@ -313,7 +313,8 @@ class LabelJoin:
     def _figures(self, gear: int, served: int, conf_sum: float, conf_var: float, labelled: int,
                  correct: int) -> dict[str, Any]:
         alpha = 1.0 - self.confidence
-        cert = self.certified[gear] if gear < len(self.certified) else {}
+        # a negative gear: rows the full pipeline answered (no certificate of a gear of its own)
+        cert = self.certified[gear] if 0 <= gear < len(self.certified) else {}
         baseline, max_loss = cert.get("baseline_score"), cert.get("max_loss")
         floor = None if baseline is None or max_loss is None or self.metric != "accuracy" else baseline - max_loss
         prior = broad_prior(min(max(floor if floor is not None else 0.5, 0.01), 0.99))
@@ -323,7 +324,7 @@ class LabelJoin:
         estimate = conf_sum / served if served else None
         err = z * math.sqrt(conf_var) / served if served else None
         return {"served_rows": served, "labelled_rows": labelled,
-                "estimate_calibrated": gear < len(self.calibration) and self.calibration[gear] is not None,
+                "estimate_calibrated": 0 <= gear < len(self.calibration) and self.calibration[gear] is not None,
                 "accuracy": correct / labelled if labelled else None, "accuracy_lower": lower, "accuracy_upper": upper,
                 "certified_bound": {"max_loss": max_loss, "baseline_score": baseline, "floor": floor},
                 "below_certified": bool(floor is not None and upper is not None and upper < floor),

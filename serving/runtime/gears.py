@@ -346,10 +346,12 @@ class GearSwitch:
         self._started[token] = now
         return token, gear
 
-    def end(self, token: int) -> None:
-        """The request left (answered or failed): its latency feeds the policy."""
+    def end(self, token: int, timed: bool = True) -> None:
+        """The request left (answered or failed): its latency feeds the policy, unless not
+        ``timed`` (refused at once: a client's mistake, a shed request; their near-zero
+        latencies pulled the tail the policy reads down while the app was shedding load)."""
         started = self._started.pop(token, None)
-        if started is not None and self.policy is not None:
+        if started is not None and self.policy is not None and timed:
             now = self.clock()
             self.policy.record(now, 1000.0 * (now - started))
 

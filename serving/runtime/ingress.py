@@ -80,7 +80,7 @@ from serving.runtime.metrics import ServingMetrics, exact_totals
 from serving.runtime.monitor_calls import MONITOR_QUERY_S, ingress_audit, monitor_query, post_labels
 from serving.runtime.oip import InferRequest, infer_answer
 from serving.runtime.pools import PooledStage, pooled_stage, stage_deployments
-from serving.runtime.records import RecordBuffer, record_columns
+from serving.runtime.records import FULL_PIPELINE_GEAR, RecordBuffer, record_columns
 from serving.runtime.replicas import LocalStage, replica_id
 from serving.runtime.routing import any_silent, usable_replicas
 from serving.runtime.single_flight import SingleFlight
@@ -405,10 +405,14 @@ class Ingress(HttpEdge):
         if now != self.gear_now:
             self.gear_now = now
             self.metrics.count("willump_gear_switches", gear=str(now))
+        timed = True
         try:
             return await self._predict(request, gear, full, oip)
+        except (RequestError, StageOverloaded):  # refused, not served: no latency for the gears to read
+            timed = False
+            raise
         finally:
-            self.gears.end(token)
+            self.gears.end(token, timed)
 
     async def _predict(self, request: Request, gear: int = 0, full: bool = False,
                        oip: InferRequest | None = None) -> Response:
@@ -480,7 +484,7 @@ class Ingress(HttpEdge):
                 self.audit.observe(frame, proba, level, gear, attributes, level_rows=level_rows)
         if self.records is not None:  # built for every request; a probe's are not sent (its CPU counts)
             columns = record_columns(frame, proba, level, replica, latency_ms, started, self.version,
-                                     attributes, self.records.config, gear=gear,
+                                     attributes, self.records.config, gear=FULL_PIPELINE_GEAR if full else gear,
                                      request_id=getattr(request.state, "request_id", None))
             if not probe:
                 self.records.add(columns)

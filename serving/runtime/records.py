@@ -18,6 +18,10 @@ from serving.runtime.calls import DeadlineExceeded, first_accepted, wait_or_canc
 REQUEST_COLUMN = "request_id"
 #: the row's index in its request, and the class index it was served (labels join on them)
 ROW_COLUMN, SERVED_CLASS_COLUMN = "request_row", "served_class"
+#: the ``gear`` recorded for rows the full pipeline answered (a gear held by the live audit's
+#: alarm, serving.runtime.hold): apart from the gear's own answers, so that its labelled accuracy
+#: (drift.LabelJoin) is not made of full-pipeline answers while its guarantee is in question
+FULL_PIPELINE_GEAR = -1
 #: records buffered in the ingress before a send is forced
 FLUSH_ROWS = 2000
 #: longest a record waits in the ingress buffer (seconds)

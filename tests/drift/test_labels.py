@@ -166,3 +166,16 @@ def test_what_the_labels_review_found_is_refused_counted_once_or_bounded():
     values = {s["value"] for s in join.report("client")["gears"][0]["segments"]}
     assert "<other>" in values and len(values - {"<other>"}) == 3
     join.close()
+
+
+def test_rows_the_full_pipeline_answered_are_reported_apart_from_the_gears():
+    """While the alarm holds a gear the full pipeline answers its rows, recorded under gear -1
+    (serving.runtime.records.FULL_PIPELINE_GEAR): their labels do not count as the gear's own."""
+    join = _join()
+    join.served(["g"] * 2, [0, 1], [0, 0], np.array([0, 0]), np.full(2, 0.9))
+    join.served(["f"] * 2, [0, 1], [1, 1], np.array([-1, -1]), np.full(2, 0.9))
+    join.label({"labels": [_label("g", 0, "neg"), _label("f", 0, "pos"), _label("f", 1, "pos")]})
+    gears = {g["gear"]: g for g in join.report()["gears"]}
+    assert gears[0]["labelled_rows"] == 1 and gears[-1]["labelled_rows"] == 2
+    assert gears[-1]["certified_bound"]["floor"] is None and not gears[-1]["estimate_calibrated"]
+    join.close()

@@ -4,6 +4,7 @@ signals, the ingress's switch, the stage runners per gear, and the ingress's bat
 from __future__ import annotations
 
 import asyncio
+import types
 
 import numpy as np
 import pytest
@@ -468,3 +469,17 @@ def test_a_stage_answer_carries_its_busy_seconds_shared_by_rows():
     merged = merge_chunks([{**chunk, "busy_s": 0.2}, {**chunk, "busy_s": 0.3}], [2, 2])
     assert merged["busy_s"] == pytest.approx(0.5)
     assert "busy_s" not in merge_chunks([dict(chunk), dict(chunk)], [2, 2])
+
+
+def test_a_request_refused_at_once_feeds_no_latency_to_the_policy():
+    """A client's mistake (422) or a shed request (503) leaves in microseconds: counted as served
+    latency it pulled the tail the policy reads down while the app was shedding load."""
+    recorded = []
+    switch = GearSwitch({"mode": "pinned", "gear": 0, "ladder": [{"gear": 0, "max_loss": 0.01, "loss_bound": 0.008,
+                                                                  "method": "x"}]})
+    switch.policy = types.SimpleNamespace(record=lambda now, ms: recorded.append(ms), update=lambda *a: 0)
+    token, _ = switch.begin()
+    switch.end(token, timed=False)
+    token, _ = switch.begin()
+    switch.end(token)
+    assert len(recorded) == 1 and not switch._started
