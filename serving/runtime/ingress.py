@@ -225,8 +225,8 @@ class Ingress(HttpEdge):
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Serve's in-place update: the settings an operator may change without a restart
-        (serving.runtime.live_settings.reconfigure: a starting replica fails on a bad
-        ``user_config``, a running one refuses it and keeps serving). A coroutine, so Serve runs
+        (serving.runtime.live_settings.reconfigure: a bad ``user_config`` is refused, and the
+        replica serves with the settings it has and says so). A coroutine, so Serve runs
         it on the requests' event loop, between two of their steps: a plain method ran in a
         worker thread beside them (Serve runs sync methods in a thread pool), and a request could
         read a setting half changed (the audit's rate and its gaps, the gear policy, the bound)."""

@@ -181,19 +181,19 @@ def reconfigure(ingress: Any, user_config: Any) -> dict[str, Any] | None:
     """The ingress's ``reconfigure``: apply a ``user_config``; returns what it applied, None
     when refused.
 
-    A replica starting with a bad ``user_config`` fails, and the deploy says which key. A
-    running replica refuses one (Serve calls it in place), keeps serving with the settings it
-    has, and says so: the log, the ``willump_settings_rejected`` counter, and
-    ``live_settings_rejected`` in ``/plan`` (cleared by the next good one). Raising there would
-    make Serve stop the replica and retry: one bad edit took one of an app's two ingress
-    replicas down until the next good deploy."""
+    A replica refuses a bad ``user_config``, serves with the settings it has (a starting one:
+    those it was deployed with), and says so: the log, the ``willump_settings_rejected``
+    counter, and ``live_settings_rejected`` in ``/plan`` (cleared by the next good one).
+    Raising would make Serve stop the replica and retry: one bad edit took one of an app's two
+    ingress replicas down until the next good deploy; and since Serve keeps a refused edit as
+    the deployment's config, a starting replica that raised on it (before: to fail the deploy
+    naming the key) failed every scale-up and every replacement of a lost replica, for good,
+    while the running ones served."""
     if ingress.deployed_settings is None:
         ingress.deployed_settings = current_settings(ingress)
     try:
         applied = apply_live_settings(ingress, user_config)
     except ValueError as exc:
-        if not ingress.settings_applied:
-            raise
         # as /plan can encode it (a refused NaN or inf): before, one such edit made /plan answer 500
         ingress.settings_rejected = {"user_config": clean(user_config), "error": str(exc)}
         ingress.metrics.count("willump_settings_rejected")

@@ -122,12 +122,16 @@ def test_the_audit_cannot_be_started_in_place():
     assert current_settings(ing)["audit_rate"] == 0.0
 
 
-def test_a_starting_replica_fails_on_a_bad_user_config_and_a_running_one_keeps_serving():
+def test_a_bad_user_config_is_refused_and_every_replica_keeps_serving():
     """Raising in a running replica made Serve stop it and retry: one bad edit took one of two
-    ingress replicas down (served, 2026-12-05). A running replica refuses and says so."""
+    ingress replicas down (served, 2026-12-05). And Serve keeps a refused edit as the config new
+    replicas start with: a starting replica that raised on it failed every scale-up and
+    replacement. Every replica refuses, serves with what it has, and says so."""
     ing = _ingress()
-    with pytest.raises(ValueError, match="gear"):
-        reconfigure(ing, {"gear": 99})  # at start: the deploy fails naming the key
+    deployed = current_settings(ing)
+    assert reconfigure(ing, {"gear": 99}) is None  # at start: the deployed settings, the refusal shown
+    assert current_settings(ing) == deployed and "gear" in ing.settings_rejected["error"]
+    ing.counted.clear()
     assert reconfigure(ing, {"deadline_ms": 300})["deadline_ms"] == 300.0 and ing.settings_applied
     before = current_settings(ing)
     assert reconfigure(ing, {"deadline_ms": 100, "gear": 99}) is None
