@@ -19,7 +19,9 @@ The settings, with what each changes at once:
 - ``lost_after_s``: the bound on a call held by a silent replica (> 0, or null: none);
 - ``audit_rate``: the live audit's share of cheap-level rows ([0, 1]; an app deployed without
   the audit cannot start one here: its monitor and ledger are set up at deploy);
-- ``on_alarm``: ``"alert"`` or ``"step"`` (hold an alarmed gear; needs the audit).
+- ``on_alarm``: ``"alert"`` or ``"step"`` (hold an alarmed gear; needs the audit, and an app
+  deployed with ``"step"``, whose monitor's ledger decides the holds: such an app can be set to
+  ``"alert"`` and back).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def _flag(key: str, value: Any) -> bool:
 
 
 def check_live_settings(user_config: Any, gears: int, audited: bool,
-                        max_in_flight_cap: int | None = None) -> dict[str, Any]:
+                        max_in_flight_cap: int | None = None, deployed_on_alarm: str | None = None) -> dict[str, Any]:
     """The settings of a ``user_config``, checked (ValueError naming the key): ``gears`` is the
     number of gears the app serves, ``audited`` whether it was deployed with the live audit,
     ``max_in_flight_cap`` the most requests Serve lets into a replica (its deployed
@@ -115,6 +117,12 @@ def check_live_settings(user_config: Any, gears: int, audited: bool,
             if value == "step" and not audited:
                 raise ValueError("user_config on_alarm='step' acts on the live audit's alarm; this app was "
                                  "deployed without the audit")
+            if value == "step" and deployed_on_alarm not in (None, "step"):
+                # the monitor's ledger decides holds only where the app was deployed to step: here
+                # 'step' would be shown in /plan and never act
+                raise ValueError("user_config on_alarm='step': this app was deployed with on_alarm="
+                                 f"{deployed_on_alarm!r} (its monitor's ledger holds no gear); deploy with "
+                                 "on_alarm='step' to act on the alarm")
             out[key] = value
     return out
 
@@ -149,7 +157,8 @@ def apply_live_settings(ingress: Any, user_config: Any) -> dict[str, Any]:
     audited = ingress.audit is not None
     if isinstance(user_config, Mapping) and ingress.deployed_settings is not None:
         user_config = {**ingress.deployed_settings, **user_config}
-    settings = check_live_settings(user_config, len(ingress.gears.ladder), audited, ingress.max_in_flight_cap)
+    settings = check_live_settings(user_config, len(ingress.gears.ladder), audited, ingress.max_in_flight_cap,
+                                   (ingress.deployed_settings or {}).get("on_alarm"))
     ingress.live_values = {**ingress.live_values, **settings}
     for key, value in settings.items():
         if key == "deadline_ms":

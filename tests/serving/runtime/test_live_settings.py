@@ -160,3 +160,18 @@ def test_serve_runs_the_ingress_reconfigure_on_the_requests_event_loop():
     from serving.runtime.ingress import Ingress
 
     assert inspect.iscoroutinefunction(Ingress.func_or_class.reconfigure)
+
+
+def test_stepping_on_the_alarm_needs_an_app_deployed_to_step():
+    """The monitor's ledger decides holds only in an app deployed with on_alarm='step': an app
+    deployed to alert is refused 'step' in place (it would show in /plan and never act); one
+    deployed to step can be set to alert and back."""
+    alerting = _ingress()
+    reconfigure(alerting, {"deadline_ms": 500})  # started: its deployed settings recorded
+    assert reconfigure(alerting, {"on_alarm": "step"}) is None
+    assert "deployed with on_alarm='alert'" in alerting.settings_rejected["error"]
+    stepping = _ingress()
+    stepping.config.audit["on_alarm"] = "step"
+    reconfigure(stepping, {"deadline_ms": 500})
+    assert reconfigure(stepping, {"on_alarm": "alert"})["on_alarm"] == "alert"
+    assert reconfigure(stepping, {"on_alarm": "step"})["on_alarm"] == "step"
