@@ -160,11 +160,12 @@ class LabelJoin:
                                 keep)
             kept = self.db.total_changes - before
             if waiting or repeat:
-                new = np.array([valid[r] and (str(r), int(i)) not in waiting if repeat else
-                                not (valid[r] and (str(r), int(i)) in waiting) for r, i in zip(request_id, row, strict=True)],
-                               dtype=bool)
+                # rows already waiting are counted already; with repeat, so are rows without an id
+                already = np.array([(str(r), int(i)) in waiting for r, i in zip(request_id, row, strict=True)],
+                                   dtype=bool)
+                new = ~already & np.array([valid[r] for r in request_id], dtype=bool) if repeat else ~already
                 if not repeat:
-                    self._add_total("repeated_rows", int(len(new) - np.count_nonzero(new)))
+                    self._add_total("repeated_rows", int(np.count_nonzero(already)))
                 gear, conf = gear[new], conf[new]
                 attrs = {a: [v for v, m in zip(values_, new, strict=True) if m] for a, values_ in attrs.items()}
             self._count_served(gear, conf, attrs)

@@ -337,8 +337,7 @@ class LiveAudit:
         if not batch:
             return
         if self._busy():  # cannot tell reads as busy: shed (counted), never lost
-            for _, picked, _, gear, key in batch:
-                self._shed(gear, key, len(picked))
+            self._shed_batch(batch)
             return
         try:
             start = time.thread_time()
@@ -349,12 +348,10 @@ class LiveAudit:
                 raise ValueError(f"the full pipeline answered {full.shape} classes for {len(rows)} rows")
         except Exception as exc:  # an audit that cannot run is shed, never counted as agreement
             log.warning("live audit call failed, %d rows shed: %s", sum(len(b[1]) for b in batch), exc)
-            for _, picked, _, gear, key in batch:
-                self._shed(gear, key, len(picked))
+            self._shed_batch(batch)
             return
         except asyncio.CancelledError:  # closing mid-call: the rows taken are shed (counted), not lost
-            for _, picked, _, gear, key in batch:
-                self._shed(gear, key, len(picked))
+            self._shed_batch(batch)
             raise
         counted = time.thread_time()
         differs = full != np.concatenate([served for _, _, served, *_ in batch])
@@ -369,6 +366,10 @@ class LiveAudit:
         self.on_count("disagree", disagreed)  # one metric call per outcome and batch, not per request
         self.on_count("agree", start - disagreed)
         self.cpu["worker"] += time.thread_time() - counted
+
+    def _shed_batch(self, batch: list[tuple[pd.DataFrame, np.ndarray, np.ndarray, int, tuple]]) -> None:
+        for _, picked, _, gear, key in batch:
+            self._shed(gear, key, len(picked))
 
     @staticmethod
     def _rows(batch: list[tuple[pd.DataFrame, np.ndarray, np.ndarray, int, tuple]]) -> pd.DataFrame:
@@ -422,7 +423,6 @@ class LiveAudit:
                 await self._task
             except (asyncio.CancelledError, Exception):
                 pass
-        for _, picked, _, gear, key in self.queue:
-            self._shed(gear, key, len(picked))
+        self._shed_batch(self.queue)
         self.queue, self.queued, self.sampled_at = [], 0, []
         await self.flush()

@@ -13,6 +13,7 @@ import inspect
 import logging
 import time
 import zlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +67,22 @@ def _retrieved(task: asyncio.Future) -> None:
         logger.warning("a replica call whose caller had gone failed: %r", task.exception())
 
 
-async def _shielded(work: Any) -> Any:
-    """Await the coroutine ``work`` as a task a cancellation of the caller does not stop: the
-    caller leaves at once, the work runs to its end (its ``finally`` blocks with it)."""
-    task = asyncio.ensure_future(work)
+async def _in_turn(lock: asyncio.Lock | None, work: Callable[[], Awaitable[Any]]) -> Any:
+    """``await work()`` holding ``lock`` (None: none). The lock is taken unshielded: a caller
+    cancelled while it waits its turn leaves, and its work never runs. The work is a task a
+    cancellation of the caller does not stop: its thread cannot be stopped either, so it runs to
+    its end (its ``finally`` blocks with it) and releases the lock then, not when the caller left."""
+    if lock is not None:
+        await lock.acquire()
+
+    async def held() -> Any:
+        try:
+            return await work()
+        finally:
+            if lock is not None:
+                lock.release()
+
+    task = asyncio.ensure_future(held())
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
@@ -212,16 +225,9 @@ class ModelStage:
                 return out, self.meter.call_busy_s(mark)
             finally:
                 self.meter.stop(rows, unscaled, mark, deferrable)
-        if lock is not None:
-            await lock.acquire()
-        try:
-            mark = self.meter.start(unscaled, deferrable)
-        except BaseException:
-            if lock is not None:
-                lock.release()
-            raise
 
         async def work() -> tuple[Any, float]:
+            mark = self.meter.start(unscaled, deferrable)
             try:
                 t0 = time.perf_counter()
                 out = fn(*args) if inline else await asyncio.to_thread(fn, *args)
@@ -230,10 +236,8 @@ class ModelStage:
                 return out, self.meter.call_busy_s(mark)
             finally:
                 self.meter.stop(rows, unscaled, mark, deferrable)
-                if lock is not None:
-                    lock.release()
 
-        return await _shielded(work())
+        return await _in_turn(lock, work)
 
     # Calls outside the cascade's levels, metered as work every gear gives the stage alike (the
     # autoscaler and an emulated device see it: a live audit at 1% sends the expensive stage about
@@ -412,15 +416,7 @@ class MonitorStage:
         the thread still ran, so the next call ran beside it, and what ran after the await
         (the ingested count) was lost while the monitor kept the rows: the sender's retry then
         read as a duplicate, counted nowhere."""
-        await self.lock.acquire()
-
-        async def locked() -> Any:
-            try:
-                return await asyncio.to_thread(fn, *args)
-            finally:
-                self.lock.release()
-
-        return await _shielded(locked())
+        return await _in_turn(self.lock, lambda: asyncio.to_thread(fn, *args))
 
     async def audit(self, entries: list[dict[str, Any]], batch_id: str | None = None) -> dict[str, Any]:
         """The live audit's counts (serving.runtime.audit.LiveAudit.flush), under the sender's

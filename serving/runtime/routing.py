@@ -98,10 +98,9 @@ class BusyMeter:
         #: the autoscaler's window (:meth:`autoscaling_stats`), kept apart from the router's period
         self.window_busy_s, self.window_rows, self.window_start = 0.0, 0, clock()
         self.window_since: float | None = None
-        #: ingress replica -> (rows it still queued for this stage, when it said so)
+        #: ingress replica -> (rows it still queued for this stage, when it said so: its last call),
+        #: kept CALLER_FRESH_S (:meth:`ingress_callers`), its rows current BACKLOG_FRESH_S
         self.backlogs: dict[str, tuple[float, float]] = {}
-        #: ingress replica -> when it last called (:meth:`ingress_callers`)
-        self.callers: dict[str, float] = {}
         #: the window's rows, and the same rows as the deployed gear would have sent them
         #: (:meth:`note_demand`); the last window's ratio of the two, kept through a window in
         #: which no call arrived (the calls it computed arrived before it)
@@ -126,15 +125,13 @@ class BusyMeter:
 
     def note_backlog(self, source: str, rows: float) -> None:
         """``source`` (an ingress replica), making a call, still queues ``rows`` for this stage."""
-        now = self.clock()
-        self.backlogs[str(source)] = (max(float(rows), 0.0), now)
-        self.callers[str(source)] = now
+        self.backlogs[str(source)] = (max(float(rows), 0.0), self.clock())
 
     def ingress_callers(self) -> int:
         """The ingress replicas that called in the last CALLER_FRESH_S."""
         now = self.clock()
-        self.callers = {k: t for k, t in self.callers.items() if now - t < CALLER_FRESH_S}
-        return len(self.callers)
+        self.backlogs = {k: v for k, v in self.backlogs.items() if now - v[1] < CALLER_FRESH_S}
+        return len(self.backlogs)
 
     def note_demand(self, rows: int, scale: float) -> None:
         """A call of ``rows`` rows that the gear the replicas are sized for would have sent
@@ -148,8 +145,7 @@ class BusyMeter:
     def backlog_rows(self) -> float:
         """Rows the ingresses queue for this stage: the sum of their current reports."""
         now = self.clock()
-        self.backlogs = {k: v for k, v in self.backlogs.items() if now - v[1] < BACKLOG_FRESH_S}
-        return sum(rows for rows, _ in self.backlogs.values())
+        return sum(rows for rows, at in self.backlogs.values() if now - at < BACKLOG_FRESH_S)
 
     def _count_held(self) -> None:
         now = self.clock()
