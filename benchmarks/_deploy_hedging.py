@@ -9,7 +9,8 @@ time, whichever is longer (default 1: the rows' time). One worker is also a stra
 same plan, ``hedging=True`` and off. Per round (the apps' order alternating): open-loop
 Poisson load at ``--hedge-rate`` for ``--hedge-requests`` requests with the straggler off,
 then on. Work is rows computed by every model-stage replica (``info()['rows']``, a copy's
-included, a cancelled one's up to its cancellation) per request answered.
+included, a cancelled one's up to its cancellation) per request answered; ``copies`` counts the
+phase's copies by outcome and the hedge delay's backoff changes (from ``/metrics``).
 """
 
 from __future__ import annotations
@@ -76,15 +77,31 @@ def _straggler(on: bool) -> None:
         switch.touch()
 
 
+def hedge_counts(url: str) -> dict[str, float]:
+    """The app's copies so far by outcome (``won``, ``lost``) and its hedge delay's backoff
+    changes by the factor set (``backoff_to_F``), as of the replicas' last metrics export (a
+    few seconds behind)."""
+    from benchmarks._scrape import counter_by_label, metrics_text
+
+    text = metrics_text(url)
+    won = counter_by_label(text, "willump_stage_hedges", "won")
+    out = {"won": won.get("true", 0.0), "lost": won.get("false", 0.0)}
+    for factor, n in counter_by_label(text, "willump_stage_hedge_backoffs", "factor").items():
+        out[f"backoff_to_{factor}"] = n
+    return out
+
+
 def _phase(app: Any, name: str, payloads: list[bytes], args, straggling: bool) -> dict[str, Any]:
     from serving.measure.loadgen import open_loop
 
     _straggler(straggling)
-    before = rows_computed(name, args.replicas)
+    before, copies_before = rows_computed(name, args.replicas), hedge_counts(app.url)
     out = asyncio.run(open_loop(app.url + "/predict", payloads, rate=args.hedge_rate,
                                 duration=args.hedge_requests / args.hedge_rate, seed=args.seed))
     out["rows_computed"] = rows_computed(name, args.replicas) - before
     out["rows_per_answer"] = out["rows_computed"] / max(out["requests"], 1)
+    after = hedge_counts(app.url)
+    out["copies"] = {k: v - copies_before.get(k, 0.0) for k, v in after.items()}
     out.pop("by_level", None)
     return out
 
@@ -118,7 +135,8 @@ def hedging(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
                     one[key] = _phase(apps[name], name, payloads, args, straggling)
                     p = one[key]
                     print(f"hedging round {r + 1} {key:20s} p50 {p['p50_ms']:6.1f} ms p99 {p['p99_ms']:7.1f} ms "
-                          f"({p['requests']} answered, {p['errors']} failed) rows/answer {p['rows_per_answer']:.1f}")
+                          f"({p['requests']} answered, {p['errors']} failed) rows/answer {p['rows_per_answer']:.1f} "
+                          f"copies {p['copies']}")
             one["p99_jitter_hedged_over_no_jitter"] = one["jitter_hedged"]["p99_ms"] / one["no_jitter_unhedged"]["p99_ms"]
             one["extra_work"] = one["jitter_hedged"]["rows_per_answer"] / one["jitter_unhedged"]["rows_per_answer"] - 1
             rounds.append(one)

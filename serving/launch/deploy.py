@@ -75,7 +75,7 @@ from serving.planning.planner import (
 from serving.planning.pools import check_pools, preemptible_pools
 from serving.runtime.audit import resolve_audit_rate
 from serving.runtime.gears import check_gears, gear_info
-from serving.runtime.hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_QUANTILE
+from serving.runtime.hedge import HEDGE_FLOOR_OVER_MEDIAN, HEDGE_MIN_WIN_SHARE, HEDGE_QUANTILE
 from serving.runtime.hold import check_on_alarm
 from serving.runtime.keys import SECRET_ENV, key_digest, key_secret, secret_path, weak_key_warning
 from serving.runtime.stage_runner import module_groups
@@ -318,10 +318,13 @@ def deploy(
     ``{"slo_ms": 200, "down_after_s": 5}``). Every answer names its gear and that gear's
     certified loss bound; ``/metrics`` counts rows per gear; monitor records carry the gear.
 
-    ``hedging=True`` (or ``{"quantile": 0.95, "floor_over_median": 2.0}``) hedges calls to
-    stages of two or more replicas: a call still unanswered after the stage's own latency tail
-    is sent once more, the first answer kept and the other cancelled
-    (:class:`serving.runtime.calls.StageHedge`); ``/metrics`` counts ``willump_stage_hedges``.
+    ``hedging=True`` (or ``{"quantile": 0.95, "floor_over_median": 2.0, "min_win_share": 0.25}``)
+    hedges calls to stages of two or more replicas: a call still unanswered after the stage's own
+    latency tail is sent once more, the first answer kept and the other cancelled
+    (:class:`serving.runtime.calls.StageHedge`); while fewer than ``min_win_share`` of the
+    copies answer first, the delay backs off (0: never; :class:`serving.runtime.hedge.HedgeBackoff`).
+    ``/metrics`` counts ``willump_stage_hedges`` (by whether the copy won) and
+    ``willump_stage_hedge_backoffs``.
 
     ``router``: "capacity" (default) routes a stage's calls by the rows per second each replica
     measures it sustains, ranks replicas on a node Ray is draining (a preemption notice) and
@@ -580,7 +583,8 @@ def hedging_options(hedging: bool | dict[str, float] | None) -> dict[str, float]
 
     if hedging is None or hedging is False:
         return None
-    options = {"quantile": HEDGE_QUANTILE, "floor_over_median": HEDGE_FLOOR_OVER_MEDIAN}
+    options = {"quantile": HEDGE_QUANTILE, "floor_over_median": HEDGE_FLOOR_OVER_MEDIAN,
+               "min_win_share": HEDGE_MIN_WIN_SHARE}
     if isinstance(hedging, dict):
         unknown = sorted(set(hedging) - set(options))
         if unknown:
@@ -588,8 +592,10 @@ def hedging_options(hedging: bool | dict[str, float] | None) -> dict[str, float]
         options.update({k: float(v) for k, v in hedging.items()})
     elif hedging is not True:
         raise TypeError(f"hedging must be True, False or a dict of options, got {type(hedging).__name__}")
-    if not 0 < options["quantile"] < 1 or not options["floor_over_median"] >= 0:
-        raise ValueError(f"hedging: quantile must be in (0, 1) and floor_over_median >= 0, got {options}")
+    if not 0 < options["quantile"] < 1 or not options["floor_over_median"] >= 0 \
+            or not 0 <= options["min_win_share"] <= 1:
+        raise ValueError("hedging: quantile must be in (0, 1), floor_over_median >= 0 and min_win_share in "
+                         f"[0, 1], got {options}")
     return options
 
 

@@ -28,9 +28,11 @@ from serving.runtime import cancelled_calls
 from serving.runtime.hedge import (
     HEDGE_FLOOR_OVER_MEDIAN,
     HEDGE_IDLE_ONLY,
+    HEDGE_MIN_WIN_SHARE,
     HEDGE_QUANTILE,
     LOST_AFTER_S,
     LOST_OVER_MEDIAN,
+    HedgeBackoff,
     LatencyWindow,
 )
 
@@ -181,7 +183,9 @@ class StageHedge:
       with ``idle_only`` (``HEDGE_IDLE_ONLY``) only while this ingress has fewer calls in
       flight to the stage (``in_flight()``) than it has replicas: with every replica busy the
       tail is queueing, which a copy only lengthens. ``on_hedge`` hears of each hedge once
-      decided (True: the copy answered first).
+      decided (True: the copy answered first). The delay backs off while copies lose
+      (:class:`serving.runtime.hedge.HedgeBackoff`: fewer than ``min_win_share`` of them
+      winning; 0 turns it off); ``on_backoff`` hears of each new factor.
     * the bound on a silent replica (always): a call unanswered after ``lost_after_s`` is copied
       whatever the load (its replica may be lost without anyone having said so) as soon as
       ``silent()`` says a replica of the stage has gone silent (the capacity router judges each
@@ -200,7 +204,8 @@ class StageHedge:
                  in_flight: Callable[[], int] | None = None, idle_only: bool | None = None, *,
                  enabled: bool = True, lost_after_s: float | None = LOST_AFTER_S,
                  lost_over_median: float = LOST_OVER_MEDIAN, on_rescue: Callable[[bool], None] | None = None,
-                 silent: Callable[[], bool | None] | None = None):
+                 silent: Callable[[], bool | None] | None = None, min_win_share: float | None = None,
+                 on_backoff: Callable[[float], None] | None = None):
         if lost_after_s is not None and not lost_after_s > 0:
             raise ValueError(f"lost_after_s must be > 0 (None: no bound), got {lost_after_s!r}")
         self.window = LatencyWindow(
@@ -212,12 +217,17 @@ class StageHedge:
         self.lost_after_s = None if lost_after_s is None else float(lost_after_s)
         self.lost_over_median = float(lost_over_median)
         self.silent = silent
+        self.backoff = HedgeBackoff(HEDGE_MIN_WIN_SHARE if min_win_share is None else min_win_share,
+                                    on_change=on_backoff)
         self.calls = self.hedges = self.wins = self.skipped_busy = self.rescues = self.skipped_answering = 0
 
     def delay(self) -> float | None:
         """Seconds after which a call is hedged; None: not now (hedging off, too few latencies
         known, or a single replica)."""
-        return self.window.delay() if self.enabled and self.replicas() > 1 else None
+        if not self.enabled or self.replicas() < 2:
+            return None
+        delay = self.window.delay()
+        return None if delay is None else delay * self.backoff.factor
 
     def bound(self) -> float | None:
         """Seconds after which a call is copied whatever the load; None with a single replica or
@@ -322,6 +332,8 @@ async def hedged(call: Callable[[Any], Any], timeout_s: float, stage: str, budge
         _cancel(first, task1, answered_by=second)
     else:
         _cancel(second, task2, answered_by=first)
+    if not rescue:
+        hedge.backoff.record(winner is task2)
     heard = hedge.on_rescue if rescue else hedge.on_hedge
     if heard is not None:
         heard(winner is task2)

@@ -12,6 +12,15 @@ Tail at Scale"). Plain Python, so the policy is tested without Ray; the ingress 
   hedges against and drive the delay down.
 * Hedges go only to idle capacity (``HEDGE_IDLE_ONLY``): a copy sent while every replica is
   busy waits in the same queues as the call it copies and adds to them.
+* :class:`HedgeBackoff`: the delay backs off while copies stop winning. A copy that loses
+  (its original answered first) was pure extra work: the tail it was sent against was not on
+  the replica (a stalled event loop, Ray's own path, a queue every replica shares), and a copy
+  waits in the same place. When fewer than ``min_win_share`` of the last ``outcomes`` copies
+  won, the delay is multiplied by ``step`` (up to ``max_factor``); when at least that share
+  wins, divided by it again. With no copy decided for ``relax_s`` seconds (a long delay sends
+  none) the factor steps back down, so hedging tries again. Measured in deploy's apps before
+  it existed (docs/benchmarks.md, 2026-12-07): 2 of 58 copies of a stage's calls won, and the
+  hedged app's p99 without a straggler was above the unhedged app's in 10 of 12 rounds.
 * :class:`SlowReplicas`: per-replica latency (EWMA); a replica whose recent latency is
   ``slow_factor`` times its peers' median (same stage and device type) gets no new calls
   for ``probation_s`` seconds, then one call at a time tells whether it recovered.
@@ -46,6 +55,19 @@ WINDOW = 256
 MIN_SAMPLES = 32
 #: the window's quantile and median are read again once this share (1/N) of it is new
 RECOMPUTE_SHARE = 32
+#: the backoff (HedgeBackoff): below this share of copies winning, the delay grows (0: never backs off).
+#: A copy that wins cut a call's tail; one that loses was extra work only. A quarter leaves room
+#: for a tail that is partly replica-bound, where copies win often but not always
+HEDGE_MIN_WIN_SHARE = 0.25
+#: decided copies the share is judged over (then judged again on the next as many)
+HEDGE_BACKOFF_OUTCOMES = 16
+#: the delay's factor is multiplied or divided by this at each judgment ...
+HEDGE_BACKOFF_STEP = 2.0
+#: ... and stays within [1, this]
+HEDGE_BACKOFF_MAX_FACTOR = 8.0
+#: seconds without a decided copy after which a backed-off factor steps down once (a delay
+#: backed off past the bound sends no copy, so no outcome would ever bring it back)
+HEDGE_BACKOFF_RELAX_S = 30.0
 #: a replica is slow when its latency EWMA exceeds this many times its peers' median
 SLOW_FACTOR = 3.0
 #: EWMA weight of the newest latency per replica
@@ -95,6 +117,57 @@ class LatencyWindow:
 
     def median(self) -> float | None:
         return self._tail_and_median()[1] if self.samples else None
+
+
+class HedgeBackoff:
+    """A factor on the hedge delay, grown while copies lose and shrunk while they win."""
+
+    def __init__(self, min_win_share: float = HEDGE_MIN_WIN_SHARE, outcomes: int = HEDGE_BACKOFF_OUTCOMES,
+                 step: float = HEDGE_BACKOFF_STEP, max_factor: float = HEDGE_BACKOFF_MAX_FACTOR,
+                 relax_s: float = HEDGE_BACKOFF_RELAX_S, clock: Callable[[], float] = time.monotonic,
+                 on_change: Callable[[float], None] | None = None):
+        if not 0 <= min_win_share <= 1:
+            raise ValueError(f"min_win_share must be in [0, 1], got {min_win_share!r}")
+        if outcomes < 1:
+            raise ValueError(f"outcomes must be >= 1, got {outcomes!r}")
+        if not (np.isfinite(step) and step > 1):
+            raise ValueError(f"step must be finite and > 1, got {step!r}")
+        if not (np.isfinite(max_factor) and max_factor >= 1):
+            raise ValueError(f"max_factor must be finite and >= 1, got {max_factor!r}")
+        if not relax_s > 0:
+            raise ValueError(f"relax_s must be > 0, got {relax_s!r}")
+        self.min_win_share, self.outcomes, self.step = float(min_win_share), int(outcomes), float(step)
+        self.max_factor, self.relax_s, self.clock, self.on_change = float(max_factor), float(relax_s), clock, on_change
+        self._factor, self._wins, self._decided = 1.0, 0, 0
+        self._last = clock()  # the last decided copy or change
+
+    @property
+    def factor(self) -> float:
+        """What the delay is multiplied by now (1: not backed off)."""
+        if self._factor > 1 and self.clock() - self._last >= self.relax_s:
+            self._set(self._factor / self.step)
+        return self._factor
+
+    def record(self, won: bool) -> None:
+        """A copy was decided: ``won`` when it answered before the call it copied."""
+        if self.min_win_share <= 0:
+            return
+        self._last = self.clock()
+        self._wins += bool(won)
+        self._decided += 1
+        if self._decided < self.outcomes:
+            return
+        losing = self._wins < self.min_win_share * self._decided
+        self._wins = self._decided = 0
+        self._set(self._factor * self.step if losing else self._factor / self.step)
+
+    def _set(self, factor: float) -> None:
+        factor = min(max(factor, 1.0), self.max_factor)
+        self._last = self.clock()
+        if factor != self._factor:
+            self._factor = factor
+            if self.on_change is not None:
+                self.on_change(factor)
 
 
 class SlowReplicas:

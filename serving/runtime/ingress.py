@@ -181,7 +181,10 @@ class Ingress(HttpEdge):
                               enabled=bool(config.hedging), lost_after_s=config.lost_after_s,
                               on_rescue=lambda won, stage=stage: self.metrics.count(
                                   "willump_stage_rescues", stage=stage, won=str(won).lower()),
-                              silent=lambda stage=stage: self._any_silent(stage))
+                              silent=lambda stage=stage: self._any_silent(stage),
+                              min_win_share=hedging.get("min_win_share"),
+                              on_backoff=lambda factor, stage=stage: self.metrics.count(
+                                  "willump_stage_hedge_backoffs", stage=stage, factor=f"{factor:g}"))
             for i, stage in enumerate(self.stage_names) if not (i == 0 and self.local)}
         monitor = config.monitor
         self.monitor = LazyHandle("monitor", monitor["app"]) if monitor else None

@@ -88,6 +88,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "willump_stage_retries": ("counter", "stage calls retried after a replica died", ("app", "stage")),
     "willump_stage_hedges": ("counter", "stage calls sent a second time after the stage's latency tail "
                                         "(hedging=True), by whether the copy answered first", ("app", "stage", "won")),
+    "willump_stage_hedge_backoffs": ("counter", "changes of a stage's hedge delay factor (copies that stop winning "
+                                                "lengthen the delay, serving.runtime.hedge.HedgeBackoff), by the "
+                                                "factor set (1: not backed off)", ("app", "stage", "factor")),
     "willump_stage_rescues": ("counter", "stage calls copied to another replica after waiting past the bound "
                                          "on a silent replica, by whether the copy answered first",
                               ("app", "stage", "won")),

@@ -378,6 +378,33 @@ def test_a_straggling_call_is_hedged_and_the_first_answer_kept():
     assert hedge.window.samples[-1] >= 0.02  # not the copy's own (short) time
 
 
+def test_a_copy_that_loses_backs_the_delay_off_and_one_that_wins_brings_it_back():
+    """Outcomes reach the stage's HedgeBackoff: a copy beaten by the call it copied lengthens the
+    delay (here after one outcome), a copy that answers first shortens it again."""
+    from serving.runtime.hedge import HedgeBackoff
+
+    hedge, heard = _hedge()
+    backoffs: list[float] = []
+    hedge.backoff = HedgeBackoff(min_win_share=0.5, outcomes=1, on_change=backoffs.append)
+    base = hedge.delay()
+
+    async def first_wins(n, *args):
+        await asyncio.sleep(0.05 if n == 1 else 30)  # the copy stalls: the first answers
+        return {"call": n}
+
+    out = asyncio.run(call_stage(_Handle(first_wins), "run", (), Deadline.after(60), "s", hedge=hedge))
+    assert out == {"call": 1} and heard == [False] and backoffs == [2.0]
+    assert hedge.delay() == pytest.approx(2 * base)
+
+    async def copy_wins(n, *args):
+        await asyncio.sleep(30 if n == 1 else 0)
+        return {"call": n}
+
+    out = asyncio.run(call_stage(_Handle(copy_wins), "run", (), Deadline.after(60), "s", hedge=hedge))
+    assert out == {"call": 2} and heard == [False, True] and backoffs == [2.0, 1.0]
+    assert hedge.delay() == pytest.approx(base)
+
+
 def test_no_hedge_for_a_prompt_call_a_single_replica_or_an_unknown_tail():
     async def prompt(n, *args):
         return {"call": n}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.runtime.hedge import LatencyWindow, SlowReplicas
+from serving.runtime.hedge import HedgeBackoff, LatencyWindow, SlowReplicas
 
 
 def test_hedge_delay_is_the_stages_own_quantile():
@@ -107,3 +107,83 @@ def test_the_tail_is_read_again_once_a_32nd_of_the_window_is_new():
     for i in range(1, 20):
         small.add(float(i))
         assert small.delay() == pytest.approx(float(sorted(range(1, i + 1))[(i - 1) // 2]) if i % 2 else (i + 1) / 2)
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_delay_backs_off_while_copies_lose_and_comes_back_while_they_win():
+    clock, changes = _Clock(), []
+    backoff = HedgeBackoff(min_win_share=0.25, outcomes=4, step=2.0, max_factor=8.0, relax_s=30.0,
+                           clock=clock, on_change=changes.append)
+    assert backoff.factor == 1.0
+    for won in (True, False, False, False):  # 1 of 4 won: the share itself is not "below"
+        backoff.record(won)
+    assert backoff.factor == 1.0 and changes == []
+    for _ in range(3):  # three judgments of 4 lost copies each: 2, 4, 8
+        for _ in range(4):
+            backoff.record(False)
+    assert backoff.factor == 8.0 and changes == [2.0, 4.0, 8.0]
+    for _ in range(4):
+        backoff.record(False)
+    assert backoff.factor == 8.0, "capped at max_factor"
+    for won in (True, True, False, False):  # copies win again: the delay shortens
+        backoff.record(won)
+    assert backoff.factor == 4.0 and changes[-1] == 4.0
+    for won in (True, False, False, False) * 2:  # winning at the share: one step back each time
+        backoff.record(won)
+    assert backoff.factor == 1.0 and changes[-2:] == [2.0, 1.0]
+
+
+def test_a_backed_off_delay_relaxes_when_no_copy_is_decided():
+    """A delay backed off past what any call reaches sends no copy, so no outcome; with none
+    decided for relax_s the factor steps down once per relax_s."""
+    clock = _Clock()
+    backoff = HedgeBackoff(min_win_share=0.5, outcomes=2, relax_s=30.0, clock=clock)
+    for _ in range(4):
+        backoff.record(False)
+    assert backoff.factor == 4.0
+    clock.now += 29.0
+    assert backoff.factor == 4.0
+    clock.now += 1.0
+    assert backoff.factor == 2.0
+    clock.now += 10.0
+    assert backoff.factor == 2.0, "the next step waits a full relax_s"
+    clock.now += 20.0
+    assert backoff.factor == 1.0
+    clock.now += 100.0
+    assert backoff.factor == 1.0
+
+
+def test_min_win_share_zero_never_backs_off():
+    backoff = HedgeBackoff(min_win_share=0.0, outcomes=1)
+    for _ in range(50):
+        backoff.record(False)
+    assert backoff.factor == 1.0
+
+
+@pytest.mark.parametrize("kwargs", [dict(min_win_share=1.5), dict(min_win_share=-0.1), dict(outcomes=0),
+                                    dict(step=1.0), dict(step=float("inf")), dict(max_factor=0.5),
+                                    dict(relax_s=0)])
+def test_backoff_refuses_bad_settings(kwargs):
+    name = next(iter(kwargs))
+    with pytest.raises(ValueError, match=name):
+        HedgeBackoff(**kwargs)
+
+
+def test_deploy_takes_the_backoff_share_with_the_other_hedging_options():
+    from serving.launch.deploy import hedging_options
+    from serving.runtime.hedge import HEDGE_MIN_WIN_SHARE
+
+    assert hedging_options(True)["min_win_share"] == HEDGE_MIN_WIN_SHARE
+    assert hedging_options({"min_win_share": 0})["min_win_share"] == 0.0
+    assert hedging_options(False) is None
+    with pytest.raises(ValueError, match="min_win_share"):
+        hedging_options({"min_win_share": 2})
+    with pytest.raises(ValueError, match="unknown options"):
+        hedging_options({"win_share": 0.5})
