@@ -43,6 +43,9 @@ WARMUP_S = 5.0
 #: the unhedged app sends no copy at all (no bound on a silent replica either: it would copy the
 #: straggler's calls past 5x the median)
 HEDGING_APPS = {"hedged": {"hedging": True}, "unhedged": {"hedging": False, "lost_after_s": None}}
+#: with ``--hedge-compare-backoff``: a third app, hedged with the delay's backoff off
+#: (serving.runtime.hedge.HedgeBackoff), so the backoff's own effect is measured side by side
+NO_BACKOFF_APP = {"hedged_no_backoff": {"hedging": {"min_win_share": 0.0}}}
 #: the target: hedged p99 with the straggler over the unhedged p99 without it, at most this
 P99_TARGET = 1.5
 #: ... at no more than this much extra work
@@ -139,13 +142,16 @@ def hedging(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
                           f"copies {p['copies']}")
             one["p99_jitter_hedged_over_no_jitter"] = one["jitter_hedged"]["p99_ms"] / one["no_jitter_unhedged"]["p99_ms"]
             one["extra_work"] = one["jitter_hedged"]["rows_per_answer"] / one["jitter_unhedged"]["rows_per_answer"] - 1
+            if "jitter_hedged_no_backoff" in one:
+                one["p99_jitter_hedged_no_backoff_over_no_jitter"] = (one["jitter_hedged_no_backoff"]["p99_ms"]
+                                                                      / one["no_jitter_unhedged"]["p99_ms"])
             rounds.append(one)
         _straggler(False)
         result: dict[str, Any] = {"baseline": "unhedged, same app", "emulated": True, "rounds": rounds,
                                   "rate": args.hedge_rate, "requests_per_phase": args.hedge_requests,
                                   "slowdown": args.hedge_slowdown, "ms_per_row": list(args.hedge_ms_per_row),
                                   "straggle_factor": args.straggle_factor, "straggle_share": args.straggle_share}
-        for key in ("no_jitter_unhedged", "no_jitter_hedged", "jitter_unhedged", "jitter_hedged"):
+        for key in (f"{phase}_{name}" for name in apps for phase in ("no_jitter", "jitter")):
             result[f"p99_ms_{key}"] = median([x[key]["p99_ms"] for x in rounds])
             result[f"failed_{key}"] = sum(x[key]["errors"] for x in rounds)
         result["p99_jitter_hedged_over_no_jitter"] = median([x["p99_jitter_hedged_over_no_jitter"] for x in rounds])
@@ -156,7 +162,8 @@ def hedging(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
         return result
 
     try:
-        return with_cluster(device, [device, straggler], opt, HEDGING_APPS, args, run)
+        apps = {**HEDGING_APPS, **(NO_BACKOFF_APP if getattr(args, "hedge_compare_backoff", False) else {})}
+        return with_cluster(device, [device, straggler], opt, apps, args, run)
     finally:
         _straggler(True)  # leave no switch file behind
 

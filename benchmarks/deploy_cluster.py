@@ -337,6 +337,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--hedge-ms-per-row", type=_pair, default=HEDGE_MS_PER_ROW, metavar="CHEAP,EXPENSIVE",
                         help="every node's emulated device milliseconds a row per stage in the hedging section")
     parser.add_argument("--hedge-requests", type=int, default=HEDGE_REQUESTS, help="requests per hedging phase")
+    parser.add_argument("--hedge-compare-backoff", action="store_true",
+                        help="a third app in the hedging section, hedged with the delay's backoff off")
     parser.add_argument("--straggle-factor", type=float, default=STRAGGLE_FACTOR)
     parser.add_argument("--straggle-share", type=float, default=STRAGGLE_SHARE)
     parser.add_argument("--autoscale-rate", type=float, default=AUTOSCALE_RATE,
