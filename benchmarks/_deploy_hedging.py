@@ -70,6 +70,19 @@ def rows_computed(app: str, replicas: int) -> int:
     return total
 
 
+def on_straggler(apps: list[str]) -> dict[str, dict[str, int]]:
+    """Each app's model-stage replicas on the straggling node (the one labelled with a straggle
+    factor): the apps' exposure to the straggler."""
+    import ray
+
+    from benchmarks.deploy_cluster import replicas_of
+    from serving.runtime.emulated_node import STRAGGLE_FACTOR_LABEL
+
+    slow = {n["NodeID"] for n in ray.nodes() if n.get("Alive") and STRAGGLE_FACTOR_LABEL in (n.get("Labels") or {})}
+    return {app: {stage: sum(a.node_id in slow for a in replicas_of(app, f"{app}-{stage}"))
+                  for stage in ("cheap", "expensive")} for app in apps}
+
+
 def _straggler(on: bool) -> None:
     from serving.runtime.emulated_node import STRAGGLE_SWITCH
 
@@ -129,6 +142,8 @@ def hedging(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
 
         for app in apps.values():  # warm up: the first seconds of a fresh app are not its steady state
             asyncio.run(open_loop(app.url + "/predict", payloads, rate=args.hedge_rate, duration=WARMUP_S))
+        exposure = on_straggler(list(apps))
+        print(f"hedging: replicas on the straggling node {exposure}")
         rounds: list[dict[str, Any]] = []
         for r in range(args.repeats):
             one: dict[str, Any] = {}
@@ -150,7 +165,8 @@ def hedging(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
         result: dict[str, Any] = {"baseline": "unhedged, same app", "emulated": True, "rounds": rounds,
                                   "rate": args.hedge_rate, "requests_per_phase": args.hedge_requests,
                                   "slowdown": args.hedge_slowdown, "ms_per_row": list(args.hedge_ms_per_row),
-                                  "straggle_factor": args.straggle_factor, "straggle_share": args.straggle_share}
+                                  "straggle_factor": args.straggle_factor, "straggle_share": args.straggle_share,
+                                  "replicas_on_straggler": exposure}
         for key in (f"{phase}_{name}" for name in apps for phase in ("no_jitter", "jitter")):
             result[f"p99_ms_{key}"] = median([x[key]["p99_ms"] for x in rounds])
             result[f"failed_{key}"] = sum(x[key]["errors"] for x in rounds)
@@ -162,8 +178,15 @@ def hedging(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
         return result
 
     try:
+        from benchmarks.deploy_cluster import HEAD_CPUS, INGRESS_CPUS, STAGE_CPUS
+
         apps = {**HEDGING_APPS, **(NO_BACKOFF_APP if getattr(args, "hedge_compare_backoff", False) else {})}
-        return with_cluster(device, [device, straggler], opt, apps, args, run)
+        # each app past the two: its ingress on the head (logical CPUs, not the machine's), and
+        # every app's stage replicas smaller, so they spread over the same nodes as two apps' do
+        head_cpus = HEAD_CPUS + INGRESS_CPUS * (len(apps) - len(HEDGING_APPS))
+        stage_cpus = STAGE_CPUS * len(HEDGING_APPS) / len(apps)
+        return with_cluster(device, [device, straggler], opt, apps, args, run, head_cpus=head_cpus,
+                            stage_cpus=stage_cpus)
     finally:
         _straggler(True)  # leave no switch file behind
 

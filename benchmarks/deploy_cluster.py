@@ -101,6 +101,8 @@ SECTIONS = ("routing", "hedging", "autoscaling", "pools", "gears", "autoscaling_
 #: than a worker has, so each app's ingress runs on the head, not wherever Serve puts it first
 HEAD_CPUS = 3
 INGRESS_CPUS = 1.1
+#: logical CPUs of each model-stage replica deploy_apps places
+STAGE_CPUS = 0.2
 
 
 def start_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str]], head_cpus: float = HEAD_CPUS):
@@ -125,7 +127,7 @@ def start_cluster(head_labels: dict[str, str], worker_labels: list[dict[str, str
 
 
 def deploy_apps(opt: Any, cluster: Any, apps: dict[str, dict[str, Any]], args, *, replicas: int | None = None,
-                stage_cpus: float = 0.2) -> dict[str, Any]:
+                stage_cpus: float = STAGE_CPUS) -> dict[str, Any]:
     """Each app: the same artifact and plan (``replicas``, default ``--replicas``, replicas of
     every model stage at ``stage_cpus`` logical CPUs, one ingress), with its own deploy options;
     with ``--audit-rate`` above 0, the monitor (no attributes) and that live audit, as a user's

@@ -249,31 +249,49 @@ class StageHedge:
         return self.in_flight() < self.replicas()
 
 
+def _rescue_due(hedge: StageHedge, waited: float, bound: float) -> bool:
+    """Whether a call past ``lost_after_s`` is copied now as a rescue: a replica of the stage is
+    silent, or nobody knows and the call is past ``bound``, or it is past
+    ``UNHEARD_COPY_OVER_BOUND`` times ``bound`` whatever the replicas say."""
+    silent = hedge.silent_now()
+    if silent or (silent is None and waited >= bound) or waited >= UNHEARD_COPY_OVER_BOUND * bound:
+        return True
+    if silent is False:  # every replica answers: the call is queued behind live work
+        hedge.skipped_answering += 1
+    return False
+
+
 async def _copy_due(task: asyncio.Future, t0: float, delay: float | None, bound: float | None,
                     hedge: StageHedge, until: float) -> str | None:
-    """Wait on the first call until a copy is due: "hedge" (its tail, a replica spare),
-    "rescue" (past the bound while a replica of the stage is silent), or None (it answered, the
+    """Wait on the first call until a copy is due: "hedge" (its tail, hedging still on, a
+    replica spare), "rescue" (past the bound while a replica of the stage is silent: checked
+    from ``lost_after_s`` on, while a longer hedge delay runs too), or None (it answered, the
     deadline ``until`` passed, or no copy will be sent: wait for it)."""
     # read once: an in-place settings change (serving.runtime.live_settings) may set it to None
     # while this call waits
     lost_after_s = hedge.lost_after_s if hedge.lost_after_s is not None else bound
     if delay is not None and (bound is None or delay < bound):
-        done, _ = await asyncio.wait({task}, timeout=delay)
+        # the hedge delay (backed off, it may pass lost_after_s: the silence check starts there)
+        first_wait = delay if bound is None else min(delay, lost_after_s)
+        done, _ = await asyncio.wait({task}, timeout=first_wait)
         if done:
             return None
-        if hedge.spare():
-            return "hedge"
-        hedge.skipped_busy += 1  # every replica is busy: a copy would queue behind them
+        while bound is not None and (waited := time.monotonic() - t0) < delay:
+            if _rescue_due(hedge, waited, bound):
+                return "rescue"
+            done, _ = await asyncio.wait({task}, timeout=min(SILENT_RECHECK_S, delay - waited))
+            if done:
+                return None
+        if hedge.enabled:  # turned off in place while this call waited: no copy now
+            if hedge.spare():
+                return "hedge"
+            hedge.skipped_busy += 1  # every replica is busy: a copy would queue behind them
     if bound is None:
         return None
     done, _ = await asyncio.wait({task}, timeout=max(lost_after_s - (time.monotonic() - t0), 0.0))
     while not done and time.monotonic() < until:
-        silent = hedge.silent_now()
-        waited = time.monotonic() - t0
-        if silent or (silent is None and waited >= bound) or waited >= UNHEARD_COPY_OVER_BOUND * bound:
+        if _rescue_due(hedge, time.monotonic() - t0, bound):
             return "rescue"
-        if silent is False:  # every replica answers: the call is queued behind live work
-            hedge.skipped_answering += 1
         done, _ = await asyncio.wait({task}, timeout=min(SILENT_RECHECK_S, max(until - time.monotonic(), 0.0)))
     return None
 
@@ -302,18 +320,25 @@ async def hedged(call: Callable[[Any], Any], timeout_s: float, stage: str, budge
         hedge.window.add(time.monotonic() - t0)
         return out
     rescue = kind == "rescue"
+    try:
+        second = call(first)
+    except BaseException:  # the copy could not be sent: the first call is left to no one
+        _cancel(first, task1)
+        raise
+    task2 = asyncio.ensure_future(_resolve(second))
     if rescue:
         hedge.rescues += 1
     else:
         hedge.hedges += 1
-    second = call(first)
-    task2 = asyncio.ensure_future(_resolve(second))
+        hedge.backoff.sent()
     pending, winner = {task1, task2}, None
     try:
         while pending and winner is None:
             left = t0 + timeout_s - time.monotonic()
             done, pending = await asyncio.wait(pending, timeout=max(left, 0.0), return_when=asyncio.FIRST_COMPLETED)
-            if not done:  # the deadline passed with neither answered
+            if not done:  # the deadline passed with neither answered: the copy did not win
+                if not rescue:
+                    hedge.backoff.record(False)
                 raise DeadlineExceeded(stage, budget_s)
             answered = [t for t in done if t.exception() is None]  # every failure retrieved
             winner = answered[0] if answered else None

@@ -16,9 +16,10 @@ Tail at Scale"). Plain Python, so the policy is tested without Ray; the ingress 
   (its original answered first) was pure extra work: the tail it was sent against was not on
   the replica (a stalled event loop, Ray's own path, a queue every replica shares), and a copy
   waits in the same place. When fewer than ``min_win_share`` of the last ``outcomes`` copies
-  won, the delay is multiplied by ``step`` (up to ``max_factor``); when at least that share
-  wins, divided by it again. With no copy decided for ``relax_s`` seconds (a long delay sends
-  none) the factor steps back down, so hedging tries again. Measured in deploy's apps before
+  won (a copy that neither answered by the deadline did not win), the delay is multiplied by
+  ``step`` (up to ``max_factor``); when at least that share wins, divided by it again. With no
+  copy sent for ``relax_s`` seconds (a long delay sends none) the factor steps back down, so
+  hedging tries again. The bound on a silent replica is not backed off. Measured in deploy's apps before
   it existed (docs/benchmarks.md, 2026-12-07): 2 of 58 copies of a stage's calls won, and the
   hedged app's p99 without a straggler was above the unhedged app's in 10 of 12 rounds.
 * :class:`SlowReplicas`: per-replica latency (EWMA); a replica whose recent latency is
@@ -143,13 +144,23 @@ class HedgeBackoff:
 
     @property
     def factor(self) -> float:
-        """What the delay is multiplied by now (1: not backed off)."""
-        if self._factor > 1 and self.clock() - self._last >= self.relax_s:
-            self._set(self._factor / self.step)
+        """What the delay is multiplied by now (1: not backed off): one step down for each
+        ``relax_s`` without a copy sent or decided."""
+        if self._factor > 1:
+            steps = int((self.clock() - self._last) // self.relax_s)
+            if steps > 0:
+                self._wins = self._decided = 0  # the next judgment is of copies at the new delay
+                self._set(self._factor / self.step ** steps)
         return self._factor
 
+    def sent(self) -> None:
+        """A copy went out (its outcome comes later, through :meth:`record`): no relaxing while
+        copies are being sent."""
+        self._last = self.clock()
+
     def record(self, won: bool) -> None:
-        """A copy was decided: ``won`` when it answered before the call it copied."""
+        """A copy was decided: ``won`` when it answered before the call it copied (one that
+        neither answered by the deadline did not)."""
         if self.min_win_share <= 0:
             return
         self._last = self.clock()

@@ -572,6 +572,75 @@ def test_past_the_bound_a_copy_waits_until_a_replica_is_silent():
         asyncio.run(call_stage(_Handle(stalls), "run", (), Deadline.after(0.4), "s", hedge=hedge3))
 
 
+def test_a_hedge_delay_past_lost_after_s_still_copies_a_silent_replicas_call_as_a_rescue():
+    """A hedge delay (here backed off to 4x) that runs past lost_after_s does not hold back the
+    bound on a silent replica: the call is copied as a rescue well before the delay, and the
+    rescue leaves the backoff alone."""
+    from serving.runtime.calls import StageHedge
+
+    async def lost_first(n, *args):
+        await asyncio.sleep(30 if n == 1 else 0.0)
+        return {"call": n}
+
+    hedge = StageHedge(lambda: 2, lost_after_s=0.05, lost_over_median=200.0, silent=lambda: True,
+                       in_flight=lambda: 2)  # every replica busy: no hedge would go at the delay anyway
+    for _ in range(40):
+        hedge.window.add(0.05)
+    hedge.backoff._factor = 4.0  # backed off: the hedge delay is 4 x 2 x 0.05 = 0.4 s, the bound 10 s
+    assert hedge.delay() == pytest.approx(0.4) and hedge.bound() == pytest.approx(10.0)
+    out = asyncio.run(call_stage(_Handle(lost_first), "run", (), Deadline.after(60), "s", hedge=hedge))
+    assert out == {"call": 2} and (hedge.rescues, hedge.hedges, hedge.skipped_busy) == (1, 0, 0)
+    assert hedge.backoff.factor == 4.0
+
+
+def test_hedging_turned_off_while_a_call_waits_sends_no_copy():
+    hedge, heard = _hedge()  # delay 0.02 s
+
+    async def slow_first(n, *args):
+        await asyncio.sleep(0.2 if n == 1 else 30)
+        return {"call": n}
+
+    async def main():
+        async def turn_off():
+            await asyncio.sleep(0.005)
+            hedge.enabled = False  # as live_settings does, in place
+        switch = asyncio.ensure_future(turn_off())
+        out = await call_stage(handle, "run", (), Deadline.after(60), "s", hedge=hedge)
+        await switch
+        return out
+
+    handle = _Handle(slow_first)
+    assert asyncio.run(main()) == {"call": 1}
+    assert handle.calls == 1 and hedge.hedges == 0 and heard == []
+
+
+def test_a_copy_beaten_by_the_deadline_counts_as_lost_and_a_copy_that_cannot_be_sent_cancels_the_first():
+    from serving.runtime.calls import hedged
+    from serving.runtime.hedge import HedgeBackoff
+
+    hedge, _ = _hedge()
+    hedge.backoff = HedgeBackoff(min_win_share=0.5, outcomes=1)
+
+    async def stalls(n, *args):
+        await asyncio.sleep(30)
+
+    with pytest.raises(DeadlineExceeded):
+        asyncio.run(call_stage(_Handle(stalls), "run", (), Deadline.after(0.3), "s", hedge=hedge))
+    assert hedge.hedges == 1 and hedge.backoff.factor == 2.0, "a copy that did not answer first did not win"
+
+    hedge, _ = _hedge()
+    handle = _Handle(stalls)
+
+    def send(first):
+        if first is not None:
+            raise RuntimeError("no replica to send the copy to")
+        return handle.run.remote()
+
+    with pytest.raises(RuntimeError, match="no replica"):
+        asyncio.run(hedged(send, 60.0, "s", 60.0, hedge))
+    assert handle.responses[0].cancelled, "the first call was left running"
+
+
 class _Trickle(_Request):
     """A client that sends its body a byte at a time, every ``every_s``, and never finishes."""
 

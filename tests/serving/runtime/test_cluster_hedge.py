@@ -187,3 +187,17 @@ def test_deploy_takes_the_backoff_share_with_the_other_hedging_options():
         hedging_options({"min_win_share": 2})
     with pytest.raises(ValueError, match="unknown options"):
         hedging_options({"win_share": 0.5})
+
+
+def test_relaxing_steps_once_per_quiet_relax_s_and_copies_being_sent_keep_it():
+    clock = _Clock()
+    backoff = HedgeBackoff(min_win_share=0.5, outcomes=1, relax_s=30.0, clock=clock)
+    for _ in range(3):
+        backoff.record(False)
+    assert backoff.factor == 8.0
+    for _ in range(5):  # copies keep going out (their outcomes not in yet): no relaxing
+        clock.now += 20.0
+        backoff.sent()
+        assert backoff.factor == 8.0
+    clock.now += 65.0  # two quiet relax_s at once (hedging off, nobody reading): two steps
+    assert backoff.factor == 2.0
