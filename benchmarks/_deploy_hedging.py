@@ -16,6 +16,7 @@ phase's copies by outcome and the hedge delay's backoff changes (from ``/metrics
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +184,7 @@ def hedging(opt: Any, payloads: list[bytes], args) -> dict[str, Any]:
         apps = {**HEDGING_APPS, **(NO_BACKOFF_APP if getattr(args, "hedge_compare_backoff", False) else {})}
         # each app past the two: its ingress on the head (logical CPUs, not the machine's), and
         # every app's stage replicas smaller, so they spread over the same nodes as two apps' do
-        head_cpus = HEAD_CPUS + INGRESS_CPUS * (len(apps) - len(HEDGING_APPS))
+        head_cpus = HEAD_CPUS + math.ceil(INGRESS_CPUS * (len(apps) - len(HEDGING_APPS)))  # Ray: whole CPUs
         stage_cpus = STAGE_CPUS * len(HEDGING_APPS) / len(apps)
         return with_cluster(device, [device, straggler], opt, apps, args, run, head_cpus=head_cpus,
                             stage_cpus=stage_cpus)
