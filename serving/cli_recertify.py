@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 from serving.core.constants import EXIT_NOT_CERTIFIED
+from serving.core.jsonsafe import clean
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     recertify = sub.add_parser("recertify", help="bound the certified plan again on fresh labelled rows")
     recertify.add_argument("artifact", help="directory written by OptimizedPipeline.save")
     recertify.add_argument("--labels", required=True, metavar="FILE",
-                           help="the rows and their labels: CSV (.csv, .csv.gz) or JSON lines (.jsonl)")
+                           help="the rows and their labels: CSV (.csv, .csv.gz), JSON lines (.jsonl) or a JSON "
+                                "array of row objects (.json)")
     recertify.add_argument("--label-column", default="label", help="the column holding the labels (default %(default)s)")
     recertify.add_argument("-o", "--output", help="write the re-certified artifact here (when every gear holds)")
     recertify.add_argument("--config", metavar="SERVE_CONFIG",
@@ -34,22 +37,59 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     recertify.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def read_rows(path: str, label_column: str):
+def read_rows(path: str, label_column: str, sample=None):
+    """The rows and labels of the ``--labels`` file. With ``sample`` (the plan's sample rows),
+    its text columns are read as text, as the served app takes them ("02139" stays "02139"); the
+    labels are read as written (text in CSV, JSON's own types in JSON) and matched to the plan's
+    classes by :func:`as_classes`."""
     import pandas as pd
 
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"--labels {path}: no such file")
     name = file.name.lower()
+    text = [] if sample is None else [c for c in sample.columns if not pd.api.types.is_numeric_dtype(sample[c])
+                                      and not pd.api.types.is_bool_dtype(sample[c])]
     if name.endswith((".csv", ".csv.gz")):
-        frame = pd.read_csv(file)
-    elif name.endswith((".jsonl", ".json")):
-        frame = pd.read_json(file, lines=True)
+        frame = pd.read_csv(file, dtype={**{c: str for c in text}, label_column: str}, keep_default_na=True)
+    elif name.endswith((".jsonl", ".json")):  # JSON lines, or one JSON array of row objects
+        try:
+            frame = pd.read_json(file, lines=name.endswith(".jsonl"), dtype=False, convert_dates=False)
+        except ValueError as exc:
+            shape = "JSON lines" if name.endswith(".jsonl") else "a JSON array of row objects"
+            raise ValueError(f"--labels {path}: not {shape}: {exc}") from exc
     else:
-        raise ValueError(f"--labels {path}: a .csv, .csv.gz or .jsonl file, please")
+        raise ValueError(f"--labels {path}: a .csv, .csv.gz, .jsonl or .json file, please")
     if label_column not in frame:
         raise ValueError(f"--label-column {label_column!r} is not a column of {path}: {list(frame.columns)[:20]}")
     return frame.drop(columns=[label_column]), frame[label_column].to_numpy()
+
+
+def as_classes(labels, classes):
+    """Each label as the plan's class it names, matched by its text as the served app's labels
+    route matches (``1``, ``"1"`` and ``1.0`` name class 1 where the classes are numbers);
+    ValueError naming the labels that name no class."""
+    import numpy as np
+
+    def key(value) -> str:
+        if isinstance(value, (float, np.floating)) and float(value).is_integer():
+            value = int(value)
+        return str(value)
+
+    by_text = {key(c): c for c in classes}
+    out, unknown = [], []
+    for value in labels:
+        try:
+            text = key(float(value)) if isinstance(value, str) and key(value) not in by_text else key(value)
+        except ValueError:
+            text = key(value)
+        if text not in by_text:
+            unknown.append(value)
+        out.append(by_text.get(text, value))
+    if unknown:
+        shown = sorted({repr(v) for v in unknown})[:5]
+        raise ValueError(f"--labels: {len(unknown)} label(s) name no class of the plan ({list(classes)}): {shown}")
+    return np.asarray(out, dtype=np.asarray(classes).dtype)
 
 
 def cmd_recertify(args: argparse.Namespace) -> int:
@@ -59,14 +99,19 @@ def cmd_recertify(args: argparse.Namespace) -> int:
         raise ValueError("--config points a Serve config at the re-certified artifact: give -o PATH to write it")
     if args.config and not Path(args.config).is_file():
         raise ValueError(f"--config {args.config}: no such file")
+    if args.output and _same_path(args.output, args.artifact):
+        raise ValueError(f"-o {args.output} is the artifact being re-certified: the running app's replicas load it "
+                         "(a restart or scale-up would find another version, and nothing would be left to roll "
+                         "back to); write the new artifact elsewhere")
     opt = willump.load(args.artifact)
-    X, y = read_rows(args.labels, args.label_column)
-    result = opt.recertify(X, y)
+    X, y = read_rows(args.labels, args.label_column, getattr(opt, "sample_rows_", None))
+    result = opt.recertify(X, as_classes(y, opt.classes_))
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, default=float))
+        print(json.dumps(clean(result.to_dict()), indent=2, allow_nan=False))
     else:
         for g in result.gears:
-            verdict = "holds" if g.certified else "EXCEEDS max_loss"
+            verdict = "holds" if g.certified else (
+                "EXCEEDS max_loss" if math.isfinite(g.loss_bound) else "NOT BOUNDED (too few rows differ to bound it)")
             print(f"gear {g.gear}: loss {g.loss:+.4f}, bound {g.loss_bound:.4f} ({g.method}) vs max_loss {g.max_loss}: "
                   f"{verdict}; {g.disagreed} of {g.rows} rows answered otherwise than the full pipeline")
     if not result.certified:
@@ -82,6 +127,17 @@ def cmd_recertify(args: argparse.Namespace) -> int:
 
         config, apps = retarget_config(yaml.safe_load(Path(args.config).read_text()), args.output)
         write_serve_config(config, args.config)
+        # Serve's rolling update starts new replicas beside the old only with room for them
+        # (surge); without it a deployment of one replica answers nothing while its successor starts
+        no_surge = [a.get("name") for a in config.get("applications") or []
+                    if isinstance(a.get("args"), dict) and a["args"].get("surge_percent") == 0]
+        how = ("a rolling update, no request lost" if not no_surge else
+               f"a rolling update; {', '.join(map(str, no_surge))} had no room for a replica beside the plan's "
+               "(surge 0): a deployment of one replica answers nothing while its successor starts")
         print(f"willump: {args.config} now serves {args.output} ({', '.join(apps)}); `serve deploy {args.config}` "
-              "hands it to the running app (a rolling update, no request lost)", file=sys.stderr)
+              f"hands it to the running app ({how})", file=sys.stderr)
     return 0
+
+
+def _same_path(a: str, b: str) -> bool:
+    return Path(a).resolve() == Path(b).resolve()

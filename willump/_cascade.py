@@ -376,13 +376,15 @@ class OptimizedPipeline(_Scoring):
 
     # --- gears -----------------------------------------------------------------------
     def recertify(self, X: Any, y: Any, *, metric: Any = None, confidence: float | None = None,
-                  seed: int = 0) -> Any:
+                  segments: Any = None, seed: int = 0) -> Any:
         """Bound every certified gear again on fresh labelled rows, plan unchanged (no refit, no
         search): a :class:`willump._recertify.Recertification`; its ``pipeline()`` is this plan with
-        the new certificate when every gear held (see :mod:`willump._recertify`)."""
+        the new certificate when every gear held (see :mod:`willump._recertify`). A plan certified
+        per segment is bounded per segment again (``segments``: the column optimize named, by
+        default, or one key per row of ``X``)."""
         from ._recertify import recertify
 
-        return recertify(self, X, y, metric=metric, confidence=confidence, seed=seed)
+        return recertify(self, X, y, metric=metric, confidence=confidence, segments=segments, seed=seed)
 
     def gear(self, index: int) -> OptimizedPipeline:
         """The pipeline serving gear ``index`` of the certified ladder (0: this plan; higher:

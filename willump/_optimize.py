@@ -211,6 +211,9 @@ def optimize(
     _report(run)
     run.timings["total"] = time.perf_counter() - started
     opt = run.opt
+    opt.report_.segments_by = segments if isinstance(segments, str) else None
+    opt.report_.bound_request, opt.report_.n_bootstrap = bound, n_bootstrap
+    opt.report_.min_disagreements = min_disagreements
     opt.sample_rows_ = take(run.rows["select"], np.arange(min(SAMPLE_ROWS, len(run.splits.select)))) \
         if keep_sample else None
     if verbose:

@@ -110,6 +110,13 @@ class Report:
     #: segments certified with the plan (segments=): each one's loss and bound on its own rows
     segments: list[dict[str, Any]] = field(default_factory=list)
     segment_max_loss: float | None = None
+    #: the column of X that segments= named (None: no segments, or one key per row given)
+    segments_by: str | None = None
+    #: the bound as optimize was asked for it (bound=, n_bootstrap=, min_disagreements=):
+    #: re-certification bounds the plan again the same way
+    bound_request: str = "auto"
+    n_bootstrap: int | None = None
+    min_disagreements: int | None = None
     #: the plan's certification rows, and those whose predicted class differs from the full
     #: pipeline's (None: the full pipeline, or a report saved before they were kept)
     cert_rows: int | None = None

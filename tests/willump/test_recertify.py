@@ -85,3 +85,102 @@ def test_the_command_line_writes_the_new_artifact_only_when_the_plan_holds(certi
     assert not (tmp_path / "no").exists() and '"certified": false' in capsys.readouterr().out
     assert main(["recertify", str(art), "--labels", str(fresh), "--label-column", "nope"]) == 1
     assert "--label-column 'nope'" in capsys.readouterr().err
+
+
+def test_the_new_certificate_replaces_the_old_figures_and_keeps_its_metric(certified, monkeypatch):
+    """Scores (the label join's floor is read from them), bound detail and confidence all come
+    from the new rows; another metric or a 2-D y is refused; missing columns are named."""
+    monkeypatch.setattr(synth, "SLEEPING", False)
+    X, y = make_rows(4000, seed=99)
+    result = certified.recertify(X, y, confidence=0.9)
+    report = result.pipeline().report()
+    assert report.confidence == 0.9 != certified.report().confidence
+    assert report.baseline_score == pytest.approx(np.mean(certified.baseline.predict(X) == y))
+    assert report.optimized_score == pytest.approx(np.mean(certified.predict(X) == y))
+    assert report.bound_detail == result.gears[0].detail and report.bound_detail
+    assert report.bound_request == certified.report().bound_request == "auto"
+    with pytest.raises(ValueError, match="certified on 'accuracy'"):
+        certified.recertify(X, y, metric="f1")
+    with pytest.raises(ValueError, match=r"1-D"):
+        certified.recertify(X, y.reshape(-1, 1))
+    with pytest.raises(ValueError, match="lack column"):
+        certified.recertify(X.drop(columns=["b"]), y)
+    with pytest.raises(ValueError, match="not certified per segment"):
+        certified.recertify(X, y, segments=np.zeros(len(X)))
+
+
+def test_a_plan_certified_per_segment_is_bounded_per_segment_again(monkeypatch):
+    """The old per-segment bounds speak of the old rows: each segment is bounded on its own new
+    rows, and a segment the cheap level now gets wrong is named among those refusing it."""
+    monkeypatch.setattr(synth, "SLEEPING", False)
+
+    def rows(n: int, seed: int, shifted: bool = False):
+        X, y = make_rows(n, seed=seed)
+        region = np.where(np.random.default_rng(seed).random(n) < 0.15, "south", "north")
+        if shifted:  # in the south, the label now follows b, which the cheap level does not read
+            Xb, yb = make_rows(n, seed=seed + 1, weights=(0.3, 3.0, 0.3))
+            south = region == "south"
+            X.loc[south, :], y = Xb.loc[south, :].to_numpy(), np.where(south, yb, y)
+        return X.assign(region=region), y
+
+    X, y = rows(12_000, 3)
+    opt = willump.optimize(three_groups, LogisticRegression(), X, y, max_loss=0.03, segments="region",
+                           segment_max_loss=0.06, **quiet(three_groups))
+    if opt.report().plan != "cascade":
+        pytest.skip("no cascade certified per segment on these rows")
+    assert {s["segment"] for s in opt.report().segments} == {"north", "south"}
+    Xn, yn = rows(6000, 11)
+    held = opt.recertify(Xn, yn)
+    assert held.certified, held.to_dict()
+    segments = {s["segment"]: s for s in held.pipeline().report().segments}
+    assert segments["south"]["rows"] == int(np.sum(Xn["region"] == "south"))
+    assert sum(s["rows"] for s in segments.values()) == 6000
+    Xs, ys = rows(6000, 12, shifted=True)
+    broken = opt.recertify(Xs, ys)
+    assert not broken.certified and "south" in broken.gears[0].detail
+    assert [s["segment"] for s in broken.gears[0].segments if s["bound"] > 0.06] == ["south"]
+    with pytest.raises(ValueError, match="names no column"):
+        opt.recertify(Xs.drop(columns=["region"]), ys)
+    keys = Xs["region"].to_numpy()
+    assert not opt.recertify(Xs.drop(columns=["region"]), ys, segments=keys).certified
+
+
+def test_the_labels_file_is_read_as_the_served_app_reads_rows(tmp_path):
+    """Text columns stay text ("02139"), labels name classes by their text as the labels route
+    matches them, a JSON array is read as rows, and a label naming no class is refused by repr."""
+    import pandas as pd
+
+    from serving.cli_recertify import as_classes, read_rows
+
+    sample = pd.DataFrame({"zip": ["10001"], "amount": [3.5]})
+    (csv := tmp_path / "rows.csv").write_text("zip,amount,label\n02139,1.5,1\n10001,2.0,0\n")
+    X, y = read_rows(str(csv), "label", sample)
+    assert list(X["zip"]) == ["02139", "10001"] and list(X["amount"]) == [1.5, 2.0]
+    assert list(as_classes(y, np.array([0, 1]))) == [1, 0]
+    assert list(as_classes(y, np.array(["0", "1"]))) == ["1", "0"]
+    assert list(as_classes(np.array([1.0, 0.0]), np.array([0, 1]))) == [1, 0]
+    (js := tmp_path / "rows.json").write_text('[{"zip": "02139", "amount": 1.5, "label": "spam"}]')
+    X, y = read_rows(str(js), "label", sample)
+    assert list(X["zip"]) == ["02139"] and list(as_classes(y, np.array(["ham", "spam"]))) == ["spam"]
+    with pytest.raises(ValueError, match=r"name no class.*'maybe'"):
+        as_classes(np.array(["spam", "maybe"]), np.array(["ham", "spam"]))
+    (bad := tmp_path / "bad.json").write_text('{"zip": "1"}\n{"zip": "2"}\n')
+    with pytest.raises(ValueError, match="JSON array"):
+        read_rows(str(bad), "label", sample)
+
+
+def test_the_command_line_never_overwrites_the_artifact_it_re_certifies(certified, tmp_path, monkeypatch, capsys):
+    import json
+
+    from serving.cli import main
+
+    monkeypatch.setattr(synth, "SLEEPING", False)
+    certified.save(art := tmp_path / "plan")
+    X, y = make_rows(300, seed=99)
+    X.assign(label=y).to_csv(fresh := tmp_path / "fresh.csv", index=False)
+    assert main(["recertify", str(art), "--labels", str(fresh), "-o", str(tmp_path / "plan" / ".." / "plan")]) == 1
+    assert "is the artifact being re-certified" in capsys.readouterr().err
+    # a few rows: no bound (inf) is JSON all the same
+    main(["recertify", str(art), "--labels", str(fresh), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["certified"] is False and all(isinstance(g["loss_bound"], (float, str)) for g in out["gears"])
