@@ -393,10 +393,13 @@ class OptimizedPipeline(_Scoring):
             raise ValueError(f"gear must be an integer in [0, {len(self.gears_) - 1}], got {index!r}")
         if index == 0:
             return self
-        other = OptimizedPipeline(self.pipeline, self.gears_[index].levels, self.classes_, self.baseline,
-                                  self.topk_filter, self.report_, self.seed)
+        gear = self.gears_[index]
+        other = OptimizedPipeline(self.pipeline, gear.levels, self.classes_, self.baseline,
+                                  self.topk_filter, _gear_report(self.report_, index, gear), self.seed)
         other.workers, other.use_cache = self.workers, self.use_cache
-        other.sample_rows_, other.gears_ = self.sample_rows_, self.gears_
+        # its own ladder: this gear first, the looser ones after (never gear 0's certificate)
+        other.sample_rows_, other.gears_ = self.sample_rows_, self.gears_[index:]
+        other.gear_index_ = index
         return other
 
     # --- results ---------------------------------------------------------------------
@@ -409,11 +412,36 @@ class OptimizedPipeline(_Scoring):
         return len(self.levels) > 1
 
     def save(self, path: Any, *, signing_key: str | bytes | None = None) -> None:
-        """Write the artifact directory (manifest, checksums, models); see willump.load."""
+        """Write the artifact directory (manifest, checksums, models); see willump.load. A gear's
+        view (``opt.gear(i)``, i > 0) is not an artifact: its report is the plan's, re-labelled
+        only where the gear's certificate is known; save the plan and serve the gear
+        (``deploy(..., gears=i)``)."""
         from ._artifact import save
 
+        if getattr(self, "gear_index_", 0):
+            raise ValueError(f"this is gear {self.gear_index_} of a certified ladder (opt.gear({self.gear_index_})), "
+                             "not a plan of its own: save the optimized pipeline itself and serve the gear with "
+                             f"deploy(..., gears={self.gear_index_}) (or `willump serve --gears {self.gear_index_}`)")
         save(self, path, signing_key=signing_key)
 
     def __repr__(self) -> str:
         shape = " -> ".join(f"{list(lv.groups)}" for lv in self.levels)
         return f"<OptimizedPipeline {self.pipeline.name}: {shape}>"
+
+
+def _gear_report(report: Any, index: int, gear: Gear) -> Any:
+    """The plan's report as gear ``index`` speaks for itself: its max_loss, bound and what its
+    certification saw, the looser gears after it; the point loss (not kept per gear) unknown,
+    and a note that the tables and scores are the plan's."""
+    import copy
+
+    out = copy.deepcopy(report)
+    row = report.gears[index - 1] if len(report.gears) >= index else {}
+    out.max_loss, out.loss_bound, out.loss = gear.max_loss, gear.loss_bound, None
+    out.bound_method, out.bound_detail = gear.method, ""
+    out.cert_rows, out.cert_disagreed, out.calibration = gear.cert_rows, gear.cert_disagreed, gear.calibration
+    out.gears = list(report.gears[index:])
+    out.notes = [*report.notes, f"gear {index} of the plan's certified ladder (threshold {row.get('threshold')}, "
+                                f"chain {row.get('chain')}): certified at max_loss {gear.max_loss}; the tables, "
+                                "scores and speedups below are the plan's (gear 0's)"]
+    return out

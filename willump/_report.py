@@ -157,8 +157,9 @@ class Report:
             f"{self.optimized_score:.4f} (certification split)",
         ]
         if self.loss_bound is not None:
+            loss = "n/a" if self.loss is None else f"{self.loss:+.4f}"
             lines.append(
-                f"  loss {self.loss:+.4f}; certified: loss <= max_loss {self.max_loss} at {self.confidence:.0%} "
+                f"  loss {loss}; certified: loss <= max_loss {self.max_loss} at {self.confidence:.0%} "
                 f"({self.bound_method}: {self.bound_detail}); bound at this threshold alone "
                 f"{self.loss_bound:.4f} ({BOUND_AT_THRESHOLD})"
             )

@@ -144,7 +144,7 @@ def render(report: Report) -> str:
     plots = [p for p in (_groups_plot(report), _bound_plot(report), _levels_plot(report),
                          _topk_plot(report)) if p]
     bound = ("" if report.loss_bound is None else
-             f"<p>Loss {report.loss:+.4f}; certified: loss &le; max_loss {report.max_loss} at "
+             f"<p>Loss {'n/a' if report.loss is None else format(report.loss, '+.4f')}; certified: loss &le; max_loss {report.max_loss} at "
              f"{report.confidence:.0%} &mdash; {html.escape(report.bound_method)}: "
              f"{html.escape(report.bound_detail)}. Bound at this threshold alone {report.loss_bound:.4f} "
              f"({html.escape(BOUND_AT_THRESHOLD)}).</p>")

@@ -576,6 +576,15 @@ def test_gears_are_cheaper_plans_certified_in_one_sequence(task, tmp_path):
     loaded = willump.load(tmp_path / "geared")
     np.testing.assert_array_equal(loaded.gear(1).predict_proba(rows), opt.gear(1).predict_proba(rows))
     _check_certified_disagreement(opt, loaded, X, y, tmp_path)
+    # a gear speaks for its own certificate, and is never saved as a plan under gear 0's
+    loose = opt.gear(1)
+    assert loose.gears_[0] is opt.gears_[1] and loose.gears_[1:] == opt.gears_[2:]
+    assert (loose.report().max_loss, loose.report().loss_bound) == (0.015, opt.gears_[1].loss_bound)
+    assert loose.report().loss is None and "loss n/a" in str(loose.report())
+    assert report.max_loss == 0.005, "the plan's own report is left as it was"
+    with pytest.raises(ValueError, match="gear 1 of a certified ladder"):
+        loose.save(tmp_path / "gear-1")
+    assert not (tmp_path / "gear-1").exists()
     with pytest.raises(ValueError, match="gear must be an integer"):
         opt.gear(len(opt.gears_))
     with pytest.raises(ValueError, match="gears must be looser"):
