@@ -8,7 +8,10 @@ bound keeps a margin below its max_loss (``GEAR_MARGIN``), then the next gear's,
 last gear continues down its grid. Testing stops at the first
 bound above its gear's ``max_loss``. Because it is one fixed sequence, the chance that *any*
 certified gear's true loss exceeds its own ``max_loss`` is at most ``1 - confidence``: the
-certificates hold jointly, and the tightest gear loses nothing to the others.
+certificates hold jointly, and the tightest gear loses no confidence to the others. It does lose
+speed: stopping at ``GEAR_MARGIN`` of its max_loss, the plan asked for with gears answers fewer
+rows at its cheap level than the same plan certified alone (in a review's run on synthetic rows,
+max_loss 0.005: 76% of rows with gears (0.015, 0.04), 96% without).
 """
 
 from __future__ import annotations
