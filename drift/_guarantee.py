@@ -12,8 +12,11 @@ Then ``d = share * d_cheap``, ``share`` the served rows' cheap share (counted on
 sampling error is negligible beside the audit's, and it is the share of the traffic the
 guarantee is about) and ``d_cheap`` the disagreement rate among cheap rows, bounded by an
 anytime-valid confidence sequence (:mod:`drift._confseq`). An audit shed under load removes a
-cheap row from the audit, never from ``share``: the estimate stays unbiased as long as shedding
-does not pick rows by how hard they are.
+cheap row from the audit, never from ``share``; shedding comes with load, and load may come with
+harder rows, so a shed audit counts as a disagreement in the upper bound and as an agreement in
+the alarm's lower one (both stay valid however rows are shed; heavy shedding widens them). A held
+gear's decisions the full pipeline answered (every one audited) count for its release test only:
+they were not served, and a census pooled with a sample would outweigh the rest.
 
 Two verdicts per gear, both valid at every moment at once:
 
@@ -176,7 +179,7 @@ class GuaranteeLedger:
             return False
         for e in entries:
             self.add(int(e["gear"]), e["served"], e["cheap"], e["audited"], e["disagreed"], e.get("shed", 0),
-                     segment=e.get("segment"), decide=False)
+                     segment=e.get("segment"), decide=False, shadow=bool(e.get("shadow", False)))
         if self.hold:
             self.decide_holds(sorted({int(e["gear"]) for e in entries}))
         if batch_id is not None:
@@ -184,16 +187,25 @@ class GuaranteeLedger:
         return True
 
     def add(self, gear: int, served: int, cheap: int, audited: int, disagreed: int, shed: int = 0,
-            segment: Mapping[str, Any] | None = None, *, decide: bool = True) -> None:
+            segment: Mapping[str, Any] | None = None, *, decide: bool = True, shadow: bool = False) -> None:
         """Count one batch of one gear (optionally of one segment: attribute -> value). With
         ``hold``, the gear's hold is then decided (:meth:`decide_holds`) unless ``decide`` is
-        False: a caller adding many entries at once decides once, after the last."""
+        False: a caller adding many entries at once decides once, after the last. ``shadow``:
+        the decisions of a held gear that the full pipeline answered instead, every one audited;
+        they were not served, and a census of one stretch pooled with a 1% sample of the others
+        would outweigh them, so they count for the release test only."""
         self._check_gear(gear)
         batch = AuditCounts(int(served), int(cheap), int(audited), int(disagreed), int(shed))
         if min(batch.served, batch.cheap, batch.audited, batch.disagreed, batch.shed) < 0:
             raise ValueError(f"counts must be non-negative, got {batch}")
         if batch.disagreed > batch.audited or batch.cheap > batch.served:
             raise ValueError(f"need disagreed <= audited and cheap <= served, got {batch}")
+        if shadow:
+            if gear in self.held:
+                self.held[gear].add(batch)
+            if self.hold and decide:
+                self.decide_holds([gear])
+            return
         self.counts.setdefault(gear, AuditCounts()).add(batch)
         epochs = self.epochs.setdefault(gear, [])
         if not epochs or epochs[-1].audited >= self.epoch_rows:  # a boundary set by counts (or a release)
@@ -235,7 +247,7 @@ class GuaranteeLedger:
         if c is None or not c.audited or not c.served or reference is None:
             return None
         share = c.cheap / c.served
-        return share * upper_bound(c.audited, c.disagreed, self._live_alpha(gear),
+        return share * upper_bound(c.audited + c.shed, c.disagreed + c.shed, self._live_alpha(gear),
                                    broad_prior(_clip(reference / max(share, 1e-9))))
 
     def add_rows(self, gear: np.ndarray, cheap: np.ndarray, audited: np.ndarray, disagreed: np.ndarray,
@@ -313,14 +325,17 @@ class GuaranteeLedger:
         share = c.cheap / c.served if c.served else 0.0
         d_cheap = c.disagreed / c.audited if c.audited else None
         centre = _clip((reference or terms.max_loss or 0.01) / max(share, 1e-9))
-        upper_cheap = upper_bound(c.audited, c.disagreed, live_alpha, broad_prior(centre))
-        lower_cheap = lower_bound(c.audited, c.disagreed, live_alpha,
+        # a shed audit's row was sampled like the others but never compared: the upper bound
+        # counts it as a disagreement, the lower as an agreement, so that shedding (which comes
+        # with load, and load may come with harder rows) can only widen the interval
+        upper_cheap = upper_bound(c.audited + c.shed, c.disagreed + c.shed, live_alpha, broad_prior(centre))
+        lower_cheap = lower_bound(c.audited + c.shed, c.disagreed, live_alpha,
                                   tuned_prior(_clip(self.rise * centre), self.horizon))
         loss_upper = share * upper_cheap if self.rowwise and c.served else None
         if counts is None:
             alarm, alarm_rows = self._alarm(gear, reference, live_alpha)
         else:  # a segment: read, never alarmed on (module docstring)
-            alarm, alarm_rows = bool(reference is not None and c.audited and share * lower_cheap > reference), None
+            alarm, alarm_rows = bool(reference is not None and c.audited + c.shed and share * lower_cheap > reference), None
         return {
             "gear": gear, "max_loss": terms.max_loss, "served_rows": c.served, "cheap_rows": c.cheap,
             "cheap_share": share, "audited_rows": c.audited, "disagreed_rows": c.disagreed,
@@ -361,7 +376,8 @@ class GuaranteeLedger:
             rate = reference / share
             budget = alpha * 6.0 / (math.pi ** 2 * (j + 1) ** 2)
             prior = tuned_prior(_clip(self.rise * rate), self.horizon)
-            if rate < 1.0 and rejects_at_most(suffix.audited, suffix.disagreed, rate, budget, prior):
+            # shed audits as agreements (see verdict): shedding never raises the alarm
+            if rate < 1.0 and rejects_at_most(suffix.audited + suffix.shed, suffix.disagreed, rate, budget, prior):
                 return True, suffix.audited
         return False, None
 

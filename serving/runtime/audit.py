@@ -140,7 +140,8 @@ class LiveAudit:
         #: time.monotonic() when each queued entry was sampled (beside ``queue``)
         self.sampled_at: list[float] = []
         #: counts not yet sent: (gear, segment key) -> [served, cheap, audited, disagreed, shed]
-        self.pending: dict[tuple[int, tuple], list[int]] = {}
+        #: (gear, segment key, shadow) -> [served, cheap, audited, disagreed, shed] since the last send
+        self.pending: dict[tuple[int, tuple, bool], list[int]] = {}
         #: counts sent whose answer did not come: (their id, the entries), sent again as they are
         self._unsent: tuple[str, list[dict[str, Any]]] | None = None
         #: this audit's ids: its sender's name and a token of this instance (a restarted
@@ -230,7 +231,9 @@ class LiveAudit:
         them to serve them), ``disagreed`` of them answered differently (serving.runtime.hold)."""
         if served <= 0:
             return
-        counts = self._entry(gear, self._segment_key(attributes))
+        # its own entry: rows the cheap level decided but did not serve go to the held gear's
+        # release test only, never into the served rows' counts (drift.GuaranteeLedger.add)
+        counts = self._entry(gear, self._segment_key(attributes), shadow=True)
         counts[0] += served
         counts[1] += decided
         counts[2] += decided
@@ -245,14 +248,14 @@ class LiveAudit:
         attributes = attributes or {}
         return tuple((a, "<none>" if attributes.get(a) is None else str(attributes.get(a))) for a in self.segments)
 
-    def _entry(self, gear: int, key: tuple) -> list[int]:
-        entry = self.pending.get((gear, key))
+    def _entry(self, gear: int, key: tuple, shadow: bool = False) -> list[int]:
+        entry = self.pending.get((gear, key, shadow))
         if entry is None:
             if len(self.pending) >= MAX_PENDING_ENTRIES:  # the monitor is unreachable for long: pool segments
                 key = ()
-                entry = self.pending.get((gear, key))
+                entry = self.pending.get((gear, key, shadow))
             if entry is None:
-                entry = self.pending[(gear, key)] = [0, 0, 0, 0, 0]
+                entry = self.pending[(gear, key, shadow)] = [0, 0, 0, 0, 0]
         return entry
 
     def _shed(self, gear: int, key: tuple, n: int) -> None:
@@ -398,7 +401,8 @@ class LiveAudit:
         self._sends += 1
         self._unsent = (f"{self.sender}:{self._sends}",
                         [{"gear": gear, "served": c[0], "cheap": c[1], "audited": c[2], "disagreed": c[3],
-                          "shed": c[4], "segment": dict(key)} for (gear, key), c in entries.items()])
+                          "shed": c[4], "segment": dict(key), **({"shadow": True} if shadow else {})}
+                         for (gear, key, shadow), c in entries.items()])
         await self._send_unsent()  # what the request path counts meanwhile waits for the next flush
 
     async def _send_unsent(self) -> bool:

@@ -494,3 +494,36 @@ def test_entries_added_without_deciding_hold_only_when_decided():
         ledger.add(0, 2_500, 2_000, 2_000, 500, segment={"client": client}, decide=False)
     assert not ledger.held
     assert ledger.decide_holds() == [0] and ledger.holds == {0: 1}
+
+
+def test_shed_audits_only_widen_the_bounds():
+    """A sampled row whose audit was shed (under load, which may come with harder rows) is a
+    disagreement to the upper bound and an agreement to the alarm: shedding can neither lower
+    loss_upper nor raise the alarm."""
+    kept, shed = GuaranteeLedger([_gear()]), GuaranteeLedger([_gear()])
+    kept.add(0, 100_000, 80_000, 800, 8)
+    shed.add(0, 100_000, 80_000, 800, 8, shed=800)  # as many again sampled, and shed
+    k, s = kept.verdict(0), shed.verdict(0)
+    assert s["shed_audits"] == 800 and s["loss_upper"] > 0.4 > k["loss_upper"]
+    assert s["disagreement_lower"] <= k["disagreement_lower"]
+    loud, loud_shed = GuaranteeLedger([_gear()]), GuaranteeLedger([_gear()])
+    loud.add(0, 10_000, 8_000, 400, 100)
+    loud_shed.add(0, 10_000, 8_000, 400, 100, shed=20_000)
+    assert loud.verdict(0)["alarm"] and not loud_shed.verdict(0)["alarm"]
+
+
+def test_a_held_gears_census_counts_for_its_release_only():
+    """While gear 0 is held the full pipeline answers, and every row its cheap level decided is
+    compared (a census, sent as shadow counts): the release test reads them, the served rows'
+    counts, epochs and segments do not. Shadow counts of a gear not held count nowhere."""
+    ledger = GuaranteeLedger([_gear()], hold=True, segments=["client"])
+    ledger.add(0, 10_000, 8_000, 8_000, 8_000)
+    assert ledger.held.keys() == {0}
+    before = (vars(ledger.counts[0]).copy(), sum(e.audited for e in ledger.epochs[0]))
+    ledger.add_batch([{"gear": 0, "served": 50_000, "cheap": 40_000, "audited": 40_000, "disagreed": 0,
+                       "segment": {"client": "a"}, "shadow": True}])
+    assert (vars(ledger.counts[0]), sum(e.audited for e in ledger.epochs[0])) == before
+    assert not ledger.by_segment.get(0)
+    assert not ledger.held, "the census at a rate far under the reference released the hold"
+    ledger.add(0, 1_000, 800, 800, 0, shadow=True)
+    assert vars(ledger.counts[0]) == before[0]

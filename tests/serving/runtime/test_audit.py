@@ -335,7 +335,7 @@ def test_the_sample_does_not_depend_on_how_rows_are_split_into_requests():
                 audit.observe(rows, proba, level, gear=0, attributes=None,
                               level_rows=np.bincount(level, minlength=2) if counted else None)
             picked = [float(x) for frame, positions, *_ in audit.queue for x in frame["x"].to_numpy()[positions]]
-            counts = audit.pending[(0, ())]
+            counts = audit.pending[(0, (), False)]
             audit.queue, audit.sampled_at, audit.queued = [], [], 0
             return picked, counts[:2]
 

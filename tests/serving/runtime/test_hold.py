@@ -171,6 +171,7 @@ def test_the_monitor_names_the_held_gears_and_the_ingress_audit_acts_on_them(tmp
     asyncio.run(go())
     assert switch.held == frozenset({0})
     assert [(e["served"], e["cheap"], e["audited"], e["disagreed"]) for e in sent] == [(32, 30, 30, 3)]
+    assert all(e["shadow"] for e in sent), "the held gear's census travels apart from the served rows' counts"
 
 
 def test_the_full_pipelines_calls_are_load_for_the_step_back():
