@@ -149,6 +149,9 @@ class GuaranteeLedger:
     holds: dict[int, int] = field(default_factory=dict)
     #: per gear, the epoch its alarm's runs start from (0; after a release, the epoch it began)
     alarm_from: dict[int, int] = field(default_factory=dict)
+    #: per gear, the audited rows counted when its alarm first rang under this certificate: kept
+    #: when later rows dilute the alarm away (``alarm`` is the verdict now; this, that it rang)
+    alarmed_at: dict[int, int] = field(default_factory=dict)
     #: the ids of the last count batches added (:meth:`add_batch`), saved with the counts they
     #: brought: a batch sent again after its answer was lost is added once
     batch_ids: RecentBatchIds = field(default_factory=RecentBatchIds, repr=False, compare=False)
@@ -180,8 +183,11 @@ class GuaranteeLedger:
         for e in entries:
             self.add(int(e["gear"]), e["served"], e["cheap"], e["audited"], e["disagreed"], e.get("shed", 0),
                      segment=e.get("segment"), decide=False, shadow=bool(e.get("shadow", False)))
+        gears = sorted({int(e["gear"]) for e in entries})
         if self.hold:
-            self.decide_holds(sorted({int(e["gear"]) for e in entries}))
+            self.decide_holds(gears)
+        else:
+            self.note_alarms(gears)
         if batch_id is not None:
             self.batch_ids.add(batch_id)
         return True
@@ -219,6 +225,14 @@ class GuaranteeLedger:
         if self.hold and decide:
             self.decide_holds([gear])
 
+    def note_alarms(self, gears: Sequence[int] | None = None) -> None:
+        """Record the first time each of ``gears`` (default: all) alarms (:attr:`alarmed_at`);
+        :meth:`add_batch` does after each send, a hold does as it begins."""
+        for gear in range(len(self.gears)) if gears is None else gears:
+            if gear not in self.alarmed_at and self._alarm(gear, self.reference_rate(gear)[0],
+                                                           self._live_alpha(gear))[0]:
+                self.alarmed_at[gear] = self.counts.get(gear, AuditCounts()).audited
+
     def decide_holds(self, gears: Sequence[int] | None = None) -> list[int]:
         """Hold each of ``gears`` (default: all) whose alarm rings; release a held one whose rows
         since the hold pass the release test, and start its alarm's runs again from a new epoch.
@@ -237,6 +251,7 @@ class GuaranteeLedger:
         elif self._alarm(gear, self.reference_rate(gear)[0], self._live_alpha(gear))[0]:
             self.held[gear] = AuditCounts()
             self.holds[gear] = self.holds.get(gear, 0) + 1
+            self.alarmed_at.setdefault(gear, self.counts.get(gear, AuditCounts()).audited)
 
     def release_upper(self, gear: int) -> float | None:
         """A held gear's anytime-valid upper bound on its served disagreement rate over the rows
@@ -347,6 +362,8 @@ class GuaranteeLedger:
             "certified_rate": None if not terms.cert_rows else (terms.cert_disagreed or 0) / terms.cert_rows,
             "alarm_reference": reference, "alarm_reference_source": self.reference_rate(gear)[1], "alarm": alarm,
             "alarm_audited_rows": alarm_rows,
+            **({"alarm_rang": gear in self.alarmed_at, "alarm_rang_at_audited_rows": self.alarmed_at.get(gear)}
+               if counts is None else {}),
             **({"held": gear in self.held, "holds": self.holds.get(gear, 0),
                 "release_upper": self.release_upper(gear)} if counts is None and self.hold else {}),
         }
@@ -412,6 +429,7 @@ class GuaranteeLedger:
             "hold": self.hold, "held": {str(g): vars(c).copy() for g, c in self.held.items()},
             "holds": {str(g): n for g, n in self.holds.items()},
             "alarm_from": {str(g): j for g, j in self.alarm_from.items()},
+            "alarmed_at": {str(g): n for g, n in self.alarmed_at.items()},
             "batch_ids": self.batch_ids.to_json(),
         }
 
@@ -429,6 +447,7 @@ class GuaranteeLedger:
         ledger.held = {int(g): AuditCounts(**c) for g, c in state.get("held", {}).items()}
         ledger.holds = {int(g): int(n) for g, n in state.get("holds", {}).items()}
         ledger.alarm_from = {int(g): int(j) for g, j in state.get("alarm_from", {}).items()}
+        ledger.alarmed_at = {int(g): int(n) for g, n in state.get("alarmed_at", {}).items()}
         ledger.batch_ids = RecentBatchIds(ids=state.get("batch_ids", ()))
         return ledger
 
@@ -456,6 +475,13 @@ class GuaranteeLedger:
         saved.hold = fresh.hold  # the deploy's choice now; holds kept only while it holds
         if not saved.hold:
             saved.held = {}
+        # the deploy's settings now (the counts hold under any of them); the epochs keep the size
+        # they were cut at
+        for name in ("rowwise", "confidence", "rise", "horizon", "segments", "max_segments"):
+            setattr(saved, name, getattr(fresh, name))
+        saved.by_segment = {g: {a: v for a, v in attrs.items() if a in saved.segments}
+                            for g, attrs in saved.by_segment.items()}
+        saved._references = {}
         return saved
 
     def prometheus(self, prefix: str = "drift") -> Iterator[Any]:
@@ -466,6 +492,7 @@ class GuaranteeLedger:
 
         verdicts = [self.verdict(g) for g in range(len(self.gears))]
         gauges = {"alarm": "1 when the served disagreement rate is above what certification saw",
+                  "alarm_rang": "1 once the alarm has rung under this certificate (later rows may dilute it)",
                   "loss_upper": "label-free anytime-valid upper bound on the served loss",
                   "disagreement_rate": "served rows whose answer differs from the full pipeline's (point)",
                   "disagreement_lower": "anytime-valid lower bound of that rate",

@@ -527,3 +527,32 @@ def test_a_held_gears_census_counts_for_its_release_only():
     assert not ledger.held, "the census at a rate far under the reference released the hold"
     ledger.add(0, 1_000, 800, 800, 0, shadow=True)
     assert vars(ledger.counts[0]) == before[0]
+
+
+def test_an_alarm_diluted_away_is_still_on_record_and_a_reopen_takes_the_deploys_settings(tmp_path):
+    """Without holds, later rows at the certified rate dilute a burst's alarm away: `alarm` is
+    the verdict now, `alarm_rang` records that it rang (saved, and exported). A reopened ledger
+    keeps its counts under the settings the deploy asks for now."""
+    ledger = GuaranteeLedger([_gear()], segments=["client"])
+    ledger.add_batch([{"gear": 0, "served": 10_000, "cheap": 8_000, "audited": 8_000, "disagreed": 800}])
+    assert ledger.verdict(0)["alarm"] and ledger.alarmed_at == {0: 8_000}
+    for _ in range(200):
+        ledger.add_batch([{"gear": 0, "served": 100_000, "cheap": 80_000, "audited": 80_000, "disagreed": 0}])
+    v = ledger.verdict(0)
+    assert not v["alarm"] and v["alarm_rang"] and v["alarm_rang_at_audited_rows"] == 8_000
+    assert 'drift_guarantee_alarm_rang{gear="0"} 1.0' in _exposition(ledger)
+    ledger.save(path := tmp_path / "guarantee.json")
+    reopened = GuaranteeLedger.open(path, gears=[_gear()], confidence=0.99, segments=["region"])
+    assert reopened.alarmed_at == {0: 8_000} and reopened.counts == ledger.counts
+    assert (reopened.confidence, reopened.segments) == (0.99, ["region"])
+    assert reopened.reference_rate(0)[0] > ledger.reference_rate(0)[0], "the reference read at the new confidence"
+
+
+def _exposition(ledger: GuaranteeLedger) -> str:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from drift._guarantee import GuaranteeCollector
+
+    registry = CollectorRegistry()
+    registry.register(GuaranteeCollector(ledger))
+    return generate_latest(registry).decode()
