@@ -362,7 +362,8 @@ class GuaranteeLedger:
             "certified_rate": None if not terms.cert_rows else (terms.cert_disagreed or 0) / terms.cert_rows,
             "alarm_reference": reference, "alarm_reference_source": self.reference_rate(gear)[1], "alarm": alarm,
             "alarm_audited_rows": alarm_rows,
-            **({"alarm_rang": gear in self.alarmed_at, "alarm_rang_at_audited_rows": self.alarmed_at.get(gear)}
+            **({"alarm_rang": gear in self.alarmed_at or alarm,
+                "alarm_rang_at_audited_rows": self.alarmed_at.get(gear, c.audited if alarm else None)}
                if counts is None else {}),
             **({"held": gear in self.held, "holds": self.holds.get(gear, 0),
                 "release_upper": self.release_upper(gear)} if counts is None and self.hold else {}),

@@ -34,24 +34,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            help="a Serve config `willump build` wrote: point it at the -o artifact, for "
                                 "`serve deploy SERVE_CONFIG` to hand it to the running app without downtime "
                                 "(the file is rewritten: its YAML comments are not kept)")
+    recertify.add_argument("--segments", metavar="COLUMN",
+                           help="a plan certified per segment: the column of the labels file holding each row's "
+                                "segment (default: the column optimize's segments= named)")
     recertify.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def read_rows(path: str, label_column: str, sample=None):
-    """The rows and labels of the ``--labels`` file. With ``sample`` (the plan's sample rows),
-    its text columns are read as text, as the served app takes them ("02139" stays "02139"); the
-    labels are read as written (text in CSV, JSON's own types in JSON) and matched to the plan's
-    classes by :func:`as_classes`."""
+    """The rows and labels of the ``--labels`` file. With ``sample`` (the plan's sample rows, a
+    DataFrame), its text columns are read as text, as the served app takes them ("02139" stays
+    "02139", "NA" stays "NA"; an empty cell is missing); the labels are read as written (text in
+    CSV, JSON's own types in JSON) and matched to the plan's classes by :func:`as_classes`."""
     import pandas as pd
+    from pandas._libs.parsers import STR_NA_VALUES
 
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"--labels {path}: no such file")
     name = file.name.lower()
-    text = [] if sample is None else [c for c in sample.columns if not pd.api.types.is_numeric_dtype(sample[c])
-                                      and not pd.api.types.is_bool_dtype(sample[c])]
+    columns = getattr(sample, "columns", None)
+    text = [] if columns is None else [c for c in columns if not pd.api.types.is_numeric_dtype(sample[c])
+                                       and not pd.api.types.is_bool_dtype(sample[c])]
     if name.endswith((".csv", ".csv.gz")):
-        frame = pd.read_csv(file, dtype={**{c: str for c in text}, label_column: str}, keep_default_na=True)
+        as_text = [*text, label_column]
+        header = pd.read_csv(file, nrows=0).columns
+        # pandas' missing-value words ("NA", "None", "null", ...) only where a number is read
+        missing = {c: [""] if c in as_text else sorted(STR_NA_VALUES) for c in header}
+        frame = pd.read_csv(file, dtype={c: str for c in as_text}, keep_default_na=False, na_values=missing)
     elif name.endswith((".jsonl", ".json")):  # JSON lines, or one JSON array of row objects
         try:
             frame = pd.read_json(file, lines=name.endswith(".jsonl"), dtype=False, convert_dates=False)
@@ -66,23 +75,29 @@ def read_rows(path: str, label_column: str, sample=None):
 
 
 def as_classes(labels, classes):
-    """Each label as the plan's class it names, matched by its text as the served app's labels
-    route matches (``1``, ``"1"`` and ``1.0`` name class 1 where the classes are numbers);
-    ValueError naming the labels that name no class."""
+    """Each label as the plan's class it names, matched as the served app's labels route matches
+    (``drift``'s label key: ``1``, ``"1"``, ``1.0`` and ``True`` name one class), and a label
+    written as text matched by its number or, for true/false classes, its word; ValueError naming
+    the labels that name no class."""
     import numpy as np
 
+    from drift._labels import _key
+
     def key(value) -> str:
-        if isinstance(value, (float, np.floating)) and float(value).is_integer():
-            value = int(value)
-        return str(value)
+        return _key(value.item() if isinstance(value, np.generic) else value)
 
     by_text = {key(c): c for c in classes}
+    if all(isinstance(c, (bool, np.bool_)) for c in classes):  # "True"/"False" as pandas writes them
+        by_text.update({str(bool(c)).lower(): c for c in classes})
     out, unknown = [], []
     for value in labels:
-        try:
-            text = key(float(value)) if isinstance(value, str) and key(value) not in by_text else key(value)
-        except ValueError:
-            text = key(value)
+        text = key(value)
+        if text not in by_text and isinstance(value, str):
+            words = value.strip().lower()
+            try:
+                text = words if words in by_text else key(float(value))
+            except ValueError:
+                pass
         if text not in by_text:
             unknown.append(value)
         out.append(by_text.get(text, value))
@@ -105,7 +120,7 @@ def cmd_recertify(args: argparse.Namespace) -> int:
                          "back to); write the new artifact elsewhere")
     opt = willump.load(args.artifact)
     X, y = read_rows(args.labels, args.label_column, getattr(opt, "sample_rows_", None))
-    result = opt.recertify(X, as_classes(y, opt.classes_))
+    result = opt.recertify(X, as_classes(y, opt.classes_), segments=args.segments)
     if args.json:
         print(json.dumps(clean(result.to_dict()), indent=2, allow_nan=False))
     else:

@@ -399,7 +399,7 @@ class OptimizedPipeline(_Scoring):
         other.workers, other.use_cache = self.workers, self.use_cache
         # its own ladder: this gear first, the looser ones after (never gear 0's certificate)
         other.sample_rows_, other.gears_ = self.sample_rows_, self.gears_[index:]
-        other.gear_index_ = index
+        other.gear_index_ = getattr(self, "gear_index_", 0) + index  # in the plan's ladder
         return other
 
     # --- results ---------------------------------------------------------------------

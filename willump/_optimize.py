@@ -10,6 +10,7 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ._bounds import BOUNDS, MIN_DISAGREEMENTS, N_BOOTSTRAP, has_exact_bound
 from ._capture import Pipeline
@@ -357,11 +358,11 @@ def _segment_keys(X, cert, segments, segment_max_loss) -> dict[str, np.ndarray] 
         columns = getattr(X, "columns", None)
         if columns is None or segments not in columns:
             raise ValueError(f"segments={segments!r} names no column of X")
-        keys = {"X": np.asarray(X[segments])}
+        keys = {"X": _present(np.asarray(X[segments]))}
         if cert is not None:
             if segments not in getattr(cert[0], "columns", []):
                 raise ValueError(f"segments={segments!r} names no column of cert[0]")
-            keys["cert"] = np.asarray(cert[0][segments])
+            keys["cert"] = _present(np.asarray(cert[0][segments]))
         return keys
     if cert is not None:
         raise ValueError("with cert= rows, segments= must be a column name (present in X and cert[0])")
@@ -369,4 +370,19 @@ def _segment_keys(X, cert, segments, segment_max_loss) -> dict[str, np.ndarray] 
     if array.shape != (n,):
         raise ValueError(f"segments must be a column name of X or hold one key per row of X ({n}); got shape "
                          f"{array.shape}")
-    return {"X": array}
+    return {"X": _present(array)}
+
+
+#: the segment of rows whose key is missing (NaN, None: never equal to itself, so its rows
+#: would make a segment of none)
+MISSING_SEGMENT = "<none>"
+
+
+def _present(keys: np.ndarray) -> np.ndarray:
+    """Segment keys with the missing ones named :data:`MISSING_SEGMENT`."""
+    missing = pd.isna(keys)
+    if not missing.any():
+        return keys
+    out = keys.astype(object)
+    out[missing] = MISSING_SEGMENT
+    return out

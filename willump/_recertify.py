@@ -143,8 +143,11 @@ def recertify(opt: Any, X: Any, y: Any, *, metric: Any = None, confidence: float
     blocks, _ = opt.pipeline.compute(X, groups, workers=getattr(opt, "workers", 1))
     full_proba = opt.baseline.predict_proba(X)
     joint = 1.0 - (1.0 - confidence) / len(opt.gears_)
-    evaluator = _evaluator(resolved, labels, full_proba, report.n_bootstrap or N_BOOTSTRAP, joint,
-                           report.bound_request or "auto", None, None, seed,
+    # the bound optimize was asked for; an artifact from before it was kept: the method it used
+    requested = report.bound_request or (
+        report.bound_method if report.bound_method in ("exact", "product", "bootstrap") else "auto")
+    evaluator = _evaluator(resolved, labels, full_proba, report.n_bootstrap or N_BOOTSTRAP, joint, requested, None,
+                           None, seed,
                            float(getattr(report, "routing_tolerance", 0.0) or 0.0),
                            MIN_DISAGREEMENTS if report.min_disagreements is None else report.min_disagreements,
                            segments=keys, segment_max_loss=None if keys is None else report.segment_max_loss)
@@ -183,7 +186,8 @@ def _recertified_segments(report: Any, X: Any, segments: Any) -> np.ndarray | No
     if segments is None:
         raise ValueError(f"segments: the plan was certified per segment ({len(report.segments)} segments, each "
                          f"within {report.segment_max_loss}); pass segments= (one key per row of X, or the column "
-                         "holding them) so each is bounded again on its own rows")
+                         "holding them; `willump recertify --segments COLUMN`) so each is bounded again on its "
+                         "own rows")
     from ._optimize import _segment_keys
 
     return _segment_keys(X, None, segments, report.segment_max_loss)["X"]

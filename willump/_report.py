@@ -114,7 +114,7 @@ class Report:
     segments_by: str | None = None
     #: the bound as optimize was asked for it (bound=, n_bootstrap=, min_disagreements=):
     #: re-certification bounds the plan again the same way
-    bound_request: str = "auto"
+    bound_request: str | None = None  # None: an artifact saved before it was kept
     n_bootstrap: int | None = None
     min_disagreements: int | None = None
     #: the plan's certification rows, and those whose predicted class differs from the full

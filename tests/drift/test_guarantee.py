@@ -540,6 +540,9 @@ def test_an_alarm_diluted_away_is_still_on_record_and_a_reopen_takes_the_deploys
         ledger.add_batch([{"gear": 0, "served": 100_000, "cheap": 80_000, "audited": 80_000, "disagreed": 0}])
     v = ledger.verdict(0)
     assert not v["alarm"] and v["alarm_rang"] and v["alarm_rang_at_audited_rows"] == 8_000
+    direct = GuaranteeLedger([_gear()])
+    direct.add(0, 10_000, 8_000, 8_000, 800)  # counted without a send: ringing now is having rung
+    assert direct.verdict(0)["alarm"] and direct.verdict(0)["alarm_rang"]
     assert 'drift_guarantee_alarm_rang{gear="0"} 1.0' in _exposition(ledger)
     ledger.save(path := tmp_path / "guarantee.json")
     reopened = GuaranteeLedger.open(path, gears=[_gear()], confidence=0.99, segments=["region"])

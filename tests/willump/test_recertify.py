@@ -109,7 +109,7 @@ def test_the_new_certificate_replaces_the_old_figures_and_keeps_its_metric(certi
         certified.recertify(X, y, segments=np.zeros(len(X)))
 
 
-def test_a_plan_certified_per_segment_is_bounded_per_segment_again(monkeypatch):
+def test_a_plan_certified_per_segment_is_bounded_per_segment_again(monkeypatch, tmp_path):
     """The old per-segment bounds speak of the old rows: each segment is bounded on its own new
     rows, and a segment the cheap level now gets wrong is named among those refusing it."""
     monkeypatch.setattr(synth, "SLEEPING", False)
@@ -143,6 +143,18 @@ def test_a_plan_certified_per_segment_is_bounded_per_segment_again(monkeypatch):
         opt.recertify(Xs.drop(columns=["region"]), ys)
     keys = Xs["region"].to_numpy()
     assert not opt.recertify(Xs.drop(columns=["region"]), ys, segments=keys).certified
+    # rows whose segment is missing make a segment of their own, not one of no rows
+    keys = Xn["region"].to_numpy().astype(object)
+    keys[:40] = None
+    missing = opt.recertify(Xn.drop(columns=["region"]), yn, segments=keys)
+    assert {s["segment"]: s["rows"] for s in missing.gears[0].segments}["<none>"] == 40
+    # the command line names the column
+    from serving.cli import main
+
+    opt.save(art := tmp_path / "plan")
+    Xn.rename(columns={"region": "area"}).assign(label=yn).to_csv(fresh := tmp_path / "fresh.csv", index=False)
+    assert main(["recertify", str(art), "--labels", str(fresh)]) == 1  # optimize's column, region, is not there
+    assert main(["recertify", str(art), "--labels", str(fresh), "--segments", "area"]) == 0
 
 
 def test_the_labels_file_is_read_as_the_served_app_reads_rows(tmp_path):
@@ -164,6 +176,13 @@ def test_the_labels_file_is_read_as_the_served_app_reads_rows(tmp_path):
     assert list(X["zip"]) == ["02139"] and list(as_classes(y, np.array(["ham", "spam"]))) == ["spam"]
     with pytest.raises(ValueError, match=r"name no class.*'maybe'"):
         as_classes(np.array(["spam", "maybe"]), np.array(["ham", "spam"]))
+    (na := tmp_path / "na.csv").write_text("zip,amount,label\nNA,,None\n,2.0,ham\n")
+    X, y = read_rows(str(na), "label", sample)  # Namibia's code and a class named None stay text
+    assert X["zip"].iloc[0] == "NA" and pd.isna(X["zip"].iloc[1]) and pd.isna(X["amount"].iloc[0])
+    assert list(as_classes(y, np.array(["None", "ham"]))) == ["None", "ham"]
+    assert list(as_classes(np.array(["1", "0", "True", "false"]), np.array([False, True]))) == [True, False, True, False]
+    X, _ = read_rows(str(csv), "label", np.zeros((2, 2)))  # sample rows that are no table: no text columns known
+    assert len(X) == 2
     (bad := tmp_path / "bad.json").write_text('{"zip": "1"}\n{"zip": "2"}\n')
     with pytest.raises(ValueError, match="JSON array"):
         read_rows(str(bad), "label", sample)
@@ -180,7 +199,9 @@ def test_the_command_line_never_overwrites_the_artifact_it_re_certifies(certifie
     X.assign(label=y).to_csv(fresh := tmp_path / "fresh.csv", index=False)
     assert main(["recertify", str(art), "--labels", str(fresh), "-o", str(tmp_path / "plan" / ".." / "plan")]) == 1
     assert "is the artifact being re-certified" in capsys.readouterr().err
-    # a few rows: no bound (inf) is JSON all the same
-    main(["recertify", str(art), "--labels", str(fresh), "--json"])
-    out = json.loads(capsys.readouterr().out)
-    assert out["certified"] is False and all(isinstance(g["loss_bound"], (float, str)) for g in out["gears"])
+    # too few rows to certify: exit 4, and the JSON strict (no NaN or Infinity literals)
+    Xf, yf = make_rows(20, seed=99)
+    Xf.assign(label=yf).to_csv(few := tmp_path / "few.csv", index=False)
+    assert main(["recertify", str(art), "--labels", str(few), "--json"]) == 4
+    out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert out["certified"] is False and all(g["certified"] is False for g in out["gears"])
