@@ -94,6 +94,9 @@ class AuditCounts:
     audited: int = 0
     disagreed: int = 0
     shed: int = 0
+    #: rows served degraded (an earlier level's answer, a later stage late or overloaded): outside
+    #: every certificate and every other count here
+    degraded: int = 0
 
     def add(self, other: AuditCounts) -> None:
         self.served += other.served
@@ -101,6 +104,7 @@ class AuditCounts:
         self.audited += other.audited
         self.disagreed += other.disagreed
         self.shed += other.shed
+        self.degraded += other.degraded
 
 
 @dataclass
@@ -182,7 +186,8 @@ class GuaranteeLedger:
             return False
         for e in entries:
             self.add(int(e["gear"]), e["served"], e["cheap"], e["audited"], e["disagreed"], e.get("shed", 0),
-                     segment=e.get("segment"), decide=False, shadow=bool(e.get("shadow", False)))
+                     segment=e.get("segment"), decide=False, shadow=bool(e.get("shadow", False)),
+                     degraded=e.get("degraded", 0))
         gears = sorted({int(e["gear"]) for e in entries})
         if self.hold:
             self.decide_holds(gears)
@@ -193,7 +198,8 @@ class GuaranteeLedger:
         return True
 
     def add(self, gear: int, served: int, cheap: int, audited: int, disagreed: int, shed: int = 0,
-            segment: Mapping[str, Any] | None = None, *, decide: bool = True, shadow: bool = False) -> None:
+            segment: Mapping[str, Any] | None = None, *, decide: bool = True, shadow: bool = False,
+            degraded: int = 0) -> None:
         """Count one batch of one gear (optionally of one segment: attribute -> value). With
         ``hold``, the gear's hold is then decided (:meth:`decide_holds`) unless ``decide`` is
         False: a caller adding many entries at once decides once, after the last. ``shadow``:
@@ -201,8 +207,8 @@ class GuaranteeLedger:
         they were not served, and a census of one stretch pooled with a 1% sample of the others
         would outweigh them, so they count for the release test only."""
         self._check_gear(gear)
-        batch = AuditCounts(int(served), int(cheap), int(audited), int(disagreed), int(shed))
-        if min(batch.served, batch.cheap, batch.audited, batch.disagreed, batch.shed) < 0:
+        batch = AuditCounts(int(served), int(cheap), int(audited), int(disagreed), int(shed), int(degraded))
+        if min(batch.served, batch.cheap, batch.audited, batch.disagreed, batch.shed, batch.degraded) < 0:
             raise ValueError(f"counts must be non-negative, got {batch}")
         if batch.disagreed > batch.audited or batch.cheap > batch.served:
             raise ValueError(f"need disagreed <= audited and cheap <= served, got {batch}")
@@ -354,7 +360,7 @@ class GuaranteeLedger:
         return {
             "gear": gear, "max_loss": terms.max_loss, "served_rows": c.served, "cheap_rows": c.cheap,
             "cheap_share": share, "audited_rows": c.audited, "disagreed_rows": c.disagreed,
-            "shed_audits": c.shed,
+            "shed_audits": c.shed, "degraded_rows": c.degraded,
             "disagreement_rate": None if d_cheap is None else share * d_cheap,
             "disagreement_lower": share * lower_cheap, "disagreement_upper": share * upper_cheap,
             "loss_upper": loss_upper,
@@ -526,8 +532,8 @@ class GuaranteeCollector:
 
 
 def _segment_fields(verdict: dict[str, Any]) -> dict[str, Any]:
-    keep = ("served_rows", "cheap_share", "audited_rows", "disagreed_rows", "shed_audits", "disagreement_rate",
-            "disagreement_lower", "disagreement_upper", "loss_upper", "supported")
+    keep = ("served_rows", "cheap_share", "audited_rows", "disagreed_rows", "shed_audits", "degraded_rows",
+            "disagreement_rate", "disagreement_lower", "disagreement_upper", "loss_upper", "supported")
     return {k: verdict[k] for k in keep}
 
 

@@ -140,7 +140,8 @@ class LiveAudit:
         #: time.monotonic() when each queued entry was sampled (beside ``queue``)
         self.sampled_at: list[float] = []
         #: counts not yet sent: (gear, segment key) -> [served, cheap, audited, disagreed, shed]
-        #: (gear, segment key, shadow) -> [served, cheap, audited, disagreed, shed] since the last send
+        #: (gear, segment key, shadow) -> [served, cheap, audited, disagreed, shed, degraded] since the
+        #: last send
         self.pending: dict[tuple[int, tuple, bool], list[int]] = {}
         #: counts sent whose answer did not come: (their id, the entries), sent again as they are
         self._unsent: tuple[str, list[dict[str, Any]]] | None = None
@@ -224,6 +225,14 @@ class LiveAudit:
         if self.queued >= self.batch_rows:
             self._wake.set()
 
+    def degraded(self, gear: int, rows: int, attributes: dict[str, Any] | None) -> None:
+        """Count rows of a request an earlier level answered because a later stage was late or
+        overloaded (degrade=True): served, outside every certificate, so outside the audit's
+        counts; the ledger reports them beside its bounds."""
+        if rows > 0:
+            self._entry(gear, self._segment_key(attributes))[5] += rows
+            self._start()
+
     def shadow(self, gear: int, served: int, decided: int, disagreed: int,
                attributes: dict[str, Any] | None) -> None:
         """Count a request the full pipeline answered while ``gear`` is held: ``decided`` rows
@@ -255,7 +264,7 @@ class LiveAudit:
                 key = ()
                 entry = self.pending.get((gear, key, shadow))
             if entry is None:
-                entry = self.pending[(gear, key, shadow)] = [0, 0, 0, 0, 0]
+                entry = self.pending[(gear, key, shadow)] = [0, 0, 0, 0, 0, 0]
         return entry
 
     def _shed(self, gear: int, key: tuple, n: int) -> None:
@@ -401,7 +410,8 @@ class LiveAudit:
         self._sends += 1
         self._unsent = (f"{self.sender}:{self._sends}",
                         [{"gear": gear, "served": c[0], "cheap": c[1], "audited": c[2], "disagreed": c[3],
-                          "shed": c[4], "segment": dict(key), **({"shadow": True} if shadow else {})}
+                          "shed": c[4], "segment": dict(key), **({"degraded": c[5]} if c[5] else {}),
+                          **({"shadow": True} if shadow else {})}
                          for (gear, key, shadow), c in entries.items()])
         await self._send_unsent()  # what the request path counts meanwhile waits for the next flush
 

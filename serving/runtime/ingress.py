@@ -483,6 +483,7 @@ class Ingress(HttpEdge):
                 kept = ~degraded
                 self.audit.observe(frame.iloc[np.flatnonzero(kept)].reset_index(drop=True), proba[kept], level[kept],
                                    gear, attributes)
+                self.audit.degraded(gear, int(degraded.sum()), attributes)
             else:
                 self.audit.observe(frame, proba, level, gear, attributes, level_rows=level_rows)
         if self.records is not None:  # built for every request; a probe's are not sent (its CPU counts)

@@ -178,6 +178,29 @@ def test_counts_survive_a_monitor_that_is_down_and_segments_are_kept():
     assert failed == again != later and failed.startswith("audit:") and later.startswith("audit:")
 
 
+def test_degraded_rows_travel_beside_the_counts_and_the_ledger_reports_them():
+    """Rows an earlier level answered because a later stage was late are served outside every
+    certificate: counted apart (never as served, cheap or audited rows) and reported."""
+    from drift import GuaranteeLedger
+
+    async def go():
+        sink = _Sink()
+        audit = LiveAudit(0.0, [1], None, sink, lambda: False, segments=["client"])
+        audit.observe(*_request(4, cheap=3), gear=0, attributes={"client": "a"})
+        audit.degraded(0, 5, {"client": "a"})
+        audit.degraded(0, 0, {"client": "a"})
+        await audit.flush()
+        return sink
+
+    entries = asyncio.run(go()).entries
+    assert [(e["served"], e["cheap"], e.get("degraded", 0)) for e in entries] == [(4, 3, 5)]
+    ledger = GuaranteeLedger([{"gear": 0, "max_loss": 0.01}], segments=["client"])
+    ledger.add_batch(entries)
+    verdict = ledger.report(segment="client")["gears"][0]
+    assert (verdict["served_rows"], verdict["degraded_rows"]) == (4, 5)
+    assert verdict["segments"][0]["degraded_rows"] == 5
+
+
 def test_rates_are_checked_and_resolved():
     assert check_audit_rate(0) == 0.0 and check_audit_rate(0.5) == 0.5
     for bad in (-0.1, 1.5, "0.1", True, None):

@@ -223,7 +223,7 @@ def _request_path(held: set, stage2=None, degrade=False):
     import serving.runtime.ingress as ingress_module
 
     frame = pd.DataFrame({"x": np.arange(4.0)})
-    observed, shadowed = [], []
+    observed, shadowed, degraded = [], [], []
 
     class _Coalescer:
         def __init__(self, fn):
@@ -238,7 +238,8 @@ def _request_path(held: set, stage2=None, degrade=False):
 
     gears = types.SimpleNamespace(adaptive=False, held=frozenset(held), fields=lambda g, full: {"gear": g, "full_pipeline": full})
     audit = types.SimpleNamespace(final_levels=[1], observe=lambda rows, proba, level, gear, attributes, **kw: observed.append(
-        (rows["x"].tolist(), level.tolist())), shadow=lambda *a: shadowed.append(a))
+        (rows["x"].tolist(), level.tolist())), shadow=lambda *a: shadowed.append(a),
+        degraded=lambda gear, rows, attributes: degraded.append((gear, rows)))
     metrics = types.SimpleNamespace(count=lambda *a, **k: None)
     runner = types.SimpleNamespace(full_proba=lambda rows: np.full((len(rows), 2), [0.2, 0.8]))
     ingress = types.SimpleNamespace(
@@ -252,6 +253,7 @@ def _request_path(held: set, stage2=None, degrade=False):
         return types.SimpleNamespace(attributes=None), frame
 
     ingress._parse = parse
+    ingress.degraded_counted = degraded
     predict = ingress_module.Ingress.func_or_class._predict.__get__(ingress)
     return ingress, predict, observed, shadowed
 
@@ -281,6 +283,7 @@ def test_rows_a_late_stage_left_to_the_fallback_are_not_audited_as_the_gears_dec
     async def late(rows):
         raise DeadlineExceeded("expensive", 1.0)
 
-    _, predict, observed, _ = _request_path(set(), late, degrade=True)
+    ingress, predict, observed, _ = _request_path(set(), late, degrade=True)
     asyncio.run(predict(types.SimpleNamespace(state=types.SimpleNamespace()), 0))
     assert observed == [([0.0, 1.0, 2.0], [0, 0, 0])]  # row 3 answered by the fallback: left out
+    assert ingress.degraded_counted == [(0, 1)]  # ... and counted apart
