@@ -20,9 +20,13 @@ The label-free estimate is CBPE's (NannyML): the mean over every served row of t
 served class is right, read from the served confidence through ``calibration`` (per gear: how
 often an answer of that confidence was right on the certification rows, willump's
 ``Gear.calibration``; the raw confidence where there is none). Its error bars count the sampling
-noise of the correct/incorrect outcomes given those chances; a shift into rows where the map no
-longer holds (a segment the cheap level is over-confident on) is beyond them, which is why the
-labelled figure sits beside it.
+noise of the correct/incorrect outcomes given those chances and the map's own, fitted on its
+certification rows (``a(1-a)/rows``: the term that does not shrink as rows are served, and
+without which a 95% interval covered the served accuracy in 20-33% of a review's simulations at
+20,000-100,000 served rows). They assume an answer of a given confidence is as often right as on
+the certification rows; a shift into rows where the map no longer holds (a segment the cheap
+level is over-confident on) is beyond them, which is why the labelled figure sits beside it. The
+interval is read at one moment, not anytime-valid as the labelled one is.
 """
 
 from __future__ import annotations
@@ -106,6 +110,9 @@ class LabelJoin:
         self.metric = metric
         self.calibration = [None if c is None else (np.asarray(c["x"], dtype=float), np.asarray(c["y"], dtype=float))
                             for c in (calibration or [])]
+        #: per gear, the certification rows its map was fitted on (None: unknown)
+        self.calibration_rows = [None if c is None or c.get("rows") is None else int(c["rows"])
+                                 for c in (calibration or [])]
         self.retention_s, self.max_rows, self.clock = float(retention_s), int(max_rows), clock
         self.path = None if path is None else os.fspath(path)
         self.db = sqlite3.connect(self.path or ":memory:", check_same_thread=False, isolation_level=None)
@@ -323,7 +330,9 @@ class LabelJoin:
         upper = upper_bound(labelled, correct, alpha / 2, prior) if labelled else None
         z = float(stats.norm.ppf(1 - alpha / 2))
         estimate = conf_sum / served if served else None
-        err = z * math.sqrt(conf_var) / served if served else None
+        rows = self.calibration_rows[gear] if 0 <= gear < len(self.calibration_rows) else None
+        map_var = 0.0 if estimate is None or not rows else estimate * (1.0 - estimate) / rows
+        err = z * math.sqrt(conf_var / served ** 2 + map_var) if served else None
         return {"served_rows": served, "labelled_rows": labelled,
                 "estimate_calibrated": 0 <= gear < len(self.calibration) and self.calibration[gear] is not None,
                 "accuracy": correct / labelled if labelled else None, "accuracy_lower": lower, "accuracy_upper": upper,

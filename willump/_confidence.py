@@ -18,8 +18,9 @@ MAX_POINTS = 200
 
 
 def calibration_map(confidence: np.ndarray, correct: np.ndarray) -> dict[str, list[float]] | None:
-    """``{"x": confidences, "y": accuracies}``, increasing in x, from served answers'
-    confidences and whether each was right; None with fewer than two distinct confidences."""
+    """``{"x": confidences, "y": accuracies, "rows": n}``, increasing in x, from served answers'
+    confidences and whether each was right (``rows``: how many, the map's own sampling error
+    an estimate read through it carries); None with fewer than two distinct confidences."""
     from sklearn.isotonic import IsotonicRegression
 
     confidence = np.asarray(confidence, dtype=float)
@@ -31,4 +32,4 @@ def calibration_map(confidence: np.ndarray, correct: np.ndarray) -> dict[str, li
     if len(x) > MAX_POINTS:
         keep = np.unique(np.linspace(0, len(x) - 1, MAX_POINTS).round().astype(int))
         x, y = x[keep], y[keep]
-    return {"x": [round(float(v), 6) for v in x], "y": [round(float(v), 6) for v in y]}
+    return {"x": [round(float(v), 6) for v in x], "y": [round(float(v), 6) for v in y], "rows": len(correct)}

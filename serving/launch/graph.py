@@ -387,9 +387,18 @@ def label_terms(opt: OptimizedPipeline, record_config: dict[str, Any]) -> dict[s
             "certified": [{"max_loss": g["max_loss"], "baseline_score": float(report.baseline_score)}
                           for g in ladder(opt)],
             # served confidence -> accuracy on the certification rows, per gear (willump's Gear.calibration)
-            "calibration": [getattr(g, "calibration", None) for g in opt.gears_],
+            "calibration": [_calibration(g) for g in opt.gears_],
             "metric": str(report.metric), "confidence": float(report.confidence),
             "segments": list(record_config.get("request_attributes", []))}
+
+
+def _calibration(gear: Any) -> dict[str, Any] | None:
+    """A gear's calibration map with the rows it was fitted on (an artifact from before the map
+    kept them: the gear's certification rows, which it was fitted on)."""
+    cal = getattr(gear, "calibration", None)
+    if cal is None or cal.get("rows") is not None:
+        return cal
+    return {**cal, "rows": getattr(gear, "cert_rows", None)}
 
 
 def build_monitor(spec: AppSpec | dict[str, Any], opt: OptimizedPipeline | None = None) -> Any | None:

@@ -141,6 +141,20 @@ def test_the_estimate_reads_confidence_through_the_certification_rows_map():
     assert gears[1]["estimate_without_labels"] == pytest.approx(0.8) and not gears[1]["estimate_calibrated"]
 
 
+def test_the_estimates_interval_carries_the_maps_own_error():
+    """The map was fitted on its certification rows: however many rows are served, the estimate
+    is no surer than those rows make it (a(1-a)/rows), where the outcomes' noise alone shrinks."""
+    n = 50_000
+    cal = {"x": [0.5, 0.9], "y": [0.5, 0.9], "rows": 1_000}
+    joins = [LabelJoin(None, ["neg", "pos"], clock=Clock(), calibration=[c]) for c in (cal, {**cal, "rows": None})]
+    for join in joins:
+        join.served([f"r{i}" for i in range(n)], [0] * n, [1] * n, [0] * n, [0.9] * n)
+    with_map, without = (j.report()["gears"][0]["estimate_interval"] for j in joins)
+    half = (with_map[1] - with_map[0]) / 2
+    assert half == pytest.approx(1.959964 * np.sqrt(0.9 * 0.1 / n + 0.9 * 0.1 / 1_000), rel=1e-3)
+    assert (without[1] - without[0]) / 2 == pytest.approx(1.959964 * np.sqrt(0.9 * 0.1 / n), rel=1e-3)
+
+
 def test_what_the_labels_review_found_is_refused_counted_once_or_bounded():
     """A row index past SQLite's integers is the client's mistake (422, not 500); a confidence
     that is not a number keeps its batch (SQLite refused the whole batch: every row then lost for
@@ -179,3 +193,4 @@ def test_rows_the_full_pipeline_answered_are_reported_apart_from_the_gears():
     assert gears[0]["labelled_rows"] == 1 and gears[-1]["labelled_rows"] == 2
     assert gears[-1]["certified_bound"]["floor"] is None and not gears[-1]["estimate_calibrated"]
     join.close()
+

@@ -557,3 +557,15 @@ def test_a_repeat_of_counts_whose_save_failed_is_answered_once_they_are_saved(tm
     again = _stage(tmp_path)
     assert again._query("guarantee", {})["result"]["gears"][0]["audited_rows"] == 9
     again.monitor.close()
+
+
+def test_an_older_artifacts_map_is_read_with_its_gears_certification_rows():
+    import types
+
+    from serving.launch.graph import _calibration
+
+    old = types.SimpleNamespace(calibration={"x": [0.5, 0.9], "y": [0.5, 0.9]}, cert_rows=4_000)
+    assert _calibration(old)["rows"] == 4_000
+    new = types.SimpleNamespace(calibration={"x": [0.5, 0.9], "y": [0.5, 0.9], "rows": 900}, cert_rows=4_000)
+    assert _calibration(new)["rows"] == 900
+    assert _calibration(types.SimpleNamespace(calibration=None, cert_rows=10)) is None
