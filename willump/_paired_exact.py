@@ -31,6 +31,15 @@ from scipy import stats
 
 #: points of the log-spaced grid over the nuisance p- (plus p- = 0)
 NUISANCE_GRID = 48
+#: points of a linear grid over the upper three quarters of p-'s range, where the log grid is
+#: sparse (its last points 0.21, 0.33, 0.49), added when the log grid's maximum lies there: a
+#: review found the worst case at p- = 0.47-0.49, between log points, and the p-value understated
+#: by up to 3% (the test's size 0.0512 at alpha 0.05, for cascades disagreeing with the full
+#: pipeline on about 97% of rows); with these points the review's three cases read 0.0498,
+#: 0.0502, 0.0502 against 0.0501, 0.0503, 0.0506 (dense scans), at no measurable cost. The
+#: grid search stays a search: in that regime (no cascade a plan would choose) the p-value may
+#: understate the maximum by about 1%.
+NUISANCE_LINEAR = 8
 #: points of the finer grid around the grid's maximum
 NUISANCE_REFINE = 16
 #: discordant counts summed: the binomial mean +- this many standard deviations
@@ -72,6 +81,16 @@ def pvalue(worse: int, better: int, n: int, m: float) -> float:
     top = (1.0 - m) / 2.0
     grid = np.r_[0.0, np.geomspace(min(1e-9, top), top, NUISANCE_GRID)]
     values = _tail(n, m, t, grid)
+    if grid[int(np.argmax(values))] >= top / 4.0:  # the worst case lies where the log grid is sparse
+        dense = np.linspace(top / 4.0, top, NUISANCE_LINEAR)
+        grid, values = np.r_[grid, dense], np.r_[values, _tail(n, m, t, dense)]
+        order = np.argsort(grid, kind="stable")
+        grid, values = grid[order], values[order]
+    return _refined(n, m, t, grid, values)
+
+
+def _refined(n: int, m: float, t: float, grid: np.ndarray, values: np.ndarray) -> float:
+    """The grid's maximum, searched again between the neighbours of the point that holds it."""
     best = int(np.argmax(values))
     fine = np.linspace(grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)], NUISANCE_REFINE)
     return float(max(values[best], _tail(n, m, t, fine).max()))

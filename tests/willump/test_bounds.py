@@ -292,3 +292,12 @@ def test_f1_rows_needed_is_where_its_floor_reaches_max_loss():
     floor = certifiable_floor(f1, "exact", labels, full, CONFIDENCE)
     at_floor = rows_needed(f1, "exact", labels, floor, CONFIDENCE, full)
     assert abs(at_floor - 1308) <= 15
+
+
+def test_the_nuisance_search_finds_the_worst_case_near_the_top_of_its_range():
+    """Cascades that disagree with the full pipeline on most rows have their worst case at p-
+    near (1 - m) / 2, where the log grid is sparse: a review's dense scans put the true p-values
+    of these three at 0.0501, 0.0503 and 0.0506; the log grid alone read 0.0493, 0.0489, 0.0498."""
+    assert _paired_exact.pvalue(96, 40, 4000, 0.02) >= 0.0497
+    assert _paired_exact.pvalue(187, 200, 1000, 0.02) >= 0.0501
+    assert _paired_exact.pvalue(1742, 1800, 4000, 0.01) >= 0.0501
