@@ -16,7 +16,8 @@ from drift._changepoint import PageHinkley
 from drift._classify import MAD, Classifier, ErrorFlag, Percentile, Predicate
 from drift._errors import DataWarning, DriftError, NoReferenceError, SchemaError, StateError
 from drift._explain import diff, explain
-from drift._guarantee import GearTerms, GuaranteeCollector, GuaranteeLedger
+from drift._guarantee import GearTerms, GuaranteeLedger
+from drift._guarantee_metrics import GuaranteeCollector
 from drift._labels import LabelError, LabelJoin
 from drift._monitor import IngestReceipt, Monitor
 from drift._prometheus import MonitorCollector, prometheus_text

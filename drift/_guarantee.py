@@ -53,7 +53,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -490,45 +490,6 @@ class GuaranteeLedger:
                             for g, attrs in saved.by_segment.items()}
         saved._references = {}
         return saved
-
-    def prometheus(self, prefix: str = "drift") -> Iterator[Any]:
-        """Gauges per gear: guarantee_alarm, guarantee_loss_upper, guarantee_disagreement_rate,
-        guarantee_disagreement_lower, guarantee_alarm_reference, guarantee_max_loss (and
-        guarantee_held with ``hold``); counters guarantee_audited_rows_total, guarantee_shed_audits_total."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        verdicts = [self.verdict(g) for g in range(len(self.gears))]
-        gauges = {"alarm": "1 when the served disagreement rate is above what certification saw",
-                  "alarm_rang": "1 once the alarm has rung under this certificate (later rows may dilute it)",
-                  "loss_upper": "label-free anytime-valid upper bound on the served loss",
-                  "disagreement_rate": "served rows whose answer differs from the full pipeline's (point)",
-                  "disagreement_lower": "anytime-valid lower bound of that rate",
-                  "alarm_reference": "the rate the alarm compares with",
-                  "max_loss": "the gear's certified max_loss"}
-        if self.hold:
-            gauges["held"] = "1 while the alarm holds the gear (the app serves a more conservative one)"
-        for name, text in gauges.items():
-            family = GaugeMetricFamily(f"{prefix}_guarantee_{name}", text, labels=["gear"])
-            for v in verdicts:
-                value = v[name]
-                family.add_metric([str(v["gear"])], math.nan if value is None else float(value))
-            yield family
-        for name, key, text in (("audited_rows", "audited_rows", "cheap-level rows audited"),
-                                ("shed_audits", "shed_audits", "sampled rows whose audit was shed")):
-            family = CounterMetricFamily(f"{prefix}_guarantee_{name}", text, labels=["gear"])
-            for v in verdicts:
-                family.add_metric([str(v["gear"])], float(v[key]))
-            yield family
-
-
-class GuaranteeCollector:
-    """A prometheus_client collector of one ledger (register it beside MonitorCollector)."""
-
-    def __init__(self, ledger: GuaranteeLedger, prefix: str = "drift") -> None:
-        self.ledger, self.prefix = ledger, prefix
-
-    def collect(self) -> Iterator[Any]:
-        yield from self.ledger.prometheus(self.prefix)
 
 
 def _segment_fields(verdict: dict[str, Any]) -> dict[str, Any]:

@@ -543,7 +543,9 @@ def test_an_alarm_diluted_away_is_still_on_record_and_a_reopen_takes_the_deploys
     direct = GuaranteeLedger([_gear()])
     direct.add(0, 10_000, 8_000, 8_000, 800)  # counted without a send: ringing now is having rung
     assert direct.verdict(0)["alarm"] and direct.verdict(0)["alarm_rang"]
-    assert 'drift_guarantee_alarm_rang{gear="0"} 1.0' in _exposition(ledger)
+    exposition = _exposition(ledger)
+    assert 'drift_guarantee_alarm_rang{gear="0"} 1.0' in exposition
+    assert 'drift_guarantee_degraded_rows_total{gear="0"} 0.0' in exposition
     ledger.save(path := tmp_path / "guarantee.json")
     reopened = GuaranteeLedger.open(path, gears=[_gear()], confidence=0.99, segments=["region"])
     assert reopened.alarmed_at == {0: 8_000} and reopened.counts == ledger.counts
@@ -554,7 +556,7 @@ def test_an_alarm_diluted_away_is_still_on_record_and_a_reopen_takes_the_deploys
 def _exposition(ledger: GuaranteeLedger) -> str:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from drift._guarantee import GuaranteeCollector
+    from drift import GuaranteeCollector
 
     registry = CollectorRegistry()
     registry.register(GuaranteeCollector(ledger))
