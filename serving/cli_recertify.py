@@ -114,7 +114,7 @@ def cmd_recertify(args: argparse.Namespace) -> int:
         raise ValueError("--config points a Serve config at the re-certified artifact: give -o PATH to write it")
     if args.config and not Path(args.config).is_file():
         raise ValueError(f"--config {args.config}: no such file")
-    if args.output and _same_path(args.output, args.artifact):
+    if args.output and Path(args.output).resolve() == Path(args.artifact).resolve():
         raise ValueError(f"-o {args.output} is the artifact being re-certified: the running app's replicas load it "
                          "(a restart or scale-up would find another version, and nothing would be left to roll "
                          "back to); write the new artifact elsewhere")
@@ -153,6 +153,3 @@ def cmd_recertify(args: argparse.Namespace) -> int:
               f"hands it to the running app ({how})", file=sys.stderr)
     return 0
 
-
-def _same_path(a: str, b: str) -> bool:
-    return Path(a).resolve() == Path(b).resolve()

@@ -192,7 +192,7 @@ def optimize(
         topk_confidence=confidence if topk_confidence is None else topk_confidence,
         max_candidates=max_candidates, max_levels=max_levels, n_bootstrap=n_bootstrap,
         min_disagreements=min_disagreements, routing_tolerance=routing_tolerance, gears=gears,
-        segment_keys=segment_keys,
+        segment_keys=segment_keys, segments_by=segments if isinstance(segments, str) else None,
         segment_max_loss=max_loss if segments is not None and segment_max_loss is None else segment_max_loss,
         workers=workers, profile_batch_rows=profile_batch_rows, profile_repeats=profile_repeats,
         profile_single_rows=profile_single_rows, importance_repeats=importance_repeats, seed=seed,
@@ -212,9 +212,6 @@ def optimize(
     _report(run)
     run.timings["total"] = time.perf_counter() - started
     opt = run.opt
-    opt.report_.segments_by = segments if isinstance(segments, str) else None
-    opt.report_.bound_request, opt.report_.n_bootstrap = bound, n_bootstrap
-    opt.report_.min_disagreements = min_disagreements
     opt.sample_rows_ = take(run.rows["select"], np.arange(min(SAMPLE_ROWS, len(run.splits.select)))) \
         if keep_sample else None
     if verbose:

@@ -103,6 +103,7 @@ class _Run:
     gears: tuple[float, ...]
     segment_keys: dict[str, np.ndarray] | None
     segment_max_loss: float | None
+    segments_by: str | None  # the column segments= named (None: none, or one key per row)
     workers: int | str
     profile_batch_rows: int
     profile_repeats: int
@@ -415,6 +416,9 @@ def _report(run: _Run) -> None:
         notes.append(f"gears: {len(opt.gears_) - 1} of {len(run.gears)} certified (the fixed sequence stopped, "
                      "or a gear had no plan within its max_loss)")
     report.routing_tolerance = run.routing_tolerance
+    # what re-certification bounds the plan again with (willump._recertify)
+    report.segments_by, report.bound_request = run.segments_by, run.bound
+    report.n_bootstrap, report.min_disagreements = run.n_bootstrap, run.min_disagreements
     report.workers_gain = run.workers_gain
     report.cached_groups = list(graph.cacheable) if opt.use_cache else []
     for group, why in unpicklable_groups(run.pipeline):

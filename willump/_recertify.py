@@ -146,9 +146,8 @@ def recertify(opt: Any, X: Any, y: Any, *, metric: Any = None, confidence: float
     # the bound optimize was asked for; an artifact from before it was kept: the method it used
     requested = report.bound_request or (
         report.bound_method if report.bound_method in ("exact", "product", "bootstrap") else "auto")
-    evaluator = _evaluator(resolved, labels, full_proba, report.n_bootstrap or N_BOOTSTRAP, joint, requested, None,
-                           None, seed,
-                           float(getattr(report, "routing_tolerance", 0.0) or 0.0),
+    evaluator = _evaluator(resolved, labels, full_proba, report.n_bootstrap or N_BOOTSTRAP, joint, requested,
+                           None, None, seed, float(getattr(report, "routing_tolerance", 0.0) or 0.0),
                            MIN_DISAGREEMENTS if report.min_disagreements is None else report.min_disagreements,
                            segments=keys, segment_max_loss=None if keys is None else report.segment_max_loss)
     baseline_score = float(resolved.utility(labels, full_proba))

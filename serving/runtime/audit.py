@@ -139,9 +139,8 @@ class LiveAudit:
         self.queued = 0
         #: time.monotonic() when each queued entry was sampled (beside ``queue``)
         self.sampled_at: list[float] = []
-        #: counts not yet sent: (gear, segment key) -> [served, cheap, audited, disagreed, shed]
-        #: (gear, segment key, shadow) -> [served, cheap, audited, disagreed, shed, degraded] since the
-        #: last send
+        #: counts not yet sent: (gear, segment key, shadow) -> [served, cheap, audited, disagreed,
+        #: shed, degraded]
         self.pending: dict[tuple[int, tuple, bool], list[int]] = {}
         #: counts sent whose answer did not come: (their id, the entries), sent again as they are
         self._unsent: tuple[str, list[dict[str, Any]]] | None = None

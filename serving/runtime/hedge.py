@@ -19,9 +19,10 @@ Tail at Scale"). Plain Python, so the policy is tested without Ray; the ingress 
   won (a copy that neither answered by the deadline did not win), the delay is multiplied by
   ``step`` (up to ``max_factor``); when at least that share wins, divided by it again. With no
   copy sent for ``relax_s`` seconds (a long delay sends none) the factor steps back down, so
-  hedging tries again. The bound on a silent replica is not backed off. Measured in deploy's apps before
-  it existed (docs/benchmarks.md, 2026-12-07): 2 of 58 copies of a stage's calls won, and the
-  hedged app's p99 without a straggler was above the unhedged app's in 10 of 12 rounds.
+  hedging tries again. The bound on a silent replica is not backed off. Measured in deploy's
+  apps before it existed (docs/benchmarks.md, 2026-12-07): 2 of 58 copies of a stage's calls
+  won, and the hedged app's p99 without a straggler was above the unhedged app's in 10 of 12
+  rounds.
 * :class:`SlowReplicas`: per-replica latency (EWMA); a replica whose recent latency is
   ``slow_factor`` times its peers' median (same stage and device type) gets no new calls
   for ``probation_s`` seconds, then one call at a time tells whether it recovered.
@@ -66,8 +67,8 @@ HEDGE_BACKOFF_OUTCOMES = 16
 HEDGE_BACKOFF_STEP = 2.0
 #: ... and stays within [1, this]
 HEDGE_BACKOFF_MAX_FACTOR = 8.0
-#: seconds without a decided copy after which a backed-off factor steps down once (a delay
-#: backed off past the bound sends no copy, so no outcome would ever bring it back)
+#: seconds without a copy sent or decided after which a backed-off factor steps down once (a
+#: delay backed off past the bound sends no copy, so no outcome would ever bring it back)
 HEDGE_BACKOFF_RELAX_S = 30.0
 #: a replica is slow when its latency EWMA exceeds this many times its peers' median
 SLOW_FACTOR = 3.0
@@ -140,7 +141,7 @@ class HedgeBackoff:
         self.min_win_share, self.outcomes, self.step = float(min_win_share), int(outcomes), float(step)
         self.max_factor, self.relax_s, self.clock, self.on_change = float(max_factor), float(relax_s), clock, on_change
         self._factor, self._wins, self._decided = 1.0, 0, 0
-        self._last = clock()  # the last decided copy or change
+        self._last = clock()  # the last copy sent or decided, or change of factor
 
     @property
     def factor(self) -> float:

@@ -85,6 +85,16 @@ def test_the_command_line_writes_the_new_artifact_only_when_the_plan_holds(certi
     assert not (tmp_path / "no").exists() and '"certified": false' in capsys.readouterr().out
     assert main(["recertify", str(art), "--labels", str(fresh), "--label-column", "nope"]) == 1
     assert "--label-column 'nope'" in capsys.readouterr().err
+    # a config whose app has no room for a replica beside the plan's: the hand-over is no surge
+    import yaml
+
+    app = {"name": "plan", "import_path": "serving.launch.graph:app_builder", "args": {"surge_percent": 0}}
+    (config := tmp_path / "serve.yaml").write_text(yaml.safe_dump({"applications": [app]}))
+    assert main(["recertify", str(art), "--labels", str(fresh), "-o", str(tmp_path / "new2"), "--config",
+                 str(config)]) == 0
+    assert "plan had no room for a replica" in capsys.readouterr().err
+    served = yaml.safe_load(config.read_text())["applications"][0]["args"]["artifact"]["path"]
+    assert served == str((tmp_path / "new2").resolve())
 
 
 def test_the_new_certificate_replaces_the_old_figures_and_keeps_its_metric(certified, monkeypatch):

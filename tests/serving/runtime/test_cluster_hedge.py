@@ -109,16 +109,8 @@ def test_the_tail_is_read_again_once_a_32nd_of_the_window_is_new():
         assert small.delay() == pytest.approx(float(sorted(range(1, i + 1))[(i - 1) // 2]) if i % 2 else (i + 1) / 2)
 
 
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_delay_backs_off_while_copies_lose_and_comes_back_while_they_win():
-    clock, changes = _Clock(), []
+    clock, changes = Clock(), []
     backoff = HedgeBackoff(min_win_share=0.25, outcomes=4, step=2.0, max_factor=8.0, relax_s=30.0,
                            clock=clock, on_change=changes.append)
     assert backoff.factor == 1.0
@@ -143,20 +135,20 @@ def test_the_delay_backs_off_while_copies_lose_and_comes_back_while_they_win():
 def test_a_backed_off_delay_relaxes_when_no_copy_is_decided():
     """A delay backed off past what any call reaches sends no copy, so no outcome; with none
     decided for relax_s the factor steps down once per relax_s."""
-    clock = _Clock()
+    clock = Clock()
     backoff = HedgeBackoff(min_win_share=0.5, outcomes=2, relax_s=30.0, clock=clock)
     for _ in range(4):
         backoff.record(False)
     assert backoff.factor == 4.0
-    clock.now += 29.0
+    clock.t += 29.0
     assert backoff.factor == 4.0
-    clock.now += 1.0
+    clock.t += 1.0
     assert backoff.factor == 2.0
-    clock.now += 10.0
+    clock.t += 10.0
     assert backoff.factor == 2.0, "the next step waits a full relax_s"
-    clock.now += 20.0
+    clock.t += 20.0
     assert backoff.factor == 1.0
-    clock.now += 100.0
+    clock.t += 100.0
     assert backoff.factor == 1.0
 
 
@@ -190,14 +182,14 @@ def test_deploy_takes_the_backoff_share_with_the_other_hedging_options():
 
 
 def test_relaxing_steps_once_per_quiet_relax_s_and_copies_being_sent_keep_it():
-    clock = _Clock()
+    clock = Clock()
     backoff = HedgeBackoff(min_win_share=0.5, outcomes=1, relax_s=30.0, clock=clock)
     for _ in range(3):
         backoff.record(False)
     assert backoff.factor == 8.0
     for _ in range(5):  # copies keep going out (their outcomes not in yet): no relaxing
-        clock.now += 20.0
+        clock.t += 20.0
         backoff.sent()
         assert backoff.factor == 8.0
-    clock.now += 65.0  # two quiet relax_s at once (hedging off, nobody reading): two steps
+    clock.t += 65.0  # two quiet relax_s at once (hedging off, nobody reading): two steps
     assert backoff.factor == 2.0
